@@ -1,0 +1,48 @@
+# torchneuron_jit — `make demo` runs the main job, `make test` runs every test.
+# Both install what they need first (tools/deps.sh: idempotent, checks real state).
+
+PYTHON := $(shell tools/python.sh)
+TCC_DIR := build/tcc
+CC ?= gcc
+CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Icsrc -I$(TCC_DIR)/include
+# libc before mimalloc: Debian's libmimalloc.so exports malloc, and the first
+# library that defines it wins for the whole test process.
+LDLIBS_C := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc $(TCC_DIR)/lib/libtcc.a \
+            $(shell pkg-config --libs check 2>/dev/null) -ldl -lpthread -lm
+
+CORE_SRC := csrc/tn_config.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
+            csrc/neuron_backend/tcc.c
+CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
+C_SUITES := graph cache tcc
+C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
+
+.PHONY: all deps build demo test test-c test-python clean
+
+all: build
+
+deps:
+	@tools/deps.sh apt
+	@tools/deps.sh tcc $(TCC_DIR)
+	@tools/deps.sh python $(PYTHON)
+
+build: deps
+	@$(PYTHON) setup.py -q build_ext --inplace 2>&1 | grep -v -e '^running' -e 'SetuptoolsDeprecationWarning' -e '^\s*\*' -e '^\s*$$' -e 'setup.py install' -e 'pypa/build' -e 'pypa/pip' -e 'self.initialize_options' -e '!!' || true
+	@test -f torchneuron_jit/_C.cpython-*.so || { echo "build failed" >&2; exit 1; }
+
+build/tests/test_%: tests/c/test_%.c tests/c/tn_check.h $(CORE_SRC) $(CORE_HDR) | deps
+	@mkdir -p build/tests
+	$(CC) $(CFLAGS_C) -o $@ $< $(CORE_SRC) $(LDLIBS_C)
+
+test-c: $(C_TESTS)
+	@for t in $(C_TESTS); do echo "== $$t"; TN_TCC_LIBDIR=$(TCC_DIR)/lib $$t || exit 1; done
+
+test-python: build
+	$(PYTHON) -m pytest -q tests/python
+
+test: build test-c test-python
+
+demo: build
+	$(PYTHON) -m torchneuron_jit.demo
+
+clean:
+	rm -rf build/tests build/temp* torchneuron_jit/_C.*.so torchneuron_jit/_tcc

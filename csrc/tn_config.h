@@ -1,0 +1,76 @@
+/*
+** The tunables table: every knob of torchneuron_jit, with its default and a
+** one-line doc, in one X-macro (after LuaJIT's JIT_PARAMDEF). Each entry is
+** readable and writable from Python as torchneuron_jit.config.<name> and set
+** from the environment as TORCHNEURON_<NAME> when the extension loads.
+*/
+#ifndef TN_CONFIG_H
+#define TN_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TN_CFG_BOOL  0   /* 0/1; text: 1 0 true false yes no on off */
+#define TN_CFG_INT   1   /* int64 */
+#define TN_CFG_BYTES 2   /* int64 >= 0; text may end in K, M, G or T (powers of 1024) */
+#define TN_CFG_STR   3   /* UTF-8 text */
+
+/* _(name, type, integer default, string default, doc) */
+#define TN_CONFIG_DEF(_) \
+  _(cache, TN_CFG_BOOL, 1, NULL, \
+    "Use the persistent compile cache.") \
+  _(cache_dir, TN_CFG_STR, 0, "", \
+    "Cache directory; empty means $XDG_CACHE_HOME/torchneuron_jit, else ~/.cache/torchneuron_jit.") \
+  _(cache_max_bytes, TN_CFG_BYTES, INT64_C(1) << 30, NULL, \
+    "Size limit of the cache on disk; least recently used records are evicted beyond it.") \
+  _(cache_initial_map_bytes, TN_CFG_BYTES, INT64_C(32) << 20, NULL, \
+    "Initial LMDB map size; the map doubles on demand up to cache_max_bytes.") \
+  _(log, TN_CFG_STR, 0, "", \
+    "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
+
+typedef enum tn_config_id {
+#define TN_CFG_ENUM(name, type, idef, sdef, doc) TN_CFG_##name,
+  TN_CONFIG_DEF(TN_CFG_ENUM)
+#undef TN_CFG_ENUM
+  TN_CFG__COUNT
+} tn_config_id;
+
+/* Resets every entry to its default, then applies TORCHNEURON_<NAME>
+** variables. A variable whose text does not parse leaves the default in
+** place and is reported by tn_config_env_error(). Not thread-safe: call once
+** at load, before any thread reads the table. */
+void tn_config_init(void);
+
+/* Index of the entry called name, or -1. */
+int tn_config_find(const char *name);
+
+/* Static metadata of entry id (id must be valid). */
+const char *tn_config_name(int id);
+int tn_config_type(int id);
+const char *tn_config_doc(int id);
+
+/* Current value of an integer-valued (BOOL, INT, BYTES) entry. Safe to read
+** from any thread. */
+int64_t tn_config_int(int id);
+
+/* Current value of a STR entry; valid until the entry is next set. Read it
+** only from the thread that sets it (in practice: with the GIL held). */
+const char *tn_config_str(int id);
+
+/* Sets entry id from text, parsed by its type. Returns TN_OK, or TN_EINVAL
+** with a message in err (size errlen) naming the entry and what was
+** expected; the value is then unchanged. TN_ENOMEM for a string that cannot
+** be copied. */
+int tn_config_set_text(int id, const char *text, char *err, size_t errlen);
+
+/* Sets an integer-valued entry; TN_EINVAL for a negative BYTES value or a
+** BOOL other than 0/1. */
+int tn_config_set_int(int id, int64_t value, char *err, size_t errlen);
+
+/* Formats the default of entry id as text into buf (size len). */
+void tn_config_default_text(int id, char *buf, size_t len);
+
+/* The n-th environment problem found by tn_config_init, or NULL. */
+const char *tn_config_env_error(int n);
+
+#endif /* TN_CONFIG_H */

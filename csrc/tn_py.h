@@ -1,0 +1,25 @@
+/*
+** What the Python bindings (*_py.c, module.c) share. Only these files
+** include Python.h; the modules they wrap are plain C.
+*/
+#ifndef TN_PY_H
+#define TN_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* torchneuron_jit._C.GraphError (ValueError) and CacheError (OSError);
+** CacheError instances carry .code, the TN_E* value. Owned by the module. */
+extern PyObject *tn_py_GraphError;
+extern PyObject *tn_py_CacheError;
+
+/* Adds the Graph and Sym types and the graph functions to module m. */
+int tn_py_graph_init(PyObject *m);
+
+/* Adds the Cache type to module m. */
+int tn_py_cache_init(PyObject *m);
+
+/* Functions of each binding, appended to the module's method table. */
+extern PyMethodDef tn_py_graph_methods[];
+
+#endif /* TN_PY_H */

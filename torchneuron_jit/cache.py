@@ -1,0 +1,153 @@
+"""The persistent compile cache (LMDB, csrc/cache).
+
+One store per process, opened on first use in ``config.cache_dir`` (default
+``$XDG_CACHE_HOME/torchneuron_jit``, else ``~/.cache/torchneuron_jit``). The
+cache is an accelerator, never a point of failure: a directory that cannot be
+used safely, a damaged store, or any store error gives one warning naming the
+cause, and the program goes on uncached (a damaged file is moved aside and a
+fresh store replaces it).
+"""
+import os
+import threading
+import warnings
+
+from . import _C, config
+
+ARTIFACTS = _C.CACHE_ARTIFACTS
+TRACES = _C.CACHE_TRACES
+
+_lock = threading.RLock()
+_handle = None
+_handle_key = None
+_disabled = None  # (key, reason) of the last failed open
+_warned = set()
+
+
+def _warn_once(message):
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=3)
+
+
+def directory():
+    """The cache directory in effect (absolute)."""
+    configured = config.cache_dir
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torchneuron_jit")
+
+
+def _open():
+    """The open store, or None when caching is off or impossible."""
+    global _handle, _handle_key, _disabled
+    if not config.cache:
+        return None
+    key = (directory(), config.cache_initial_map_bytes, config.cache_max_bytes)
+    with _lock:
+        if _handle is not None and not _handle.closed and _handle_key == key:
+            return _handle
+        if _handle is not None:
+            _handle.close()
+            _handle = None
+        if _disabled is not None and _disabled[0] == key:
+            return None
+        try:
+            handle = _C.Cache(key[0], key[1], key[2])
+        except CacheError as exc:
+            _disabled = (key, str(exc))
+            _warn_once(f"compile cache disabled, running uncached: {exc}")
+            return None
+        notice = handle.take_notice()
+        if notice:
+            _warn_once(notice)
+        _handle, _handle_key, _disabled = handle, key, None
+        return handle
+
+
+def _failed(handle, exc):
+    """A store error: warn once; a damaged store is closed (and so moved aside)."""
+    global _handle
+    _warn_once(f"compile cache error, continuing uncached for this call: {exc}")
+    if getattr(exc, "code", None) in (_C.ECORRUPT, _C.EPOISONED):
+        with _lock:
+            handle.close()
+            if _handle is handle:
+                _handle = None
+
+
+CacheError = _C.CacheError
+
+
+def get(table, key):
+    """The payload stored under key (16 bytes) in table, or None."""
+    handle = _open()
+    if handle is None:
+        return None
+    try:
+        return handle.get(table, key)
+    except CacheError as exc:
+        _failed(handle, exc)
+        return None
+
+
+def put(table, key, value):
+    """Stores value under key; returns whether it was stored."""
+    handle = _open()
+    if handle is None:
+        return False
+    try:
+        handle.put(table, key, value)
+        return True
+    except CacheError as exc:
+        _failed(handle, exc)
+        return False
+
+
+def stats():
+    """Counters and sizes of the store.
+
+    Keys: ``path``, ``enabled``, ``entries``, ``bytes`` (pages in use),
+    ``file_bytes``, ``map_bytes``, ``max_bytes``, and this process's ``hits``,
+    ``misses``, ``puts``, ``evictions``, ``corrupt_dropped``, ``map_grows``;
+    ``reason`` when disabled.
+    """
+    handle = _open()
+    if handle is not None:
+        try:
+            return dict(handle.stats(), enabled=True)
+        except CacheError as exc:
+            _failed(handle, exc)
+            reason = str(exc)
+    elif not config.cache:
+        reason = "disabled by config.cache (TORCHNEURON_CACHE=0)"
+    else:
+        reason = _disabled[1] if _disabled else "unavailable"
+    zero = dict.fromkeys(("entries", "bytes", "file_bytes", "map_bytes", "hits", "misses", "puts",
+                          "evictions", "corrupt_dropped", "map_grows"), 0)
+    return dict(zero, path=os.path.join(directory(), "cache.mdb"), enabled=False,
+                max_bytes=config.cache_max_bytes, reason=reason)
+
+
+def clear():
+    """Deletes every record; returns how many there were."""
+    handle = _open()
+    if handle is None:
+        return 0
+    try:
+        n = handle.stats()["entries"]
+        handle.clear()
+        return n
+    except CacheError as exc:
+        _failed(handle, exc)
+        return 0
+
+
+def close():
+    """Closes the store (pending last-used times are written); reopened on next use."""
+    global _handle
+    with _lock:
+        if _handle is not None:
+            _handle.close()
+            _handle = None
