@@ -21,7 +21,14 @@
 #define REC_MAGIC 0x52434e54u       /* "TNCR" read as little-endian u32 */
 #define MAX_TOUCHES 64              /* batched last-used updates */
 #define MAX_WRITE_ATTEMPTS 32
-#define MAX_EVICTIONS_PER_WRITE 6
+#define MAX_EVICTIONS_PER_WRITE 8
+/* A put that takes the records past SOFT_NUM/8 of the limit first evicts
+** them down to LOW_NUM/8: the rest of the map stays free for LMDB's own
+** bookkeeping (free lists, copy-on-write pages of the eviction itself). */
+#define SOFT_NUM 7
+#define LOW_NUM 6
+/* put_fn's "over the soft limit" (outside LMDB's and errno's ranges) */
+#define CACHE_OVER_SOFT (-31999)
 #define MIN_MAP_BYTES (256u << 10)
 #define DEFAULT_INITIAL_MAP (UINT64_C(32) << 20)
 #define DEFAULT_MAX_BYTES (UINT64_C(1) << 30)
@@ -224,6 +231,21 @@ static int env_open_tables(tn_cache *c, MDB_txn *txn, unsigned flags, int *missi
   return 0;
 }
 
+/* mdb_txn_begin during open (nothing else uses env yet), adopting a map
+** that other processes grew meanwhile. */
+static int env_txn_begin(MDB_env *env, unsigned flags, MDB_txn **txn)
+{
+  int mrc;
+  for (int i = 0; i < 8; i++) {
+    mrc = mdb_txn_begin(env, NULL, flags, txn);
+    if (mrc != MDB_MAP_RESIZED)
+      return mrc;
+    if ((mrc = mdb_env_set_mapsize(env, 0)) != 0)
+      return mrc;
+  }
+  return mrc;
+}
+
 static int env_open_once(tn_cache *c, char *why, size_t whylen)
 {
   MDB_env *env = NULL;
@@ -239,11 +261,8 @@ static int env_open_once(tn_cache *c, char *why, size_t whylen)
   if (mrc == 0)
     mrc = mdb_reader_check(env, &dead);
   c->ca_env = env;
-  if (mrc == 0) {
-    mrc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
-    if (mrc == MDB_MAP_RESIZED && (mrc = mdb_env_set_mapsize(env, 0)) == 0)
-      mrc = mdb_txn_begin(env, NULL, MDB_RDONLY, &txn);
-  }
+  if (mrc == 0)
+    mrc = env_txn_begin(env, MDB_RDONLY, &txn);
   if (mrc == 0) {
     mrc = env_open_tables(c, txn, 0, &missing);
     if (mrc == 0)
@@ -257,7 +276,7 @@ static int env_open_once(tn_cache *c, char *why, size_t whylen)
     MDB_val k = {6, "format"}, v = {4, ver};
     put_le(ver, TN_CACHE_FORMAT_VERSION, 4);
     missing = 0;
-    mrc = mdb_txn_begin(env, NULL, 0, &txn);
+    mrc = env_txn_begin(env, 0, &txn);
     if (mrc == 0)
       mrc = env_open_tables(c, txn, MDB_CREATE, &missing);
     if (mrc == 0 && missing)
@@ -464,27 +483,45 @@ static int touch_add(tn_cache *c, int table, const uint8_t *key, uint64_t t)
 
 typedef int (*write_fn)(tn_cache *c, MDB_txn *txn, void *ctx);
 
+/* Bytes of the pages all our tables use, as seen by txn. */
+static uint64_t txn_used_bytes(tn_cache *c, MDB_txn *txn)
+{
+  MDB_stat ms;
+  uint64_t used = 0;
+  for (int t = 0; t <= TN_CACHE__TABLES; t++)
+    if (mdb_stat(txn, t < TN_CACHE__TABLES ? c->ca_dbi[t] : c->ca_meta, &ms) == 0)
+      used += (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages + ms.ms_overflow_pages) * ms.ms_psize;
+  return used;
+}
+
 static int cache_evict(tn_cache *c, uint64_t need);
+static int evict_fn(tn_cache *c, MDB_txn *txn, void *vctx);
 
 /* Runs fn in a write transaction (after the pending touches), handling
-** MDB_MAP_RESIZED, and MDB_MAP_FULL by growing the map up to the limit, then
-** (if may_evict) evicting, then once using the headroom above the limit. */
+** MDB_MAP_RESIZED; MDB_MAP_FULL by growing the map up to the limit, then
+** (if may_evict) by evicting; and fn's CACHE_OVER_SOFT by evicting. */
 static int cache_write(tn_cache *c, write_fn fn, void *ctx, int may_evict, uint64_t need,
                        const char *what)
 {
   cache_touch pending[MAX_TOUCHES];
   int evictions = 0;
+  /* Touches rewrite whole records; in a full map they are the first thing
+  ** to give up (they stay pending, and eviction honours them from memory). */
+  int with_touches = fn != evict_fn;
+  uint64_t used = 0;
   for (int attempt = 0; attempt < MAX_WRITE_ATTEMPTS; attempt++) {
     int rc = cache_enter(c);
     if (rc != TN_OK)
       return rc;
     MDB_txn *txn = NULL;
-    int npending = touches_take(c, pending);
+    int npending = with_touches ? touches_take(c, pending) : 0;
     int mrc = mdb_txn_begin(c->ca_env, NULL, 0, &txn);
     if (mrc == 0) {
       mrc = touches_apply(c, txn, pending, npending);
       if (mrc == 0 && fn)
         mrc = fn(c, txn, ctx);
+      if (mrc == CACHE_OVER_SOFT)
+        used = txn_used_bytes(c, txn);
       if (mrc == 0)
         mrc = mdb_txn_commit(txn); /* frees txn, also on failure */
       else
@@ -495,24 +532,26 @@ static int cache_write(tn_cache *c, write_fn fn, void *ctx, int may_evict, uint6
     if (mrc == 0)
       return TN_OK;
     touches_restore(c, pending, npending);
+    if (npending && (mrc == MDB_MAP_FULL || mrc == CACHE_OVER_SOFT)) {
+      with_touches = 0;
+      continue;
+    }
     if (mrc == MDB_MAP_RESIZED) {
       if ((mrc = cache_resize(c, 0)) == 0)
         continue;
-    } else if (mrc == MDB_MAP_FULL) {
-      uint64_t headroom = c->ca_max + c->ca_max / 16;
-      if (mapsize < c->ca_max) {
+    } else if (mrc == MDB_MAP_FULL || mrc == CACHE_OVER_SOFT) {
+      if (mrc == MDB_MAP_FULL && mapsize < c->ca_max) {
         uint64_t want = mapsize * 2 > c->ca_max ? c->ca_max : mapsize * 2;
         if ((mrc = cache_resize(c, want)) == 0)
           continue;
       } else if (may_evict && evictions < MAX_EVICTIONS_PER_WRITE) {
+        uint64_t low = c->ca_max / 8 * LOW_NUM;
+        uint64_t over = mrc == CACHE_OVER_SOFT && used > low ? used - low : c->ca_max / 8;
         evictions++;
-        rc = cache_evict(c, need);
+        rc = cache_evict(c, over > need ? over : need);
         if (rc == TN_OK)
           continue;
         return rc;
-      } else if (!may_evict && mapsize < headroom) {
-        if ((mrc = cache_resize(c, headroom)) == 0)
-          continue;
       } else {
         cache_set_err(c, "cache %s: full at its limit of %" PRIu64 " bytes during %s",
                       c->ca_path, c->ca_max, what);
@@ -546,8 +585,8 @@ typedef struct evict_ctx {
   uint64_t ev_count;
 } evict_ctx;
 
-/* Deletes least recently used records until about a quarter of the data
-** (and at least ev_need bytes) is freed. */
+/* Deletes least recently used records until at least ev_need bytes of
+** records are freed. */
 static int evict_fn(tn_cache *c, MDB_txn *txn, void *vctx)
 {
   evict_ctx *ctx = vctx;
@@ -586,10 +625,18 @@ static int evict_fn(tn_cache *c, MDB_txn *txn, void *vctx)
       mrc = 0;
   }
   if (mrc == 0) {
+    /* last-used times not yet written count too */
+    pthread_mutex_lock(&c->ca_mu);
+    for (int t = 0; t < c->ca_ntouch; t++)
+      for (size_t i = 0; i < n; i++)
+        if (items[i].li_table == c->ca_touch[t].ct_table &&
+            memcmp(items[i].li_key, c->ca_touch[t].ct_key, TN_CACHE_KEY_LEN) == 0 &&
+            items[i].li_time < c->ca_touch[t].ct_time)
+          items[i].li_time = c->ca_touch[t].ct_time;
+    pthread_mutex_unlock(&c->ca_mu);
     qsort(items, n, sizeof *items, lru_cmp);
-    uint64_t target = total / 4 > ctx->ev_need ? total / 4 : ctx->ev_need;
     uint64_t freed = 0;
-    for (size_t i = 0; i < n && freed < target && mrc == 0; i++) {
+    for (size_t i = 0; i < n && freed < ctx->ev_need && mrc == 0; i++) {
       MDB_val k = {TN_CACHE_KEY_LEN, items[i].li_key};
       mrc = mdb_del(txn, c->ca_dbi[items[i].li_table], &k, NULL);
       if (mrc == 0) {
@@ -850,7 +897,10 @@ static int put_fn(tn_cache *c, MDB_txn *txn, void *vctx)
 {
   put_ctx *p = vctx;
   MDB_val k = {TN_CACHE_KEY_LEN, (void *)p->pc_key}, v = {p->pc_len, (void *)p->pc_rec};
-  return mdb_put(txn, c->ca_dbi[p->pc_table], &k, &v, 0);
+  int mrc = mdb_put(txn, c->ca_dbi[p->pc_table], &k, &v, 0);
+  if (mrc == 0 && txn_used_bytes(c, txn) > c->ca_max / 8 * SOFT_NUM)
+    mrc = CACHE_OVER_SOFT;
+  return mrc;
 }
 
 int tn_cache_put(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],

@@ -15,9 +15,10 @@
 ** never write.
 **
 ** Size: the map starts at co_initial_map and doubles on MDB_MAP_FULL up to
-** co_max_bytes; at the limit, least recently used records are evicted. When
-** the map is so full that even the eviction cannot run, the map grows once
-** more by 1/16 of the limit as headroom: the file never exceeds 17/16 of it.
+** co_max_bytes, which the data file never exceeds. A put that would take
+** the pages of the records past 7/8 of the limit first evicts least
+** recently used records down to 6/8; the last eighth stays free for LMDB's
+** own bookkeeping, so that an eviction can always run.
 **
 ** Damage: an environment LMDB rejects on open (MDB_INVALID, MDB_CORRUPTED,
 ** MDB_PANIC, MDB_VERSION_MISMATCH) or one with another format version of
