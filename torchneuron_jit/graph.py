@@ -1,0 +1,220 @@
+"""Graph IR from Python: the bridge from ATen-level FX graphs to the C IR.
+
+``from_fx(gm)`` turns a torch.fx graph whose call_function nodes are ATen
+OpOverloads (what ``make_fx`` and aot_autograd produce) into a
+``torchneuron_jit._C.Graph``. Every argument is bound to its schema (defaults
+spelled out), so the same program gives the same bytes however it was
+written. Ops in the C op table keep their id; every other ATen op becomes a
+fallback node carrying its qualified name. Tensor metadata comes from the
+nodes' ``meta["val"]`` (real output metadata recorded by PyTorch, never
+re-derived here); symbolic sizes become graph symbols, one per distinct
+expression.
+
+What cannot be represented (a non-tensor graph input or output, a
+non-ATen call, an argument type we have no tag for) raises
+:class:`Unsupported`, whose message names the node.
+"""
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+from . import _C
+
+DTYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.complex32: 8,
+    torch.complex64: 9, torch.complex128: 10, torch.bool: 11, torch.bfloat16: 15,
+}
+LAYOUT_CODES = {torch.strided: 0, torch.sparse_coo: 1, torch.sparse_csr: 2, torch.sparse_csc: 3,
+                torch.sparse_bsr: 4, torch.sparse_bsc: 5, torch._mkldnn: 6, torch.jagged: 7}
+MEMFMT_CODES = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.channels_last: 2,
+                torch.channels_last_3d: 3}
+
+_OP_NAMES = frozenset(_C.op_names())
+
+
+class Unsupported(Exception):
+    """The FX graph holds something the graph IR cannot represent."""
+
+
+def op_name(target):
+    """Qualified name of an OpOverload: 'aten::add.Tensor', 'aten::mm'."""
+    schema = target._schema
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+@dataclass
+class Imported:
+    """The result of :func:`from_fx`."""
+    graph: object                      # _C.Graph
+    inputs: list                       # per placeholder: ("arg", index, path) | ("param", name) | ("const", index)
+    fallback_ops: list = field(default_factory=list)   # qualified names, one per fallback node
+    lowered_nodes: int = 0             # nodes whose op is in the op table
+    symbols: dict = field(default_factory=dict)        # expression text -> symbol id
+
+
+class _Importer:
+    def __init__(self):
+        self.g = _C.Graph()
+        self.ids = {}        # fx node -> value id, or tuple of ids for multi-output nodes
+        self.symbols = {}
+
+    # -- metadata ---------------------------------------------------------
+
+    def sint(self, v, where):
+        if isinstance(v, torch.SymInt):
+            expr = v.node.expr
+            if getattr(expr, "is_Integer", False):
+                return int(expr)
+            key = str(expr)
+            if key not in self.symbols:
+                self.symbols[key] = self.g.add_symbol()
+            return _C.Sym(self.symbols[key])
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        raise Unsupported(f"{where}: expected an int or SymInt, got {type(v).__name__}")
+
+    def meta(self, t, where):
+        if not isinstance(t, torch.Tensor):
+            raise Unsupported(f"{where}: produces {type(t).__name__}, not a tensor")
+        if t.dtype not in DTYPE_CODES:
+            raise Unsupported(f"{where}: dtype {t.dtype} is not supported")
+        if t.layout != torch.strided:
+            raise Unsupported(f"{where}: layout {t.layout} is not supported")
+        return (DTYPE_CODES[t.dtype], [self.sint(s, where) for s in t.shape],
+                [self.sint(s, where) for s in t.stride()])
+
+    # -- arguments ----------------------------------------------------------
+
+    def tensor_ref(self, v, where):
+        if not isinstance(v, torch.fx.Node) or v not in self.ids or isinstance(self.ids[v], tuple):
+            raise Unsupported(f"{where}: expected a tensor value, got {v!r}")
+        return self.ids[v]
+
+    def arg(self, jit_type, value, where):
+        kind = jit_type.kind()
+        if value is None:
+            return (_C.ARG_NONE, None)
+        if kind == "OptionalType":
+            jit_type = jit_type.getElementType()
+            kind = jit_type.kind()
+        # TorchScript types dtype, layout and memory format as int: go by value
+        if isinstance(value, torch.dtype):
+            if value not in DTYPE_CODES:
+                raise Unsupported(f"{where}: dtype {value} is not supported")
+            return (_C.ARG_DTYPE, DTYPE_CODES[value])
+        if isinstance(value, torch.layout):
+            return (_C.ARG_LAYOUT, LAYOUT_CODES[value])
+        if isinstance(value, torch.memory_format):
+            return (_C.ARG_MEMFMT, MEMFMT_CODES[value])
+        if isinstance(value, torch.device):
+            return (_C.ARG_DEVICE, str(value))
+        if kind == "TensorType":
+            return (_C.ARG_TENSOR, self.tensor_ref(value, where))
+        if kind == "ListType":
+            elem = jit_type.getElementType().kind()
+            if elem == "TensorType":
+                return (_C.ARG_TENSOR_LIST, [self.tensor_ref(v, where) for v in value])
+            if elem in ("IntType", "SymIntType"):
+                items = value if isinstance(value, (list, tuple)) else [value]
+                return (_C.ARG_INT_LIST, [self.sint(v, where) for v in items])
+            raise Unsupported(f"{where}: list of {elem} arguments are not supported")
+        if kind in ("IntType", "SymIntType", "NumberType"):
+            if isinstance(value, bool):
+                return (_C.ARG_BOOL, int(value))
+            if isinstance(value, float):
+                return (_C.ARG_FLOAT, value)
+            s = self.sint(value, where)
+            return (_C.ARG_SYM, s) if isinstance(s, _C.Sym) else (_C.ARG_INT, s)
+        if kind == "FloatType":
+            return (_C.ARG_FLOAT, float(value))
+        if kind == "BoolType":
+            return (_C.ARG_BOOL, int(bool(value)))
+        if kind == "StringType":
+            return (_C.ARG_STRING, str(value))
+        if kind == "DeviceObjType":
+            return (_C.ARG_DEVICE, str(torch.device(value)))
+        raise Unsupported(f"{where}: argument type {jit_type} is not supported")
+
+    def bind(self, node, where):
+        """Arguments of node in schema order, with defaults filled in."""
+        schema = node.target._schema
+        out = []
+        positional = list(node.args)
+        for i, a in enumerate(schema.arguments):
+            if not a.kwarg_only and i < len(positional):
+                value = positional[i]
+            elif a.name in node.kwargs:
+                value = node.kwargs[a.name]
+            elif a.has_default_value():
+                value = a.default_value
+            else:
+                raise Unsupported(f"{where}: argument '{a.name}' is missing")
+            out.append(self.arg(a.type, value, f"{where} argument '{a.name}'"))
+        return out
+
+
+def from_fx(gm, roles=None):
+    """Imports an ATen-level FX GraphModule (or Graph) into a ``_C.Graph``.
+
+    roles: one entry per placeholder, in order: ``("arg", position, path)``,
+    ``("param", qualified_name)`` or ``("const", number)``; by default every
+    placeholder is the argument at its position. Raises :class:`Unsupported`
+    (naming the node) for anything the IR cannot hold, and ``_C.GraphError``
+    if the C builder rejects a node.
+    """
+    graph = gm.graph if hasattr(gm, "graph") else gm
+    imp = _Importer()
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    if roles is None:
+        roles = [("arg", i, "") for i in range(len(placeholders))]
+    if len(roles) != len(placeholders):
+        raise ValueError(f"roles has {len(roles)} entries for {len(placeholders)} placeholders")
+    for node, role in zip(placeholders, roles):
+        where = f"input {node.name}"
+        dtype, sizes, strides = imp.meta(node.meta.get("val"), where)
+        if role[0] == "arg":
+            vid = imp.g.add_input("arg", dtype, sizes, strides, index=role[1], name=role[2])
+        elif role[0] == "param":
+            vid = imp.g.add_input("param", dtype, sizes, strides, name=role[1])
+        elif role[0] == "const":
+            vid = imp.g.add_input("const", dtype, sizes, strides, index=role[1])
+        else:
+            raise ValueError(f"unknown role {role!r} for {node.name}")
+        imp.ids[node] = vid
+
+    result = Imported(graph=imp.g, inputs=list(roles), symbols=imp.symbols)
+    for node in graph.nodes:
+        where = f"node {node.name} ({node.target})"
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            outs = node.args[0]
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+            imp.g.set_outputs([imp.tensor_ref(o, f"output {i}") for i, o in enumerate(outs)])
+            continue
+        if node.op != "call_function":
+            raise Unsupported(f"{where}: {node.op} nodes are not supported")
+        if node.target is operator.getitem:
+            src, idx = node.args
+            ids = imp.ids.get(src)
+            if not isinstance(ids, tuple):
+                raise Unsupported(f"{where}: getitem of a non-tuple value")
+            imp.ids[node] = ids[idx]
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload):
+            raise Unsupported(f"{where}: only ATen operators are supported")
+        name = op_name(node.target)
+        args = imp.bind(node, where)
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        outs = [imp.meta(v, where) for v in vals]
+        if name in _OP_NAMES:
+            ids = imp.g.add_node(name, args, outs)
+            result.lowered_nodes += 1
+        else:
+            ids = imp.g.add_node("fallback", args, outs, target=name)
+            result.fallback_ops.append(name)
+        imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
+    return result
