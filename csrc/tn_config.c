@@ -69,6 +69,8 @@ static int config_parse_int(const char *t, int bytes, int64_t *out)
   if (end == t || errno == ERANGE)
     return TN_EINVAL;
   int shift = 0;
+  while (isspace((unsigned char)*end))
+    end++;
   if (bytes && *end) {
     switch (toupper((unsigned char)*end)) {
     case 'K': shift = 10; break;
@@ -78,7 +80,10 @@ static int config_parse_int(const char *t, int bytes, int64_t *out)
     default: return TN_EINVAL;
     }
     end++;
-    if (toupper((unsigned char)*end) == 'B' || toupper((unsigned char)*end) == 'I')
+    /* 2G, 2GB, 2Gi and 2GiB all mean 2 * 2^30 */
+    if (toupper((unsigned char)*end) == 'I')
+      end++;
+    if (toupper((unsigned char)*end) == 'B')
       end++;
   }
   while (isspace((unsigned char)*end))

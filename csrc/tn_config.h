@@ -22,9 +22,11 @@
   _(cache_dir, TN_CFG_STR, 0, "", \
     "Cache directory; empty means $XDG_CACHE_HOME/torchneuron_jit, else ~/.cache/torchneuron_jit.") \
   _(cache_max_bytes, TN_CFG_BYTES, INT64_C(1) << 30, NULL, \
-    "Size limit of the cache on disk; least recently used records are evicted beyond it.") \
+    "Size limit of the cache file; least recently used records are evicted past 7/8 of it.") \
   _(cache_initial_map_bytes, TN_CFG_BYTES, INT64_C(32) << 20, NULL, \
     "Initial LMDB map size; the map doubles on demand up to cache_max_bytes.") \
+  _(cache_verify, TN_CFG_BOOL, 1, NULL, \
+    "Check an existing cache file in a child process before using it (LMDB has no page checksums).") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

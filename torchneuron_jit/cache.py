@@ -13,6 +13,7 @@ import warnings
 
 from . import _C, config
 
+CacheError = _C.CacheError
 ARTIFACTS = _C.CACHE_ARTIFACTS
 TRACES = _C.CACHE_TRACES
 
@@ -44,7 +45,7 @@ def _open():
     global _handle, _handle_key, _disabled
     if not config.cache:
         return None
-    key = (directory(), config.cache_initial_map_bytes, config.cache_max_bytes)
+    key = (directory(), config.cache_initial_map_bytes, config.cache_max_bytes, config.cache_verify)
     with _lock:
         if _handle is not None and not _handle.closed and _handle_key == key:
             return _handle
@@ -54,7 +55,7 @@ def _open():
         if _disabled is not None and _disabled[0] == key:
             return None
         try:
-            handle = _C.Cache(key[0], key[1], key[2])
+            handle = _C.Cache(*key)
         except CacheError as exc:
             _disabled = (key, str(exc))
             _warn_once(f"compile cache disabled, running uncached: {exc}")
@@ -75,9 +76,6 @@ def _failed(handle, exc):
             handle.close()
             if _handle is handle:
                 _handle = None
-
-
-CacheError = _C.CacheError
 
 
 def get(table, key):

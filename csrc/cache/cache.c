@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -48,6 +50,7 @@ struct tn_cache {
   int ca_refs;                     /* registry_mu */
   struct tn_cache *ca_next;        /* registry_mu */
   uint64_t ca_initial, ca_max;
+  int ca_verify;                   /* probe the file in a child before opening */
   pthread_rwlock_t ca_lock;        /* shared: any txn; exclusive: env swap, map resize */
   MDB_env *ca_env;
   MDB_dbi ca_dbi[TN_CACHE__TABLES];
@@ -71,14 +74,40 @@ static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static tn_cache *registry_head;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void atfork_prepare(void) { pthread_mutex_lock(&registry_mu); }
-static void atfork_parent(void) { pthread_mutex_unlock(&registry_mu); }
+/* Set while this thread holds registry_mu: tn_cache_open forks its probe
+** with the lock held, and the handlers must not take it a second time. */
+static _Thread_local int registry_held;
+
+static void registry_lock(void)
+{
+  pthread_mutex_lock(&registry_mu);
+  registry_held = 1;
+}
+
+static void registry_unlock(void)
+{
+  registry_held = 0;
+  pthread_mutex_unlock(&registry_mu);
+}
+
+static void atfork_prepare(void)
+{
+  if (!registry_held)
+    pthread_mutex_lock(&registry_mu);
+}
+
+static void atfork_parent(void)
+{
+  if (!registry_held)
+    pthread_mutex_unlock(&registry_mu);
+}
 
 /* In the child (single-threaded here): every handle gets fresh locks and is
 ** marked to open its own environment; the parent's is never touched. */
 static void atfork_child(void)
 {
   pthread_mutex_init(&registry_mu, NULL);
+  registry_held = 0;
   for (tn_cache *c = registry_head; c; c = c->ca_next) {
     pthread_rwlock_init(&c->ca_lock, NULL);
     pthread_mutex_init(&c->ca_mu, NULL);
@@ -203,6 +232,123 @@ static void cache_quarantine(tn_cache *c, const char *why)
   }
 }
 
+/* -- Value bounds and the crash-isolated probe ------------------------------- */
+
+#define PROBE_SECONDS 20
+
+/* Walks one database, touching both ends of every key and value: a node
+** that points outside the file faults here, in the child, where the fault
+** is the verdict. Returns 0 or an exit code. */
+#define PROBE_FREELIST 0  /* LMDB's free-page table */
+#define PROBE_MAIN 1      /* LMDB's table of table names */
+#define PROBE_TABLE 2     /* one of ours */
+
+static int probe_walk(MDB_env *env, MDB_txn *txn, MDB_dbi dbi, int kind)
+{
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int mrc;
+  volatile uint8_t sink = 0;
+  MDB_envinfo info;
+  mdb_env_info(env, &info);
+  if (mdb_cursor_open(txn, dbi, &cur) != 0)
+    return 3;
+  for (int op = MDB_FIRST; (mrc = mdb_cursor_get(cur, &k, &v, (MDB_cursor_op)op)) == 0; op = MDB_NEXT) {
+    if (k.mv_size)
+      sink ^= ((const uint8_t *)k.mv_data)[0] ^ ((const uint8_t *)k.mv_data)[k.mv_size - 1];
+    if (v.mv_size)
+      sink ^= ((const uint8_t *)v.mv_data)[0] ^ ((const uint8_t *)v.mv_data)[v.mv_size - 1];
+    /* a lookup walks the branch pages' keys, which the cursor never reads */
+    MDB_val k2 = k, v2;
+    if (kind == PROBE_TABLE && (mdb_get(txn, dbi, &k2, &v2) != 0 || v2.mv_data != v.mv_data))
+      return 8;
+    if (kind == PROBE_FREELIST) {
+      /* a free-list record is a count followed by that many page numbers */
+      const size_t *ids = v.mv_data;
+      if (v.mv_size < sizeof(size_t) || v.mv_size != (ids[0] + 1) * sizeof(size_t))
+        return 5;
+      for (size_t i = 1; i <= ids[0]; i++)
+        if (ids[i] > info.me_last_pgno)
+          return 5;
+    }
+  }
+  (void)sink;
+  mdb_cursor_close(cur);
+  return mrc == MDB_NOTFOUND ? 0 : 6;
+}
+
+/* The child's side of the probe: open read-only, walk the free list, the
+** main table and every named table. Exits with 0 when all is well. */
+static void probe_child(const char *path, uint64_t mapsize)
+{
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  MDB_val k, v;
+  int code = 0, mrc;
+
+  int devnull = open("/dev/null", O_WRONLY);
+  if (devnull >= 0)
+    dup2(devnull, 2); /* LMDB's assertion text is not for the user: the exit status speaks */
+  signal(SIGSEGV, SIG_DFL);
+  signal(SIGBUS, SIG_DFL);
+  alarm(PROBE_SECONDS); /* a damaged tree may hold a cycle */
+  if (mdb_env_create(&env) || mdb_env_set_maxdbs(env, 16) || mdb_env_set_mapsize(env, (size_t)mapsize) ||
+      mdb_env_open(env, path, MDB_NOSUBDIR | MDB_RDONLY | MDB_NOTLS, 0600) ||
+      mdb_txn_begin(env, NULL, MDB_RDONLY, &txn))
+    _exit(2);
+  code = probe_walk(env, txn, 0, PROBE_FREELIST); /* FREE_DBI */
+  if (!code)
+    code = probe_walk(env, txn, 1, PROBE_MAIN); /* MAIN_DBI */
+  if (!code && mdb_cursor_open(txn, 1, &cur) == 0) {
+    for (int op = MDB_FIRST; !code && (mrc = mdb_cursor_get(cur, &k, &v, (MDB_cursor_op)op)) == 0;
+         op = MDB_NEXT) {
+      char name[64];
+      MDB_dbi dbi;
+      if (k.mv_size == 0 || k.mv_size >= sizeof name)
+        continue;
+      memcpy(name, k.mv_data, k.mv_size);
+      name[k.mv_size] = 0;
+      if (mdb_dbi_open(txn, name, 0, &dbi) != 0) {
+        code = 7;
+        break;
+      }
+      code = probe_walk(env, txn, dbi, PROBE_TABLE);
+    }
+  }
+  _exit(code);
+}
+
+/* Runs probe_child on path in a forked child. Returns 1 if the file looks
+** sound (or cannot be probed: no file, fork failed), 0 with a reason in why
+** if the child found damage or died. */
+static int cache_probe(const char *path, uint64_t mapsize, char *why, size_t whylen)
+{
+  struct stat st;
+  int status;
+  if (stat(path, &st) != 0 || st.st_size == 0)
+    return 1;
+  if ((uint64_t)st.st_size > mapsize)
+    mapsize = (uint64_t)st.st_size;
+  pid_t pid = fork();
+  if (pid < 0)
+    return 1;
+  if (pid == 0)
+    probe_child(path, mapsize);
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR)
+      return 1;
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    return 1;
+  if (WIFSIGNALED(status))
+    snprintf(why, whylen, "reading it %s (signal %d)",
+             WTERMSIG(status) == SIGALRM ? "did not finish" : "crashed a check process", WTERMSIG(status));
+  else
+    snprintf(why, whylen, "a check of its pages failed (code %d)", WEXITSTATUS(status));
+  return 0;
+}
+
 /* -- Opening the environment ------------------------------------------------ */
 
 /* Opens the tables and checks our format version in txn. MDB_INCOMPATIBLE
@@ -301,6 +447,8 @@ static int env_open_once(tn_cache *c, char *why, size_t whylen)
 static int env_open(tn_cache *c, char *err, size_t errlen)
 {
   char why[200];
+  if (c->ca_verify && !cache_probe(c->ca_path, c->ca_initial, why, sizeof why))
+    cache_quarantine(c, why);
   int mrc = env_open_once(c, why, sizeof why);
   if (mrc != 0 && (mdb_is_damage(mrc) || mrc == MDB_INCOMPATIBLE)) {
     cache_quarantine(c, why);
@@ -718,32 +866,33 @@ int tn_cache_open(const char *dir, const tn_cache_options *opt, tn_cache **out,
     return TN_EPERM;
   }
 
-  pthread_mutex_lock(&registry_mu);
+  registry_lock();
   char path[sizeof c->ca_path];
   snprintf(path, sizeof path, "%s/cache.mdb", real);
   for (tn_cache *h = registry_head; h; h = h->ca_next) {
     if (strcmp(h->ca_path, path) == 0) {
       h->ca_refs++;
       *out = h;
-      pthread_mutex_unlock(&registry_mu);
+      registry_unlock();
       return TN_OK;
     }
   }
   c = calloc(1, sizeof *c);
   if (!c) {
-    pthread_mutex_unlock(&registry_mu);
+    registry_unlock();
     snprintf(err, errlen, "out of memory");
     return TN_ENOMEM;
   }
   memcpy(c->ca_path, path, sizeof path);
   c->ca_initial = initial;
   c->ca_max = max;
+  c->ca_verify = opt ? opt->co_verify : 0;
   c->ca_refs = 1;
   pthread_rwlock_init(&c->ca_lock, NULL);
   pthread_mutex_init(&c->ca_mu, NULL);
   rc = env_open(c, err, errlen);
   if (rc != TN_OK) {
-    pthread_mutex_unlock(&registry_mu);
+    registry_unlock();
     pthread_rwlock_destroy(&c->ca_lock);
     pthread_mutex_destroy(&c->ca_mu);
     free(c);
@@ -751,7 +900,7 @@ int tn_cache_open(const char *dir, const tn_cache_options *opt, tn_cache **out,
   }
   c->ca_next = registry_head;
   registry_head = c;
-  pthread_mutex_unlock(&registry_mu);
+  registry_unlock();
   *out = c;
   return TN_OK;
 }
@@ -760,9 +909,9 @@ void tn_cache_close(tn_cache *c)
 {
   if (!c)
     return;
-  pthread_mutex_lock(&registry_mu);
+  registry_lock();
   if (--c->ca_refs > 0) {
-    pthread_mutex_unlock(&registry_mu);
+    registry_unlock();
     return;
   }
   for (tn_cache **pp = &registry_head; *pp; pp = &(*pp)->ca_next)
@@ -770,7 +919,7 @@ void tn_cache_close(tn_cache *c)
       *pp = c->ca_next;
       break;
     }
-  pthread_mutex_unlock(&registry_mu);
+  registry_unlock();
 
   if (c->ca_ntouch && !c->ca_rc)
     cache_write(c, NULL, NULL, 0, 0, "flush");

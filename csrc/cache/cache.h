@@ -20,12 +20,18 @@
 ** recently used records down to 6/8; the last eighth stays free for LMDB's
 ** own bookkeeping, so that an eviction can always run.
 **
-** Damage: an environment LMDB rejects on open (MDB_INVALID, MDB_CORRUPTED,
-** MDB_PANIC, MDB_VERSION_MISMATCH) or one with another format version of
-** ours is moved aside as cache.mdb.corrupt-<time> and a fresh one is
-** created; tn_cache_notice says so. Damage seen later (MDB_CORRUPTED,
+** Damage: LMDB keeps no page checksums, and a damaged B-tree page can make
+** it read outside the file and crash the process. So, with co_verify, an
+** existing file is first walked by a forked child (every table, every
+** value's bounds, LMDB's free list); if the child dies, times out or finds
+** damage, the parent never maps the file. That file, an environment LMDB
+** rejects on open (MDB_INVALID, MDB_CORRUPTED, MDB_PANIC,
+** MDB_VERSION_MISMATCH) and one with another format version of ours are
+** moved aside as cache.mdb.corrupt-<time> and a fresh store is created;
+** tn_cache_take_notice says so. Damage LMDB reports later (MDB_CORRUPTED,
 ** MDB_PAGE_NOTFOUND, MDB_PANIC) poisons the handle (TN_EPOISONED) and moves
-** the file aside when the handle is closed.
+** the file aside when the handle is closed. Not covered: another program
+** writing garbage into the file while this process has it open.
 **
 ** Threads and processes: a handle may be used from any thread. Opening a
 ** path already open in this process returns the same handle (counted).
@@ -55,6 +61,7 @@ typedef struct tn_cache tn_cache;
 typedef struct tn_cache_options {
   uint64_t co_initial_map;  /* initial map size in bytes (0: 32 MiB) */
   uint64_t co_max_bytes;    /* size limit in bytes (0: 1 GiB) */
+  int co_verify;            /* walk an existing file in a child process before use */
 } tn_cache_options;
 
 typedef struct tn_cache_info {

@@ -61,17 +61,18 @@ static void cache_end(CacheObject *self)
 
 static PyObject *Cache_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"path", "initial_map_bytes", "max_bytes", NULL};
+  static char *kwlist[] = {"path", "initial_map_bytes", "max_bytes", "verify", NULL};
   PyObject *pathobj;
   unsigned long long initial = 0, max = 0;
+  int verify = 1;
   char err[3 * 4096];
   tn_cache *c = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|KK:Cache", kwlist, PyUnicode_FSConverter, &pathobj,
-                                   &initial, &max))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|KKp:Cache", kwlist, PyUnicode_FSConverter, &pathobj,
+                                   &initial, &max, &verify))
     return NULL;
-  tn_cache_options opt = {initial, max};
+  tn_cache_options opt = {initial, max, verify};
   const char *path = PyBytes_AS_STRING(pathobj);
   Py_BEGIN_ALLOW_THREADS
   rc = tn_cache_open(path, &opt, &c, err, sizeof err);
@@ -304,7 +305,8 @@ static PyType_Slot Cache_slots[] = {
   {Py_tp_dealloc, Cache_dealloc},
   {Py_tp_methods, Cache_methods},
   {Py_tp_getset, Cache_getset},
-  {Py_tp_doc, "Cache(path, initial_map_bytes=0, max_bytes=0): the LMDB compile cache in directory path."},
+  {Py_tp_doc, "Cache(path, initial_map_bytes=0, max_bytes=0, verify=True): the LMDB compile cache in "
+              "directory path; verify walks an existing file in a child process before trusting it."},
   {0, NULL},
 };
 

@@ -267,9 +267,41 @@ static int meta_copy(tn_graph *g, tn_meta *dst, const tn_meta *src)
   return TN_OK;
 }
 
+/* Well-formed UTF-8 (no overlongs, surrogates or code points past
+** U+10FFFF) without NUL: names and strings must read back as text. */
+static int utf8_valid(const unsigned char *s, uint32_t len)
+{
+  uint32_t i = 0;
+  while (i < len) {
+    unsigned char c = s[i];
+    uint32_t n, cp;
+    if (c == 0)
+      return 0;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    if (c >= 0xc2 && c <= 0xdf) { n = 1; cp = c & 0x1f; }
+    else if (c >= 0xe0 && c <= 0xef) { n = 2; cp = c & 0x0f; }
+    else if (c >= 0xf0 && c <= 0xf4) { n = 3; cp = c & 0x07; }
+    else return 0;
+    if (len - i <= n)
+      return 0;
+    for (uint32_t k = 1; k <= n; k++) {
+      if ((s[i + k] & 0xc0) != 0x80)
+        return 0;
+      cp = (cp << 6) | (s[i + k] & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+      return 0;
+    i += n + 1;
+  }
+  return 1;
+}
+
 static int string_valid(const char *s, uint32_t len)
 {
-  return s && len <= TN_MAX_STRING && memchr(s, 0, len) == NULL;
+  return s && len <= TN_MAX_STRING && utf8_valid((const unsigned char *)s, len);
 }
 
 /* -- Inputs --------------------------------------------------------------- */
@@ -324,7 +356,7 @@ int tn_graph_add_input(tn_graph *g, const tn_input_desc *in, int32_t *out)
     return tn_graph_fail(g, TN_EINVAL, "input %u: unknown kind %d", id, in->in_kind);
   }
   if (!string_valid(name, (uint32_t)(nlen > UINT32_MAX ? UINT32_MAX : nlen)))
-    return tn_graph_fail(g, TN_EINVAL, "input %u: name longer than %d bytes", id, TN_MAX_STRING);
+    return tn_graph_fail(g, TN_EINVAL, "input %u: name longer than %d bytes or not UTF-8 text", id, TN_MAX_STRING);
   if (meta_check(g, &in->in_meta, msg, sizeof msg) != TN_OK)
     return tn_graph_fail(g, TN_EINVAL, "input %u: %s", id, msg);
   for (uint32_t i = 0; i < g->gr_nvalues; i++)
@@ -444,7 +476,7 @@ static int arg_check(const tn_graph *g, const tn_arg *a, int allow_syms, char *m
   case TN_ARG_STRING:
   case TN_ARG_DEVICE:
     if (!string_valid(a->u.ar_str, a->ar_len)) {
-      snprintf(msg, len, "string longer than %d bytes or containing NUL", TN_MAX_STRING);
+      snprintf(msg, len, "string longer than %d bytes or not UTF-8 text without NUL", TN_MAX_STRING);
       return TN_EINVAL;
     }
     return TN_OK;
@@ -669,7 +701,12 @@ static int check_view(node_ctx *c)
   const tn_meta *in = arg_meta(c, 0);
   int d = 0, d2 = 0, cin, cout;
 
-  if (out->me_dtype != (in ? in->me_dtype : c->nc_g->gr_values[c->nc_args[0].u.ar_refs[0]].va_meta.me_dtype))
+  if (c->nc_op == TN_OP_cat) {
+    if (c->nc_args[0].ar_len == 0)
+      return node_err(c, "cat of an empty list");
+    in = &c->nc_g->gr_values[c->nc_args[0].u.ar_refs[0]].va_meta;
+  }
+  if (out->me_dtype != in->me_dtype)
     return node_err(c, "output dtype %s differs from the input's", tn_dtype_name(out->me_dtype));
   switch (c->nc_op) {
   case TN_OP_view: case TN_OP_unsafe_view: case TN_OP_reshape: {
@@ -723,9 +760,6 @@ static int check_view(node_ctx *c)
       return node_err(c, "unsqueeze dim %" PRId64 " invalid for rank %d", c->nc_args[1].u.ar_int, in->me_rank);
     return TN_OK;
   case TN_OP_cat: {
-    const tn_arg *l = &c->nc_args[0];
-    if (l->ar_len == 0)
-      return node_err(c, "cat of an empty list");
     if (!dim_norm(c->nc_args[1].u.ar_int, out->me_rank, 0, &d))
       return node_err(c, "dim %" PRId64 " out of range for rank %d", c->nc_args[1].u.ar_int, out->me_rank);
     return TN_OK;
@@ -883,7 +917,7 @@ int tn_graph_add_node(tn_graph *g, int op, const char *target,
   const char *label = op == TN_OP_fallback && target ? target : tn_op_name(op);
   if (op == TN_OP_fallback) {
     size_t tl = target ? strlen(target) : 0;
-    if (!target || !strstr(target, "::") || tl > 256)
+    if (!target || !strstr(target, "::") || tl > 256 || !string_valid(target, (uint32_t)tl))
       return tn_graph_fail(g, TN_EINVAL, "node %u (fallback): target must be a qualified op name", id);
   } else if (target) {
     return tn_graph_fail(g, TN_EINVAL, "node %u (%s): only fallback nodes take a target", id, label);

@@ -233,8 +233,7 @@ static PyObject *Graph_add_input(PyObject *o, PyObject *args, PyObject *kwds)
   else if (strcmp(kind, "const") == 0)
     in.in_kind = TN_VALUE_CONST;
   else
-    return PyErr_Format(PyExc_ValueError, "kind must be 'arg', 'param' or 'const', not %R",
-                        PyTuple_GET_ITEM(args, 0));
+    return PyErr_Format(PyExc_ValueError, "kind must be 'arg', 'param' or 'const', not '%s'", kind);
   in.in_index = index;
   in.in_name = name;
   if (parse_meta(dtype, sizes, strides, &in.in_meta, &sz, &st) == 0) {

@@ -33,7 +33,7 @@ static void teardown(void)
 
 static tn_cache *open_cache(uint64_t initial, uint64_t max)
 {
-  tn_cache_options opt = {initial, max};
+  tn_cache_options opt = {initial, max, 1};
   tn_cache *c;
   char err[8192];
   int rc = tn_cache_open(dir, &opt, &c, err, sizeof err);
@@ -139,7 +139,7 @@ START_TEST(test_persists_and_directory_mode)
   struct stat st;
   char sub[300];
   snprintf(sub, sizeof sub, "%s/a/b", dir);
-  tn_cache_options opt = {0, 0};
+  tn_cache_options opt = {0, 0, 1};
   tn_cache *c;
   char err[8192];
   ck_assert_int_eq(tn_cache_open(sub, &opt, &c, err, sizeof err), TN_OK);
@@ -161,7 +161,7 @@ END_TEST
 
 START_TEST(test_refuses_group_writable_directory)
 {
-  tn_cache_options opt = {0, 0};
+  tn_cache_options opt = {0, 0, 1};
   tn_cache *c;
   char err[8192];
   ck_assert_int_eq(chmod(dir, 0777), 0);
@@ -367,6 +367,60 @@ START_TEST(test_other_format_version_moved_aside)
 }
 END_TEST
 
+/* LMDB has no page checksums: random bytes over any page of the file must
+** cost cached data at most, never the process (the suite runs each test in
+** a child, so a crash here is a test error). */
+START_TEST(test_damaged_pages_never_crash)
+{
+  char orig[320];
+  tn_cache *c = open_cache(0, 0);
+  for (uint32_t i = 0; i < 300; i++)
+    put_n(c, 12, i, 40 + i % 200);
+  tn_cache_close(c);
+  snprintf(orig, sizeof orig, "%s/original", dir);
+  ck_assert_int_eq(rename(data_path(), orig), 0);
+  struct stat st;
+  ck_assert_int_eq(stat(orig, &st), 0);
+  long pages = (long)(st.st_size / 4096);
+  unsigned seed = 7;
+  int moved = 0;
+  for (long page = 2; page < pages; page++) {
+    for (int round = 0; round < 3; round++) {
+      char cmd[1024];
+      snprintf(cmd, sizeof cmd, "rm -f '%s'/cache.mdb* && cp '%s' '%s'", dir, orig, data_path());
+      ck_assert_int_eq(system(cmd), 0);
+      int fd = open(data_path(), O_WRONLY);
+      uint8_t junk[64];
+      for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)rand_r(&seed);
+      off_t at = page * 4096 + (round == 0 ? 0 : (off_t)(rand_r(&seed) % (4096 - 64)));
+      ck_assert_int_eq(pwrite(fd, junk, sizeof junk, at), (ssize_t)sizeof junk);
+      close(fd);
+      c = open_cache(0, 0);
+      uint8_t key[16];
+      for (uint32_t i = 0; i < 300; i++) {
+        void *v;
+        size_t len;
+        make_key(key, 12, i);
+        int rc = tn_cache_get(c, TN_CACHE_ARTIFACTS, key, &v, &len);
+        ck_assert_msg(rc == TN_OK || rc == TN_ENOTFOUND || rc == TN_ECORRUPT || rc == TN_EPOISONED,
+                      "page %ld: get rc %d", page, rc);
+        free(v);
+      }
+      make_key(key, 13, 0);
+      int rc = tn_cache_put(c, TN_CACHE_ARTIFACTS, key, "x", 1);
+      ck_assert_msg(rc == TN_OK || rc == TN_ECORRUPT || rc == TN_EPOISONED || rc == TN_EFULL,
+                    "page %ld: put rc %d", page, rc);
+      char notice[8192];
+      tn_cache_take_notice(c, notice, sizeof notice);
+      moved += notice[0] != 0;
+      tn_cache_close(c);
+    }
+  }
+  ck_assert_int_gt(moved, 0); /* some damage was caught by the probe */
+}
+END_TEST
+
 /* -- Processes -------------------------------------------------------------------- */
 
 START_TEST(test_fork_child_reopens)
@@ -405,7 +459,7 @@ START_TEST(test_concurrent_processes_no_loss)
     pids[p] = fork();
     ck_assert_int_ge(pids[p], 0);
     if (pids[p] == 0) {
-      tn_cache_options opt = {256 << 10, 64 << 20};
+      tn_cache_options opt = {256 << 10, 64 << 20, 1};
       tn_cache *c;
       char err[8192];
       int ok = tn_cache_open(dir, &opt, &c, err, sizeof err) == TN_OK;
@@ -462,6 +516,7 @@ static Suite *cache_suite(void)
   tcase_add_test(tc, test_garbage_file_moved_aside);
   tcase_add_test(tc, test_truncated_file_moved_aside);
   tcase_add_test(tc, test_other_format_version_moved_aside);
+  tcase_add_test(tc, test_damaged_pages_never_crash);
   tcase_add_test(tc, test_fork_child_reopens);
   tcase_add_test(tc, test_concurrent_processes_no_loss);
   tcase_add_test(tc, test_malloc_not_overridden);

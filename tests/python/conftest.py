@@ -1,0 +1,74 @@
+"""Shared fixtures of the torchneuron_jit Python tests.
+
+Every test runs hermetically: config.cache_dir points at a fresh directory
+under the test's tmp_path (created lazily by the library, so tests can check
+how it is created), XDG_CACHE_HOME points into tmp_path too, TORCHNEURON_*
+variables of the calling environment are removed, and every tunable is put
+back afterwards. Nothing here (or in any test) touches ~/.cache.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torchneuron_jit  # noqa: E402
+from torchneuron_jit import _C, cache, config  # noqa: E402
+
+
+def _reset_cache_module_state():
+    """Closes the process-wide store and forgets per-process warning state,
+    so a warning or a refused directory of one test cannot hide another's."""
+    cache.close()
+    cache._warned.clear()
+    cache._disabled = None
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """The (not yet existing) cache directory of this test."""
+    saved = {name: _C.config_get(name) for name in config.names()}
+    for var in list(os.environ):
+        if var.startswith("TORCHNEURON_"):
+            monkeypatch.delenv(var)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    _reset_cache_module_state()
+    directory = tmp_path / "tn_cache"
+    config.cache_dir = str(directory)
+    try:
+        yield directory
+    finally:
+        _reset_cache_module_state()
+        for name, value in saved.items():
+            _C.config_set(name, value)
+
+
+def subprocess_env(cache_directory, **extra):
+    """Environment for a child interpreter: this repository importable, no
+    inherited TORCHNEURON_* settings, the cache in cache_directory."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHNEURON_")}
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["TORCHNEURON_CACHE_DIR"] = str(cache_directory)
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+@pytest.fixture
+def run_python(cache_dir, tmp_path):
+    """run_python(*args, env=None, **kw) -> CompletedProcess of sys.executable
+    with args, run in tmp_path with subprocess_env(cache_dir, **env)."""
+
+    def run(*args, env=None, timeout=60):
+        return subprocess.run([sys.executable, *args], cwd=str(tmp_path), env=subprocess_env(cache_dir, **(env or {})),
+                              capture_output=True, text=True, timeout=timeout)
+
+    return run
