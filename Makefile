@@ -7,8 +7,10 @@ CC ?= gcc
 CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Icsrc -I$(TCC_DIR)/include
 # libc before mimalloc: Debian's libmimalloc.so exports malloc, and the first
 # library that defines it wins for the whole test process.
+# (check's flags are asked of pkg-config in the recipe: it may only exist
+# once `deps` has run, after make has read this file)
 LDLIBS_C := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc $(TCC_DIR)/lib/libtcc.a \
-            $(shell pkg-config --libs check 2>/dev/null) -ldl -lpthread -lm
+            $$(pkg-config --libs check) -ldl -lpthread -lm
 
 CORE_SRC := csrc/tn_config.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
             csrc/neuron_backend/tcc.c
