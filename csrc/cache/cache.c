@@ -542,6 +542,26 @@ static int cache_resize(tn_cache *c, uint64_t want)
   return mrc;
 }
 
+/* Enters c and begins a read-only transaction, adopting a map another
+** process grew. On TN_OK the caller holds ca_lock shared and *mrc is
+** mdb_txn_begin's result (*txn is usable only when it is 0). */
+static int cache_read_begin(tn_cache *c, MDB_txn **txn, int *mrc, const char *what)
+{
+  *txn = NULL;
+  for (;;) {
+    int rc = cache_enter(c);
+    if (rc != TN_OK)
+      return rc;
+    *mrc = mdb_txn_begin(c->ca_env, NULL, MDB_RDONLY, txn);
+    if (*mrc != MDB_MAP_RESIZED)
+      return TN_OK;
+    *txn = NULL;
+    pthread_rwlock_unlock(&c->ca_lock);
+    if ((*mrc = cache_resize(c, 0)) != 0)
+      return cache_mdb_fail(c, *mrc, what);
+  }
+}
+
 static uint64_t cache_mapsize(tn_cache *c)
 {
   MDB_envinfo info;
@@ -991,16 +1011,8 @@ int tn_cache_get(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
   *len = 0;
   if (!table_ok(c, table, key))
     return TN_EINVAL;
-  for (;;) {
-    if ((rc = cache_enter(c)) != TN_OK)
-      return rc;
-    mrc = mdb_txn_begin(c->ca_env, NULL, MDB_RDONLY, &txn);
-    if (mrc != MDB_MAP_RESIZED)
-      break;
-    pthread_rwlock_unlock(&c->ca_lock);
-    if ((mrc = cache_resize(c, 0)) != 0)
-      return cache_mdb_fail(c, mrc, "get");
-  }
+  if ((rc = cache_read_begin(c, &txn, &mrc, "get")) != TN_OK)
+    return rc;
   if (mrc == 0)
     mrc = mdb_get(txn, c->ca_dbi[table], &k, &v);
   if (mrc == 0) {
@@ -1123,24 +1135,13 @@ int tn_cache_stats(tn_cache *c, tn_cache_info *st)
   int rc, mrc;
 
   memset(st, 0, sizeof *st);
-  for (;;) {
-    if ((rc = cache_enter(c)) != TN_OK)
-      return rc;
-    mrc = mdb_txn_begin(c->ca_env, NULL, MDB_RDONLY, &txn);
-    if (mrc != MDB_MAP_RESIZED)
-      break;
-    pthread_rwlock_unlock(&c->ca_lock);
-    if ((mrc = cache_resize(c, 0)) != 0)
-      return cache_mdb_fail(c, mrc, "stats");
-  }
-  for (int t = 0; mrc == 0 && t <= TN_CACHE__TABLES; t++) {
-    mrc = mdb_stat(txn, t < TN_CACHE__TABLES ? c->ca_dbi[t] : c->ca_meta, &ms);
-    if (mrc == 0) {
-      if (t < TN_CACHE__TABLES)
-        st->cs_entries += ms.ms_entries;
-      st->cs_bytes += (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages + ms.ms_overflow_pages) * ms.ms_psize;
-    }
-  }
+  if ((rc = cache_read_begin(c, &txn, &mrc, "stats")) != TN_OK)
+    return rc;
+  for (int t = 0; mrc == 0 && t < TN_CACHE__TABLES; t++)
+    if ((mrc = mdb_stat(txn, c->ca_dbi[t], &ms)) == 0)
+      st->cs_entries += ms.ms_entries;
+  if (mrc == 0)
+    st->cs_bytes = txn_used_bytes(c, txn);
   if (txn)
     mdb_txn_abort(txn);
   st->cs_map_bytes = cache_mapsize(c);
