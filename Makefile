@@ -12,7 +12,7 @@ CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Icsrc -I$(TCC_D
 LDLIBS_C := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc $(TCC_DIR)/lib/libtcc.a \
             $$(pkg-config --libs check) -ldl -lpthread -lm
 
-CORE_SRC := csrc/tn_config.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
+CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
             csrc/neuron_backend/tcc.c
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
 C_SUITES := graph cache tcc
@@ -27,8 +27,13 @@ deps:
 	@tools/deps.sh tcc $(TCC_DIR)
 	@tools/deps.sh python $(PYTHON)
 
+# The editable install registers the package (and its torch_dynamo_backends
+# entry point) for this checkout; it is redone only when the installed
+# package is missing or points at another checkout.
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
+	@cd / && $(PYTHON) -c "import os, sys, torchneuron_jit as t; sys.exit(os.path.dirname(t.__file__) != '$(CURDIR)/torchneuron_jit')" 2>/dev/null \
+	  || $(PYTHON) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v -i warning || true
 
 build/tests/test_%: tests/c/test_%.c tests/c/tn_check.h $(CORE_SRC) $(CORE_HDR) | deps
 	@mkdir -p build/tests

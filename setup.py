@@ -58,5 +58,9 @@ setup(
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.11",
     install_requires=["torch>=2.13"],
-    entry_points={"console_scripts": ["torchneuron-jit=torchneuron_jit.__main__:main"]},
+    entry_points={
+        "console_scripts": ["torchneuron-jit=torchneuron_jit.__main__:main"],
+        # torch.compile(model, backend="neuron") finds the back end without an import
+        "torch_dynamo_backends": ["neuron = torchneuron_jit.backend:neuron"],
+    },
 )

@@ -3,9 +3,12 @@
 */
 #include "tn_py.h"
 
+#include <string.h>
+
 #include "neuron_backend/tcc.h"
 #include "tn_common.h"
 #include "tn_config.h"
+#include "tn_stats.h"
 
 PyObject *tn_py_GraphError;
 PyObject *tn_py_CacheError;
@@ -167,6 +170,45 @@ static PyObject *py_tcc_selftest(PyObject *self, PyObject *args)
   return res;
 }
 
+/* -- Counters ------------------------------------------------------------- */
+
+static PyObject *py_stats(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  PyObject *d = PyDict_New();
+  for (int i = 0; d && i < TN_STAT__COUNT; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(tn_stat_get(i));
+    if (!v || PyDict_SetItemString(d, tn_stat_name(i), v) < 0)
+      Py_CLEAR(d);
+    Py_XDECREF(v);
+  }
+  return d;
+}
+
+static PyObject *py_stat_add(PyObject *self, PyObject *args)
+{
+  const char *name;
+  unsigned long long n = 1;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "s|K:stat_add", &name, &n))
+    return NULL;
+  for (int i = 0; i < TN_STAT__COUNT; i++)
+    if (strcmp(tn_stat_name(i), name) == 0) {
+      tn_stat_add(i, n);
+      Py_RETURN_NONE;
+    }
+  return PyErr_Format(PyExc_KeyError, "no counter %s", name);
+}
+
+static PyObject *py_stats_reset(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  tn_stats_reset();
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_strerror(PyObject *self, PyObject *arg)
 {
   (void)self;
@@ -187,6 +229,9 @@ static PyMethodDef module_methods[] = {
   {"tcc_init", py_tcc_init, METH_VARARGS, "tcc_init(libdir): locate libtcc1.a and run the warm-up compile."},
   {"tcc_selftest", py_tcc_selftest, METH_VARARGS, "tcc_selftest(src, x) -> (f(x), g(x)); test aid."},
   {"strerror", py_strerror, METH_O, "strerror(code) -> text of a TN_E* code."},
+  {"stats", py_stats, METH_NOARGS, "Process-wide counters (csrc/tn_stats.h) as a dict."},
+  {"stat_add", py_stat_add, METH_VARARGS, "stat_add(name, n=1): bump a counter."},
+  {"stats_reset", py_stats_reset, METH_NOARGS, "Set every counter to 0."},
   {NULL, NULL, 0, NULL},
 };
 

@@ -30,4 +30,34 @@ _init_tcc()
 from . import config  # noqa: E402  (reads TORCHNEURON_* and warns about bad values)
 from . import cache  # noqa: E402
 
-__all__ = ["config", "cache", "GraphError", "CacheError", "__version__"]
+
+def stats():
+    """Process-wide counters: graphs_compiled, graphs_lowered, kernels_compiled,
+    cache_hits, cache_misses, fallback_nodes, eager_fallbacks, training_graphs."""
+    return _C.stats()
+
+
+def reset_stats():
+    """Sets every counter of stats() to 0."""
+    _C.stats_reset()
+
+
+def _register_backend():
+    """Makes backend="neuron" known to TorchDynamo.
+
+    Installed, the package's ``torch_dynamo_backends`` entry point does it
+    when Dynamo first meets the name, and importing torch here would only
+    slow down every import (the command line, the cache); a bare source
+    tree on sys.path registers now.
+    """
+    from importlib.metadata import entry_points
+    for ep in entry_points(group="torch_dynamo_backends"):
+        if ep.name == "neuron" and ep.value == "torchneuron_jit.backend:neuron":
+            return
+    from . import backend
+    backend.register()
+
+
+_register_backend()
+
+__all__ = ["config", "cache", "stats", "reset_stats", "GraphError", "CacheError", "__version__"]

@@ -38,6 +38,20 @@ class Unsupported(Exception):
     """The FX graph holds something the graph IR cannot represent."""
 
 
+# Overload that takes a number where the Tensor overload takes a wrapped number.
+_SCALAR_OVERLOAD = {"Tensor": "Scalar", "Tensor_Tensor": "Tensor_Scalar"}
+
+
+def _scalar_form(name, args):
+    """The op-table name for a node whose Tensor argument got a number, or None."""
+    if all(tag != _C.ARG_TENSOR for tag, _ in args[1:2]) and "." in name:
+        base, overload = name.rsplit(".", 1)
+        alt = f"{base}.{_SCALAR_OVERLOAD.get(overload, '')}"
+        if alt in _OP_NAMES:
+            return alt
+    return None
+
+
 def op_name(target):
     """Qualified name of an OpOverload: 'aten::add.Tensor', 'aten::mm'."""
     schema = target._schema
@@ -111,6 +125,9 @@ class _Importer:
         if isinstance(value, torch.device):
             return (_C.ARG_DEVICE, str(value))
         if kind == "TensorType":
+            if isinstance(value, (bool, int, float)):
+                # a wrapped number: ATen promotes it as a scalar (see _scalar_form)
+                return self.arg(torch._C.NumberType.get(), value, where)
             return (_C.ARG_TENSOR, self.tensor_ref(value, where))
         if kind == "ListType":
             elem = jit_type.getElementType().kind()
@@ -210,6 +227,17 @@ def from_fx(gm, roles=None):
         val = node.meta.get("val")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
         outs = [imp.meta(v, where) for v in vals]
+        wrapped = any(a.type.kind() == "TensorType" and tag != _C.ARG_TENSOR
+                      for a, (tag, _) in zip(node.target._schema.arguments, args))
+        if wrapped:
+            name = _scalar_form(name, args) or name
+            if name not in _OP_NAMES or _C.op_signature(name)[0].count("T") > sum(
+                    tag == _C.ARG_TENSOR for tag, _ in args):
+                name = op_name(node.target)
+                ids = imp.g.add_node("fallback", args, outs, target=name)
+                result.fallback_ops.append(name)
+                imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
+                continue
         if name in _OP_NAMES:
             ids = imp.g.add_node(name, args, outs)
             result.lowered_nodes += 1

@@ -1,0 +1,42 @@
+/*
+** Process-wide counters of torchneuron_jit, in one X-macro table; atomic,
+** so any thread (compiler threads included) may bump them. Python reads
+** them as torchneuron_jit.stats().
+*/
+#ifndef TN_STATS_H
+#define TN_STATS_H
+
+#include <stdint.h>
+
+/* _(name, doc) */
+#define TN_STATS_DEF(_) \
+  _(graphs_compiled, "graphs the back end accepted (lowered, or run node by node)") \
+  _(graphs_lowered, "graphs that went through lowering and code generation") \
+  _(kernels_compiled, "generated C kernels compiled by libtcc") \
+  _(cache_hits, "compiled artifacts found in the persistent cache") \
+  _(cache_misses, "compiled artifacts looked up and not found") \
+  _(fallback_nodes, "nodes of compiled graphs that run through PyTorch's eager kernels") \
+  _(eager_fallbacks, "whole graphs that run eagerly because compiling them failed") \
+  _(training_graphs, "graphs needing gradients, run eagerly for now")
+
+typedef enum tn_stat_id {
+#define TN_STAT_ENUM(name, doc) TN_STAT_##name,
+  TN_STATS_DEF(TN_STAT_ENUM)
+#undef TN_STAT_ENUM
+  TN_STAT__COUNT
+} tn_stat_id;
+
+/* Adds n to counter id. */
+void tn_stat_add(int id, uint64_t n);
+
+/* Current value of counter id. */
+uint64_t tn_stat_get(int id);
+
+/* Name and doc of counter id. */
+const char *tn_stat_name(int id);
+const char *tn_stat_doc(int id);
+
+/* Sets every counter to 0. */
+void tn_stats_reset(void);
+
+#endif /* TN_STATS_H */

@@ -1,0 +1,22 @@
+"""Event lines on stderr, selected by ``config.log`` (TORCHNEURON_LOG).
+
+``TORCHNEURON_LOG=fallback,cache,compile`` (or ``all``) prints one line per
+event of those kinds as it happens: ``[torchneuron_jit compile] ...``.
+"""
+import sys
+
+from . import config
+
+KINDS = ("cache", "compile", "fallback", "recompiles")
+
+
+def enabled(kind):
+    """Whether events of kind are printed now."""
+    selected = {k.strip() for k in config.log.split(",") if k.strip()}
+    return kind in selected or "all" in selected
+
+
+def event(kind, message):
+    """Prints one event line if its kind is selected."""
+    if enabled(kind):
+        print(f"[torchneuron_jit {kind}] {message}", file=sys.stderr, flush=True)
