@@ -256,7 +256,8 @@ PyMODINIT_FUNC PyInit__C(void)
       PyModule_AddObjectRef(m, "GraphError", tn_py_GraphError) < 0 ||
       PyModule_AddObjectRef(m, "CacheError", tn_py_CacheError) < 0 ||
       PyModule_AddFunctions(m, tn_py_graph_methods) < 0 ||
-      tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0)
+      PyModule_AddFunctions(m, tn_py_kernel_methods) < 0 ||
+      tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0)
     goto error;
 #define TN_ERR_CONST(name, num, text) \
   if (PyModule_AddIntConstant(m, #name + 3, num) < 0) goto error;

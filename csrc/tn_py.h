@@ -19,7 +19,15 @@ int tn_py_graph_init(PyObject *m);
 /* Adds the Cache type to module m. */
 int tn_py_cache_init(PyObject *m);
 
+/* Adds the Kernel type to module m. */
+int tn_py_kernel_init(PyObject *m);
+
 /* Functions of each binding, appended to the module's method table. */
 extern PyMethodDef tn_py_graph_methods[];
+extern PyMethodDef tn_py_kernel_methods[];
+
+/* The graph inside a _C.Graph, or NULL with TypeError set. */
+struct tn_graph;
+struct tn_graph *tn_py_graph_get(PyObject *o);
 
 #endif /* TN_PY_H */

@@ -11,6 +11,8 @@ Every internal failure degrades to eager execution of that graph with one
 warning naming the cause (``stats()["eager_fallbacks"]`` counts them).
 Graphs that need gradients run eagerly for now (``training_graphs``).
 """
+import copy
+import operator
 import time
 import warnings
 
@@ -52,16 +54,83 @@ def _warn_once(message):
         warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=2)
 
 
+def _fuse(gm, imported):
+    """Replaces each fused pointwise group of gm by one generated kernel.
+
+    Returns the number of FX nodes now running inside kernels. The kernel
+    call goes where the group's first node was: every input of the group
+    exists there (the fusion rule guarantees it).
+    """
+    groups = _C.fuse_pointwise(imported.graph)
+    graph = gm.graph
+    fused = 0
+    moved = {}  # FX node of a group output -> the getitem that now holds it
+    for grp in groups:
+        members = [imported.fx_nodes[i] for i in grp["nodes"]]
+        inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
+        outputs = [imported.fx_values[v] for v in grp["outputs"]]
+        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, torch.float32)
+        with graph.inserting_before(members[0]):
+            call = graph.call_function(kernel, tuple(inputs))
+            for i, old in enumerate(outputs):
+                item = graph.call_function(operator.getitem, (call, i))
+                item.meta = dict(old.meta)
+                old.replace_all_uses_with(item)
+                moved[old] = item
+        for node in reversed(members):
+            graph.erase_node(node)
+        fused += len(members)
+        _log.event("compile", f"fused {len(members)} ops into one kernel: "
+                              + ", ".join(str(m.target) for m in members))
+    if groups:
+        graph.lint()
+        gm.recompile()
+    return fused
+
+
+class _Guarded:
+    """A compiled graph that falls back to its eager original at run time.
+
+    If the compiled graph raises, the eager graph runs on the same inputs:
+    when eager raises too, the error is the user's and propagates exactly as
+    in eager; otherwise the failure was ours, so one warning names it and
+    this graph runs eagerly from then on.
+    """
+
+    _boxed_call = True
+
+    def __init__(self, compiled, eager):
+        self.compiled = compiled
+        self.eager = eager
+
+    def __call__(self, args):
+        try:
+            return self.compiled(*args)
+        except Exception as exc:
+            if self.compiled is self.eager:
+                raise
+            out = self.eager(*args)
+            _C.stat_add("eager_fallbacks")
+            _warn_once(f"a compiled graph failed at run time, running it eagerly from now on "
+                       f"({type(exc).__name__}: {exc})")
+            self.compiled = self.eager
+            return out
+
+
 def _build(gm, example_inputs):
-    """The compiled callable for an inference graph (raises on any failure)."""
+    """The compiled graph module for an inference graph (raises on any failure)."""
     global fail_next_compile
     if fail_next_compile is not None:
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
     imported = from_fx(gm)
+    ops = len(imported.fx_nodes)
+    fused = _fuse(gm, imported)
     _C.stat_add("graphs_compiled")
-    fallback = len(imported.fallback_ops) + imported.lowered_nodes
-    _C.stat_add("fallback_nodes", fallback)
+    if fused:
+        _C.stat_add("graphs_lowered")
+    _C.stat_add("fallback_nodes", ops - fused)
     for name in imported.fallback_ops:
         _log.event("fallback", f"{name}: no lowering")
     return gm
@@ -80,7 +149,7 @@ def compile_inference(gm, example_inputs):
         return make_boxed_func(gm)
     _log.event("compile", f"graph of {sum(1 for n in gm.graph.nodes if n.op == 'call_function')} "
                           f"ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
-    return make_boxed_func(compiled)
+    return _Guarded(compiled, gm)
 
 
 def _training(gm, example_inputs):

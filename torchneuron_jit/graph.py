@@ -66,6 +66,8 @@ class Imported:
     fallback_ops: list = field(default_factory=list)   # qualified names, one per fallback node
     lowered_nodes: int = 0             # nodes whose op is in the op table
     symbols: dict = field(default_factory=dict)        # expression text -> symbol id
+    fx_nodes: list = field(default_factory=list)       # IR node id -> the FX node it came from
+    fx_values: dict = field(default_factory=dict)      # IR value id -> the FX node that holds it
 
 
 class _Importer:
@@ -236,6 +238,7 @@ def from_fx(gm, roles=None):
                 name = op_name(node.target)
                 ids = imp.g.add_node("fallback", args, outs, target=name)
                 result.fallback_ops.append(name)
+                result.fx_nodes.append(node)
                 imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
                 continue
         if name in _OP_NAMES:
@@ -244,5 +247,7 @@ def from_fx(gm, roles=None):
         else:
             ids = imp.g.add_node("fallback", args, outs, target=name)
             result.fallback_ops.append(name)
+        result.fx_nodes.append(node)
         imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
+    result.fx_values = {vid: node for node, vid in imp.ids.items() if isinstance(vid, int)}
     return result

@@ -560,6 +560,15 @@ static PyType_Slot Graph_slots[] = {
 static PyType_Spec Graph_spec = {"torchneuron_jit._C.Graph", sizeof(GraphObject), 0, Py_TPFLAGS_DEFAULT,
                                  Graph_slots};
 
+tn_graph *tn_py_graph_get(PyObject *o)
+{
+  if (!PyObject_TypeCheck(o, Graph_Type)) {
+    PyErr_Format(PyExc_TypeError, "expected a torchneuron_jit._C.Graph, got %s", Py_TYPE(o)->tp_name);
+    return NULL;
+  }
+  return ((GraphObject *)o)->gr;
+}
+
 /* -- Module functions -------------------------------------------------------------- */
 
 static PyObject *py_decode_graph(PyObject *self, PyObject *arg)

@@ -1,0 +1,411 @@
+/*
+** Pointwise fusion (see fuse.h).
+*/
+#include "fuse.h"
+
+#include <math.h>
+#include <mimalloc.h>
+#include <string.h>
+
+#include "../neuron_backend/runtime.h"
+
+struct tn_fusion {
+  mi_heap_t *fu_heap;
+  tn_fgroup *fu_groups;
+  uint32_t fu_ngroups;
+};
+
+/* -- What each op becomes ------------------------------------------------- */
+
+#define FK_NONE 0
+#define FK_UNARY 1     /* op(self) */
+#define FK_BINARY 2    /* op(self, other) on tensors; add/sub take alpha */
+#define FK_SCALAR 3    /* op(self, scalar); add/sub.Scalar take alpha */
+#define FK_GELU 4      /* unary by approximate string */
+#define FK_CLAMP 5     /* clamp(self, min?, max?) with scalars */
+
+typedef struct fuse_rule {
+  int fr_kind;
+  int fr_op;
+} fuse_rule;
+
+static fuse_rule fuse_rule_of(int op)
+{
+  switch (op) {
+  case TN_OP_neg: return (fuse_rule){FK_UNARY, TN_RT_NEG};
+  case TN_OP_abs: return (fuse_rule){FK_UNARY, TN_RT_ABS};
+  case TN_OP_exp: return (fuse_rule){FK_UNARY, TN_RT_EXP};
+  case TN_OP_log: return (fuse_rule){FK_UNARY, TN_RT_LOG};
+  case TN_OP_log1p: return (fuse_rule){FK_UNARY, TN_RT_LOG1P};
+  case TN_OP_expm1: return (fuse_rule){FK_UNARY, TN_RT_EXPM1};
+  case TN_OP_sqrt: return (fuse_rule){FK_UNARY, TN_RT_SQRT};
+  case TN_OP_rsqrt: return (fuse_rule){FK_UNARY, TN_RT_RSQRT};
+  case TN_OP_relu: return (fuse_rule){FK_UNARY, TN_RT_RELU};
+  case TN_OP_sigmoid: return (fuse_rule){FK_UNARY, TN_RT_SIGMOID};
+  case TN_OP_tanh: return (fuse_rule){FK_UNARY, TN_RT_TANH};
+  case TN_OP_silu: return (fuse_rule){FK_UNARY, TN_RT_SILU};
+  case TN_OP_erf: return (fuse_rule){FK_UNARY, TN_RT_ERF};
+  case TN_OP_sin: return (fuse_rule){FK_UNARY, TN_RT_SIN};
+  case TN_OP_cos: return (fuse_rule){FK_UNARY, TN_RT_COS};
+  case TN_OP_gelu: return (fuse_rule){FK_GELU, 0};
+  case TN_OP_add_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_ADD};
+  case TN_OP_sub_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_SUB};
+  case TN_OP_mul_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_MUL};
+  case TN_OP_div_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_DIV};
+  case TN_OP_maximum: return (fuse_rule){FK_BINARY, TN_RT_B_MAXIMUM};
+  case TN_OP_minimum: return (fuse_rule){FK_BINARY, TN_RT_B_MINIMUM};
+  case TN_OP_pow_Tensor_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_POW};
+  case TN_OP_add_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_ADD};
+  case TN_OP_sub_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_SUB};
+  case TN_OP_mul_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_MUL};
+  case TN_OP_div_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_DIV};
+  case TN_OP_pow_Tensor_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_POW};
+  case TN_OP_clamp_min: return (fuse_rule){FK_SCALAR, TN_RT_B_CLAMP_MIN};
+  case TN_OP_clamp_max: return (fuse_rule){FK_SCALAR, TN_RT_B_CLAMP_MAX};
+  case TN_OP_clamp: return (fuse_rule){FK_CLAMP, 0};
+  default: return (fuse_rule){FK_NONE, 0};
+  }
+}
+
+/* A finite number argument, or NONE (for clamp's optional bounds). */
+static int arg_number(const tn_arg *a, double *out)
+{
+  switch (a->ar_tag) {
+  case TN_ARG_INT: case TN_ARG_BOOL: *out = (double)a->u.ar_int; return isfinite(*out);
+  case TN_ARG_FLOAT: *out = a->u.ar_float; return isfinite(*out);
+  default: return 0;
+  }
+}
+
+static int meta_contiguous(const tn_meta *m)
+{
+  int64_t expect = 1;
+  for (int d = m->me_rank - 1; d >= 0; d--) {
+    if (m->me_sizes[d].si_sym >= 0 || m->me_strides[d].si_sym >= 0) {
+      if (m->me_sizes[d].si_sym >= 0 && d == m->me_rank - 1 && m->me_strides[d].si_sym < 0 &&
+          m->me_strides[d].si_val == 1)
+        continue; /* symbolic sizes: only the innermost stride is checkable */
+      return 0;
+    }
+    if (m->me_sizes[d].si_val != 1 && m->me_strides[d].si_val != expect)
+      return 0;
+    expect *= m->me_sizes[d].si_val;
+  }
+  return 1;
+}
+
+static int sizes_equal(const tn_meta *a, const tn_meta *b)
+{
+  if (a->me_rank != b->me_rank)
+    return 0;
+  for (int d = 0; d < a->me_rank; d++)
+    if (a->me_sizes[d].si_val != b->me_sizes[d].si_val || a->me_sizes[d].si_sym != b->me_sizes[d].si_sym)
+      return 0;
+  return 1;
+}
+
+static int fusable(const tn_graph *g, const tn_node *n)
+{
+  fuse_rule r = fuse_rule_of(n->no_op);
+  double v;
+  if (r.fr_kind == FK_NONE || n->no_nout != 1)
+    return 0;
+  const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
+  if (out->me_dtype != TN_DTYPE_FLOAT32 || !meta_contiguous(out))
+    return 0;
+  for (uint32_t i = 0; i < n->no_nargs; i++) {
+    const tn_arg *a = &n->no_args[i];
+    if (a->ar_tag == TN_ARG_TENSOR && tn_graph_value(g, a->u.ar_ref)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
+      return 0;
+  }
+  switch (r.fr_kind) {
+  case FK_BINARY:
+    return n->no_nargs < 3 || arg_number(&n->no_args[2], &v);
+  case FK_SCALAR:
+    return arg_number(&n->no_args[1], &v) && (n->no_nargs < 3 || arg_number(&n->no_args[2], &v));
+  case FK_CLAMP:
+    for (int i = 1; i <= 2; i++)
+      if (n->no_args[i].ar_tag != TN_ARG_NONE && !arg_number(&n->no_args[i], &v))
+        return 0;
+    return 1;
+  case FK_GELU: {
+    const tn_arg *s = &n->no_args[1];
+    return (s->ar_len == 4 && memcmp(s->u.ar_str, "none", 4) == 0) ||
+           (s->ar_len == 4 && memcmp(s->u.ar_str, "tanh", 4) == 0);
+  }
+  default:
+    return 1;
+  }
+}
+
+/* -- Grouping ------------------------------------------------------------- */
+
+typedef struct fuse_state {
+  tn_fusion *fs_f;
+  const tn_graph *fs_g;
+  int32_t *fs_group_of;     /* node -> group or -1 */
+  int32_t *fs_first;        /* group -> first node */
+  int32_t *fs_count;        /* group -> nodes */
+  uint32_t fs_ngroups;
+} fuse_state;
+
+static int32_t producer(const tn_graph *g, int32_t v)
+{
+  return tn_graph_value(g, v)->va_node;
+}
+
+/* Whether node n may join group k. */
+static int may_join(fuse_state *s, const tn_node *n, int32_t k)
+{
+  const tn_graph *g = s->fs_g;
+  const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
+  const tn_node *first = tn_graph_node(g, s->fs_first[k]);
+  if (!sizes_equal(out, &tn_graph_value(g, first->no_out[0])->va_meta))
+    return 0;
+  for (uint32_t i = 0; i < n->no_nargs; i++) {
+    if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
+      continue;
+    int32_t p = producer(g, n->no_args[i].u.ar_ref);
+    if (p >= 0 && s->fs_group_of[p] != k && p >= s->fs_first[k])
+      return 0;
+  }
+  return 1;
+}
+
+/* -- Programs ----------------------------------------------------------------- */
+
+typedef struct prog_builder {
+  tn_fusion *pb_f;
+  tn_finst *pb_prog;
+  uint32_t pb_n, pb_cap;
+  uint32_t pb_nbufs;
+  int pb_rc;
+} prog_builder;
+
+static void emit(prog_builder *b, tn_finst fi)
+{
+  if (b->pb_rc != TN_OK)
+    return;
+  if (b->pb_n == b->pb_cap) {
+    uint32_t cap = b->pb_cap ? 2 * b->pb_cap : 32;
+    tn_finst *p = mi_heap_reallocn(b->pb_f->fu_heap, b->pb_prog, cap, sizeof *p);
+    if (!p) {
+      b->pb_rc = TN_ENOMEM;
+      return;
+    }
+    b->pb_prog = p;
+    b->pb_cap = cap;
+  }
+  b->pb_prog[b->pb_n++] = fi;
+}
+
+static int32_t emit_const(prog_builder *b, double v)
+{
+  int32_t dst = (int32_t)b->pb_nbufs++;
+  emit(b, (tn_finst){TN_FI_CONST, 0, dst, -1, -1, v});
+  return dst;
+}
+
+static int32_t emit_op(prog_builder *b, int kind, int op, int32_t a, int32_t c)
+{
+  int32_t dst = (int32_t)b->pb_nbufs++;
+  emit(b, (tn_finst){kind, op, dst, a, c, 0});
+  return dst;
+}
+
+/* Emits node n; bufof maps value ids to buffers. Returns n's buffer. */
+static int32_t emit_node(prog_builder *b, const tn_node *n, const int32_t *bufof)
+{
+  fuse_rule r = fuse_rule_of(n->no_op);
+  int32_t x = bufof[n->no_args[0].u.ar_ref];
+  double v = 0, alpha = 1;
+  switch (r.fr_kind) {
+  case FK_UNARY:
+    return emit_op(b, TN_FI_UNARY, r.fr_op, x, -1);
+  case FK_GELU:
+    return emit_op(b, TN_FI_UNARY, memcmp(n->no_args[1].u.ar_str, "tanh", 4) == 0 ? TN_RT_GELU_TANH : TN_RT_GELU,
+                   x, -1);
+  case FK_BINARY: {
+    int32_t y = bufof[n->no_args[1].u.ar_ref];
+    if (n->no_nargs > 2 && arg_number(&n->no_args[2], &alpha) && alpha != 1)
+      y = emit_op(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha));
+    return emit_op(b, TN_FI_BINARY, r.fr_op, x, y);
+  }
+  case FK_SCALAR:
+    arg_number(&n->no_args[1], &v);
+    if (n->no_nargs > 2 && arg_number(&n->no_args[2], &alpha))
+      v *= alpha; /* add/sub.Scalar: other * alpha, as ATen computes it */
+    return emit_op(b, TN_FI_BINARY, r.fr_op, x, emit_const(b, v));
+  case FK_CLAMP:
+    if (arg_number(&n->no_args[1], &v))
+      x = emit_op(b, TN_FI_BINARY, TN_RT_B_CLAMP_MIN, x, emit_const(b, v));
+    if (arg_number(&n->no_args[2], &v))
+      x = emit_op(b, TN_FI_BINARY, TN_RT_B_CLAMP_MAX, x, emit_const(b, v));
+    if (x == bufof[n->no_args[0].u.ar_ref]) /* clamp(x, None, None): a copy */
+      x = emit_op(b, TN_FI_BINARY, TN_RT_B_ADD, x, emit_const(b, 0));
+    return x;
+  default:
+    return x;
+  }
+}
+
+static int32_t *heap_ids(tn_fusion *f, uint32_t n)
+{
+  return mi_heap_calloc(f->fu_heap, n ? n : 1, sizeof(int32_t));
+}
+
+static int list_has(const int32_t *l, uint32_t n, int32_t v)
+{
+  for (uint32_t i = 0; i < n; i++)
+    if (l[i] == v)
+      return 1;
+  return 0;
+}
+
+/* Builds group k's node list, operands and program. */
+static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof, uint8_t *needed)
+{
+  const tn_graph *g = s->fs_g;
+  tn_fusion *f = s->fs_f;
+  uint32_t nn = (uint32_t)s->fs_count[k], nvals = tn_graph_num_values(g);
+  prog_builder b = {f, NULL, 0, 0, 0, TN_OK};
+
+  grp->fg_nodes = heap_ids(f, nn);
+  grp->fg_inputs = heap_ids(f, nn * 2 + 1);
+  grp->fg_outputs = heap_ids(f, nn);
+  if (!grp->fg_nodes || !grp->fg_inputs || !grp->fg_outputs)
+    return TN_ENOMEM;
+  for (uint32_t i = 0, j = 0; i < tn_graph_num_nodes(g); i++)
+    if (s->fs_group_of[i] == k)
+      grp->fg_nodes[j++] = (int32_t)i;
+  grp->fg_nnodes = nn;
+
+  /* external inputs, first use order; each gets a buffer and a load */
+  for (uint32_t i = 0; i < nn; i++) {
+    const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
+    for (uint32_t a = 0; a < n->no_nargs; a++) {
+      if (n->no_args[a].ar_tag != TN_ARG_TENSOR)
+        continue;
+      int32_t v = n->no_args[a].u.ar_ref, p = producer(g, v);
+      if ((p < 0 || s->fs_group_of[p] != k) && !list_has(grp->fg_inputs, grp->fg_ninputs, v))
+        grp->fg_inputs[grp->fg_ninputs++] = v;
+    }
+  }
+  for (uint32_t v = 0; v < nvals; v++)
+    bufof[v] = -1;
+  for (uint32_t i = 0; i < grp->fg_ninputs; i++) {
+    bufof[grp->fg_inputs[i]] = (int32_t)b.pb_nbufs++;
+    emit(&b, (tn_finst){TN_FI_LOAD, 0, bufof[grp->fg_inputs[i]], (int32_t)i, -1, 0});
+  }
+  for (uint32_t i = 0; i < nn; i++) {
+    const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
+    bufof[n->no_out[0]] = emit_node(&b, n, bufof);
+    if (needed[n->no_out[0]])
+      grp->fg_outputs[grp->fg_noutputs++] = n->no_out[0];
+  }
+  for (uint32_t o = 0; o < grp->fg_noutputs; o++)
+    emit(&b, (tn_finst){TN_FI_STORE, 0, (int32_t)o, bufof[grp->fg_outputs[o]], -1, 0});
+  grp->fg_prog = b.pb_prog;
+  grp->fg_nprog = b.pb_n;
+  grp->fg_nbufs = b.pb_nbufs;
+  return b.pb_rc;
+}
+
+int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out)
+{
+  uint32_t nn = tn_graph_num_nodes(g), nv = tn_graph_num_values(g);
+  int rc = TN_OK;
+  tn_fusion *f = NULL;
+  mi_heap_t *heap = mi_heap_new();
+
+  *out = NULL;
+  if (!heap)
+    return TN_ENOMEM;
+  if (!(f = mi_heap_zalloc(heap, sizeof *f))) {
+    mi_heap_destroy(heap);
+    return TN_ENOMEM;
+  }
+  f->fu_heap = heap;
+  fuse_state s = {f, g, heap_ids(f, nn), heap_ids(f, nn), heap_ids(f, nn), 0};
+  int32_t *bufof = heap_ids(f, nv);
+  int32_t *renum = heap_ids(f, nn);
+  uint8_t *needed = mi_heap_zalloc(heap, nv ? nv : 1);
+  if (!s.fs_group_of || !s.fs_first || !s.fs_count || !bufof || !renum || !needed) {
+    mi_heap_destroy(heap);
+    return TN_ENOMEM;
+  }
+
+  for (uint32_t i = 0; i < nn; i++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    s.fs_group_of[i] = -1;
+    if (!fusable(g, n))
+      continue;
+    int32_t join = -1;
+    for (uint32_t a = 0; a < n->no_nargs && join < 0; a++) {
+      if (n->no_args[a].ar_tag != TN_ARG_TENSOR)
+        continue;
+      int32_t p = producer(g, n->no_args[a].u.ar_ref);
+      if (p >= 0 && s.fs_group_of[p] >= 0 && may_join(&s, n, s.fs_group_of[p]))
+        join = s.fs_group_of[p];
+    }
+    if (join < 0) {
+      join = (int32_t)s.fs_ngroups++;
+      s.fs_first[join] = (int32_t)i;
+      s.fs_count[join] = 0;
+    }
+    s.fs_group_of[i] = join;
+    s.fs_count[join]++;
+  }
+
+  /* single-node groups stay with eager; number the rest */
+  uint32_t kept = 0;
+  for (uint32_t k = 0; k < s.fs_ngroups; k++)
+    renum[k] = s.fs_count[k] >= 2 ? (int32_t)kept++ : -1;
+  for (uint32_t i = 0; i < nn; i++)
+    if (s.fs_group_of[i] >= 0 && renum[s.fs_group_of[i]] < 0)
+      s.fs_group_of[i] = -1;
+
+  /* values a group must write: read outside it, or graph outputs */
+  for (uint32_t i = 0; i < nn; i++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    for (uint32_t a = 0; a < n->no_nargs; a++) {
+      const tn_arg *arg = &n->no_args[a];
+      uint32_t cnt = arg->ar_tag == TN_ARG_TENSOR ? 1 : arg->ar_tag == TN_ARG_TENSOR_LIST ? arg->ar_len : 0;
+      for (uint32_t e = 0; e < cnt; e++) {
+        int32_t v = arg->ar_tag == TN_ARG_TENSOR ? arg->u.ar_ref : arg->u.ar_refs[e];
+        int32_t p = producer(g, v);
+        if (p >= 0 && s.fs_group_of[p] >= 0 && s.fs_group_of[p] != s.fs_group_of[i])
+          needed[v] = 1;
+      }
+    }
+  }
+  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
+    needed[tn_graph_outputs(g)[o]] = 1;
+
+  f->fu_groups = mi_heap_calloc(heap, kept ? kept : 1, sizeof(tn_fgroup));
+  if (!f->fu_groups)
+    rc = TN_ENOMEM;
+  for (uint32_t k = 0; rc == TN_OK && k < s.fs_ngroups; k++)
+    if (renum[k] >= 0)
+      rc = build_group(&s, (int32_t)k, &f->fu_groups[renum[k]], bufof, needed);
+  f->fu_ngroups = kept;
+  if (rc != TN_OK) {
+    mi_heap_destroy(heap);
+    return rc;
+  }
+  *out = f;
+  return TN_OK;
+}
+
+uint32_t tn_fusion_count(const tn_fusion *f) { return f->fu_ngroups; }
+
+const tn_fgroup *tn_fusion_group(const tn_fusion *f, uint32_t i)
+{
+  return i < f->fu_ngroups ? &f->fu_groups[i] : NULL;
+}
+
+void tn_fusion_free(tn_fusion *f)
+{
+  if (f)
+    mi_heap_destroy(f->fu_heap); /* f itself lives in the heap */
+}

@@ -1,0 +1,61 @@
+/*
+** Pointwise fusion: chains of float32 elementwise nodes become one kernel
+** program each (a list of block instructions over buffers), which
+** csrc/neuron_backend/codegen.c turns into C.
+**
+** A node is fusable when its op has a runtime primitive, its tensor inputs
+** and output are float32, its output is contiguous and its scalar
+** arguments are finite numbers. It joins the group of one of its producers
+** when it has that group's iteration shape and every input it takes from
+** outside the group exists before the group's first node: a group then runs
+** as one unit at the place of its first node. Groups of a single node are
+** dropped (eager's vectorised kernel is as good). A group's iteration shape
+** is the broadcast of its external inputs, so kernels take sizes at run
+** time and one kernel serves every shape.
+*/
+#ifndef TN_FUSE_H
+#define TN_FUSE_H
+
+#include <stdint.h>
+
+#include "../graph/graph.h"
+
+/* Instruction kinds of a kernel program. */
+#define TN_FI_LOAD   1  /* buf[dst] <- external input fi_a */
+#define TN_FI_CONST  2  /* buf[dst] <- fi_value in every lane (once per kernel) */
+#define TN_FI_UNARY  3  /* buf[dst] <- op(buf[a]) */
+#define TN_FI_BINARY 4  /* buf[dst] <- op(buf[a], buf[b]) */
+#define TN_FI_STORE  5  /* output fi_dst <- buf[a] */
+
+typedef struct tn_finst {
+  int fi_kind;
+  int fi_op;        /* runtime op number (runtime.h) */
+  int32_t fi_dst, fi_a, fi_b;
+  double fi_value;
+} tn_finst;
+
+typedef struct tn_fgroup {
+  int32_t *fg_nodes;       /* graph node ids, in graph order */
+  uint32_t fg_nnodes;
+  int32_t *fg_inputs;      /* external tensor values, operand order */
+  uint32_t fg_ninputs;
+  int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
+  uint32_t fg_noutputs;
+  tn_finst *fg_prog;       /* loads, consts, ops, stores */
+  uint32_t fg_nprog;
+  uint32_t fg_nbufs;
+} tn_fgroup;
+
+typedef struct tn_fusion tn_fusion;
+
+/* Finds the pointwise groups of g. The result lives in a mimalloc heap of
+** its own, which belongs to the calling thread. TN_ENOMEM. */
+int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out);
+
+uint32_t tn_fusion_count(const tn_fusion *f);
+const tn_fgroup *tn_fusion_group(const tn_fusion *f, uint32_t i);
+
+/* Frees f (from the thread that made it). NULL is fine. */
+void tn_fusion_free(tn_fusion *f);
+
+#endif /* TN_FUSE_H */

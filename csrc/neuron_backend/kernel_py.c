@@ -1,0 +1,356 @@
+/*
+** Python binding of fused kernels: _C.fuse_pointwise(graph) lists a graph's
+** pointwise groups with their generated source; _C.Kernel(source, ninputs,
+** noutputs, empty, float32) compiles one with libtcc and, called with the
+** input tensors, allocates the outputs (contiguous float32, shaped as the
+** broadcast of the inputs) and runs it.
+*/
+#include "../tn_py.h"
+
+#include "../graph/graph.h"
+#include "../lowering/fuse.h"
+#include "../tn_stats.h"
+#include "codegen.h"
+#include "runtime.h"
+#include "tcc.h"
+
+#define KERNEL_MAX_OPERANDS 64
+/* Launches smaller than this keep the GIL: releasing it costs more. */
+#define KERNEL_NOGIL_ELEMENTS 32768
+
+typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, float **ptrs, const int64_t *strides);
+
+typedef struct {
+  PyObject_HEAD
+  tn_tcc_unit *ke_unit;
+  kernel_fn ke_fn;
+  int ke_ninputs, ke_noutputs;
+  PyObject *ke_empty;    /* torch.empty */
+  PyObject *ke_dtype;    /* torch.float32 */
+  PyObject *ke_source;   /* str */
+} KernelObject;
+
+/* -- fuse_pointwise ------------------------------------------------------------ */
+
+static PyObject *ids_list(const int32_t *ids, uint32_t n)
+{
+  PyObject *l = PyList_New(n);
+  for (uint32_t i = 0; l && i < n; i++) {
+    PyObject *v = PyLong_FromLong(ids[i]);
+    if (!v) {
+      Py_CLEAR(l);
+      break;
+    }
+    PyList_SET_ITEM(l, i, v);
+  }
+  return l;
+}
+
+static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  tn_graph *g = tn_py_graph_get(arg);
+  tn_fusion *f = NULL;
+  PyObject *res = NULL;
+  if (!g)
+    return NULL;
+  int rc = tn_fuse_pointwise(g, &f);
+  if (rc != TN_OK)
+    return PyErr_NoMemory();
+  res = PyList_New(0);
+  for (uint32_t i = 0; res && i < tn_fusion_count(f); i++) {
+    const tn_fgroup *grp = tn_fusion_group(f, i);
+    char *src = NULL;
+    if (tn_codegen_pointwise(grp, &src) != TN_OK) {
+      Py_CLEAR(res);
+      PyErr_NoMemory();
+      break;
+    }
+    PyObject *d = Py_BuildValue("{s:N,s:N,s:N,s:s}", "nodes", ids_list(grp->fg_nodes, grp->fg_nnodes),
+                                "inputs", ids_list(grp->fg_inputs, grp->fg_ninputs),
+                                "outputs", ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src);
+    free(src);
+    if (!d || PyList_Append(res, d) < 0)
+      Py_CLEAR(res);
+    Py_XDECREF(d);
+  }
+  tn_fusion_free(f);
+  return res;
+}
+
+/* -- Kernel -------------------------------------------------------------------------- */
+
+static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "float32", NULL};
+  PyObject *source, *empty, *dtype;
+  int nin, nout;
+  char err[2048];
+  tn_tcc_unit *u = NULL;
+  int rc;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype))
+    return NULL;
+  if (nin < 1 || nout < 1 || nin + nout > KERNEL_MAX_OPERANDS)
+    return PyErr_Format(PyExc_ValueError, "a kernel takes 1..%d operands, got %d + %d",
+                        KERNEL_MAX_OPERANDS, nin, nout);
+  const char *src = PyUnicode_AsUTF8(source);
+  if (!src)
+    return NULL;
+  tn_tcc_symbol syms[16];
+  size_t nsyms = 0;
+  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < 16; s++)
+    syms[nsyms++] = (tn_tcc_symbol){s->rs_name, s->rs_addr};
+  Py_BEGIN_ALLOW_THREADS
+  rc = tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc != TN_OK)
+    return PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
+  kernel_fn fn = (kernel_fn)tn_tcc_get(u, "tn_kernel");
+  if (!fn) {
+    tn_tcc_free(u);
+    return PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
+  }
+  KernelObject *k = (KernelObject *)type->tp_alloc(type, 0);
+  if (!k) {
+    tn_tcc_free(u);
+    return NULL;
+  }
+  k->ke_unit = u;
+  k->ke_fn = fn;
+  k->ke_ninputs = nin;
+  k->ke_noutputs = nout;
+  k->ke_empty = Py_NewRef(empty);
+  k->ke_dtype = Py_NewRef(dtype);
+  k->ke_source = Py_NewRef(source);
+  tn_stat_add(TN_STAT_kernels_compiled, 1);
+  return (PyObject *)k;
+}
+
+static void Kernel_dealloc(PyObject *o)
+{
+  KernelObject *k = (KernelObject *)o;
+  PyTypeObject *tp = Py_TYPE(o);
+  tn_tcc_free(k->ke_unit);
+  Py_XDECREF(k->ke_empty);
+  Py_XDECREF(k->ke_dtype);
+  Py_XDECREF(k->ke_source);
+  tp->tp_free(o);
+  Py_DECREF(tp);
+}
+
+/* Reads a tuple-like of ints (shape or stride) into out (rank entries). */
+static int read_ints(PyObject *seq, int64_t *out, int *rank)
+{
+  PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
+  if (!fast)
+    return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  if (n > TN_MAX_RANK) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "rank %zd exceeds %d", n, TN_MAX_RANK);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (out[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+  }
+  Py_DECREF(fast);
+  *rank = (int)n;
+  return 0;
+}
+
+/* Reads tensor t's shape, stride and data pointer. */
+static int read_tensor(KernelObject *k, PyObject *t, int i, int64_t *sizes, int64_t *strides, int *rank,
+                       void **data)
+{
+  PyObject *dtype = PyObject_GetAttrString(t, "dtype");
+  if (!dtype)
+    return -1;
+  int ok = dtype == k->ke_dtype;
+  Py_DECREF(dtype);
+  if (!ok) {
+    PyErr_Format(PyExc_TypeError, "kernel input %d: expected a float32 tensor", i);
+    return -1;
+  }
+  PyObject *shape = PyObject_GetAttrString(t, "shape");
+  PyObject *stride = shape ? PyObject_CallMethod(t, "stride", NULL) : NULL;
+  PyObject *ptr = stride ? PyObject_CallMethod(t, "data_ptr", NULL) : NULL;
+  int rc = -1, srank;
+  if (ptr && read_ints(shape, sizes, rank) == 0 && read_ints(stride, strides, &srank) == 0) {
+    *data = PyLong_AsVoidPtr(ptr);
+    rc = PyErr_Occurred() ? -1 : 0;
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  Py_XDECREF(ptr);
+  return rc;
+}
+
+static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
+{
+  KernelObject *k = (KernelObject *)o;
+  int nops = k->ke_ninputs + k->ke_noutputs, rank = 0;
+  int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
+  int in_rank[KERNEL_MAX_OPERANDS];
+  int64_t shape[TN_MAX_RANK];
+  int64_t st[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
+  int64_t csizes[TN_MAX_RANK];
+  float *ptrs[KERNEL_MAX_OPERANDS];
+  PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *empty_args = NULL;
+
+  if (kwds && PyDict_Size(kwds))
+    return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
+  if (PyTuple_GET_SIZE(args) != k->ke_ninputs)
+    return PyErr_Format(PyExc_TypeError, "kernel takes %d tensors, got %zd", k->ke_ninputs, PyTuple_GET_SIZE(args));
+  for (int i = 0; i < k->ke_ninputs; i++) {
+    void *data;
+    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, in_sizes[i], in_strides[i], &in_rank[i], &data) < 0)
+      return NULL;
+    ptrs[i] = data;
+    if (in_rank[i] > rank)
+      rank = in_rank[i];
+  }
+  /* the iteration shape: the broadcast of the inputs */
+  for (int d = 0; d < rank; d++) {
+    shape[d] = 1;
+    for (int i = 0; i < k->ke_ninputs; i++) {
+      int di = d - (rank - in_rank[i]);
+      if (di < 0 || in_sizes[i][di] == 1)
+        continue;
+      if (shape[d] != 1 && shape[d] != in_sizes[i][di])
+        return PyErr_Format(PyExc_ValueError, "kernel inputs do not broadcast at dim %d", d);
+      shape[d] = in_sizes[i][di];
+    }
+  }
+  if (!(shape_t = PyTuple_New(rank)))
+    goto error;
+  for (int d = 0; d < rank; d++) {
+    PyObject *v = PyLong_FromLongLong(shape[d]);
+    if (!v)
+      goto error;
+    PyTuple_SET_ITEM(shape_t, d, v);
+  }
+  if (!(kw = Py_BuildValue("{s:O}", "dtype", k->ke_dtype)) || !(outs = PyTuple_New(k->ke_noutputs)) ||
+      !(empty_args = PyTuple_Pack(1, shape_t)))
+    goto error;
+  for (int j = 0; j < k->ke_noutputs; j++) {
+    PyObject *t = PyObject_Call(k->ke_empty, empty_args, kw);
+    if (!t)
+      goto error;
+    PyTuple_SET_ITEM(outs, j, t);
+    PyObject *ptr = PyObject_CallMethod(t, "data_ptr", NULL);
+    if (!ptr)
+      goto error;
+    ptrs[k->ke_ninputs + j] = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+  }
+
+  /* strides per operand in the iteration space: 0 where an input broadcasts */
+  int64_t numel = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    for (int i = 0; i < k->ke_ninputs; i++) {
+      int di = d - (rank - in_rank[i]);
+      st[i * rank + d] = di < 0 || (in_sizes[i][di] == 1 && shape[d] != 1) ? 0 : in_strides[i][di];
+    }
+    for (int j = 0; j < k->ke_noutputs; j++)
+      st[(k->ke_ninputs + j) * rank + d] = numel;
+    numel *= shape[d];
+  }
+  /* coalesce: merge dim d into d+1 when every operand steps through both as one */
+  int crank = 0;
+  int64_t cst[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
+  for (int d = 0; d < rank; d++) {
+    if (shape[d] == 1 && rank > 1)
+      continue;
+    if (crank > 0) {
+      int merge = 1;
+      for (int p = 0; p < nops && merge; p++)
+        merge = cst[p * TN_MAX_RANK + crank - 1] == st[p * rank + d] * shape[d];
+      if (merge) {
+        csizes[crank - 1] *= shape[d];
+        for (int p = 0; p < nops; p++)
+          cst[p * TN_MAX_RANK + crank - 1] = st[p * rank + d];
+        continue;
+      }
+    }
+    csizes[crank] = shape[d];
+    for (int p = 0; p < nops; p++)
+      cst[p * TN_MAX_RANK + crank] = st[p * rank + d];
+    crank++;
+  }
+  for (int p = 0; p < nops; p++) /* repack to the kernel's layout: strides[p * rank + d] */
+    for (int d = 0; d < crank; d++)
+      st[p * crank + d] = cst[p * TN_MAX_RANK + d];
+  if (numel > 0) {
+    if (numel >= KERNEL_NOGIL_ELEMENTS) {
+      Py_BEGIN_ALLOW_THREADS
+      k->ke_fn(crank, csizes, ptrs, st);
+      Py_END_ALLOW_THREADS
+    } else {
+      k->ke_fn(crank, csizes, ptrs, st);
+    }
+  }
+  Py_DECREF(shape_t);
+  Py_DECREF(kw);
+  Py_DECREF(empty_args);
+  return outs;
+error:
+  Py_XDECREF(shape_t);
+  Py_XDECREF(kw);
+  Py_XDECREF(empty_args);
+  Py_XDECREF(outs);
+  return NULL;
+}
+
+static PyObject *Kernel_get_source(PyObject *o, void *closure)
+{
+  (void)closure;
+  return Py_NewRef(((KernelObject *)o)->ke_source);
+}
+
+static PyObject *Kernel_get_name(PyObject *o, void *closure)
+{
+  (void)o;
+  (void)closure;
+  return PyUnicode_FromString("neuron_kernel");
+}
+
+static PyGetSetDef Kernel_getset[] = {
+  {"source", Kernel_get_source, NULL, "the generated C", NULL},
+  {"__name__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},
+  {"__qualname__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},
+  {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot Kernel_slots[] = {
+  {Py_tp_new, Kernel_new},
+  {Py_tp_dealloc, Kernel_dealloc},
+  {Py_tp_call, Kernel_call},
+  {Py_tp_getset, Kernel_getset},
+  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, float32): a fused kernel compiled by libtcc; "
+              "call it with the input tensors to get a tuple of outputs."},
+  {0, NULL},
+};
+
+static PyType_Spec Kernel_spec = {"torchneuron_jit._C.Kernel", sizeof(KernelObject), 0, Py_TPFLAGS_DEFAULT,
+                                  Kernel_slots};
+
+PyMethodDef tn_py_kernel_methods[] = {
+  {"fuse_pointwise", py_fuse_pointwise, METH_O,
+   "fuse_pointwise(graph) -> [{'nodes', 'inputs', 'outputs', 'source'}] for each fused group."},
+  {NULL, NULL, 0, NULL},
+};
+
+int tn_py_kernel_init(PyObject *m)
+{
+  PyObject *t = PyType_FromSpec(&Kernel_spec);
+  if (!t)
+    return -1;
+  int rc = PyModule_AddObjectRef(m, "Kernel", t);
+  Py_DECREF(t);
+  return rc;
+}

@@ -1,0 +1,69 @@
+/*
+** The runtime that generated kernels call: block primitives over float32,
+** compiled by the extension's build with optimisation (libtcc, which does
+** not optimise, only emits the loops that call them). NaN, infinity and
+** signed zero follow eager PyTorch.
+**
+** Generated code sees these through prototypes it declares itself (no
+** system headers) and addresses registered with tcc_add_symbol; the op
+** numbers below are part of the generated source, hence of cache keys.
+*/
+#ifndef TN_RUNTIME_H
+#define TN_RUNTIME_H
+
+#include <stdint.h>
+
+#include "../tn_common.h"
+
+/* Elements per block: 4 KiB of float32, so a kernel's blocks stay in L1. */
+#define TN_RT_BLOCK 1024
+
+/* _(name, number, aten op it implements) */
+#define TN_RT_UNARY_DEF(_) \
+  _(NEG, 1) _(ABS, 2) _(EXP, 3) _(LOG, 4) _(LOG1P, 5) _(EXPM1, 6) _(SQRT, 7) _(RSQRT, 8) \
+  _(RELU, 9) _(SIGMOID, 10) _(TANH, 11) _(SILU, 12) _(ERF, 13) _(SIN, 14) _(COS, 15) \
+  _(GELU, 16) _(GELU_TANH, 17)
+
+#define TN_RT_BINARY_DEF(_) \
+  _(ADD, 1) _(SUB, 2) _(MUL, 3) _(DIV, 4) _(MAXIMUM, 5) _(MINIMUM, 6) _(POW, 7) \
+  _(CLAMP_MIN, 8) _(CLAMP_MAX, 9)
+
+enum {
+#define TN_RT_U(name, num) TN_RT_##name = num,
+  TN_RT_UNARY_DEF(TN_RT_U)
+#undef TN_RT_U
+};
+enum {
+#define TN_RT_B(name, num) TN_RT_B_##name = num,
+  TN_RT_BINARY_DEF(TN_RT_B)
+#undef TN_RT_B
+};
+
+/* dst[i] = src[i * stride] for i < n (stride in elements; 0 broadcasts). */
+void tn_rt_load_f32(float *dst, const float *src, int64_t stride, int64_t n);
+
+/* dst[i * stride] = src[i] for i < n. */
+void tn_rt_store_f32(float *dst, int64_t stride, const float *src, int64_t n);
+
+/* dst[i] = v. */
+void tn_rt_fill_f32(float *dst, float v, int64_t n);
+
+/* dst[i] = op(a[i]); dst may alias a. Unknown op: dst is left as is. */
+void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n);
+
+/* dst[i] = op(a[i], b[i]); dst may alias a or b. */
+void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_t n);
+
+/* Name and address of every runtime symbol, for tcc_add_symbol; ends with
+** a NULL name. */
+typedef struct tn_rt_symbol {
+  const char *rs_name;
+  const void *rs_addr;
+} tn_rt_symbol;
+
+const tn_rt_symbol *tn_rt_symbols(void);
+
+/* The prototypes generated code declares (one C text). */
+const char *tn_rt_prototypes(void);
+
+#endif /* TN_RUNTIME_H */

@@ -1,0 +1,166 @@
+"""Fused pointwise kernels (csrc/lowering/fuse.c, csrc/neuron_backend/codegen.c):
+results against eager, through torch.compile(backend="neuron") and directly."""
+import math
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import torchneuron_jit
+from torchneuron_jit import _C, backend
+from torchneuron_jit.graph import from_fx
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    torchneuron_jit.reset_stats()
+    backend._warned.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def _special(shape):
+    """Random values with NaN, +-Inf, +-0 and large magnitudes sprinkled in."""
+    torch.manual_seed(1)
+    x = torch.randn(shape) * 3
+    flat = x.view(-1)
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0, 1e30, -1e30, 1e-30])
+    flat[: specials.numel()] = specials
+    return x
+
+
+CHAINS = {
+    "arith": lambda x, y: ((x * 2 + y) * 0.5 - x / 3).clamp_min(0) + y * y,
+    "sub_alpha": lambda x, y: torch.sub(x, y, alpha=2.5) + torch.add(y, 1, alpha=3),
+    "unary": lambda x, y: (x.abs() + 1).log() + torch.sqrt(y.abs()) - torch.rsqrt(x.abs() + 2),
+    "transcendental": lambda x, y: torch.sigmoid(x) * torch.tanh(y) + torch.exp(x * 0.1).sin().cos(),
+    "activations": lambda x, y: torch.relu(x) + torch.nn.functional.silu(y) - torch.erf(x),
+    "gelu": lambda x, y: torch.nn.functional.gelu(x + y) * 0.5 + x,
+    "gelu_tanh": lambda x, y: torch.nn.functional.gelu(x - y, approximate="tanh") * y,
+    "max_min_pow": lambda x, y: torch.maximum(x, y) - torch.minimum(x, y * 2) + torch.pow(x.abs(), 1.5),
+    "clamp": lambda x, y: torch.clamp(x * 2, -1, 1) + torch.clamp(y, max=0.5) - x.expm1().log1p(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_chain_matches_eager_with_special_values(name):
+    f = CHAINS[name]
+    x, y = _special((33, 70)), _special((33, 70)).flip(0)
+    c = torch.compile(f, backend="neuron")
+    with torch.no_grad():
+        torch.testing.assert_close(c(x, y), f(x, y), equal_nan=True)
+    st = torchneuron_jit.stats()
+    assert st["kernels_compiled"] >= 1, st
+    assert st["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("xs,ys", [((4, 1, 5), (3, 1)), ((2, 3, 4), (4,)), ((), (5, 5)), ((6, 1), (1, 7))])
+def test_broadcasting(xs, ys):
+    f = CHAINS["arith"]
+    x, y = torch.randn(xs), torch.randn(ys)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(x, y), f(x, y))
+    assert torchneuron_jit.stats()["kernels_compiled"] >= 1
+
+
+def test_non_contiguous_and_expanded_inputs():
+    f = CHAINS["transcendental"]
+    base = torch.randn(40, 30)
+    x = base.t()                        # transposed
+    y = torch.randn(30, 1).expand(30, 40)  # stride 0
+    z = torch.randn(60, 80)[::2, ::2]   # sliced with steps
+    with torch.no_grad():
+        c = torch.compile(f, backend="neuron", dynamic=False)
+        torch.testing.assert_close(c(x, y), f(x, y))
+        torch.testing.assert_close(c(z, y), f(z, y))
+
+
+def test_empty_and_zero_dim():
+    f = CHAINS["arith"]
+    with torch.no_grad():
+        for shape in [(0, 5), (3, 0), ()]:
+            torch._dynamo.reset()
+            x, y = torch.randn(shape), torch.randn(shape)
+            out = torch.compile(f, backend="neuron")(x, y)
+            torch.testing.assert_close(out, f(x, y))
+            assert out.shape == f(x, y).shape
+
+
+def test_large_tensor_releases_gil_and_matches():
+    f = CHAINS["gelu"]
+    x, y = torch.randn(300, 1000), torch.randn(1000)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(x, y), f(x, y))
+
+
+def test_other_dtypes_stay_eager_but_correct():
+    f = lambda x, y: (x * 2 + y) * y  # noqa: E731
+    for dtype in (torch.float64, torch.float16, torch.bfloat16, torch.int64):
+        torch._dynamo.reset()
+        x, y = torch.randn(8, 8).to(dtype), torch.randn(8, 8).to(dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(f, backend="neuron")(x, y), f(x, y))
+
+
+def test_kernel_source_is_deterministic_and_shape_independent():
+    f = CHAINS["gelu"]
+    sources = []
+    for shape in [(4, 8), (16, 3), (4, 8)]:
+        gm = make_fx(f)(torch.randn(shape), torch.randn(shape))
+        sources.append([g["source"] for g in _C.fuse_pointwise(from_fx(gm).graph)])
+    assert sources[0] == sources[1] == sources[2]
+    assert "#include" not in sources[0][0]
+
+
+def test_intermediates_used_outside_the_group_are_written():
+    def f(x, y):
+        a = torch.exp(x) * 2          # a feeds the group and a non-fusable op
+        b = torch.cumsum(a, 0)
+        return a + 1, b + a * y
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron")(x, y)
+    for g, e in zip(got, f(x, y)):
+        torch.testing.assert_close(g, e)
+
+
+def test_run_time_failure_of_compiled_graph_falls_back_once(monkeypatch):
+    made = []
+    init = backend._Guarded.__init__
+
+    def recording_init(self, compiled, eager):
+        init(self, compiled, eager)
+        made.append(self)
+
+    monkeypatch.setattr(backend._Guarded, "__init__", recording_init)
+    f = CHAINS["arith"]
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    c = torch.compile(f, backend="neuron")
+    with torch.no_grad():
+        c(x, y)
+    assert made
+
+    def boom(*args):
+        raise RuntimeError("kernel exploded")
+
+    for g in made:  # the compiled graph now fails inside
+        g.compiled = boom
+    with pytest.warns(RuntimeWarning, match="kernel exploded"):
+        with torch.no_grad():
+            out = c(x, y)
+    torch.testing.assert_close(out, f(x, y))
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 1
+    with torch.no_grad():
+        torch.testing.assert_close(c(x, y), f(x, y))
+    assert all(g.compiled is g.eager for g in made)
+
+
+def test_user_errors_still_raise_like_eager():
+    def f(x, y):
+        return torch.exp(x) * 2 + y
+    c = torch.compile(f, backend="neuron")
+    with torch.no_grad():
+        c(torch.randn(3, 4), torch.randn(3, 4))
+        with pytest.raises(RuntimeError):
+            c(torch.randn(3, 4), torch.randn(5, 4))  # shapes do not broadcast: eager raises too
