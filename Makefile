@@ -4,18 +4,19 @@
 PYTHON := $(shell tools/python.sh)
 TCC_DIR := build/tcc
 CC ?= gcc
-CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Icsrc -I$(TCC_DIR)/include
+CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -fopenmp-simd -D_GNU_SOURCE -Icsrc -I$(TCC_DIR)/include
 # libc before mimalloc: Debian's libmimalloc.so exports malloc, and the first
 # library that defines it wins for the whole test process.
 # (check's flags are asked of pkg-config in the recipe: it may only exist
 # once `deps` has run, after make has read this file)
-LDLIBS_C := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc $(TCC_DIR)/lib/libtcc.a \
+LDLIBS_C := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc -lmvec $(TCC_DIR)/lib/libtcc.a \
             $$(pkg-config --libs check) -ldl -lpthread -lm
 
 CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
-            csrc/neuron_backend/tcc.c
+            csrc/neuron_backend/tcc.c csrc/neuron_backend/runtime.c csrc/neuron_backend/codegen.c \
+            csrc/neuron_backend/pool.c csrc/lowering/fuse.c
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
-C_SUITES := graph cache tcc
+C_SUITES := graph cache tcc fuse
 C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
 
 .PHONY: all deps build demo test test-c test-python clean

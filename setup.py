@@ -41,9 +41,9 @@ ext = Extension(
     sources=sources,
     include_dirs=["csrc", os.path.join(TCC, "include")],
     define_macros=[("_GNU_SOURCE", None), ("TORCHNEURON_VERSION", f'"{VERSION}"')],
-    extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"],
+    extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-fopenmp-simd"],
     extra_objects=[os.path.join(TCC, "lib", "libtcc.a")],
-    libraries=["lmdb", "xxhash", "mimalloc", "pthread", "dl", "m"],
+    libraries=["lmdb", "xxhash", "mimalloc", "mvec", "pthread", "dl", "m"],
     depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/*/*.h")),
 )
 

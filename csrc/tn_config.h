@@ -27,6 +27,8 @@
     "Initial LMDB map size; the map doubles on demand up to cache_max_bytes.") \
   _(cache_verify, TN_CFG_BOOL, 1, NULL, \
     "Check an existing cache file in a child process before using it (LMDB has no page checksums).") \
+  _(kernel_threads, TN_CFG_INT, 0, NULL, \
+    "Threads a large generated kernel is split across; 0 follows torch.get_num_threads().") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

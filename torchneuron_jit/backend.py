@@ -21,7 +21,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import _C, _log
+from . import _C, _log, config
 from .graph import from_fx
 
 aten = torch.ops.aten
@@ -124,6 +124,8 @@ def _build(gm, example_inputs):
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
+    threads = config.kernel_threads or torch.get_num_threads()
+    _C.set_kernel_threads(max(1, min(64, threads)))
     imported = from_fx(gm)
     ops = len(imported.fx_nodes)
     fused = _fuse(gm, imported)

@@ -154,7 +154,37 @@ static int32_t producer(const tn_graph *g, int32_t v)
   return tn_graph_value(g, v)->va_node;
 }
 
-/* Whether node n may join group k. */
+/* Whether every input node n takes from outside group k (or from group
+** also, when also >= 0) exists before k's first node. */
+static int inputs_ready(fuse_state *s, const tn_node *n, int32_t k, int32_t also)
+{
+  for (uint32_t i = 0; i < n->no_nargs; i++) {
+    if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
+      continue;
+    int32_t p = producer(s->fs_g, n->no_args[i].u.ar_ref);
+    if (p >= 0 && s->fs_group_of[p] != k && s->fs_group_of[p] != also && p >= s->fs_first[k])
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether group h can run inside group k (k starts first): same shape, and
+** what h reads from outside both exists before k's first node. */
+static int may_merge(fuse_state *s, int32_t h, int32_t k)
+{
+  const tn_graph *g = s->fs_g;
+  if (h == k || s->fs_first[h] < s->fs_first[k] ||
+      !sizes_equal(&tn_graph_value(g, tn_graph_node(g, s->fs_first[h])->no_out[0])->va_meta,
+                   &tn_graph_value(g, tn_graph_node(g, s->fs_first[k])->no_out[0])->va_meta))
+    return 0;
+  for (uint32_t i = (uint32_t)s->fs_first[h]; i < tn_graph_num_nodes(g); i++)
+    if (s->fs_group_of[i] == h && !inputs_ready(s, tn_graph_node(g, (int32_t)i), k, h))
+      return 0;
+  return 1;
+}
+
+/* Whether node n may join group k, merging into k the groups that hold
+** inputs n needs from after k's start when they can run inside k. */
 static int may_join(fuse_state *s, const tn_node *n, int32_t k)
 {
   const tn_graph *g = s->fs_g;
@@ -166,8 +196,17 @@ static int may_join(fuse_state *s, const tn_node *n, int32_t k)
     if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
       continue;
     int32_t p = producer(g, n->no_args[i].u.ar_ref);
-    if (p >= 0 && s->fs_group_of[p] != k && p >= s->fs_first[k])
+    if (p < 0 || s->fs_group_of[p] == k || p < s->fs_first[k])
+      continue;
+    int32_t h = s->fs_group_of[p];
+    if (h < 0 || !may_merge(s, h, k))
       return 0;
+    for (uint32_t j = (uint32_t)s->fs_first[h]; j < tn_graph_num_nodes(g); j++)
+      if (s->fs_group_of[j] == h) {
+        s->fs_group_of[j] = k;
+        s->fs_count[k]++;
+      }
+    s->fs_count[h] = 0;
   }
   return 1;
 }

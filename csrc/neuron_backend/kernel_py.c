@@ -11,13 +11,13 @@
 #include "../lowering/fuse.h"
 #include "../tn_stats.h"
 #include "codegen.h"
+#include "pool.h"
 #include "runtime.h"
 #include "tcc.h"
 
 #define KERNEL_MAX_OPERANDS 64
 /* Launches smaller than this keep the GIL: releasing it costs more. */
 #define KERNEL_NOGIL_ELEMENTS 32768
-
 typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, float **ptrs, const int64_t *strides);
 
 typedef struct {
@@ -29,6 +29,37 @@ typedef struct {
   PyObject *ke_dtype;    /* torch.float32 */
   PyObject *ke_source;   /* str */
 } KernelObject;
+
+/* Elements per thread below which a launch stays on one thread. */
+#define KERNEL_PART_ELEMENTS 65536
+
+static int kernel_threads = 1; /* set from torch.get_num_threads() */
+
+/* One launch, split along the outermost (coalesced) dimension. */
+typedef struct launch {
+  kernel_fn la_fn;
+  int la_rank, la_nops;
+  const int64_t *la_sizes;
+  float *const *la_ptrs;
+  const int64_t *la_strides;
+} launch;
+
+static void launch_part(void *vctx, int part, int nparts)
+{
+  const launch *la = vctx;
+  int64_t sizes[TN_MAX_RANK];
+  float *ptrs[KERNEL_MAX_OPERANDS];
+  int64_t n0 = la->la_sizes[0], chunk = (n0 + nparts - 1) / nparts;
+  int64_t start = chunk * part, len = n0 - start < chunk ? n0 - start : chunk;
+  if (len <= 0)
+    return;
+  for (int d = 0; d < la->la_rank; d++)
+    sizes[d] = la->la_sizes[d];
+  sizes[0] = len;
+  for (int k = 0; k < la->la_nops; k++)
+    ptrs[k] = la->la_ptrs[k] + start * la->la_strides[k * la->la_rank];
+  la->la_fn(la->la_rank, sizes, ptrs, la->la_strides);
+}
 
 /* -- fuse_pointwise ------------------------------------------------------------ */
 
@@ -286,9 +317,15 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
     for (int d = 0; d < crank; d++)
       st[p * crank + d] = cst[p * TN_MAX_RANK + d];
   if (numel > 0) {
+    launch la = {k->ke_fn, crank, nops, csizes, ptrs, st};
+    int parts = crank == 0 ? 1 : (int)(numel / KERNEL_PART_ELEMENTS);
+    if (parts > kernel_threads)
+      parts = kernel_threads;
+    if (crank > 0 && parts > csizes[0])
+      parts = (int)csizes[0];
     if (numel >= KERNEL_NOGIL_ELEMENTS) {
       Py_BEGIN_ALLOW_THREADS
-      k->ke_fn(crank, csizes, ptrs, st);
+      tn_pool_run(launch_part, &la, parts);
       Py_END_ALLOW_THREADS
     } else {
       k->ke_fn(crank, csizes, ptrs, st);
@@ -339,7 +376,21 @@ static PyType_Slot Kernel_slots[] = {
 static PyType_Spec Kernel_spec = {"torchneuron_jit._C.Kernel", sizeof(KernelObject), 0, Py_TPFLAGS_DEFAULT,
                                   Kernel_slots};
 
+static PyObject *py_set_kernel_threads(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred())
+    return NULL;
+  if (n < 1 || n > 64)
+    return PyErr_Format(PyExc_ValueError, "threads must lie in [1, 64], got %ld", n);
+  kernel_threads = (int)n;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef tn_py_kernel_methods[] = {
+  {"set_kernel_threads", py_set_kernel_threads, METH_O,
+   "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
   {"fuse_pointwise", py_fuse_pointwise, METH_O,
    "fuse_pointwise(graph) -> [{'nodes', 'inputs', 'outputs', 'source'}] for each fused group."},
   {NULL, NULL, 0, NULL},

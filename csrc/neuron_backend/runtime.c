@@ -6,11 +6,34 @@
 /* The loops here are the whole point of the runtime: vectorise them at
 ** -O3 whatever the extension's level, in one clone per ISA, chosen at load
 ** time by the dynamic linker (ifunc). */
-#pragma GCC optimize("O3")
+#pragma GCC optimize("O3", "no-math-errno")
 
 #include "runtime.h"
 
 #include <math.h>
+
+/* glibc's libmvec holds SIMD versions of these (the accuracy class of
+** eager's Sleef, NaN and infinity handled): declaring them as OpenMP SIMD
+** functions, as glibc's own headers do under -ffast-math, lets the
+** vectoriser call them (-fopenmp-simd; linked with -lmvec). */
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float log1pf(float);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+float erff(float);
+#pragma omp declare simd notinbranch
+float sinf(float);
+#pragma omp declare simd notinbranch
+float cosf(float);
+#pragma omp declare simd notinbranch
+float powf(float, float);
 
 #define RT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 

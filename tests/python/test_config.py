@@ -6,17 +6,18 @@ import pytest
 
 from torchneuron_jit import _C, config
 
-NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "log"]
+NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
     "cache_max_bytes": 1 << 30,
     "cache_initial_map_bytes": 32 << 20,
     "cache_verify": True,
+    "kernel_threads": 0,
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
-         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "log": "str"}
+         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "log": "str"}
 
 
 def parse_default(setting):
