@@ -7,6 +7,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 
 /* torchneuron_jit._C.GraphError (ValueError) and CacheError (OSError);
 ** CacheError instances carry .code, the TN_E* value. Owned by the module. */
@@ -25,6 +26,9 @@ int tn_py_kernel_init(PyObject *m);
 /* Functions of each binding, appended to the module's method table. */
 extern PyMethodDef tn_py_graph_methods[];
 extern PyMethodDef tn_py_kernel_methods[];
+
+/* A new list of the n ints ids, or NULL with an exception set. */
+PyObject *tn_py_ids_list(const int32_t *ids, uint32_t n);
 
 /* The graph inside a _C.Graph, or NULL with TypeError set. */
 struct tn_graph;

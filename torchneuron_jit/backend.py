@@ -12,6 +12,7 @@ warning naming the cause (``stats()["eager_fallbacks"]`` counts them).
 Graphs that need gradients run eagerly for now (``training_graphs``).
 """
 import copy
+import json
 import operator
 import time
 import warnings
@@ -21,7 +22,7 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import _C, _log, config
+from . import _C, _log, cache, config
 from .graph import from_fx
 
 aten = torch.ops.aten
@@ -54,14 +55,63 @@ def _warn_once(message):
         warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=2)
 
 
-def _fuse(gm, imported):
+# Version of the cached artifact (payload layout, code generation): bump it
+# when either changes meaning; it is part of every artifact key.
+ARTIFACT_FORMAT = 1
+
+
+def _key_context():
+    from . import __version__
+    return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
+            f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}").encode()
+
+
+def _lowered_groups(imported):
+    """The fused groups of a graph, in the ids of imported.graph.
+
+    They come from the persistent cache when an earlier process lowered the
+    same graph; otherwise the canonical form of the graph is lowered and the
+    result stored. Cached groups are in canonical ids, so a graph built in
+    another insertion order maps them correctly. Returns (groups, lowered).
+    """
+    g = imported.graph
+    key = g.key(_key_context())
+    order, vmap = g.canonical_ids()
+    t0 = time.perf_counter()
+    payload = cache.get(cache.ARTIFACTS, key)
+    groups = None
+    if payload is not None:
+        try:
+            artifact = json.loads(payload)
+            if artifact.get("format") == ARTIFACT_FORMAT:
+                groups = artifact["groups"]
+        except ValueError:
+            groups = None
+    if groups is not None:
+        _C.stat_add("cache_hits")
+        _log.event("cache", f"hit {key.hex()} in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+        lowered = False
+    else:
+        _C.stat_add("cache_misses")
+        groups = _C.fuse_pointwise(_C.decode_graph(g.encode()))
+        stored = cache.put(cache.ARTIFACTS, key,
+                           json.dumps({"format": ARTIFACT_FORMAT, "groups": groups}).encode())
+        _log.event("cache", f"miss {key.hex()}: lowered in {(time.perf_counter() - t0) * 1e3:.2f} ms"
+                            + ("" if stored else " (not stored)"))
+        lowered = True
+    value_of = {canon: v for v, canon in enumerate(vmap)}
+    return [dict(grp, nodes=[order[n] for n in grp["nodes"]],
+                 inputs=[value_of[v] for v in grp["inputs"]],
+                 outputs=[value_of[v] for v in grp["outputs"]]) for grp in groups], lowered
+
+
+def _fuse(gm, imported, groups):
     """Replaces each fused pointwise group of gm by one generated kernel.
 
     Returns the number of FX nodes now running inside kernels. The kernel
     call goes where the group's first node was: every input of the group
     exists there (the fusion rule guarantees it).
     """
-    groups = _C.fuse_pointwise(imported.graph)
     graph = gm.graph
     fused = 0
     moved = {}  # FX node of a group output -> the getitem that now holds it
@@ -128,9 +178,10 @@ def _build(gm, example_inputs):
     _C.set_kernel_threads(max(1, min(64, threads)))
     imported = from_fx(gm)
     ops = len(imported.fx_nodes)
-    fused = _fuse(gm, imported)
+    groups, lowered = _lowered_groups(imported)
+    fused = _fuse(gm, imported, groups)
     _C.stat_add("graphs_compiled")
-    if fused:
+    if lowered:
         _C.stat_add("graphs_lowered")
     _C.stat_add("fallback_nodes", ops - fused)
     for name in imported.fallback_ops:

@@ -321,10 +321,15 @@ int tn_graph_encode(tn_graph *g, const uint8_t **out, size_t *outlen)
     b.bu_data[HEADER_NSYMS_AT + i] = (uint8_t)(e.es_nsyms >> (8 * i));
 
   mi_free(g->gr_enc);
+  mi_free(g->gr_canon_nodes);
+  mi_free(g->gr_canon_values);
   g->gr_enc = b.bu_data;
   g->gr_enclen = b.bu_len;
+  g->gr_canon_nodes = order;   /* canonical position -> node id */
+  g->gr_canon_values = vmap;   /* value id -> canonical value id */
   g->gr_enc_valid = 1;
   b.bu_data = NULL;
+  order = vmap = NULL;
   *out = g->gr_enc;
   *outlen = g->gr_enclen;
 done:
@@ -336,6 +341,18 @@ done:
   mi_free(order);
   mi_free(seen);
   mi_free(stack);
+  return rc;
+}
+
+int tn_graph_canonical(tn_graph *g, const int32_t **node_order, const int32_t **value_map)
+{
+  const uint8_t *enc;
+  size_t len;
+  int rc = tn_graph_encode(g, &enc, &len);
+  if (rc == TN_OK) {
+    *node_order = g->gr_canon_nodes;
+    *value_map = g->gr_canon_values;
+  }
   return rc;
 }
 

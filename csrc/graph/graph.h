@@ -206,6 +206,14 @@ int tn_graph_encode(tn_graph *g, const uint8_t **buf, size_t *len);
 int tn_graph_decode(const uint8_t *buf, size_t len, tn_graph **out,
                     char *err, size_t errlen);
 
+/* The numbering of the canonical encoding: node_order[k] is the id of the
+** node at canonical position k (tn_graph_num_nodes entries), value_map[v]
+** the canonical id of value v. A graph decoded from the encoding numbers
+** its nodes and values canonically, so these translate results computed on
+** it (or cached under the graph's key) back to g. Valid until g changes.
+** Encodes g if needed: TN_EPOISONED, TN_ENOMEM. */
+int tn_graph_canonical(tn_graph *g, const int32_t **node_order, const int32_t **value_map);
+
 /* key = XXH3-128 of (format version, encoding length, encoding, ctx), in
 ** canonical (big-endian) byte order. ctx may be NULL when ctxlen is 0. */
 int tn_graph_key(tn_graph *g, const void *ctx, size_t ctxlen, uint8_t key[16]);

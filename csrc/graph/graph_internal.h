@@ -25,6 +25,8 @@ struct tn_graph {
   uint8_t *gr_enc;         /* cached canonical encoding, valid if gr_enc_valid */
   size_t gr_enclen;
   int gr_enc_valid;
+  int32_t *gr_canon_nodes;  /* with the encoding: canonical position -> node id */
+  int32_t *gr_canon_values; /* with the encoding: value id -> canonical value id */
   char *gr_dump;           /* cached dump or NULL */
 };
 

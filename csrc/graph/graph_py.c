@@ -491,6 +491,23 @@ static PyObject *Graph_key(PyObject *o, PyObject *args, PyObject *kwds)
   return rc == TN_OK ? PyBytes_FromStringAndSize((const char *)key, 16) : graph_raise(self, rc);
 }
 
+static PyObject *Graph_canonical_ids(PyObject *o, PyObject *unused)
+{
+  GraphObject *self = (GraphObject *)o;
+  const int32_t *order, *vmap;
+  (void)unused;
+  int rc = tn_graph_canonical(self->gr, &order, &vmap);
+  if (rc != TN_OK)
+    return graph_raise(self, rc);
+  PyObject *a = tn_py_ids_list(order, tn_graph_num_nodes(self->gr));
+  PyObject *b = a ? tn_py_ids_list(vmap, tn_graph_num_values(self->gr)) : NULL;
+  if (!b) {
+    Py_XDECREF(a);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", a, b);
+}
+
 static PyObject *Graph_dump(PyObject *o, PyObject *unused)
 {
   GraphObject *self = (GraphObject *)o;
@@ -535,6 +552,8 @@ static PyMethodDef Graph_methods[] = {
   {"key", (PyCFunction)(void (*)(void))Graph_key, METH_VARARGS | METH_KEYWORDS,
    "key(context=b'') -> 16-byte XXH3-128 of format version, encoding and context."},
   {"dump", Graph_dump, METH_NOARGS, "Readable listing."},
+  {"canonical_ids", Graph_canonical_ids, METH_NOARGS,
+   "(node_order, value_map): canonical position -> node id, value id -> canonical value id."},
   {"reset", Graph_reset, METH_NOARGS, "Empty the graph and clear an error."},
   {NULL, NULL, 0, NULL},
 };
@@ -559,6 +578,20 @@ static PyType_Slot Graph_slots[] = {
 
 static PyType_Spec Graph_spec = {"torchneuron_jit._C.Graph", sizeof(GraphObject), 0, Py_TPFLAGS_DEFAULT,
                                  Graph_slots};
+
+PyObject *tn_py_ids_list(const int32_t *ids, uint32_t n)
+{
+  PyObject *l = PyList_New(n);
+  for (uint32_t i = 0; l && i < n; i++) {
+    PyObject *v = PyLong_FromLong(ids[i]);
+    if (!v) {
+      Py_CLEAR(l);
+      break;
+    }
+    PyList_SET_ITEM(l, i, v);
+  }
+  return l;
+}
 
 tn_graph *tn_py_graph_get(PyObject *o)
 {

@@ -63,20 +63,6 @@ static void launch_part(void *vctx, int part, int nparts)
 
 /* -- fuse_pointwise ------------------------------------------------------------ */
 
-static PyObject *ids_list(const int32_t *ids, uint32_t n)
-{
-  PyObject *l = PyList_New(n);
-  for (uint32_t i = 0; l && i < n; i++) {
-    PyObject *v = PyLong_FromLong(ids[i]);
-    if (!v) {
-      Py_CLEAR(l);
-      break;
-    }
-    PyList_SET_ITEM(l, i, v);
-  }
-  return l;
-}
-
 static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
 {
   (void)self;
@@ -97,9 +83,9 @@ static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
       PyErr_NoMemory();
       break;
     }
-    PyObject *d = Py_BuildValue("{s:N,s:N,s:N,s:s}", "nodes", ids_list(grp->fg_nodes, grp->fg_nnodes),
-                                "inputs", ids_list(grp->fg_inputs, grp->fg_ninputs),
-                                "outputs", ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src);
+    PyObject *d = Py_BuildValue("{s:N,s:N,s:N,s:s}", "nodes", tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes),
+                                "inputs", tn_py_ids_list(grp->fg_inputs, grp->fg_ninputs),
+                                "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src);
     free(src);
     if (!d || PyList_Append(res, d) < 0)
       Py_CLEAR(res);

@@ -164,3 +164,58 @@ def test_user_errors_still_raise_like_eager():
         c(torch.randn(3, 4), torch.randn(3, 4))
         with pytest.raises(RuntimeError):
             c(torch.randn(3, 4), torch.randn(5, 4))  # shapes do not broadcast: eager raises too
+
+
+CACHE_CHILD = """
+import json, torch, torchneuron_jit
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64)).eval()
+def f(x):
+    h = m(x)
+    return torch.sigmoid(h * 1.702) * h + torch.tanh(h) * 0.5
+x = torch.randn(8, 32)
+with torch.no_grad():
+    torch.testing.assert_close(torch.compile(f, backend="neuron")(x), f(x))
+print(json.dumps(torchneuron_jit.stats()))
+"""
+
+
+def test_second_process_uses_the_cached_artifact(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / "shared"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", CACHE_CHILD], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["cache_misses"] == 1 and first["graphs_lowered"] == 1 and first["kernels_compiled"] >= 1
+    assert second["cache_hits"] == 1 and second["graphs_lowered"] == 0
+    assert second["kernels_compiled"] == first["kernels_compiled"]
+
+
+def test_cached_artifact_maps_onto_a_reordered_program():
+    def f1(x, y):
+        a = torch.exp(x) * 2
+        b = torch.tanh(y) + 1
+        return a + b, a * b
+
+    def f2(x, y):  # the same dataflow, statements in another order
+        b = torch.tanh(y) + 1
+        a = torch.exp(x) * 2
+        return a + b, a * b
+
+    x, y = torch.randn(5, 7), torch.randn(5, 7)
+    with torch.no_grad():
+        for f in (f1, f2):
+            gm = make_fx(f)(x, y)
+            compiled = backend.compile_inference(gm, [x, y])
+            got = compiled([x, y])
+            for g, e in zip(got, f(x, y)):
+                torch.testing.assert_close(g, e)
+    st = torchneuron_jit.stats()
+    assert st["cache_misses"] == 1 and st["cache_hits"] == 1, st
+    assert st["kernels_compiled"] == 2
