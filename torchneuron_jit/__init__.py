@@ -37,6 +37,12 @@ def stats():
     return _C.stats()
 
 
+def lowered_ops():
+    """The ATen overloads the back end turns into generated code (float32
+    elementwise ops for now); every other op runs through PyTorch."""
+    return _C.lowered_ops()
+
+
 def reset_stats():
     """Sets every counter of stats() to 0."""
     _C.stats_reset()
@@ -60,4 +66,4 @@ def _register_backend():
 
 _register_backend()
 
-__all__ = ["config", "cache", "stats", "reset_stats", "GraphError", "CacheError", "__version__"]
+__all__ = ["config", "cache", "stats", "reset_stats", "lowered_ops", "GraphError", "CacheError", "__version__"]

@@ -67,6 +67,11 @@ static fuse_rule fuse_rule_of(int op)
   }
 }
 
+int tn_fuse_lowers(int op)
+{
+  return fuse_rule_of(op).fr_kind != FK_NONE;
+}
+
 /* A finite number argument, or NONE (for clamp's optional bounds). */
 static int arg_number(const tn_arg *a, double *out)
 {

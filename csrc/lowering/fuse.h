@@ -48,6 +48,10 @@ typedef struct tn_fgroup {
 
 typedef struct tn_fusion tn_fusion;
 
+/* Whether the lowering turns op into generated code (else its nodes run
+** through PyTorch): the registry behind torchneuron_jit.lowered_ops(). */
+int tn_fuse_lowers(int op);
+
 /* Finds the pointwise groups of g. The result lives in a mimalloc heap of
 ** its own, which belongs to the calling thread. TN_ENOMEM. */
 int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out);

@@ -374,7 +374,24 @@ static PyObject *py_set_kernel_threads(PyObject *self, PyObject *arg)
   Py_RETURN_NONE;
 }
 
+static PyObject *py_lowered_ops(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  PyObject *l = PyList_New(0);
+  for (int op = 0; l && op < tn_op_count(); op++) {
+    if (!tn_fuse_lowers(op))
+      continue;
+    PyObject *s = PyUnicode_FromString(tn_op_name(op));
+    if (!s || PyList_Append(l, s) < 0)
+      Py_CLEAR(l);
+    Py_XDECREF(s);
+  }
+  return l;
+}
+
 PyMethodDef tn_py_kernel_methods[] = {
+  {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
   {"fuse_pointwise", py_fuse_pointwise, METH_O,
