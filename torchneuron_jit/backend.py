@@ -11,6 +11,7 @@ Every internal failure degrades to eager execution of that graph with one
 warning naming the cause (``stats()["eager_fallbacks"]`` counts them).
 Graphs that need gradients run eagerly for now (``training_graphs``).
 """
+import collections
 import copy
 import json
 import operator
@@ -27,11 +28,13 @@ from .graph import from_fx
 
 aten = torch.ops.aten
 
-# Ops the lowering takes whole (one fused kernel each), so they must not be
-# decomposed before they reach it.
-LOWERED_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu,
-                 aten.addmm, aten.baddbmm, aten.silu, aten.logsumexp, aten.var, aten.clamp_min,
-                 aten.clamp_max, aten.masked_fill, aten.t)
+# Ops kept whole rather than decomposed: those the lowering takes as one
+# fused kernel each, and those whose eager kernel beats its decomposition
+# while they run through PyTorch (CPU flash attention).
+KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu,
+              aten.addmm, aten.baddbmm, aten.silu, aten.logsumexp, aten.var, aten.clamp_min,
+              aten.clamp_max, aten.masked_fill, aten.t, aten.scaled_dot_product_attention,
+              aten._scaled_dot_product_flash_attention_for_cpu)
 
 # Test hook: when set to a string, the next graph's compilation fails with
 # that reason (tests of the degrade-to-eager path).
@@ -39,11 +42,15 @@ fail_next_compile = None
 
 _warned = set()
 
+# What this process's compilations did, for demos and reports.
+compile_seconds = 0.0                      # time spent in compile_inference
+fallback_ops = collections.Counter()       # ATen op -> nodes run through PyTorch
+
 
 def decompositions():
-    """Core ATen decompositions, minus the ops in LOWERED_WHOLE."""
+    """Core ATen decompositions, minus the ops in KEEP_WHOLE."""
     table = dict(core_aten_decompositions())
-    for packet in LOWERED_WHOLE:
+    for packet in KEEP_WHOLE:
         for overload in packet.overloads():
             table.pop(getattr(packet, overload), None)
     return table
@@ -184,6 +191,10 @@ def _build(gm, example_inputs):
     if lowered:
         _C.stat_add("graphs_lowered")
     _C.stat_add("fallback_nodes", ops - fused)
+    fused_nodes = {n for grp in groups for n in grp["nodes"]}
+    for i, node in enumerate(imported.fx_nodes):
+        if i not in fused_nodes:
+            fallback_ops[str(node.target)] += 1
     for name in imported.fallback_ops:
         _log.event("fallback", f"{name}: no lowering")
     return gm
@@ -191,6 +202,7 @@ def _build(gm, example_inputs):
 
 def compile_inference(gm, example_inputs):
     """aot_autograd's compiler for graphs that need no gradients."""
+    global compile_seconds
     t0 = time.perf_counter()
     try:
         compiled = _build(gm, example_inputs)
@@ -200,6 +212,7 @@ def compile_inference(gm, example_inputs):
         _warn_once(f"could not compile a graph, running it eagerly ({reason})")
         _log.event("compile", f"failed after {(time.perf_counter() - t0) * 1e3:.2f} ms: {reason}")
         return make_boxed_func(gm)
+    compile_seconds += time.perf_counter() - t0
     _log.event("compile", f"graph of {sum(1 for n in gm.graph.nodes if n.op == 'call_function')} "
                           f"ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
     return _Guarded(compiled, gm)
