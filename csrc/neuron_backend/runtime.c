@@ -17,14 +17,6 @@
 ** functions, as glibc's own headers do under -ffast-math, lets the
 ** vectoriser call them (-fopenmp-simd; linked with -lmvec). */
 #pragma omp declare simd notinbranch
-float expf(float);
-#pragma omp declare simd notinbranch
-float logf(float);
-#pragma omp declare simd notinbranch
-float log1pf(float);
-#pragma omp declare simd notinbranch
-float expm1f(float);
-#pragma omp declare simd notinbranch
 float tanhf(float);
 #pragma omp declare simd notinbranch
 float erff(float);
@@ -32,8 +24,6 @@ float erff(float);
 float sinf(float);
 #pragma omp declare simd notinbranch
 float cosf(float);
-#pragma omp declare simd notinbranch
-float powf(float, float);
 
 #define RT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -69,6 +59,66 @@ RT_CLONES void tn_rt_fill_f32(float *dst, float v, int64_t n)
     dst[i] = v;
 }
 
+/* -- exp, log, log1p, expm1, pow: explicit libmvec calls --------------------
+** GCC vectorises calls through their OpenMP SIMD declarations only for some
+** functions (tanhf, erff, sinf, cosf above) unless -ffast-math; these it
+** keeps scalar. So they call libmvec's 8-lane AVX2 versions directly, chosen
+** once by a CPU check, with a scalar tail. */
+
+typedef float rt_v8 __attribute__((vector_size(32)));
+
+rt_v8 _ZGVdN8v_expf(rt_v8);
+rt_v8 _ZGVdN8v_logf(rt_v8);
+rt_v8 _ZGVdN8v_log1pf(rt_v8);
+rt_v8 _ZGVdN8v_expm1f(rt_v8);
+rt_v8 _ZGVdN8vv_powf(rt_v8, rt_v8);
+
+#define RT_VMATH_EXP 1
+#define RT_VMATH_LOG 2
+#define RT_VMATH_LOG1P 3
+#define RT_VMATH_EXPM1 4
+#define RT_VMATH_SIGMOID 5
+#define RT_VMATH_SILU 6
+#define RT_VMATH_POW 7
+
+__attribute__((target("avx2,fma"))) static rt_v8 rt_v8_apply(int f, rt_v8 x, rt_v8 y)
+{
+  const rt_v8 one = {1, 1, 1, 1, 1, 1, 1, 1};
+  switch (f) {
+  case RT_VMATH_EXP: return _ZGVdN8v_expf(x);
+  case RT_VMATH_LOG: return _ZGVdN8v_logf(x);
+  case RT_VMATH_LOG1P: return _ZGVdN8v_log1pf(x);
+  case RT_VMATH_EXPM1: return _ZGVdN8v_expm1f(x);
+  case RT_VMATH_SIGMOID: return one / (one + _ZGVdN8v_expf(-x));
+  case RT_VMATH_SILU: return x / (one + _ZGVdN8v_expf(-x));
+  default: return _ZGVdN8vv_powf(x, y);
+  }
+}
+
+/* dst[i] = f(a[i](, b[i])) for the 8-lane body; returns how many were done. */
+__attribute__((target("avx2,fma"))) static int64_t rt_vmath_avx2(int f, float *dst, const float *a,
+                                                               const float *b, int64_t n)
+{
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    rt_v8 x, y = {0};
+    __builtin_memcpy(&x, a + i, sizeof x);
+    if (b)
+      __builtin_memcpy(&y, b + i, sizeof y);
+    rt_v8 r = rt_v8_apply(f, x, y);
+    __builtin_memcpy(dst + i, &r, sizeof r);
+  }
+  return i;
+}
+
+static int rt_have_avx2(void)
+{
+  static int have = -1;
+  if (have < 0)
+    have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return have;
+}
+
 static inline float rt_sigmoid(float x)
 {
   return 1.0f / (1.0f + expf(-x));
@@ -83,6 +133,15 @@ static inline float rt_sigmoid(float x)
 
 RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
 {
+  int f = op == TN_RT_EXP ? RT_VMATH_EXP : op == TN_RT_LOG ? RT_VMATH_LOG
+        : op == TN_RT_LOG1P ? RT_VMATH_LOG1P : op == TN_RT_EXPM1 ? RT_VMATH_EXPM1
+        : op == TN_RT_SIGMOID ? RT_VMATH_SIGMOID : op == TN_RT_SILU ? RT_VMATH_SILU : 0;
+  if (f && rt_have_avx2()) {
+    int64_t done = rt_vmath_avx2(f, dst, a, NULL, n);
+    dst += done;
+    a += done;
+    n -= done;
+  }
   switch (op) {
   case TN_RT_NEG: UNARY_LOOP(-x);
   case TN_RT_ABS: UNARY_LOOP(fabsf(x));
@@ -130,6 +189,13 @@ static inline float rt_min(float x, float y)
 
 RT_CLONES void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_t n)
 {
+  if (op == TN_RT_B_POW && rt_have_avx2()) {
+    int64_t done = rt_vmath_avx2(RT_VMATH_POW, dst, a, b, n);
+    dst += done;
+    a += done;
+    b += done;
+    n -= done;
+  }
   switch (op) {
   case TN_RT_B_ADD: BINARY_LOOP(x + y);
   case TN_RT_B_SUB: BINARY_LOOP(x - y);
