@@ -229,19 +229,15 @@ def from_fx(gm, roles=None):
         val = node.meta.get("val")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
         outs = [imp.meta(v, where) for v in vals]
-        wrapped = any(a.type.kind() == "TensorType" and tag != _C.ARG_TENSOR
-                      for a, (tag, _) in zip(node.target._schema.arguments, args))
-        if wrapped:
-            name = _scalar_form(name, args) or name
-            if name not in _OP_NAMES or _C.op_signature(name)[0].count("T") > sum(
-                    tag == _C.ARG_TENSOR for tag, _ in args):
-                name = op_name(node.target)
-                ids = imp.g.add_node("fallback", args, outs, target=name)
-                result.fallback_ops.append(name)
-                result.fx_nodes.append(node)
-                imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
-                continue
-        if name in _OP_NAMES:
+        in_table = name in _OP_NAMES
+        if any(a.type.kind() == "TensorType" and tag != _C.ARG_TENSOR
+               for a, (tag, _) in zip(node.target._schema.arguments, args)):
+            # a number where the schema says Tensor: the .Scalar overload, else a fallback
+            alt = _scalar_form(name, args)
+            in_table = alt is not None and _C.op_signature(alt)[0].count("T") <= sum(
+                tag == _C.ARG_TENSOR for tag, _ in args)
+            name = alt if in_table else name
+        if in_table:
             ids = imp.g.add_node(name, args, outs)
             result.lowered_nodes += 1
         else:

@@ -72,3 +72,18 @@ def run_python(cache_dir, tmp_path):
                               capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def fresh_backend():
+    """Dynamo's caches, our counters and once-only warnings reset around a test."""
+    import torch
+
+    import torchneuron_jit
+    from torchneuron_jit import backend
+    torch._dynamo.reset()
+    torchneuron_jit.reset_stats()
+    backend._warned.clear()
+    yield
+    torch._dynamo.reset()
+    backend.fail_next_compile = None

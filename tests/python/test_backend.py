@@ -11,14 +11,7 @@ import torchneuron_jit
 from torchneuron_jit import backend
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    torchneuron_jit.reset_stats()
-    backend._warned.clear()
-    yield
-    torch._dynamo.reset()
-    backend.fail_next_compile = None
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _mlp():

@@ -11,13 +11,7 @@ from torchneuron_jit import _C, backend
 from torchneuron_jit.graph import from_fx
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    torchneuron_jit.reset_stats()
-    backend._warned.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _special(shape):

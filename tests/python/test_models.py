@@ -8,13 +8,7 @@ import torchneuron_jit
 from torchneuron_jit import backend
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    torch._dynamo.reset()
-    torchneuron_jit.reset_stats()
-    backend._warned.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_backend")
 
 
 def _check(model, *inputs, atol=None, rtol=None):
