@@ -10,9 +10,11 @@ nodes' ``meta["val"]`` (real output metadata recorded by PyTorch, never
 re-derived here); symbolic sizes become graph symbols, one per distinct
 expression.
 
-What cannot be represented (a non-tensor graph input or output, a
-non-ATen call, an argument type we have no tag for) raises
-:class:`Unsupported`, whose message names the node.
+Sizes computed in the graph (dynamic-shape placeholders, ``sym_size``,
+integer arithmetic on them) stay in the FX graph and appear in the IR as
+the symbols they evaluate to. What cannot be represented (another non-tensor
+input or output, a non-ATen call on tensors, an argument type we have no tag
+for) raises :class:`Unsupported`, whose message names the node.
 """
 import operator
 from dataclasses import dataclass, field
@@ -52,6 +54,12 @@ def _scalar_form(name, args):
     return None
 
 
+def _is_size(node):
+    """Whether an FX node computes a size (an int or SymInt) rather than a tensor."""
+    val = node.meta.get("val")
+    return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
+
+
 def op_name(target):
     """Qualified name of an OpOverload: 'aten::add.Tensor', 'aten::mm'."""
     schema = target._schema
@@ -79,6 +87,8 @@ class _Importer:
     # -- metadata ---------------------------------------------------------
 
     def sint(self, v, where):
+        if isinstance(v, torch.fx.Node):  # a size computed in the graph: its symbol
+            v = v.meta.get("val")
         if isinstance(v, torch.SymInt):
             expr = v.node.expr
             if getattr(expr, "is_Integer", False):
@@ -140,6 +150,8 @@ class _Importer:
                 return (_C.ARG_INT_LIST, [self.sint(v, where) for v in items])
             raise Unsupported(f"{where}: list of {elem} arguments are not supported")
         if kind in ("IntType", "SymIntType", "NumberType"):
+            if isinstance(value, torch.fx.Node) and not isinstance(value.meta.get("val"), torch.Tensor):
+                value = value.meta.get("val")  # a size computed in the graph
             if isinstance(value, bool):
                 return (_C.ARG_BOOL, int(value))
             if isinstance(value, float):
@@ -192,6 +204,8 @@ def from_fx(gm, roles=None):
         raise ValueError(f"roles has {len(roles)} entries for {len(placeholders)} placeholders")
     for node, role in zip(placeholders, roles):
         where = f"input {node.name}"
+        if _is_size(node):
+            continue  # a dynamic size: it stays in the FX graph; the IR sees its symbol
         dtype, sizes, strides = imp.meta(node.meta.get("val"), where)
         if role[0] == "arg":
             vid = imp.g.add_input("arg", dtype, sizes, strides, index=role[1], name=role[2])
@@ -215,6 +229,8 @@ def from_fx(gm, roles=None):
             continue
         if node.op != "call_function":
             raise Unsupported(f"{where}: {node.op} nodes are not supported")
+        if _is_size(node):
+            continue  # size arithmetic (sym_size, operator.mul, ...) runs in the FX graph
         if node.target is operator.getitem:
             src, idx = node.args
             ids = imp.ids.get(src)

@@ -82,19 +82,30 @@ static int arg_number(const tn_arg *a, double *out)
   }
 }
 
+/* Whether m is row-major contiguous. The expected stride is tracked as
+** exp_val * s[exp_sym] (one symbol at most), which covers dynamic batch and
+** sequence sizes; a stride that cannot be verified counts as not
+** contiguous. */
 static int meta_contiguous(const tn_meta *m)
 {
-  int64_t expect = 1;
+  int64_t exp_val = 1;
+  int32_t exp_sym = -1;
   for (int d = m->me_rank - 1; d >= 0; d--) {
-    if (m->me_sizes[d].si_sym >= 0 || m->me_strides[d].si_sym >= 0) {
-      if (m->me_sizes[d].si_sym >= 0 && d == m->me_rank - 1 && m->me_strides[d].si_sym < 0 &&
-          m->me_strides[d].si_val == 1)
-        continue; /* symbolic sizes: only the innermost stride is checkable */
+    tn_sint size = m->me_sizes[d], st = m->me_strides[d];
+    if (size.si_sym < 0 && size.si_val == 1)
+      continue; /* any stride will do */
+    if (exp_sym < 0 ? (st.si_sym >= 0 || st.si_val != exp_val)
+                    : (exp_val != 1 || st.si_sym != exp_sym))
       return 0;
+    if (size.si_sym < 0) {
+      if (size.si_val != 0 && exp_val > INT64_MAX / size.si_val)
+        return 0;
+      exp_val *= size.si_val;
+    } else if (exp_sym < 0) {
+      exp_sym = size.si_sym;
+    } else if (d > 0) {
+      return 0; /* a product of two symbols: not representable here */
     }
-    if (m->me_sizes[d].si_val != 1 && m->me_strides[d].si_val != expect)
-      return 0;
-    expect *= m->me_sizes[d].si_val;
   }
   return 1;
 }

@@ -216,3 +216,21 @@ def test_cached_artifact_maps_onto_a_reordered_program():
     st = torchneuron_jit.stats()
     assert st["cache_misses"] == 1 and st["cache_hits"] == 1, st
     assert st["kernels_compiled"] == 2
+
+
+def test_changing_shapes_compile_dynamic_graphs_without_fallback():
+    import warnings
+
+    def f(x, y):
+        return torch.tanh(x.view(x.shape[0] * 2, -1) * 3).exp() + torch.sigmoid(y).repeat(2, 1)
+
+    c = torch.compile(f, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "could not compile" warning
+        with torch.no_grad():
+            for n in (8, 12, 16, 5):
+                x, y = torch.randn(n, 32), torch.randn(n, 16)
+                torch.testing.assert_close(c(x, y), f(x, y))
+    st = torchneuron_jit.stats()
+    assert st["eager_fallbacks"] == 0
+    assert st["graphs_compiled"] >= 2 and st["kernels_compiled"] >= 2  # a static and a dynamic graph

@@ -87,12 +87,22 @@ def test_multi_output_and_defaults_are_explicit():
     assert "aten::addmm(" in dump and ", 1, 1)" in dump
 
 
-def test_unsupported_is_reported_with_node_name():
-    # a size read as a Python int becomes sym_size / operator.mul nodes: not tensors
+def test_unsupported_is_reported_with_its_place():
+    # a graph that returns a size (not a tensor) cannot be represented
     with torch.no_grad():
-        gm = make_fx(lambda x: x.reshape(x.shape[0] * 2, -1), tracing_mode="symbolic")(torch.randn(4, 6))
-    with pytest.raises(Unsupported, match=r"node \w+ \("):
+        gm = make_fx(lambda x: (x + 1, x.shape[0] * 2), tracing_mode="symbolic")(torch.randn(4, 6))
+    with pytest.raises(Unsupported, match=r"output 1"):
         from_fx(gm)
+
+
+def test_size_arithmetic_stays_in_fx_and_becomes_symbols():
+    with torch.no_grad():
+        gm = make_fx(lambda x: torch.exp(x.reshape(x.shape[0] * 2, -1)) * 2,
+                     tracing_mode="symbolic")(torch.randn(4, 6))
+    r = from_fx(gm)
+    assert r.graph.num_nodes == 3  # view, exp, mul: the size nodes are not in the IR
+    assert r.graph.num_symbols >= 1
+    assert "aten::view(%0, [s" in r.graph.dump()
 
 
 def test_dtype_table_matches_torch_scalar_types():
