@@ -106,3 +106,36 @@ def test_lowered_ops_registry():
     assert "aten::add.Tensor" in ops and "aten::gelu" in ops and "aten::exp" in ops
     assert "aten::mm" not in ops  # not lowered yet: runs through PyTorch
     assert set(ops) <= set(torchneuron_jit._C.op_names())
+
+
+def test_input_mutation_is_applied_like_eager():
+    def f(x):
+        x.mul_(2)
+        return torch.sigmoid(x) + 1
+
+    a = torch.randn(4, 4)
+    b = a.clone()
+    with torch.no_grad():
+        want = f(a)
+        got = torch.compile(f, backend="neuron")(b)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(b, a)  # the input was doubled in both
+    assert torchneuron_jit.stats()["kernels_compiled"] >= 1
+
+
+def test_dict_outputs_and_in_place_ops():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 16).eval()
+
+    def f(x):
+        h = lin(x)
+        y = h * 2
+        y.add_(1)
+        y.relu_()
+        return {"a": torch.tanh(y) * 2, "b": h.sum()}
+
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        want = f(x)
+        got = torch.compile(f, backend="neuron")(x)
+    torch.testing.assert_close(got, want)
