@@ -234,3 +234,34 @@ def test_changing_shapes_compile_dynamic_graphs_without_fallback():
     st = torchneuron_jit.stats()
     assert st["eager_fallbacks"] == 0
     assert st["graphs_compiled"] >= 2 and st["kernels_compiled"] >= 2  # a static and a dynamic graph
+
+
+def test_threads_calling_one_compiled_function():
+    import threading
+
+    f = CHAINS["transcendental"]
+    c = torch.compile(f, backend="neuron")
+    x, y = torch.randn(300, 400), torch.randn(300, 400)  # large: launches use the pool
+    want = f(x, y)
+    with torch.no_grad():
+        c(x, y)
+    errors = []
+
+    def worker(seed):
+        try:
+            g = torch.Generator().manual_seed(seed)
+            a, b = torch.randn(300, 400, generator=g), torch.randn(300, 400, generator=g)
+            with torch.no_grad():
+                for _ in range(20):
+                    torch.testing.assert_close(c(a, b), f(a, b))
+                    torch.testing.assert_close(c(x, y), want)
+        except Exception as exc:  # reported below, with the thread's seed
+            errors.append((seed, repr(exc)))
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
