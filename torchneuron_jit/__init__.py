@@ -38,8 +38,9 @@ def stats():
 
 
 def lowered_ops():
-    """The ATen overloads the back end turns into generated code (float32
-    elementwise ops for now); every other op runs through PyTorch."""
+    """The ATen overloads the back end turns into generated code (elementwise
+    ops on float32, float16 and bfloat16 for now); every other op runs
+    through PyTorch."""
     return _C.lowered_ops()
 
 

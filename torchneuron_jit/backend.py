@@ -64,7 +64,7 @@ def _warn_once(message):
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 2
 
 
 def _key_context():
@@ -126,7 +126,7 @@ def _fuse(gm, imported, groups):
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
-        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, torch.float32)
+        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, getattr(torch, grp["dtype"]))
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
             for i, old in enumerate(outputs):

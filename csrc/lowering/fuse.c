@@ -110,9 +110,10 @@ static int meta_contiguous(const tn_meta *m)
   return 1;
 }
 
+/* Same iteration shape and dtype. */
 static int sizes_equal(const tn_meta *a, const tn_meta *b)
 {
-  if (a->me_rank != b->me_rank)
+  if (a->me_rank != b->me_rank || a->me_dtype != b->me_dtype)
     return 0;
   for (int d = 0; d < a->me_rank; d++)
     if (a->me_sizes[d].si_val != b->me_sizes[d].si_val || a->me_sizes[d].si_sym != b->me_sizes[d].si_sym)
@@ -127,11 +128,12 @@ static int fusable(const tn_graph *g, const tn_node *n)
   if (r.fr_kind == FK_NONE || n->no_nout != 1)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
-  if (out->me_dtype != TN_DTYPE_FLOAT32 || !meta_contiguous(out))
+  if ((out->me_dtype != TN_DTYPE_FLOAT32 && out->me_dtype != TN_DTYPE_FLOAT16 &&
+       out->me_dtype != TN_DTYPE_BFLOAT16) || !meta_contiguous(out))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++) {
     const tn_arg *a = &n->no_args[i];
-    if (a->ar_tag == TN_ARG_TENSOR && tn_graph_value(g, a->u.ar_ref)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
+    if (a->ar_tag == TN_ARG_TENSOR && tn_graph_value(g, a->u.ar_ref)->va_meta.me_dtype != out->me_dtype)
       return 0;
   }
   switch (r.fr_kind) {
@@ -334,6 +336,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     if (s->fs_group_of[i] == k)
       grp->fg_nodes[j++] = (int32_t)i;
   grp->fg_nnodes = nn;
+  grp->fg_dtype = tn_graph_value(g, tn_graph_node(g, grp->fg_nodes[0])->no_out[0])->va_meta.me_dtype;
 
   /* external inputs, first use order; each gets a buffer and a load */
   for (uint32_t i = 0; i < nn; i++) {

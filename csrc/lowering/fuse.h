@@ -4,8 +4,9 @@
 ** csrc/neuron_backend/codegen.c turns into C.
 **
 ** A node is fusable when its op has a runtime primitive, its tensor inputs
-** and output are float32, its output is contiguous and its scalar
-** arguments are finite numbers. It joins the group of one of its producers
+** and output share one dtype among float32, float16 and bfloat16 (the
+** latter two computed in float32, rounded when stored), its output is
+** contiguous and its scalar arguments are finite numbers. It joins the group of one of its producers
 ** when it has that group's iteration shape and every input it takes from
 ** outside the group exists before the group's first node: a group then runs
 ** as one unit at the place of its first node. Groups of a single node are
@@ -41,6 +42,7 @@ typedef struct tn_fgroup {
   uint32_t fg_ninputs;
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
+  int fg_dtype;            /* of every operand: float32, float16 or bfloat16 */
   tn_finst *fg_prog;       /* loads, consts, ops, stores */
   uint32_t fg_nprog;
   uint32_t fg_nbufs;

@@ -50,11 +50,13 @@ int tn_codegen_pointwise(const tn_fgroup *grp, char **src)
   if (!b.cb_text)
     return TN_ENOMEM;
   b.cb_text[0] = 0;
+  const char *elem = grp->fg_dtype == TN_DTYPE_FLOAT32 ? "float" : "unsigned short";
+  const char *io = grp->fg_dtype == TN_DTYPE_FLOAT32 ? "f32" : grp->fg_dtype == TN_DTYPE_FLOAT16 ? "f16" : "bf16";
   out(&b, "%s", tn_rt_prototypes());
-  out(&b, "void tn_kernel(i64 rank, const i64 *sizes, float **ptrs, const i64 *st)\n{\n");
+  out(&b, "void tn_kernel(i64 rank, const i64 *sizes, void **ptrs, const i64 *st)\n{\n");
   for (uint32_t k = 0; k < grp->fg_nbufs; k++)
     out(&b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
-  out(&b, "  float *p[%u];\n  i64 s[%u];\n  i64 idx[64];\n", nops, nops);
+  out(&b, "  %s *p[%u];\n  i64 s[%u];\n  i64 idx[64];\n", elem, nops, nops);
   out(&b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
   out(&b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   out(&b, "  if (inner == 0 || outer == 0) return;\n");
@@ -68,14 +70,15 @@ int tn_codegen_pointwise(const tn_fgroup *grp, char **src)
   out(&b, "    for (k = 0; k < %u; k++) {\n", nops);
   out(&b, "      i64 off = 0;\n");
   out(&b, "      for (d = 0; d + 1 < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(&b, "      p[k] = ptrs[k] + off;\n    }\n");
+  out(&b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
   out(&b, "    for (j = 0; j < inner; j += %d) {\n", TN_RT_BLOCK);
   out(&b, "      n = inner - j < %d ? inner - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     switch (fi->fi_kind) {
     case TN_FI_LOAD:
-      out(&b, "      tn_rt_load_f32(b%d, p[%d] + j * s[%d], s[%d], n);\n", fi->fi_dst, fi->fi_a, fi->fi_a, fi->fi_a);
+      out(&b, "      tn_rt_load_%s(b%d, p[%d] + j * s[%d], s[%d], n);\n", io, fi->fi_dst, fi->fi_a, fi->fi_a,
+          fi->fi_a);
       break;
     case TN_FI_UNARY:
       out(&b, "      tn_rt_unary_f32(%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a);
@@ -85,7 +88,7 @@ int tn_codegen_pointwise(const tn_fgroup *grp, char **src)
       break;
     case TN_FI_STORE: {
       uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
-      out(&b, "      tn_rt_store_f32(p[%u] + j * s[%u], s[%u], b%d, n);\n", k, k, k, fi->fi_a);
+      out(&b, "      tn_rt_store_%s(p[%u] + j * s[%u], s[%u], b%d, n);\n", io, k, k, k, fi->fi_a);
       break;
     }
     default:

@@ -1,8 +1,9 @@
 /*
 ** C code generation for fused kernel programs (csrc/lowering/fuse.h).
 **
-** A kernel is `void tn_kernel(i64 rank, const i64 *sizes, float **ptrs,
-** const i64 *strides)`: operands are the group's inputs then its outputs;
+** A kernel is `void tn_kernel(i64 rank, const i64 *sizes, void **ptrs,
+** const i64 *strides)`: operands (of the group's dtype) are the group's
+** inputs then its outputs;
 ** operand k's stride of dimension d (in elements, 0 where it broadcasts) is
 ** strides[k * rank + d]. The body walks the outer dimensions with an
 ** odometer and the innermost in TN_RT_BLOCK blocks, calling the runtime's

@@ -1,9 +1,9 @@
 /*
 ** Python binding of fused kernels: _C.fuse_pointwise(graph) lists a graph's
 ** pointwise groups with their generated source; _C.Kernel(source, ninputs,
-** noutputs, empty, float32) compiles one with libtcc and, called with the
-** input tensors, allocates the outputs (contiguous float32, shaped as the
-** broadcast of the inputs) and runs it.
+** noutputs, empty, dtype) compiles one with libtcc and, called with the
+** input tensors, allocates the outputs (contiguous, of the kernel's dtype,
+** shaped as the broadcast of the inputs) and runs it.
 */
 #include "../tn_py.h"
 
@@ -18,15 +18,16 @@
 #define KERNEL_MAX_OPERANDS 64
 /* Launches smaller than this keep the GIL: releasing it costs more. */
 #define KERNEL_NOGIL_ELEMENTS 32768
-typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, float **ptrs, const int64_t *strides);
+typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides);
 
 typedef struct {
   PyObject_HEAD
   tn_tcc_unit *ke_unit;
   kernel_fn ke_fn;
   int ke_ninputs, ke_noutputs;
+  int ke_itemsize;       /* bytes per element of every operand */
   PyObject *ke_empty;    /* torch.empty */
-  PyObject *ke_dtype;    /* torch.float32 */
+  PyObject *ke_dtype;    /* the operands' torch dtype */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -38,9 +39,9 @@ static int kernel_threads = 1; /* set from torch.get_num_threads() */
 /* One launch, split along the outermost (coalesced) dimension. */
 typedef struct launch {
   kernel_fn la_fn;
-  int la_rank, la_nops;
+  int la_rank, la_nops, la_itemsize;
   const int64_t *la_sizes;
-  float *const *la_ptrs;
+  void *const *la_ptrs;
   const int64_t *la_strides;
 } launch;
 
@@ -48,7 +49,7 @@ static void launch_part(void *vctx, int part, int nparts)
 {
   const launch *la = vctx;
   int64_t sizes[TN_MAX_RANK];
-  float *ptrs[KERNEL_MAX_OPERANDS];
+  void *ptrs[KERNEL_MAX_OPERANDS];
   int64_t n0 = la->la_sizes[0], chunk = (n0 + nparts - 1) / nparts;
   int64_t start = chunk * part, len = n0 - start < chunk ? n0 - start : chunk;
   if (len <= 0)
@@ -57,7 +58,7 @@ static void launch_part(void *vctx, int part, int nparts)
     sizes[d] = la->la_sizes[d];
   sizes[0] = len;
   for (int k = 0; k < la->la_nops; k++)
-    ptrs[k] = la->la_ptrs[k] + start * la->la_strides[k * la->la_rank];
+    ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_itemsize;
   la->la_fn(la->la_rank, sizes, ptrs, la->la_strides);
 }
 
@@ -83,9 +84,10 @@ static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
       PyErr_NoMemory();
       break;
     }
-    PyObject *d = Py_BuildValue("{s:N,s:N,s:N,s:s}", "nodes", tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes),
+    PyObject *d = Py_BuildValue("{s:N,s:N,s:N,s:s,s:s}", "nodes", tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes),
                                 "inputs", tn_py_ids_list(grp->fg_inputs, grp->fg_ninputs),
-                                "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src);
+                                "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src,
+                                "dtype", tn_dtype_name(grp->fg_dtype));
     free(src);
     if (!d || PyList_Append(res, d) < 0)
       Py_CLEAR(res);
@@ -99,7 +101,7 @@ static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
 
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "float32", NULL};
+  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtype", NULL};
   PyObject *source, *empty, *dtype;
   int nin, nout;
   char err[2048];
@@ -114,6 +116,11 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
     return NULL;
+  PyObject *isz = PyObject_GetAttrString(dtype, "itemsize");
+  long itemsize = isz ? PyLong_AsLong(isz) : -1;
+  Py_XDECREF(isz);
+  if (itemsize != 2 && itemsize != 4)
+    return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "kernel dtype must be 2 or 4 bytes wide");
   tn_tcc_symbol syms[16];
   size_t nsyms = 0;
   for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < 16; s++)
@@ -137,6 +144,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_fn = fn;
   k->ke_ninputs = nin;
   k->ke_noutputs = nout;
+  k->ke_itemsize = (int)itemsize;
   k->ke_empty = Py_NewRef(empty);
   k->ke_dtype = Py_NewRef(dtype);
   k->ke_source = Py_NewRef(source);
@@ -190,7 +198,7 @@ static int read_tensor(KernelObject *k, PyObject *t, int i, int64_t *sizes, int6
   int ok = dtype == k->ke_dtype;
   Py_DECREF(dtype);
   if (!ok) {
-    PyErr_Format(PyExc_TypeError, "kernel input %d: expected a float32 tensor", i);
+    PyErr_Format(PyExc_TypeError, "kernel input %d: expected a tensor of dtype %R", i, k->ke_dtype);
     return -1;
   }
   PyObject *shape = PyObject_GetAttrString(t, "shape");
@@ -216,7 +224,7 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
   int64_t shape[TN_MAX_RANK];
   int64_t st[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
   int64_t csizes[TN_MAX_RANK];
-  float *ptrs[KERNEL_MAX_OPERANDS];
+  void *ptrs[KERNEL_MAX_OPERANDS];
   PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *empty_args = NULL;
 
   if (kwds && PyDict_Size(kwds))
@@ -303,7 +311,7 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
     for (int d = 0; d < crank; d++)
       st[p * crank + d] = cst[p * TN_MAX_RANK + d];
   if (numel > 0) {
-    launch la = {k->ke_fn, crank, nops, csizes, ptrs, st};
+    launch la = {k->ke_fn, crank, nops, k->ke_itemsize, csizes, ptrs, st};
     int parts = crank == 0 ? 1 : (int)(numel / KERNEL_PART_ELEMENTS);
     if (parts > kernel_threads)
       parts = kernel_threads;
@@ -354,7 +362,7 @@ static PyType_Slot Kernel_slots[] = {
   {Py_tp_dealloc, Kernel_dealloc},
   {Py_tp_call, Kernel_call},
   {Py_tp_getset, Kernel_getset},
-  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, float32): a fused kernel compiled by libtcc; "
+  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, dtype): a fused kernel compiled by libtcc; "
               "call it with the input tensors to get a tuple of outputs."},
   {0, NULL},
 };

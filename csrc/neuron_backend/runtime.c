@@ -53,6 +53,56 @@ RT_CLONES void tn_rt_store_f32(float *dst, int64_t stride, const float *src, int
   }
 }
 
+/* float16 and bfloat16 are computed in float32 and rounded once, when
+** stored (round to nearest even; NaN stays NaN). */
+static inline float rt_from_f16(uint16_t h)
+{
+  _Float16 v;
+  __builtin_memcpy(&v, &h, 2);
+  return (float)v;
+}
+
+static inline uint16_t rt_to_f16(float f)
+{
+  _Float16 v = (_Float16)f;
+  uint16_t h;
+  __builtin_memcpy(&h, &v, 2);
+  return h;
+}
+
+static inline float rt_from_bf16(uint16_t b)
+{
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t rt_to_bf16(float f)
+{
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x40); /* quiet NaN, sign kept */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+#define RT_CONVERT_PAIR(name, from, to) \
+  RT_CLONES void tn_rt_load_##name(float *dst, const uint16_t *src, int64_t stride, int64_t n) \
+  { \
+    for (int64_t i = 0; i < n; i++) \
+      dst[i] = from(src[i * stride]); \
+  } \
+  RT_CLONES void tn_rt_store_##name(uint16_t *dst, int64_t stride, const float *src, int64_t n) \
+  { \
+    for (int64_t i = 0; i < n; i++) \
+      dst[i * stride] = to(src[i]); \
+  }
+
+RT_CONVERT_PAIR(f16, rt_from_f16, rt_to_f16)
+RT_CONVERT_PAIR(bf16, rt_from_bf16, rt_to_bf16)
+
 RT_CLONES void tn_rt_fill_f32(float *dst, float v, int64_t n)
 {
   for (int64_t i = 0; i < n; i++)
@@ -215,6 +265,10 @@ RT_CLONES void tn_rt_binary_f32(int op, float *dst, const float *a, const float 
 static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_load_f32", (const void *)tn_rt_load_f32},
   {"tn_rt_store_f32", (const void *)tn_rt_store_f32},
+  {"tn_rt_load_f16", (const void *)tn_rt_load_f16},
+  {"tn_rt_store_f16", (const void *)tn_rt_store_f16},
+  {"tn_rt_load_bf16", (const void *)tn_rt_load_bf16},
+  {"tn_rt_store_bf16", (const void *)tn_rt_store_bf16},
   {"tn_rt_fill_f32", (const void *)tn_rt_fill_f32},
   {"tn_rt_unary_f32", (const void *)tn_rt_unary_f32},
   {"tn_rt_binary_f32", (const void *)tn_rt_binary_f32},
@@ -231,6 +285,10 @@ const char *tn_rt_prototypes(void)
   return "typedef long long i64;\n"
          "void tn_rt_load_f32(float *dst, const float *src, i64 stride, i64 n);\n"
          "void tn_rt_store_f32(float *dst, i64 stride, const float *src, i64 n);\n"
+         "void tn_rt_load_f16(float *dst, const unsigned short *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_f16(unsigned short *dst, i64 stride, const float *src, i64 n);\n"
+         "void tn_rt_load_bf16(float *dst, const unsigned short *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_bf16(unsigned short *dst, i64 stride, const float *src, i64 n);\n"
          "void tn_rt_fill_f32(float *dst, float v, i64 n);\n"
          "void tn_rt_unary_f32(int op, float *dst, const float *a, i64 n);\n"
          "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n";

@@ -1,5 +1,6 @@
 /*
-** The runtime that generated kernels call: block primitives over float32,
+** The runtime that generated kernels call: block primitives over float32
+** (float16 and bfloat16 tensors are converted on load and store),
 ** compiled by the extension's build with optimisation (libtcc, which does
 ** not optimise, only emits the loops that call them). NaN, infinity and
 ** signed zero follow eager PyTorch.
@@ -44,6 +45,13 @@ void tn_rt_load_f32(float *dst, const float *src, int64_t stride, int64_t n);
 
 /* dst[i * stride] = src[i] for i < n. */
 void tn_rt_store_f32(float *dst, int64_t stride, const float *src, int64_t n);
+
+/* float16 / bfloat16 <-> float32 block conversions (strides in elements;
+** stores round to nearest even). */
+void tn_rt_load_f16(float *dst, const uint16_t *src, int64_t stride, int64_t n);
+void tn_rt_store_f16(uint16_t *dst, int64_t stride, const float *src, int64_t n);
+void tn_rt_load_bf16(float *dst, const uint16_t *src, int64_t stride, int64_t n);
+void tn_rt_store_bf16(uint16_t *dst, int64_t stride, const float *src, int64_t n);
 
 /* dst[i] = v. */
 void tn_rt_fill_f32(float *dst, float v, int64_t n);

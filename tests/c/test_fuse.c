@@ -59,17 +59,19 @@ static void init_tcc(void)
   ck_assert_msg(tn_tcc_init(getenv("TN_TCC_LIBDIR"), err, sizeof err) == TN_OK, "%s", err);
 }
 
-typedef void (*kfn)(int64_t, const int64_t *, float **, const int64_t *);
+typedef void (*kfn)(int64_t, const int64_t *, void **, const int64_t *);
 
 static kfn compile_group(const tn_fgroup *grp, tn_tcc_unit **u)
 {
   char *src, err[1024];
-  tn_tcc_symbol syms[8];
+  tn_tcc_symbol syms[32];
   size_t n = 0;
   ck_assert_int_eq(tn_codegen_pointwise(grp, &src), TN_OK);
   ck_assert_ptr_null(strstr(src, "#include"));
-  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name; s++)
+  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name; s++) {
+    ck_assert_uint_lt(n, 32);
     syms[n++] = (tn_tcc_symbol){s->rs_name, s->rs_addr};
+  }
   ck_assert_msg(tn_tcc_compile(src, syms, n, u, err, sizeof err) == TN_OK, "%s\n%s", err, src);
   free(src);
   return (kfn)tn_tcc_get(*u, "tn_kernel");
@@ -111,7 +113,7 @@ START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
     y[j] = (float)j * 0.25f;
   int64_t sizes[2] = {4, 5};
   int64_t st[8] = {1, 4, /* y */ 0, 1, /* a */ 5, 1, /* c */ 5, 1};
-  float *ptrs[4] = {x, y, out_a, out_c};
+  void *ptrs[4] = {x, y, out_a, out_c};
   fn(2, sizes, ptrs, st);
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 5; j++) {

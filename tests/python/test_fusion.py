@@ -265,3 +265,33 @@ def test_threads_calling_one_compiled_function():
         t.join()
     assert errors == []
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["arith", "transcendental", "gelu", "max_min_pow"])
+def test_half_precision_chains_match_eager(name, dtype):
+    f = CHAINS[name]
+    x, y = _special((33, 70)).to(dtype), _special((33, 70)).flip(0).to(dtype)
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron")(x, y)
+    want = f(x, y)
+    assert got.dtype == dtype
+    # computed in float32 and rounded once, where eager rounds after every op:
+    # compare against a float32 evaluation, allowing eager's own error too
+    ref = f(x.float(), y.float())
+    ours = (got.float() - ref).abs()
+    eagers = (want.float() - ref).abs()
+    finite = ref.isfinite()
+    assert torch.equal(got.isnan(), want.isnan() | (ref.isnan() & got.isnan()))
+    tol = torch.finfo(dtype).eps * ref.abs() + 1e-3
+    assert bool(((ours <= eagers + tol) | ~finite).all())
+    assert torchneuron_jit.stats()["kernels_compiled"] >= 1
+
+
+def test_bfloat16_rounding_and_nan_on_store():
+    f = lambda x: x * 1.0 + 0.0  # noqa: E731  (one fused group, values pass through)
+    vals = torch.tensor([1.0, 1.00390625, 1.01171875, -2.5, math.nan, math.inf, -0.0, 3.0e38])
+    x = vals.to(torch.bfloat16)
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron")(x)
+    torch.testing.assert_close(got, f(x), equal_nan=True)
