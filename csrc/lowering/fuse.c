@@ -110,8 +110,8 @@ static int meta_contiguous(const tn_meta *m)
   return 1;
 }
 
-/* Same iteration shape and dtype. */
-static int sizes_equal(const tn_meta *a, const tn_meta *b)
+/* Whether a and b have the same iteration space: sizes and dtype. */
+static int same_space(const tn_meta *a, const tn_meta *b)
 {
   if (a->me_rank != b->me_rank || a->me_dtype != b->me_dtype)
     return 0;
@@ -192,7 +192,7 @@ static int may_merge(fuse_state *s, int32_t h, int32_t k)
 {
   const tn_graph *g = s->fs_g;
   if (h == k || s->fs_first[h] < s->fs_first[k] ||
-      !sizes_equal(&tn_graph_value(g, tn_graph_node(g, s->fs_first[h])->no_out[0])->va_meta,
+      !same_space(&tn_graph_value(g, tn_graph_node(g, s->fs_first[h])->no_out[0])->va_meta,
                    &tn_graph_value(g, tn_graph_node(g, s->fs_first[k])->no_out[0])->va_meta))
     return 0;
   for (uint32_t i = (uint32_t)s->fs_first[h]; i < tn_graph_num_nodes(g); i++)
@@ -208,7 +208,7 @@ static int may_join(fuse_state *s, const tn_node *n, int32_t k)
   const tn_graph *g = s->fs_g;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
   const tn_node *first = tn_graph_node(g, s->fs_first[k]);
-  if (!sizes_equal(out, &tn_graph_value(g, first->no_out[0])->va_meta))
+  if (!same_space(out, &tn_graph_value(g, first->no_out[0])->va_meta))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++) {
     if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
