@@ -4,6 +4,7 @@
 event of those kinds as it happens: ``[torchneuron_jit compile] ...``.
 """
 import sys
+import warnings
 
 from . import config
 
@@ -20,3 +21,13 @@ def event(kind, message):
     """Prints one event line if its kind is selected."""
     if enabled(kind):
         print(f"[torchneuron_jit {kind}] {message}", file=sys.stderr, flush=True)
+
+
+_warned = set()
+
+
+def warn_once(message, stacklevel=3):
+    """One RuntimeWarning per distinct message for the life of the process."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=stacklevel)

@@ -16,7 +16,6 @@ import copy
 import json
 import operator
 import time
-import warnings
 
 import torch
 from torch._decomp import core_aten_decompositions
@@ -40,8 +39,6 @@ KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gel
 # that reason (tests of the degrade-to-eager path).
 fail_next_compile = None
 
-_warned = set()
-
 # What this process's compilations did, for demos and reports.
 compile_seconds = 0.0                      # time spent in compile_inference
 fallback_ops = collections.Counter()       # ATen op -> nodes run through PyTorch
@@ -54,12 +51,6 @@ def decompositions():
         for overload in packet.overloads():
             table.pop(getattr(packet, overload), None)
     return table
-
-
-def _warn_once(message):
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=2)
 
 
 # Version of the cached artifact (payload layout, code generation): bump it
@@ -168,7 +159,7 @@ class _Guarded:
                 raise
             out = self.eager(*args)
             _C.stat_add("eager_fallbacks")
-            _warn_once(f"a compiled graph failed at run time, running it eagerly from now on "
+            _log.warn_once(f"a compiled graph failed at run time, running it eagerly from now on "
                        f"({type(exc).__name__}: {exc})")
             self.compiled = self.eager
             return out
@@ -209,7 +200,7 @@ def compile_inference(gm, example_inputs):
     except Exception as exc:  # any failure of ours: this graph runs eagerly
         _C.stat_add("eager_fallbacks")
         reason = f"{type(exc).__name__}: {exc}"
-        _warn_once(f"could not compile a graph, running it eagerly ({reason})")
+        _log.warn_once(f"could not compile a graph, running it eagerly ({reason})")
         _log.event("compile", f"failed after {(time.perf_counter() - t0) * 1e3:.2f} ms: {reason}")
         return make_boxed_func(gm)
     compile_seconds += time.perf_counter() - t0

@@ -9,9 +9,8 @@ fresh store replaces it).
 """
 import os
 import threading
-import warnings
 
-from . import _C, config
+from . import _C, _log, config
 
 CacheError = _C.CacheError
 ARTIFACTS = _C.CACHE_ARTIFACTS
@@ -21,15 +20,6 @@ _lock = threading.RLock()
 _handle = None
 _handle_key = None
 _disabled = None  # (key, reason) of the last failed open
-_warned = set()
-
-
-def _warn_once(message):
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=3)
-
-
 def directory():
     """The cache directory in effect (absolute)."""
     configured = config.cache_dir
@@ -58,11 +48,11 @@ def _open():
             handle = _C.Cache(*key)
         except CacheError as exc:
             _disabled = (key, str(exc))
-            _warn_once(f"compile cache disabled, running uncached: {exc}")
+            _log.warn_once(f"compile cache disabled, running uncached: {exc}")
             return None
         notice = handle.take_notice()
         if notice:
-            _warn_once(notice)
+            _log.warn_once(notice)
         _handle, _handle_key, _disabled = handle, key, None
         return handle
 
@@ -70,7 +60,7 @@ def _open():
 def _failed(handle, exc):
     """A store error: warn once; a damaged store is closed (and so moved aside)."""
     global _handle
-    _warn_once(f"compile cache error, continuing uncached for this call: {exc}")
+    _log.warn_once(f"compile cache error, continuing uncached for this call: {exc}")
     if getattr(exc, "code", None) in (_C.ECORRUPT, _C.EPOISONED):
         with _lock:
             handle.close()

@@ -414,15 +414,9 @@ static PyObject *Graph_add_node(PyObject *o, PyObject *args, PyObject *kwds)
     graph_raise(self, rc);
     goto done;
   }
-  res = PyTuple_New(nout);
-  for (Py_ssize_t k = 0; res && k < nout; k++) {
-    PyObject *v = PyLong_FromLong(ovals[k]);
-    if (!v) {
-      Py_CLEAR(res);
-      break;
-    }
-    PyTuple_SET_ITEM(res, k, v);
-  }
+  PyObject *ids = tn_py_ids_list(ovals, (uint32_t)nout);
+  res = ids ? PyList_AsTuple(ids) : NULL;
+  Py_XDECREF(ids);
 done:
   for (Py_ssize_t i = 0; i < TN_MAX_ARGS; i++)
     PyMem_Free(store[i]);

@@ -18,14 +18,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import torchneuron_jit  # noqa: E402
-from torchneuron_jit import _C, cache, config  # noqa: E402
+from torchneuron_jit import _C, _log, cache, config  # noqa: E402
 
 
 def _reset_cache_module_state():
     """Closes the process-wide store and forgets per-process warning state,
     so a warning or a refused directory of one test cannot hide another's."""
     cache.close()
-    cache._warned.clear()
+    _log._warned.clear()
     cache._disabled = None
 
 
@@ -80,10 +80,10 @@ def fresh_backend():
     import torch
 
     import torchneuron_jit
-    from torchneuron_jit import backend
+    from torchneuron_jit import _log, backend
     torch._dynamo.reset()
     torchneuron_jit.reset_stats()
-    backend._warned.clear()
+    _log._warned.clear()
     yield
     torch._dynamo.reset()
     backend.fail_next_compile = None

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import torchneuron_jit
-from torchneuron_jit import backend
 
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
