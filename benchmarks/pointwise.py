@@ -1,10 +1,11 @@
 """Fused pointwise chains: eager vs torch.compile(backend="neuron"), same run.
 
-    python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024]
+    python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024] [--no-inductor]
 
-For each chain and shape: median latency of eager and of the compiled
-function, measured interleaved (eager, compiled, eager, ...) so machine
-drift hits both, and their ratio. Results differ from eager by at most
+For each chain and shape: median latency of eager, of
+torch.compile(backend="neuron") and of torch.compile(backend="inductor"),
+measured interleaved (eager, neuron, inductor, eager, ...) so machine drift
+hits all of them, and the ratios eager/neuron and inductor/neuron. Results differ from eager by at most
 torch's default tolerances (checked before timing).
 """
 import argparse
@@ -39,20 +40,28 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--shapes", default="64x256,256x1024,1024x1024")
+    parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'chain':14s} {'shape':>10s} {'eager us':>10s} {'neuron us':>10s} {'eager/neuron':>13s}")
+    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    print(f"{'chain':14s} {'shape':>10s} " + " ".join(f"{c + ' us':>12s}" for c in cols)
+          + f" {'eager/neuron':>13s}" + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
     for shape_text in args.shapes.split(","):
         shape = tuple(int(s) for s in shape_text.split("x"))
         x, y = torch.randn(shape), torch.randn(shape)
         for name, f in CHAINS.items():
             torch._dynamo.reset()
-            compiled = torch.compile(f, backend="neuron")
-            with torch.no_grad():
-                torch.testing.assert_close(compiled(x, y), f(x, y))
-            med = measure({"eager": f, "neuron": compiled}, (x, y), args.iters)
-            print(f"{name:14s} {shape_text:>10s} {med['eager'] * 1e6:10.1f} {med['neuron'] * 1e6:10.1f} "
-                  f"{med['eager'] / med['neuron']:13.2f}")
+            fns = {"eager": f}
+            for backend in cols[1:]:
+                fns[backend] = torch.compile(f, backend=backend)
+                with torch.no_grad():
+                    torch.testing.assert_close(fns[backend](x, y), f(x, y))
+            med = measure(fns, (x, y), args.iters)
+            row = f"{name:14s} {shape_text:>10s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
+            row += f" {med['eager'] / med['neuron']:13.2f}"
+            if not args.no_inductor:
+                row += f" {med['inductor'] / med['neuron']:16.2f}"
+            print(row)
 
 
 if __name__ == "__main__":
