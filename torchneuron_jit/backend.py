@@ -55,7 +55,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 2
+ARTIFACT_FORMAT = 3
 
 
 def _key_context():
@@ -91,7 +91,7 @@ def _lowered_groups(imported):
         lowered = False
     else:
         _C.stat_add("cache_misses")
-        groups = _C.fuse_pointwise(_C.decode_graph(g.encode()))
+        groups = _C.fuse(_C.decode_graph(g.encode()))
         stored = cache.put(cache.ARTIFACTS, key,
                            json.dumps({"format": ARTIFACT_FORMAT, "groups": groups}).encode())
         _log.event("cache", f"miss {key.hex()}: lowered in {(time.perf_counter() - t0) * 1e3:.2f} ms"
@@ -104,7 +104,7 @@ def _lowered_groups(imported):
 
 
 def _fuse(gm, imported, groups):
-    """Replaces each fused pointwise group of gm by one generated kernel.
+    """Replaces each fused group of gm by one generated kernel.
 
     Returns the number of FX nodes now running inside kernels. The kernel
     call goes where the group's first node was: every input of the group
@@ -117,7 +117,8 @@ def _fuse(gm, imported, groups):
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
-        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, getattr(torch, grp["dtype"]))
+        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, getattr(torch, grp["dtype"]),
+                           grp["reduce_dims"], grp["out_kinds"], grp["nonempty"])
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
             for i, old in enumerate(outputs):
@@ -126,6 +127,9 @@ def _fuse(gm, imported, groups):
                 old.replace_all_uses_with(item)
                 moved[old] = item
         for node in reversed(members):
+            for user in list(node.users):  # getitems of a multi-output node, now unused
+                if user.target is operator.getitem and not user.users:
+                    graph.erase_node(user)
             graph.erase_node(node)
         fused += len(members)
         _log.event("compile", f"fused {len(members)} ops into one kernel: "

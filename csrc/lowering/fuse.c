@@ -1,5 +1,5 @@
 /*
-** Pointwise fusion (see fuse.h).
+** Pointwise and row fusion (see fuse.h).
 */
 #include "fuse.h"
 
@@ -67,9 +67,22 @@ static fuse_rule fuse_rule_of(int op)
   }
 }
 
+/* Ops that anchor a row group. */
+static int row_op(int op)
+{
+  switch (op) {
+  case TN_OP_softmax: case TN_OP_log_softmax: case TN_OP_native_layer_norm:
+  case TN_OP_sum: case TN_OP_sum_dim_IntList: case TN_OP_mean: case TN_OP_mean_dim:
+  case TN_OP_amax: case TN_OP_amin: case TN_OP_var_correction: case TN_OP_logsumexp:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 int tn_fuse_lowers(int op)
 {
-  return fuse_rule_of(op).fr_kind != FK_NONE;
+  return fuse_rule_of(op).fr_kind != FK_NONE || row_op(op);
 }
 
 /* A finite number argument, or NONE (for clamp's optional bounds). */
@@ -121,6 +134,11 @@ static int same_space(const tn_meta *a, const tn_meta *b)
   return 1;
 }
 
+static int float_dtype(int dt)
+{
+  return dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_FLOAT16 || dt == TN_DTYPE_BFLOAT16;
+}
+
 static int fusable(const tn_graph *g, const tn_node *n)
 {
   fuse_rule r = fuse_rule_of(n->no_op);
@@ -128,8 +146,7 @@ static int fusable(const tn_graph *g, const tn_node *n)
   if (r.fr_kind == FK_NONE || n->no_nout != 1)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
-  if ((out->me_dtype != TN_DTYPE_FLOAT32 && out->me_dtype != TN_DTYPE_FLOAT16 &&
-       out->me_dtype != TN_DTYPE_BFLOAT16) || !meta_contiguous(out))
+  if (!float_dtype(out->me_dtype) || !meta_contiguous(out))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++) {
     const tn_arg *a = &n->no_args[i];
@@ -156,6 +173,76 @@ static int fusable(const tn_graph *g, const tn_node *n)
   }
 }
 
+
+/* -- Row reductions ------------------------------------------------------- */
+
+/* Whether a names exactly the trailing dims of a rank-r tensor (an int, an
+** int list, or NONE / an empty list: every dim); sets *k to their number. */
+static int trailing_dims(const tn_arg *a, int r, int *k)
+{
+  uint64_t seen = 0;
+  if (a->ar_tag == TN_ARG_INT) {
+    *k = 1;
+    return a->u.ar_int == -1 || a->u.ar_int == r - 1;
+  }
+  if (a->ar_tag == TN_ARG_NONE || (a->ar_tag == TN_ARG_INT_LIST && a->ar_len == 0)) {
+    *k = r;
+    return 1;
+  }
+  if (a->ar_tag != TN_ARG_INT_LIST || a->ar_len > (uint32_t)r)
+    return 0;
+  for (uint32_t i = 0; i < a->ar_len; i++) {
+    tn_sint d = a->u.ar_ints[i];
+    int64_t v = d.si_val < 0 ? d.si_val + r : d.si_val;
+    if (d.si_sym >= 0 || v < r - (int64_t)a->ar_len || v >= r || (seen >> v & 1))
+      return 0;
+    seen |= 1ull << v;
+  }
+  *k = (int)a->ar_len;
+  return 1;
+}
+
+/* Whether n is a reduction or norm the row kernel computes: over trailing
+** dims of a float input of rank >= 1, every output of the input's dtype and
+** contiguous. Sets *k to the number of reduced dims. */
+static int row_reducible(const tn_graph *g, const tn_node *n, int *k)
+{
+  double v;
+  if (!row_op(n->no_op) || n->no_args[0].ar_tag != TN_ARG_TENSOR)
+    return 0;
+  const tn_meta *x = &tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta;
+  int r = x->me_rank;
+  if (r < 1 || !float_dtype(x->me_dtype))
+    return 0;
+  for (uint32_t o = 0; o < n->no_nout; o++) {
+    const tn_meta *m = &tn_graph_value(g, n->no_out[o])->va_meta;
+    if (m->me_dtype != x->me_dtype || !meta_contiguous(m))
+      return 0;
+  }
+  switch (n->no_op) {
+  case TN_OP_softmax: case TN_OP_log_softmax:
+    return n->no_args[2].u.ar_int == 0 && trailing_dims(&n->no_args[1], r, k);
+  case TN_OP_native_layer_norm:
+    *k = (int)n->no_args[1].ar_len;
+    if (*k < 1 || *k > r || !isfinite(n->no_args[4].u.ar_float))
+      return 0;
+    for (int i = 2; i <= 3; i++)
+      if (n->no_args[i].ar_tag == TN_ARG_TENSOR &&
+          tn_graph_value(g, n->no_args[i].u.ar_ref)->va_meta.me_dtype != x->me_dtype)
+        return 0;
+    return 1;
+  case TN_OP_sum: case TN_OP_mean:
+    *k = r;
+    return 1;
+  case TN_OP_var_correction:
+    if (n->no_args[2].ar_tag != TN_ARG_NONE && !arg_number(&n->no_args[2], &v))
+      return 0;
+    return trailing_dims(&n->no_args[1], r, k);
+  default: /* sum.dim_IntList, mean.dim, amax, amin, logsumexp */
+    return trailing_dims(&n->no_args[1], r, k);
+  }
+}
+
 /* -- Grouping ------------------------------------------------------------- */
 
 typedef struct fuse_state {
@@ -164,6 +251,8 @@ typedef struct fuse_state {
   int32_t *fs_group_of;     /* node -> group or -1 */
   int32_t *fs_first;        /* group -> first node */
   int32_t *fs_count;        /* group -> nodes */
+  int32_t *fs_anchor;       /* group -> its reduction node, or -1 (pointwise) */
+  int8_t *fs_rdims;         /* group -> reduced trailing dims (row groups) */
   uint32_t fs_ngroups;
 } fuse_state;
 
@@ -201,6 +290,18 @@ static int may_merge(fuse_state *s, int32_t h, int32_t k)
   return 1;
 }
 
+/* Moves every node of group h into group k. */
+static void move_group(fuse_state *s, int32_t h, int32_t k)
+{
+  for (uint32_t j = (uint32_t)s->fs_first[h]; j < tn_graph_num_nodes(s->fs_g); j++)
+    if (s->fs_group_of[j] == h)
+      s->fs_group_of[j] = k;
+  s->fs_count[k] += s->fs_count[h];
+  s->fs_count[h] = 0;
+  if (s->fs_first[h] < s->fs_first[k])
+    s->fs_first[k] = s->fs_first[h];
+}
+
 /* Whether node n may join group k, merging into k the groups that hold
 ** inputs n needs from after k's start when they can run inside k. */
 static int may_join(fuse_state *s, const tn_node *n, int32_t k)
@@ -219,14 +320,45 @@ static int may_join(fuse_state *s, const tn_node *n, int32_t k)
     int32_t h = s->fs_group_of[p];
     if (h < 0 || !may_merge(s, h, k))
       return 0;
-    for (uint32_t j = (uint32_t)s->fs_first[h]; j < tn_graph_num_nodes(g); j++)
-      if (s->fs_group_of[j] == h) {
-        s->fs_group_of[j] = k;
-        s->fs_count[k]++;
-      }
-    s->fs_count[h] = 0;
+    move_group(s, h, k);
   }
   return 1;
+}
+
+static int node_reads(const tn_node *n, int32_t v)
+{
+  for (uint32_t i = 0; i < n->no_nargs; i++)
+    if (n->no_args[i].ar_tag == TN_ARG_TENSOR && n->no_args[i].u.ar_ref == v)
+      return 1;
+  return 0;
+}
+
+/* Makes row group of reduction node i (k reduced dims), taking in the
+** pointwise group that produces its input and, for norms, the pointwise
+** groups that consume its result. */
+static void form_row_group(fuse_state *s, uint32_t i, int k)
+{
+  const tn_graph *g = s->fs_g;
+  const tn_node *n = tn_graph_node(g, (int32_t)i);
+  int32_t r = (int32_t)s->fs_ngroups++;
+  s->fs_first[r] = (int32_t)i;
+  s->fs_count[r] = 1;
+  s->fs_anchor[r] = (int32_t)i;
+  s->fs_rdims[r] = (int8_t)k;
+  s->fs_group_of[i] = r;
+
+  int32_t p = producer(g, n->no_args[0].u.ar_ref);
+  int32_t pro = p >= 0 ? s->fs_group_of[p] : -1;
+  if (pro >= 0 && pro != r && s->fs_anchor[pro] < 0 && inputs_ready(s, n, pro, pro))
+    move_group(s, pro, r);
+  if (tn_op_class(n->no_op) != TN_OPC_NORM)
+    return;
+  for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
+    int32_t h = s->fs_group_of[j];
+    if (h >= 0 && h != r && s->fs_anchor[h] < 0 && node_reads(tn_graph_node(g, (int32_t)j), n->no_out[0]) &&
+        may_merge(s, h, r))
+      move_group(s, h, r);
+  }
 }
 
 /* -- Programs ----------------------------------------------------------------- */
@@ -235,7 +367,7 @@ typedef struct prog_builder {
   tn_fusion *pb_f;
   tn_finst *pb_prog;
   uint32_t pb_n, pb_cap;
-  uint32_t pb_nbufs;
+  uint32_t pb_nbufs, pb_nscalars;
   int pb_rc;
 } prog_builder;
 
@@ -268,6 +400,104 @@ static int32_t emit_op(prog_builder *b, int kind, int op, int32_t a, int32_t c)
   int32_t dst = (int32_t)b->pb_nbufs++;
   emit(b, (tn_finst){kind, op, dst, a, c, 0});
   return dst;
+}
+
+static int32_t emit_scalar(prog_builder *b, int kind, int op, int32_t a, int32_t c, double v)
+{
+  int32_t dst = (int32_t)b->pb_nscalars++;
+  emit(b, (tn_finst){kind, op, dst, a, c, v});
+  return dst;
+}
+
+static int32_t emit_splat(prog_builder *b, int32_t r)
+{
+  int32_t dst = (int32_t)b->pb_nbufs++;
+  emit(b, (tn_finst){TN_FI_SPLAT, 0, dst, r, -1, 0});
+  return dst;
+}
+
+static int32_t emit_row_mean(prog_builder *b, int32_t x)
+{
+  int32_t sum = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, x, -1, 0);
+  return emit_scalar(b, TN_FI_SBINARY, TN_RT_B_DIV, sum, emit_scalar(b, TN_FI_SCOLS, 0, -1, -1, 0), 0);
+}
+
+/* Sum of squares of x - mean over the row (mean: a scalar); sets *d to x - mean. */
+static int32_t emit_row_ssq(prog_builder *b, int32_t x, int32_t mean, int32_t *d)
+{
+  *d = emit_op(b, TN_FI_BINARY, TN_RT_B_SUB, x, emit_splat(b, mean));
+  return emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, emit_op(b, TN_FI_BINARY, TN_RT_B_MUL, *d, *d), -1, 0);
+}
+
+/* Emits reduction node n of a row group: its row outputs go to bufof, its
+** per-row outputs to sof (and, splat, to bufof for pointwise readers). */
+static void emit_row(prog_builder *b, const tn_node *n, int32_t *bufof, int32_t *sof)
+{
+  int32_t x = bufof[n->no_args[0].u.ar_ref], d, t, e, sum, m;
+  double v;
+  switch (n->no_op) {
+  case TN_OP_softmax: case TN_OP_log_softmax:
+    m = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_MAX, x, -1, 0);
+    t = emit_op(b, TN_FI_BINARY, TN_RT_B_SUB, x, emit_splat(b, m));
+    e = emit_op(b, TN_FI_UNARY, TN_RT_EXP, t, -1);
+    sum = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, e, -1, 0);
+    if (n->no_op == TN_OP_softmax)
+      bufof[n->no_out[0]] = emit_op(b, TN_FI_BINARY, TN_RT_B_DIV, e, emit_splat(b, sum));
+    else
+      bufof[n->no_out[0]] = emit_op(b, TN_FI_BINARY, TN_RT_B_SUB, t,
+                                    emit_splat(b, emit_scalar(b, TN_FI_SUNARY, TN_RT_LOG, sum, -1, 0)));
+    break;
+  case TN_OP_native_layer_norm: {
+    int32_t mean = emit_row_mean(b, x);
+    int32_t var = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_DIV, emit_row_ssq(b, x, mean, &d),
+                              emit_scalar(b, TN_FI_SCOLS, 0, -1, -1, 0), 0);
+    int32_t rstd = emit_scalar(b, TN_FI_SUNARY, TN_RT_RSQRT,
+                               emit_scalar(b, TN_FI_SBINARY, TN_RT_B_ADD, var,
+                                           emit_scalar(b, TN_FI_SCONST, 0, -1, -1, n->no_args[4].u.ar_float), 0),
+                               -1, 0);
+    int32_t y = emit_op(b, TN_FI_BINARY, TN_RT_B_MUL, d, emit_splat(b, rstd));
+    if (n->no_args[2].ar_tag == TN_ARG_TENSOR)
+      y = emit_op(b, TN_FI_BINARY, TN_RT_B_MUL, y, bufof[n->no_args[2].u.ar_ref]);
+    if (n->no_args[3].ar_tag == TN_ARG_TENSOR)
+      y = emit_op(b, TN_FI_BINARY, TN_RT_B_ADD, y, bufof[n->no_args[3].u.ar_ref]);
+    bufof[n->no_out[0]] = y;
+    sof[n->no_out[1]] = mean;
+    sof[n->no_out[2]] = rstd;
+    break;
+  }
+  case TN_OP_sum: case TN_OP_sum_dim_IntList:
+    sof[n->no_out[0]] = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, x, -1, 0);
+    break;
+  case TN_OP_mean: case TN_OP_mean_dim:
+    sof[n->no_out[0]] = emit_row_mean(b, x);
+    break;
+  case TN_OP_amax: case TN_OP_amin:
+    sof[n->no_out[0]] = emit_scalar(b, TN_FI_REDUCE, n->no_op == TN_OP_amax ? TN_RT_R_MAX : TN_RT_R_MIN, x, -1, 0);
+    break;
+  case TN_OP_var_correction: {
+    int32_t ssq = emit_row_ssq(b, x, emit_row_mean(b, x), &d);
+    if (!arg_number(&n->no_args[2], &v))
+      v = 1; /* correction=None: Bessel's */
+    int32_t dof = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_SUB, emit_scalar(b, TN_FI_SCOLS, 0, -1, -1, 0),
+                              emit_scalar(b, TN_FI_SCONST, 0, -1, -1, v), 0);
+    dof = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_CLAMP_MIN, dof, emit_scalar(b, TN_FI_SCONST, 0, -1, -1, 0), 0);
+    sof[n->no_out[0]] = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_DIV, ssq, dof, 0);
+    break;
+  }
+  case TN_OP_logsumexp:
+    /* shifted by the max, or by 0 where the max is infinite (as eager) */
+    m = emit_scalar(b, TN_FI_SUNARY, TN_RT_ZERO_INF, emit_scalar(b, TN_FI_REDUCE, TN_RT_R_MAX, x, -1, 0), -1, 0);
+    t = emit_op(b, TN_FI_BINARY, TN_RT_B_SUB, x, emit_splat(b, m));
+    sum = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, emit_op(b, TN_FI_UNARY, TN_RT_EXP, t, -1), -1, 0);
+    sof[n->no_out[0]] = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_ADD,
+                                    emit_scalar(b, TN_FI_SUNARY, TN_RT_LOG, sum, -1, 0), m, 0);
+    break;
+  default:
+    break;
+  }
+  for (uint32_t o = 0; o < n->no_nout; o++)
+    if (sof[n->no_out[o]] >= 0)
+      bufof[n->no_out[o]] = emit_splat(b, sof[n->no_out[o]]);
 }
 
 /* Emits node n; bufof maps value ids to buffers. Returns n's buffer. */
@@ -320,23 +550,34 @@ static int list_has(const int32_t *l, uint32_t n, int32_t v)
 }
 
 /* Builds group k's node list, operands and program. */
-static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof, uint8_t *needed)
+static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof, int32_t *sof, uint8_t *needed)
 {
   const tn_graph *g = s->fs_g;
   tn_fusion *f = s->fs_f;
   uint32_t nn = (uint32_t)s->fs_count[k], nvals = tn_graph_num_values(g);
-  prog_builder b = {f, NULL, 0, 0, 0, TN_OK};
+  prog_builder b = {f, NULL, 0, 0, 0, 0, TN_OK};
+  int32_t anchor = s->fs_anchor[k];
+  uint32_t maxargs = 0, maxouts = 0;
 
+  for (uint32_t i = (uint32_t)s->fs_first[k]; i < tn_graph_num_nodes(g); i++)
+    if (s->fs_group_of[i] == k) {
+      maxargs += tn_graph_node(g, (int32_t)i)->no_nargs;
+      maxouts += tn_graph_node(g, (int32_t)i)->no_nout;
+    }
   grp->fg_nodes = heap_ids(f, nn);
-  grp->fg_inputs = heap_ids(f, nn * 2 + 1);
-  grp->fg_outputs = heap_ids(f, nn);
-  if (!grp->fg_nodes || !grp->fg_inputs || !grp->fg_outputs)
+  grp->fg_inputs = heap_ids(f, maxargs);
+  grp->fg_outputs = heap_ids(f, maxouts);
+  grp->fg_out_kinds = mi_heap_zalloc(f->fu_heap, maxouts ? maxouts : 1);
+  if (!grp->fg_nodes || !grp->fg_inputs || !grp->fg_outputs || !grp->fg_out_kinds)
     return TN_ENOMEM;
   for (uint32_t i = 0, j = 0; i < tn_graph_num_nodes(g); i++)
     if (s->fs_group_of[i] == k)
       grp->fg_nodes[j++] = (int32_t)i;
   grp->fg_nnodes = nn;
   grp->fg_dtype = tn_graph_value(g, tn_graph_node(g, grp->fg_nodes[0])->no_out[0])->va_meta.me_dtype;
+  grp->fg_reduce_dims = anchor >= 0 ? s->fs_rdims[k] : 0;
+  grp->fg_nonempty = anchor >= 0 && (tn_graph_node(g, anchor)->no_op == TN_OP_amax ||
+                                     tn_graph_node(g, anchor)->no_op == TN_OP_amin);
 
   /* external inputs, first use order; each gets a buffer and a load */
   for (uint32_t i = 0; i < nn; i++) {
@@ -350,26 +591,43 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     }
   }
   for (uint32_t v = 0; v < nvals; v++)
-    bufof[v] = -1;
+    bufof[v] = sof[v] = -1;
   for (uint32_t i = 0; i < grp->fg_ninputs; i++) {
     bufof[grp->fg_inputs[i]] = (int32_t)b.pb_nbufs++;
     emit(&b, (tn_finst){TN_FI_LOAD, 0, bufof[grp->fg_inputs[i]], (int32_t)i, -1, 0});
   }
+  int xrank = anchor >= 0 ? tn_graph_value(g, tn_graph_node(g, anchor)->no_args[0].u.ar_ref)->va_meta.me_rank : 0;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
-    bufof[n->no_out[0]] = emit_node(&b, n, bufof);
-    if (needed[n->no_out[0]])
-      grp->fg_outputs[grp->fg_noutputs++] = n->no_out[0];
+    if (grp->fg_nodes[i] == anchor)
+      emit_row(&b, n, bufof, sof);
+    else
+      bufof[n->no_out[0]] = emit_node(&b, n, bufof);
+    for (uint32_t o = 0; o < n->no_nout; o++) {
+      int32_t v = n->no_out[o];
+      if (!needed[v])
+        continue;
+      uint8_t kind = sof[v] < 0 ? TN_FO_FULL
+                   : tn_graph_value(g, v)->va_meta.me_rank == xrank ? TN_FO_KEEPDIM : TN_FO_ROW;
+      grp->fg_out_kinds[grp->fg_noutputs] = kind;
+      grp->fg_outputs[grp->fg_noutputs++] = v;
+    }
   }
-  for (uint32_t o = 0; o < grp->fg_noutputs; o++)
-    emit(&b, (tn_finst){TN_FI_STORE, 0, (int32_t)o, bufof[grp->fg_outputs[o]], -1, 0});
+  for (uint32_t o = 0; o < grp->fg_noutputs; o++) {
+    int32_t v = grp->fg_outputs[o];
+    if (grp->fg_out_kinds[o] == TN_FO_FULL)
+      emit(&b, (tn_finst){TN_FI_STORE, 0, (int32_t)o, bufof[v], -1, 0});
+    else
+      emit(&b, (tn_finst){TN_FI_SSTORE, 0, (int32_t)o, sof[v], -1, 0});
+  }
   grp->fg_prog = b.pb_prog;
   grp->fg_nprog = b.pb_n;
   grp->fg_nbufs = b.pb_nbufs;
+  grp->fg_nscalars = b.pb_nscalars;
   return b.pb_rc;
 }
 
-int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out)
+int tn_fuse_graph(const tn_graph *g, tn_fusion **out)
 {
   uint32_t nn = tn_graph_num_nodes(g), nv = tn_graph_num_values(g);
   int rc = TN_OK;
@@ -384,11 +642,13 @@ int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out)
     return TN_ENOMEM;
   }
   f->fu_heap = heap;
-  fuse_state s = {f, g, heap_ids(f, nn), heap_ids(f, nn), heap_ids(f, nn), 0};
-  int32_t *bufof = heap_ids(f, nv);
+  fuse_state s = {f, g, heap_ids(f, nn), heap_ids(f, nn), heap_ids(f, nn), heap_ids(f, nn),
+                  mi_heap_zalloc(heap, nn ? nn : 1), 0};
+  int32_t *bufof = heap_ids(f, nv), *sof = heap_ids(f, nv);
   int32_t *renum = heap_ids(f, nn);
   uint8_t *needed = mi_heap_zalloc(heap, nv ? nv : 1);
-  if (!s.fs_group_of || !s.fs_first || !s.fs_count || !bufof || !renum || !needed) {
+  if (!s.fs_group_of || !s.fs_first || !s.fs_count || !s.fs_anchor || !s.fs_rdims || !bufof || !sof || !renum ||
+      !needed) {
     mi_heap_destroy(heap);
     return TN_ENOMEM;
   }
@@ -410,15 +670,21 @@ int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out)
       join = (int32_t)s.fs_ngroups++;
       s.fs_first[join] = (int32_t)i;
       s.fs_count[join] = 0;
+      s.fs_anchor[join] = -1;
     }
     s.fs_group_of[i] = join;
     s.fs_count[join]++;
   }
+  for (uint32_t i = 0; i < nn; i++) {
+    int k;
+    if (s.fs_group_of[i] < 0 && row_reducible(g, tn_graph_node(g, (int32_t)i), &k))
+      form_row_group(&s, i, k);
+  }
 
-  /* single-node groups stay with eager; number the rest */
+  /* single-node pointwise groups stay with eager; number the rest */
   uint32_t kept = 0;
   for (uint32_t k = 0; k < s.fs_ngroups; k++)
-    renum[k] = s.fs_count[k] >= 2 ? (int32_t)kept++ : -1;
+    renum[k] = s.fs_count[k] >= 2 || (s.fs_anchor[k] >= 0 && s.fs_count[k] >= 1) ? (int32_t)kept++ : -1;
   for (uint32_t i = 0; i < nn; i++)
     if (s.fs_group_of[i] >= 0 && renum[s.fs_group_of[i]] < 0)
       s.fs_group_of[i] = -1;
@@ -445,7 +711,7 @@ int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out)
     rc = TN_ENOMEM;
   for (uint32_t k = 0; rc == TN_OK && k < s.fs_ngroups; k++)
     if (renum[k] >= 0)
-      rc = build_group(&s, (int32_t)k, &f->fu_groups[renum[k]], bufof, needed);
+      rc = build_group(&s, (int32_t)k, &f->fu_groups[renum[k]], bufof, sof, needed);
   f->fu_ngroups = kept;
   if (rc != TN_OK) {
     mi_heap_destroy(heap);

@@ -1,18 +1,29 @@
 /*
-** Pointwise fusion: chains of float32 elementwise nodes become one kernel
-** program each (a list of block instructions over buffers), which
-** csrc/neuron_backend/codegen.c turns into C.
+** Fusion: the graph's lowerable nodes become kernel programs (lists of
+** block instructions over buffers), which csrc/neuron_backend/codegen.c
+** turns into C. Two kinds of group:
 **
-** A node is fusable when its op has a runtime primitive, its tensor inputs
-** and output share one dtype among float32, float16 and bfloat16 (the
-** latter two computed in float32, rounded when stored), its output is
-** contiguous and its scalar arguments are finite numbers. It joins the group of one of its producers
-** when it has that group's iteration shape and every input it takes from
-** outside the group exists before the group's first node: a group then runs
-** as one unit at the place of its first node. Groups of a single node are
-** dropped (eager's vectorised kernel is as good). A group's iteration shape
-** is the broadcast of its external inputs, so kernels take sizes at run
-** time and one kernel serves every shape.
+** Pointwise groups. A node is fusable when its op has a runtime primitive,
+** its tensor inputs and output share one dtype among float32, float16 and
+** bfloat16 (the latter two computed in float32, rounded when stored), its
+** output is contiguous and its scalar arguments are finite numbers. It
+** joins the group of one of its producers when it has that group's
+** iteration shape and every input it takes from outside the group exists
+** before the group's first node: a group then runs as one unit at the place
+** of its first node. Groups of a single node are dropped (eager's
+** vectorised kernel is as good). A group's iteration shape is the broadcast
+** of its external inputs, so kernels take sizes at run time and one kernel
+** serves every shape.
+**
+** Row groups. A reduction or norm over the trailing dims of its input
+** (softmax, log_softmax, layer norm, sum, mean, amax, amin, var, logsumexp)
+** runs as a kernel over rows: the pointwise group that produces its input
+** joins it as a prologue and, for norms, the pointwise groups that consume
+** its result join as an epilogue (same rule: their outside inputs exist
+** before the group starts). The program's per-row scalars (REDUCE results
+** and arithmetic on them) split it into phases, each one pass over the row
+** in blocks; whatever a later pass needs is recomputed from the inputs, so
+** no row is ever held whole.
 */
 #ifndef TN_FUSE_H
 #define TN_FUSE_H
@@ -27,6 +38,19 @@
 #define TN_FI_UNARY  3  /* buf[dst] <- op(buf[a]) */
 #define TN_FI_BINARY 4  /* buf[dst] <- op(buf[a], buf[b]) */
 #define TN_FI_STORE  5  /* output fi_dst <- buf[a] */
+/* row groups only: r[] are per-row float scalars */
+#define TN_FI_REDUCE  6  /* r[dst] <- reduction fi_op (TN_RT_R_*) of buf[a] over the row */
+#define TN_FI_SPLAT   7  /* buf[dst] <- r[a] in every lane */
+#define TN_FI_SCONST  8  /* r[dst] <- fi_value */
+#define TN_FI_SCOLS   9  /* r[dst] <- elements per row */
+#define TN_FI_SUNARY  10 /* r[dst] <- op(r[a]) */
+#define TN_FI_SBINARY 11 /* r[dst] <- op(r[a], r[b]) */
+#define TN_FI_SSTORE  12 /* output fi_dst (one element per row) <- r[a] */
+
+/* Shapes of a group's outputs. */
+#define TN_FO_FULL    0  /* the iteration shape */
+#define TN_FO_KEEPDIM 1  /* the iteration shape with the reduced dims 1 */
+#define TN_FO_ROW     2  /* the iteration shape without the reduced dims */
 
 typedef struct tn_finst {
   int fi_kind;
@@ -42,10 +66,14 @@ typedef struct tn_fgroup {
   uint32_t fg_ninputs;
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
+  uint8_t *fg_out_kinds;   /* TN_FO_* per output */
   int fg_dtype;            /* of every operand: float32, float16 or bfloat16 */
-  tn_finst *fg_prog;       /* loads, consts, ops, stores */
+  int fg_reduce_dims;      /* row groups: trailing dims that form a row; 0 for pointwise */
+  int fg_nonempty;         /* rows must not be empty (amax/amin raise on empty in eager) */
+  tn_finst *fg_prog;       /* loads, consts, ops, reductions, stores */
   uint32_t fg_nprog;
   uint32_t fg_nbufs;
+  uint32_t fg_nscalars;
 } tn_fgroup;
 
 typedef struct tn_fusion tn_fusion;
@@ -54,9 +82,9 @@ typedef struct tn_fusion tn_fusion;
 ** through PyTorch): the registry behind torchneuron_jit.lowered_ops(). */
 int tn_fuse_lowers(int op);
 
-/* Finds the pointwise groups of g. The result lives in a mimalloc heap of
+/* Finds the pointwise and row groups of g. The result lives in a mimalloc heap of
 ** its own, which belongs to the calling thread. TN_ENOMEM. */
-int tn_fuse_pointwise(const tn_graph *g, tn_fusion **out);
+int tn_fuse_graph(const tn_graph *g, tn_fusion **out);
 
 uint32_t tn_fusion_count(const tn_fusion *f);
 const tn_fgroup *tn_fusion_group(const tn_fusion *f, uint32_t i);

@@ -41,63 +41,255 @@ static void out(cg_buf *b, const char *fmt, ...)
   }
 }
 
-int tn_codegen_pointwise(const tn_fgroup *grp, char **src)
+static const char *cg_elem(const tn_fgroup *grp)
+{
+  return grp->fg_dtype == TN_DTYPE_FLOAT32 ? "float" : "unsigned short";
+}
+
+static const char *cg_io(const tn_fgroup *grp)
+{
+  return grp->fg_dtype == TN_DTYPE_FLOAT32 ? "f32" : grp->fg_dtype == TN_DTYPE_FLOAT16 ? "f16" : "bf16";
+}
+
+static const char *cg_signature =
+  "void tn_kernel(i64 rank, const i64 *sizes, void **ptrs, const i64 *st, i64 cols, const i64 *cst)\n{\n";
+
+/* The statement of one in-block instruction (stv: the array of innermost
+** strides); other kinds emit nothing. */
+static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi, const char *io, const char *stv)
+{
+  uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
+  switch (fi->fi_kind) {
+  case TN_FI_LOAD:
+    out(b, "      tn_rt_load_%s(b%d, p[%d] + j * %s[%d], %s[%d], n);\n", io, fi->fi_dst, fi->fi_a, stv, fi->fi_a,
+        stv, fi->fi_a);
+    break;
+  case TN_FI_UNARY:
+    out(b, "      tn_rt_unary_f32(%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a);
+    break;
+  case TN_FI_BINARY:
+    out(b, "      tn_rt_binary_f32(%d, b%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
+    break;
+  case TN_FI_REDUCE:
+    out(b, "      a%d = tn_rt_combine(%d, a%d, tn_rt_reduce_f32(%d, b%d, n));\n", fi->fi_dst, fi->fi_op, fi->fi_dst,
+        fi->fi_op, fi->fi_a);
+    break;
+  case TN_FI_STORE:
+    out(b, "      tn_rt_store_%s(p[%u] + j * %s[%u], %s[%u], b%d, n);\n", io, k, stv, k, stv, k, fi->fi_a);
+    break;
+  default:
+    break;
+  }
+}
+
+static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
+{
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+  const char *elem = cg_elem(grp), *io = cg_io(grp);
+  out(b, "%s", cg_signature);
+  for (uint32_t k = 0; k < grp->fg_nbufs; k++)
+    out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
+  out(b, "  %s *p[%u];\n  i64 s[%u];\n  i64 idx[64];\n", elem, nops, nops);
+  out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
+  out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+  out(b, "  if (inner == 0 || outer == 0) return;\n");
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_CONST)
+      out(b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
+  }
+  out(b, "  for (k = 0; k < %u; k++) s[k] = rank ? st[k * rank + rank - 1] : 0;\n", nops);
+  out(b, "  for (o = 0; o < outer; o++) {\n");
+  out(b, "    for (k = 0; k < %u; k++) {\n", nops);
+  out(b, "      i64 off = 0;\n");
+  out(b, "      for (d = 0; d + 1 < rank; d++) off += idx[d] * st[k * rank + d];\n");
+  out(b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
+  out(b, "    for (j = 0; j < inner; j += %d) {\n", TN_RT_BLOCK);
+  out(b, "      n = inner - j < %d ? inner - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
+  for (uint32_t i = 0; i < grp->fg_nprog; i++)
+    cg_block_inst(b, grp, &grp->fg_prog[i], io, "s");
+  out(b, "    }\n");
+  out(b, "    for (d = rank - 2; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
+  out(b, "  }\n}\n");
+}
+
+/* -- Row kernels ----------------------------------------------------------- */
+
+/* Levels: a buffer's level is the highest phase whose scalars it needs; a
+** reduction of a level-L buffer runs in phase L and gives a level L+1
+** scalar. */
+typedef struct cg_rows {
+  const tn_fgroup *cr_grp;
+  int *cr_blv, *cr_slv;    /* level of each buffer / scalar */
+  int *cr_inst_lv;         /* phase of each instruction (buffers: the level of its result) */
+  uint8_t *cr_need;        /* per instruction, in the phase being emitted */
+  uint8_t *cr_done;        /* scalar instructions and scalar stores already emitted */
+} cg_rows;
+
+static void cg_levels(cg_rows *r)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    int lv = 0;
+    switch (fi->fi_kind) {
+    case TN_FI_UNARY: lv = r->cr_blv[fi->fi_a]; r->cr_blv[fi->fi_dst] = lv; break;
+    case TN_FI_BINARY:
+      lv = r->cr_blv[fi->fi_a] > r->cr_blv[fi->fi_b] ? r->cr_blv[fi->fi_a] : r->cr_blv[fi->fi_b];
+      r->cr_blv[fi->fi_dst] = lv;
+      break;
+    case TN_FI_LOAD: case TN_FI_CONST: r->cr_blv[fi->fi_dst] = 0; break;
+    case TN_FI_SPLAT: lv = r->cr_slv[fi->fi_a]; r->cr_blv[fi->fi_dst] = lv; break;
+    case TN_FI_REDUCE: lv = r->cr_blv[fi->fi_a]; r->cr_slv[fi->fi_dst] = lv + 1; break;
+    case TN_FI_SCONST: case TN_FI_SCOLS: r->cr_slv[fi->fi_dst] = 0; break;
+    case TN_FI_SUNARY: lv = r->cr_slv[fi->fi_a]; r->cr_slv[fi->fi_dst] = lv; break;
+    case TN_FI_SBINARY:
+      lv = r->cr_slv[fi->fi_a] > r->cr_slv[fi->fi_b] ? r->cr_slv[fi->fi_a] : r->cr_slv[fi->fi_b];
+      r->cr_slv[fi->fi_dst] = lv;
+      break;
+    case TN_FI_STORE: lv = r->cr_blv[fi->fi_a]; break;
+    case TN_FI_SSTORE: lv = r->cr_slv[fi->fi_a]; break;
+    default: break;
+    }
+    r->cr_inst_lv[i] = lv;
+  }
+}
+
+/* Emits the scalar instructions and per-row stores whose scalars exist
+** once phase `avail` - 1 has ended. */
+static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (r->cr_done[i] || r->cr_inst_lv[i] > avail)
+      continue;
+    switch (fi->fi_kind) {
+    case TN_FI_SCONST: out(b, "    r%d = (float)%a;\n", fi->fi_dst, fi->fi_value); break;
+    case TN_FI_SCOLS: out(b, "    r%d = (float)cols;\n", fi->fi_dst); break;
+    case TN_FI_SUNARY: out(b, "    tn_rt_unary_f32(%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a); break;
+    case TN_FI_SBINARY:
+      out(b, "    tn_rt_binary_f32(%d, &r%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
+      break;
+    case TN_FI_SSTORE:
+      out(b, "    tn_rt_store_%s(p[%u], 0, &r%d, 1);\n", io, grp->fg_ninputs + (uint32_t)fi->fi_dst, fi->fi_a);
+      break;
+    default:
+      continue;
+    }
+    r->cr_done[i] = 1;
+  }
+}
+
+/* One pass over the row for phase ph: the reductions of level-ph buffers
+** and the stores of level-ph buffers, with everything they need. */
+static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  uint32_t n = grp->fg_nprog;
+  int any = 0;
+  uint8_t *bufneed = r->cr_need + n; /* per buffer */
+  memset(r->cr_need, 0, n + grp->fg_nbufs);
+  for (uint32_t i = n; i-- > 0;) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    int root = (fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r->cr_blv[fi->fi_a] == ph;
+    int producer = fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_UNARY || fi->fi_kind == TN_FI_BINARY ||
+                   fi->fi_kind == TN_FI_SPLAT || fi->fi_kind == TN_FI_CONST;
+    if (!root && !(producer && bufneed[fi->fi_dst]))
+      continue;
+    r->cr_need[i] = 1;
+    any = 1;
+    if (fi->fi_kind != TN_FI_LOAD && fi->fi_kind != TN_FI_CONST && fi->fi_kind != TN_FI_SPLAT) {
+      bufneed[fi->fi_a] = 1;
+      if (fi->fi_kind == TN_FI_BINARY)
+        bufneed[fi->fi_b] = 1;
+    }
+  }
+  if (!any)
+    return;
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (!r->cr_need[i])
+      continue;
+    if (fi->fi_kind == TN_FI_REDUCE)
+      out(b, "    a%d = tn_rt_reduce_f32(%d, 0, 0);\n", fi->fi_dst, fi->fi_op);
+    else if (fi->fi_kind == TN_FI_SPLAT)
+      out(b, "    tn_rt_fill_f32(b%d, r%d, %d);\n", fi->fi_dst, fi->fi_a, TN_RT_BLOCK);
+  }
+  out(b, "    for (j = 0; j < cols; j += %d) {\n", TN_RT_BLOCK);
+  out(b, "      n = cols - j < %d ? cols - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
+  for (uint32_t i = 0; i < n; i++)
+    if (r->cr_need[i])
+      cg_block_inst(b, grp, &grp->fg_prog[i], io, "cst");
+  out(b, "    }\n");
+  for (uint32_t i = 0; i < n; i++)
+    if (r->cr_need[i] && grp->fg_prog[i].fi_kind == TN_FI_REDUCE)
+      out(b, "    r%d = (float)a%d;\n", grp->fg_prog[i].fi_dst, grp->fg_prog[i].fi_dst);
+}
+
+static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
+{
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
+  const char *elem = cg_elem(grp), *io = cg_io(grp);
+  int phases = 0;
+  cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
+               calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1)};
+  if (!r.cr_blv || !r.cr_slv || !r.cr_inst_lv || !r.cr_need || !r.cr_done) {
+    b->cb_rc = TN_ENOMEM;
+    goto done;
+  }
+  cg_levels(&r);
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if ((fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r.cr_blv[fi->fi_a] + 1 > phases)
+      phases = r.cr_blv[fi->fi_a] + 1;
+  }
+  out(b, "%s", cg_signature);
+  for (uint32_t k = 0; k < grp->fg_nbufs; k++)
+    out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
+  for (uint32_t k = 0; k < grp->fg_nscalars; k++)
+    out(b, "  float r%u = 0; double a%u = 0;\n", k, k);
+  out(b, "  %s *p[%u];\n  i64 idx[64];\n", elem, nops);
+  out(b, "  i64 outer = 1, d, k, o, j, n;\n");
+  out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_CONST)
+      out(b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
+  }
+  out(b, "  for (o = 0; o < outer; o++) {\n");
+  out(b, "    for (k = 0; k < %u; k++) {\n", nops);
+  out(b, "      i64 off = 0;\n");
+  out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
+  out(b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
+  for (int ph = 0; ph < phases; ph++) {
+    cg_scalars(b, &r, ph, io);
+    cg_phase(b, &r, ph, io);
+  }
+  cg_scalars(b, &r, phases, io);
+  out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
+  out(b, "  }\n}\n");
+done:
+  free(r.cr_blv);
+  free(r.cr_slv);
+  free(r.cr_inst_lv);
+  free(r.cr_need);
+  free(r.cr_done);
+}
+
+int tn_codegen_kernel(const tn_fgroup *grp, char **src)
 {
   cg_buf b = {malloc(4096), 0, 4096, TN_OK};
-  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
 
   *src = NULL;
   if (!b.cb_text)
     return TN_ENOMEM;
   b.cb_text[0] = 0;
-  const char *elem = grp->fg_dtype == TN_DTYPE_FLOAT32 ? "float" : "unsigned short";
-  const char *io = grp->fg_dtype == TN_DTYPE_FLOAT32 ? "f32" : grp->fg_dtype == TN_DTYPE_FLOAT16 ? "f16" : "bf16";
   out(&b, "%s", tn_rt_prototypes());
-  out(&b, "void tn_kernel(i64 rank, const i64 *sizes, void **ptrs, const i64 *st)\n{\n");
-  for (uint32_t k = 0; k < grp->fg_nbufs; k++)
-    out(&b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
-  out(&b, "  %s *p[%u];\n  i64 s[%u];\n  i64 idx[64];\n", elem, nops, nops);
-  out(&b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
-  out(&b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
-  out(&b, "  if (inner == 0 || outer == 0) return;\n");
-  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind == TN_FI_CONST)
-      out(&b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
-  }
-  out(&b, "  for (k = 0; k < %u; k++) s[k] = rank ? st[k * rank + rank - 1] : 0;\n", nops);
-  out(&b, "  for (o = 0; o < outer; o++) {\n");
-  out(&b, "    for (k = 0; k < %u; k++) {\n", nops);
-  out(&b, "      i64 off = 0;\n");
-  out(&b, "      for (d = 0; d + 1 < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(&b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
-  out(&b, "    for (j = 0; j < inner; j += %d) {\n", TN_RT_BLOCK);
-  out(&b, "      n = inner - j < %d ? inner - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
-  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    switch (fi->fi_kind) {
-    case TN_FI_LOAD:
-      out(&b, "      tn_rt_load_%s(b%d, p[%d] + j * s[%d], s[%d], n);\n", io, fi->fi_dst, fi->fi_a, fi->fi_a,
-          fi->fi_a);
-      break;
-    case TN_FI_UNARY:
-      out(&b, "      tn_rt_unary_f32(%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a);
-      break;
-    case TN_FI_BINARY:
-      out(&b, "      tn_rt_binary_f32(%d, b%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
-      break;
-    case TN_FI_STORE: {
-      uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
-      out(&b, "      tn_rt_store_%s(p[%u] + j * s[%u], s[%u], b%d, n);\n", io, k, k, k, fi->fi_a);
-      break;
-    }
-    default:
-      break;
-    }
-  }
-  out(&b, "    }\n");
-  out(&b, "    for (d = rank - 2; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
-  out(&b, "  }\n}\n");
+  if (grp->fg_reduce_dims > 0)
+    cg_rows_body(&b, grp);
+  else
+    cg_pointwise(&b, grp);
   if (b.cb_rc != TN_OK) {
     free(b.cb_text);
     return b.cb_rc;

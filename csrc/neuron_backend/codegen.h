@@ -2,12 +2,17 @@
 ** C code generation for fused kernel programs (csrc/lowering/fuse.h).
 **
 ** A kernel is `void tn_kernel(i64 rank, const i64 *sizes, void **ptrs,
-** const i64 *strides)`: operands (of the group's dtype) are the group's
-** inputs then its outputs;
-** operand k's stride of dimension d (in elements, 0 where it broadcasts) is
-** strides[k * rank + d]. The body walks the outer dimensions with an
-** odometer and the innermost in TN_RT_BLOCK blocks, calling the runtime's
-** primitives. The text depends only on the program, never on shapes, so
+** const i64 *strides, i64 cols, const i64 *cstrides)`: operands (of the
+** group's dtype) are the group's inputs then its outputs; operand k's
+** stride of dimension d (in elements, 0 where it broadcasts) is
+** strides[k * rank + d].
+**
+** Pointwise kernels ignore cols and cstrides: the body walks the outer
+** dimensions with an odometer and the innermost in TN_RT_BLOCK blocks,
+** calling the runtime's primitives. Row kernels (fg_reduce_dims > 0) take
+** sizes and strides of the rows' space, and each row is cols elements at
+** stride cstrides[k] for operand k (per-row outputs are written at the
+** row's base); each phase of the program is one blocked pass over the row. The text depends only on the program, never on shapes, so
 ** one kernel (and one cache entry) serves every shape. No system header is
 ** included: the runtime's prototypes are declared in the text.
 */
@@ -20,6 +25,6 @@
 
 /* Writes the C source of grp into *src (malloc'd, NUL-terminated; free()
 ** it). TN_ENOMEM. */
-int tn_codegen_pointwise(const tn_fgroup *grp, char **src);
+int tn_codegen_kernel(const tn_fgroup *grp, char **src);
 
 #endif /* TN_CODEGEN_H */

@@ -1,9 +1,11 @@
 /*
-** Python binding of fused kernels: _C.fuse_pointwise(graph) lists a graph's
-** pointwise groups with their generated source; _C.Kernel(source, ninputs,
-** noutputs, empty, dtype) compiles one with libtcc and, called with the
-** input tensors, allocates the outputs (contiguous, of the kernel's dtype,
-** shaped as the broadcast of the inputs) and runs it.
+** Python binding of fused kernels: _C.fuse(graph) lists a graph's fused
+** groups with their generated source; _C.Kernel(source, ninputs, noutputs,
+** empty, dtype, reduce_dims=0, out_kinds=None, nonempty=False) compiles one
+** with libtcc and, called with the input tensors, allocates the outputs
+** (contiguous, of the kernel's dtype, shaped as the broadcast of the inputs
+** or, for per-row outputs of a row kernel, that shape with its last
+** reduce_dims dims reduced) and runs it.
 */
 #include "../tn_py.h"
 
@@ -18,7 +20,8 @@
 #define KERNEL_MAX_OPERANDS 64
 /* Launches smaller than this keep the GIL: releasing it costs more. */
 #define KERNEL_NOGIL_ELEMENTS 32768
-typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides);
+typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides, int64_t cols,
+                          const int64_t *cstrides);
 
 typedef struct {
   PyObject_HEAD
@@ -26,6 +29,9 @@ typedef struct {
   kernel_fn ke_fn;
   int ke_ninputs, ke_noutputs;
   int ke_itemsize;       /* bytes per element of every operand */
+  int ke_rdims;          /* row kernels: trailing dims that form a row; else 0 */
+  int ke_nonempty;       /* raise (as eager does) when rows are empty */
+  uint8_t ke_out_kinds[KERNEL_MAX_OPERANDS]; /* TN_FO_* */
   PyObject *ke_empty;    /* torch.empty */
   PyObject *ke_dtype;    /* the operands' torch dtype */
   PyObject *ke_source;   /* str */
@@ -43,6 +49,8 @@ typedef struct launch {
   const int64_t *la_sizes;
   void *const *la_ptrs;
   const int64_t *la_strides;
+  int64_t la_cols;
+  const int64_t *la_cstrides;
 } launch;
 
 static void launch_part(void *vctx, int part, int nparts)
@@ -50,6 +58,11 @@ static void launch_part(void *vctx, int part, int nparts)
   const launch *la = vctx;
   int64_t sizes[TN_MAX_RANK];
   void *ptrs[KERNEL_MAX_OPERANDS];
+  if (la->la_rank == 0) {
+    if (part == 0)
+      la->la_fn(0, la->la_sizes, (void **)la->la_ptrs, la->la_strides, la->la_cols, la->la_cstrides);
+    return;
+  }
   int64_t n0 = la->la_sizes[0], chunk = (n0 + nparts - 1) / nparts;
   int64_t start = chunk * part, len = n0 - start < chunk ? n0 - start : chunk;
   if (len <= 0)
@@ -59,12 +72,12 @@ static void launch_part(void *vctx, int part, int nparts)
   sizes[0] = len;
   for (int k = 0; k < la->la_nops; k++)
     ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_itemsize;
-  la->la_fn(la->la_rank, sizes, ptrs, la->la_strides);
+  la->la_fn(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides);
 }
 
-/* -- fuse_pointwise ------------------------------------------------------------ */
+/* -- fuse ------------------------------------------------------------------------ */
 
-static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
+static PyObject *py_fuse(PyObject *self, PyObject *arg)
 {
   (void)self;
   tn_graph *g = tn_py_graph_get(arg);
@@ -72,22 +85,28 @@ static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
   PyObject *res = NULL;
   if (!g)
     return NULL;
-  int rc = tn_fuse_pointwise(g, &f);
+  int rc = tn_fuse_graph(g, &f);
   if (rc != TN_OK)
     return PyErr_NoMemory();
   res = PyList_New(0);
   for (uint32_t i = 0; res && i < tn_fusion_count(f); i++) {
     const tn_fgroup *grp = tn_fusion_group(f, i);
     char *src = NULL;
-    if (tn_codegen_pointwise(grp, &src) != TN_OK) {
+    if (tn_codegen_kernel(grp, &src) != TN_OK) {
       Py_CLEAR(res);
       PyErr_NoMemory();
       break;
     }
-    PyObject *d = Py_BuildValue("{s:N,s:N,s:N,s:s,s:s}", "nodes", tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes),
-                                "inputs", tn_py_ids_list(grp->fg_inputs, grp->fg_ninputs),
-                                "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src,
-                                "dtype", tn_dtype_name(grp->fg_dtype));
+    PyObject *kinds = PyList_New(grp->fg_noutputs);
+    for (uint32_t o = 0; kinds && o < grp->fg_noutputs; o++)
+      PyList_SET_ITEM(kinds, o, PyLong_FromLong(grp->fg_out_kinds[o]));
+    PyObject *d = kinds ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:s,s:i,s:N,s:O}", "nodes",
+                                        tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs",
+                                        tn_py_ids_list(grp->fg_inputs, grp->fg_ninputs), "outputs",
+                                        tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtype",
+                                        tn_dtype_name(grp->fg_dtype), "reduce_dims", grp->fg_reduce_dims,
+                                        "out_kinds", kinds, "nonempty", grp->fg_nonempty ? Py_True : Py_False)
+                      : NULL;
     free(src);
     if (!d || PyList_Append(res, d) < 0)
       Py_CLEAR(res);
@@ -101,18 +120,39 @@ static PyObject *py_fuse_pointwise(PyObject *self, PyObject *arg)
 
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtype", NULL};
-  PyObject *source, *empty, *dtype;
-  int nin, nout;
+  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtype", "reduce_dims", "out_kinds",
+                           "nonempty", NULL};
+  PyObject *source, *empty, *dtype, *kinds_arg = Py_None;
+  int nin, nout, rdims = 0, nonempty = 0;
+  uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
   char err[2048];
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype,
+                                   &rdims, &kinds_arg, &nonempty))
     return NULL;
   if (nin < 1 || nout < 1 || nin + nout > KERNEL_MAX_OPERANDS)
     return PyErr_Format(PyExc_ValueError, "a kernel takes 1..%d operands, got %d + %d",
                         KERNEL_MAX_OPERANDS, nin, nout);
+  if (rdims < 0 || rdims > TN_MAX_RANK)
+    return PyErr_Format(PyExc_ValueError, "reduce_dims must lie in [0, %d], got %d", TN_MAX_RANK, rdims);
+  if (kinds_arg != Py_None) {
+    PyObject *fast = PySequence_Fast(kinds_arg, "out_kinds must be a sequence of ints");
+    if (!fast)
+      return NULL;
+    int ok = PySequence_Fast_GET_SIZE(fast) == nout;
+    for (int j = 0; ok && j < nout; j++) {
+      long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, j));
+      ok = v >= TN_FO_FULL && v <= TN_FO_ROW && (v == TN_FO_FULL || rdims > 0);
+      kinds[j] = (uint8_t)v;
+    }
+    Py_DECREF(fast);
+    if (!ok)
+      return PyErr_Occurred() ? NULL
+                              : PyErr_Format(PyExc_ValueError, "out_kinds must give one of 0, 1, 2 per output "
+                                                               "(1 and 2 only with reduce_dims > 0)");
+  }
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
     return NULL;
@@ -121,9 +161,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   Py_XDECREF(isz);
   if (itemsize != 2 && itemsize != 4)
     return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "kernel dtype must be 2 or 4 bytes wide");
-  tn_tcc_symbol syms[16];
+  tn_tcc_symbol syms[32];
   size_t nsyms = 0;
-  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < 16; s++)
+  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < 32; s++)
     syms[nsyms++] = (tn_tcc_symbol){s->rs_name, s->rs_addr};
   Py_BEGIN_ALLOW_THREADS
   rc = tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);
@@ -145,6 +185,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_ninputs = nin;
   k->ke_noutputs = nout;
   k->ke_itemsize = (int)itemsize;
+  k->ke_rdims = rdims;
+  k->ke_nonempty = nonempty;
+  memcpy(k->ke_out_kinds, kinds, sizeof kinds);
   k->ke_empty = Py_NewRef(empty);
   k->ke_dtype = Py_NewRef(dtype);
   k->ke_source = Py_NewRef(source);
@@ -215,27 +258,58 @@ static int read_tensor(KernelObject *k, PyObject *t, int i, int64_t *sizes, int6
   return rc;
 }
 
+/* A tuple of ints: sizes[0..n), then `ones` ones. */
+static PyObject *shape_tuple(const int64_t *sizes, int n, int ones)
+{
+  PyObject *t = PyTuple_New(n + ones);
+  for (int d = 0; t && d < n + ones; d++) {
+    PyObject *v = PyLong_FromLongLong(d < n ? sizes[d] : 1);
+    if (!v) {
+      Py_CLEAR(t);
+      break;
+    }
+    PyTuple_SET_ITEM(t, d, v);
+  }
+  return t;
+}
+
+/* The stride that walks dims [from, rank) of an operand (strides st, 0
+** where it broadcasts) as one run, or -1 when they do not form one. */
+static int64_t run_stride(const int64_t *st, const int64_t *shape, int from, int rank)
+{
+  int64_t first = 0, expect = -1;
+  for (int d = rank - 1; d >= from; d--) {
+    if (shape[d] == 1)
+      continue;
+    if (expect >= 0 && st[d] != expect)
+      return -1;
+    if (expect < 0)
+      first = st[d];
+    expect = st[d] * shape[d];
+  }
+  return first;
+}
+
 static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
 {
   KernelObject *k = (KernelObject *)o;
-  int nops = k->ke_ninputs + k->ke_noutputs, rank = 0;
+  int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims;
   int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
   int in_rank[KERNEL_MAX_OPERANDS];
   int64_t shape[TN_MAX_RANK];
-  int64_t st[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
+  int64_t bst[KERNEL_MAX_OPERANDS][TN_MAX_RANK]; /* per operand, per dim of the iteration space */
+  int64_t st[KERNEL_MAX_OPERANDS * TN_MAX_RANK], cst[KERNEL_MAX_OPERANDS];
   int64_t csizes[TN_MAX_RANK];
   void *ptrs[KERNEL_MAX_OPERANDS];
-  PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *empty_args = NULL;
+  PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *held = NULL;
 
   if (kwds && PyDict_Size(kwds))
     return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
   if (PyTuple_GET_SIZE(args) != k->ke_ninputs)
     return PyErr_Format(PyExc_TypeError, "kernel takes %d tensors, got %zd", k->ke_ninputs, PyTuple_GET_SIZE(args));
   for (int i = 0; i < k->ke_ninputs; i++) {
-    void *data;
-    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, in_sizes[i], in_strides[i], &in_rank[i], &data) < 0)
+    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
       return NULL;
-    ptrs[i] = data;
     if (in_rank[i] > rank)
       rank = in_rank[i];
   }
@@ -251,19 +325,48 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
       shape[d] = in_sizes[i][di];
     }
   }
-  if (!(shape_t = PyTuple_New(rank)))
+  if (rdims > rank)
+    return PyErr_Format(PyExc_ValueError, "kernel reduces %d dims of a rank-%d iteration space", rdims, rank);
+  int rrank = rank - rdims; /* dims of the rows' space (all of them for pointwise kernels) */
+  int64_t cols = 1, rows = 1;
+  for (int d = 0; d < rank; d++)
+    *(d < rrank ? &rows : &cols) *= shape[d];
+  if (k->ke_nonempty && cols == 0)
+    return PyErr_Format(PyExc_IndexError, "kernel: reduction over dims with no elements");
+  if (!(shape_t = shape_tuple(shape, rank, 0)) || !(held = PyList_New(0)))
     goto error;
-  for (int d = 0; d < rank; d++) {
-    PyObject *v = PyLong_FromLongLong(shape[d]);
-    if (!v)
-      goto error;
-    PyTuple_SET_ITEM(shape_t, d, v);
+  for (int i = 0; i < k->ke_ninputs; i++) {
+    for (int pass = 0; pass < 2; pass++) {
+      for (int d = 0; d < rank; d++) {
+        int di = d - (rank - in_rank[i]);
+        bst[i][d] = di < 0 || (in_sizes[i][di] == 1 && shape[d] != 1) ? 0 : in_strides[i][di];
+      }
+      cst[i] = rdims ? run_stride(bst[i], shape, rrank, rank) : 0;
+      if (cst[i] >= 0)
+        break;
+      /* a row that is not one strided run: materialise this operand */
+      PyObject *x = PyObject_CallMethod(PyTuple_GET_ITEM(args, i), "expand", "O", shape_t);
+      PyObject *c = x ? PyObject_CallMethod(x, "contiguous", NULL) : NULL;
+      Py_XDECREF(x);
+      if (!c || PyList_Append(held, c) < 0 ||
+          read_tensor(k, c, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0) {
+        Py_XDECREF(c);
+        goto error;
+      }
+      Py_DECREF(c);
+    }
   }
-  if (!(kw = Py_BuildValue("{s:O}", "dtype", k->ke_dtype)) || !(outs = PyTuple_New(k->ke_noutputs)) ||
-      !(empty_args = PyTuple_Pack(1, shape_t)))
+
+  /* outputs: contiguous, of the iteration shape or the rows' shape */
+  if (!(kw = Py_BuildValue("{s:O}", "dtype", k->ke_dtype)) || !(outs = PyTuple_New(k->ke_noutputs)))
     goto error;
   for (int j = 0; j < k->ke_noutputs; j++) {
-    PyObject *t = PyObject_Call(k->ke_empty, empty_args, kw);
+    int kind = k->ke_out_kinds[j];
+    PyObject *shp = kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);
+    PyObject *eargs = shp ? PyTuple_Pack(1, shp) : NULL;
+    PyObject *t = eargs ? PyObject_Call(k->ke_empty, eargs, kw) : NULL;
+    Py_XDECREF(shp);
+    Py_XDECREF(eargs);
     if (!t)
       goto error;
     PyTuple_SET_ITEM(outs, j, t);
@@ -272,67 +375,68 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
       goto error;
     ptrs[k->ke_ninputs + j] = PyLong_AsVoidPtr(ptr);
     Py_DECREF(ptr);
+    int64_t step = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+      if (kind == TN_FO_FULL || d < rrank) {
+        bst[k->ke_ninputs + j][d] = step;
+        step *= shape[d];
+      }
+    }
+    cst[k->ke_ninputs + j] = kind == TN_FO_FULL ? 1 : 0;
   }
 
-  /* strides per operand in the iteration space: 0 where an input broadcasts */
-  int64_t numel = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    for (int i = 0; i < k->ke_ninputs; i++) {
-      int di = d - (rank - in_rank[i]);
-      st[i * rank + d] = di < 0 || (in_sizes[i][di] == 1 && shape[d] != 1) ? 0 : in_strides[i][di];
-    }
-    for (int j = 0; j < k->ke_noutputs; j++)
-      st[(k->ke_ninputs + j) * rank + d] = numel;
-    numel *= shape[d];
-  }
-  /* coalesce: merge dim d into d+1 when every operand steps through both as one */
+  /* coalesce the rows' dims: merge dim d into d+1 when every operand steps
+  ** through both as one */
   int crank = 0;
-  int64_t cst[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
-  for (int d = 0; d < rank; d++) {
-    if (shape[d] == 1 && rank > 1)
+  int64_t cstr[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
+  for (int d = 0; d < rrank; d++) {
+    if (shape[d] == 1 && rrank > 1)
       continue;
     if (crank > 0) {
       int merge = 1;
       for (int p = 0; p < nops && merge; p++)
-        merge = cst[p * TN_MAX_RANK + crank - 1] == st[p * rank + d] * shape[d];
+        merge = cstr[p * TN_MAX_RANK + crank - 1] == bst[p][d] * shape[d];
       if (merge) {
         csizes[crank - 1] *= shape[d];
         for (int p = 0; p < nops; p++)
-          cst[p * TN_MAX_RANK + crank - 1] = st[p * rank + d];
+          cstr[p * TN_MAX_RANK + crank - 1] = bst[p][d];
         continue;
       }
     }
     csizes[crank] = shape[d];
     for (int p = 0; p < nops; p++)
-      cst[p * TN_MAX_RANK + crank] = st[p * rank + d];
+      cstr[p * TN_MAX_RANK + crank] = bst[p][d];
     crank++;
   }
-  for (int p = 0; p < nops; p++) /* repack to the kernel's layout: strides[p * rank + d] */
+  for (int p = 0; p < nops; p++) /* the kernel's layout: strides[p * rank + d] */
     for (int d = 0; d < crank; d++)
-      st[p * crank + d] = cst[p * TN_MAX_RANK + d];
-  if (numel > 0) {
-    launch la = {k->ke_fn, crank, nops, k->ke_itemsize, csizes, ptrs, st};
+      st[p * crank + d] = cstr[p * TN_MAX_RANK + d];
+  int64_t numel = rows * cols;
+  if (rows > 0 && (numel > 0 || rdims > 0)) {
+    launch la = {k->ke_fn, crank, nops, k->ke_itemsize, csizes, ptrs, st, cols, cst};
     int parts = crank == 0 ? 1 : (int)(numel / KERNEL_PART_ELEMENTS);
     if (parts > kernel_threads)
       parts = kernel_threads;
     if (crank > 0 && parts > csizes[0])
       parts = (int)csizes[0];
+    if (parts < 1)
+      parts = 1;
     if (numel >= KERNEL_NOGIL_ELEMENTS) {
       Py_BEGIN_ALLOW_THREADS
       tn_pool_run(launch_part, &la, parts);
       Py_END_ALLOW_THREADS
     } else {
-      k->ke_fn(crank, csizes, ptrs, st);
+      k->ke_fn(crank, csizes, ptrs, st, cols, cst);
     }
   }
   Py_DECREF(shape_t);
   Py_DECREF(kw);
-  Py_DECREF(empty_args);
+  Py_DECREF(held);
   return outs;
 error:
   Py_XDECREF(shape_t);
   Py_XDECREF(kw);
-  Py_XDECREF(empty_args);
+  Py_XDECREF(held);
   Py_XDECREF(outs);
   return NULL;
 }
@@ -402,8 +506,9 @@ PyMethodDef tn_py_kernel_methods[] = {
   {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
-  {"fuse_pointwise", py_fuse_pointwise, METH_O,
-   "fuse_pointwise(graph) -> [{'nodes', 'inputs', 'outputs', 'source'}] for each fused group."},
+  {"fuse", py_fuse, METH_O,
+   "fuse(graph) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtype', 'reduce_dims', 'out_kinds', 'nonempty'}] "
+   "for each fused group."},
   {NULL, NULL, 0, NULL},
 };
 

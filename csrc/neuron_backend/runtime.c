@@ -214,6 +214,7 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_GELU: UNARY_LOOP(isinf(x) ? NAN : 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)));
   case TN_RT_GELU_TANH:
     UNARY_LOOP(0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))));
+  case TN_RT_ZERO_INF: UNARY_LOOP(isinf(x) ? 0.0f : x);
   default:
     break;
   }
@@ -262,6 +263,56 @@ RT_CLONES void tn_rt_binary_f32(int op, float *dst, const float *a, const float 
   }
 }
 
+/* Sixteen lanes each, so the loops vectorise without reassociating
+** anything a compiler would need -ffast-math for. A NaN lane stays NaN:
+** neither comparison below replaces it. */
+#define RT_LANES 16
+
+RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
+{
+  float acc[RT_LANES];
+  float init = op == TN_RT_R_SUM ? 0.0f : op == TN_RT_R_MAX ? -INFINITY : INFINITY;
+  int64_t i = 0;
+  for (int l = 0; l < RT_LANES; l++)
+    acc[l] = init;
+  switch (op) {
+  case TN_RT_R_SUM:
+    for (; i + RT_LANES <= n; i += RT_LANES)
+      for (int l = 0; l < RT_LANES; l++)
+        acc[l] += a[i + l];
+    for (; i < n; i++)
+      acc[0] += a[i];
+    break;
+  case TN_RT_R_MAX:
+    for (; i + RT_LANES <= n; i += RT_LANES)
+      for (int l = 0; l < RT_LANES; l++)
+        acc[l] = (a[i + l] > acc[l] || a[i + l] != a[i + l]) ? a[i + l] : acc[l];
+    for (; i < n; i++)
+      acc[0] = (a[i] > acc[0] || a[i] != a[i]) ? a[i] : acc[0];
+    break;
+  default:
+    for (; i + RT_LANES <= n; i += RT_LANES)
+      for (int l = 0; l < RT_LANES; l++)
+        acc[l] = (a[i + l] < acc[l] || a[i + l] != a[i + l]) ? a[i + l] : acc[l];
+    for (; i < n; i++)
+      acc[0] = (a[i] < acc[0] || a[i] != a[i]) ? a[i] : acc[0];
+    break;
+  }
+  double r = init;
+  for (int l = 0; l < RT_LANES; l++)
+    r = tn_rt_combine(op, r, acc[l]);
+  return r;
+}
+
+double tn_rt_combine(int op, double acc, double part)
+{
+  if (op == TN_RT_R_SUM)
+    return acc + part;
+  if (acc != acc || part != part)
+    return acc != acc ? acc : part;
+  return op == TN_RT_R_MAX ? (part > acc ? part : acc) : (part < acc ? part : acc);
+}
+
 static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_load_f32", (const void *)tn_rt_load_f32},
   {"tn_rt_store_f32", (const void *)tn_rt_store_f32},
@@ -272,6 +323,8 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_fill_f32", (const void *)tn_rt_fill_f32},
   {"tn_rt_unary_f32", (const void *)tn_rt_unary_f32},
   {"tn_rt_binary_f32", (const void *)tn_rt_binary_f32},
+  {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
+  {"tn_rt_combine", (const void *)tn_rt_combine},
   {NULL, NULL},
 };
 
@@ -291,5 +344,7 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_store_bf16(unsigned short *dst, i64 stride, const float *src, i64 n);\n"
          "void tn_rt_fill_f32(float *dst, float v, i64 n);\n"
          "void tn_rt_unary_f32(int op, float *dst, const float *a, i64 n);\n"
-         "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n";
+         "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n"
+         "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
+         "double tn_rt_combine(int op, double acc, double part);\n";
 }

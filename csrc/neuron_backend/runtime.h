@@ -23,7 +23,7 @@
 #define TN_RT_UNARY_DEF(_) \
   _(NEG, 1) _(ABS, 2) _(EXP, 3) _(LOG, 4) _(LOG1P, 5) _(EXPM1, 6) _(SQRT, 7) _(RSQRT, 8) \
   _(RELU, 9) _(SIGMOID, 10) _(TANH, 11) _(SILU, 12) _(ERF, 13) _(SIN, 14) _(COS, 15) \
-  _(GELU, 16) _(GELU_TANH, 17)
+  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18)
 
 #define TN_RT_BINARY_DEF(_) \
   _(ADD, 1) _(SUB, 2) _(MUL, 3) _(DIV, 4) _(MAXIMUM, 5) _(MINIMUM, 6) _(POW, 7) \
@@ -39,6 +39,13 @@ enum {
   TN_RT_BINARY_DEF(TN_RT_B)
 #undef TN_RT_B
 };
+
+/* Reductions of a row: sum, and max/min that propagate NaN (as eager's
+** amax/amin do). ZERO_INF above is x, or 0 where x is infinite
+** (logsumexp's shift). */
+#define TN_RT_R_SUM 1
+#define TN_RT_R_MAX 2
+#define TN_RT_R_MIN 3
 
 /* dst[i] = src[i * stride] for i < n (stride in elements; 0 broadcasts). */
 void tn_rt_load_f32(float *dst, const float *src, int64_t stride, int64_t n);
@@ -61,6 +68,13 @@ void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n);
 
 /* dst[i] = op(a[i], b[i]); dst may alias a or b. */
 void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_t n);
+
+/* The reduction op of a[0..n): a sum is accumulated in float32 lanes and
+** returned in double; n == 0 gives the identity (0, -inf, +inf). */
+double tn_rt_reduce_f32(int op, const float *a, int64_t n);
+
+/* Combines two partial results of reduction op. */
+double tn_rt_combine(int op, double acc, double part);
 
 /* Name and address of every runtime symbol, for tcc_add_symbol; ends with
 ** a NULL name. */

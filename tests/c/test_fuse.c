@@ -59,14 +59,14 @@ static void init_tcc(void)
   ck_assert_msg(tn_tcc_init(getenv("TN_TCC_LIBDIR"), err, sizeof err) == TN_OK, "%s", err);
 }
 
-typedef void (*kfn)(int64_t, const int64_t *, void **, const int64_t *);
+typedef void (*kfn)(int64_t, const int64_t *, void **, const int64_t *, int64_t, const int64_t *);
 
 static kfn compile_group(const tn_fgroup *grp, tn_tcc_unit **u)
 {
   char *src, err[1024];
   tn_tcc_symbol syms[32];
   size_t n = 0;
-  ck_assert_int_eq(tn_codegen_pointwise(grp, &src), TN_OK);
+  ck_assert_int_eq(tn_codegen_kernel(grp, &src), TN_OK);
   ck_assert_ptr_null(strstr(src, "#include"));
   for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name; s++) {
     ck_assert_uint_lt(n, 32);
@@ -82,7 +82,7 @@ START_TEST(test_groups_and_outputs)
   int32_t a, c;
   tn_graph *g = sample(&a, &c);
   tn_fusion *f;
-  ck_assert_int_eq(tn_fuse_pointwise(g, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1); /* relu alone is left to eager */
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   /* mul, add, exp and c = a - 1, which reads only the group: it runs early */
@@ -103,7 +103,7 @@ START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
   tn_fusion *f;
   tn_tcc_unit *u;
   init_tcc();
-  ck_assert_int_eq(tn_fuse_pointwise(g, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, &f), TN_OK);
   kfn fn = compile_group(tn_fusion_group(f, 0), &u);
   /* x is a transposed view: element (i, j) at x[j * 4 + i]; y broadcasts */
   float x[20], y[5], out_a[20], out_c[20];
@@ -114,7 +114,7 @@ START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
   int64_t sizes[2] = {4, 5};
   int64_t st[8] = {1, 4, /* y */ 0, 1, /* a */ 5, 1, /* c */ 5, 1};
   void *ptrs[4] = {x, y, out_a, out_c};
-  fn(2, sizes, ptrs, st);
+  fn(2, sizes, ptrs, st, 1, NULL);
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 5; j++) {
       float want = expf(x[j * 4 + i] * 2.0f + y[j]);
