@@ -29,6 +29,10 @@
     "Check an existing cache file in a child process before using it (LMDB has no page checksums).") \
   _(kernel_threads, TN_CFG_INT, 0, NULL, \
     "Threads a large generated kernel is split across; 0 follows torch.get_num_threads().") \
+  _(row_fusion, TN_CFG_BOOL, 0, NULL, \
+    "Lower reductions and norms over trailing dims (softmax, layer norm, sum, ...) into row kernels " \
+    "with their pointwise prologue and epilogue. Correct, but slower than eager's own kernels today, " \
+    "so off by default.") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

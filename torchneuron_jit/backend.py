@@ -61,7 +61,8 @@ ARTIFACT_FORMAT = 3
 def _key_context():
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
-            f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}").encode()
+            f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
+            f"row_fusion {bool(config.row_fusion)}").encode()
 
 
 def _lowered_groups(imported):
@@ -91,7 +92,7 @@ def _lowered_groups(imported):
         lowered = False
     else:
         _C.stat_add("cache_misses")
-        groups = _C.fuse(_C.decode_graph(g.encode()))
+        groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion))
         stored = cache.put(cache.ARTIFACTS, key,
                            json.dumps({"format": ARTIFACT_FORMAT, "groups": groups}).encode())
         _log.event("cache", f"miss {key.hex()}: lowered in {(time.perf_counter() - t0) * 1e3:.2f} ms"

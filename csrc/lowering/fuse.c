@@ -627,7 +627,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   return b.pb_rc;
 }
 
-int tn_fuse_graph(const tn_graph *g, tn_fusion **out)
+int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
 {
   uint32_t nn = tn_graph_num_nodes(g), nv = tn_graph_num_values(g);
   int rc = TN_OK;
@@ -675,7 +675,7 @@ int tn_fuse_graph(const tn_graph *g, tn_fusion **out)
     s.fs_group_of[i] = join;
     s.fs_count[join]++;
   }
-  for (uint32_t i = 0; i < nn; i++) {
+  for (uint32_t i = 0; (flags & TN_FUSE_ROWS) && i < nn; i++) {
     int k;
     if (s.fs_group_of[i] < 0 && row_reducible(g, tn_graph_node(g, (int32_t)i), &k))
       form_row_group(&s, i, k);

@@ -82,9 +82,12 @@ typedef struct tn_fusion tn_fusion;
 ** through PyTorch): the registry behind torchneuron_jit.lowered_ops(). */
 int tn_fuse_lowers(int op);
 
-/* Finds the pointwise and row groups of g. The result lives in a mimalloc heap of
+/* Flags of tn_fuse_graph. */
+#define TN_FUSE_ROWS 1  /* form row groups (else reductions stay with eager) */
+
+/* Finds the pointwise groups of g and, with TN_FUSE_ROWS, its row groups. The result lives in a mimalloc heap of
 ** its own, which belongs to the calling thread. TN_ENOMEM. */
-int tn_fuse_graph(const tn_graph *g, tn_fusion **out);
+int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out);
 
 uint32_t tn_fusion_count(const tn_fusion *f);
 const tn_fgroup *tn_fusion_group(const tn_fusion *f, uint32_t i);

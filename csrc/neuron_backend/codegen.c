@@ -54,31 +54,94 @@ static const char *cg_io(const tn_fgroup *grp)
 static const char *cg_signature =
   "void tn_kernel(i64 rank, const i64 *sizes, void **ptrs, const i64 *st, i64 cols, const i64 *cst)\n{\n";
 
+/* The instruction that defines each buffer (buffers are assigned once). */
+static const tn_finst **cg_defs(const tn_fgroup *grp)
+{
+  const tn_finst **def = calloc(grp->fg_nbufs + 1, sizeof *def);
+  if (!def)
+    return NULL;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_UNARY ||
+        fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_SPLAT)
+      def[fi->fi_dst] = fi;
+  }
+  return def;
+}
+
+/* Whether buffer v is read as a scalar (a constant or a splat row scalar)
+** by binary instructions that take it second. */
+static int cg_scalar_buf(const tn_finst *const *def, int32_t v)
+{
+  return def[v] && (def[v]->fi_kind == TN_FI_CONST || def[v]->fi_kind == TN_FI_SPLAT);
+}
+
+/* A buffer as an expression: loaded operands are pointers (L), which point
+** into the tensor itself where a float32 operand has unit stride. */
+static const char *cg_ref(const tn_finst *const *def, int32_t v, char *tmp)
+{
+  snprintf(tmp, 24, "%c%d", def[v] && def[v]->fi_kind == TN_FI_LOAD ? 'L' : 'b', v);
+  return tmp;
+}
+
 /* The statement of one in-block instruction (stv: the array of innermost
 ** strides); other kinds emit nothing. */
-static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi, const char *io, const char *stv)
+static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, const tn_finst *fi,
+                          const char *io, const char *stv)
 {
   uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
+  char t1[24], t2[24], t3[24];
   switch (fi->fi_kind) {
   case TN_FI_LOAD:
-    out(b, "      tn_rt_load_%s(b%d, p[%d] + j * %s[%d], %s[%d], n);\n", io, fi->fi_dst, fi->fi_a, stv, fi->fi_a,
-        stv, fi->fi_a);
+    if (grp->fg_dtype == TN_DTYPE_FLOAT32)
+      out(b, "      if (%s[%d] == 1) L%d = p[%d] + j; else ", stv, fi->fi_a, fi->fi_dst, fi->fi_a);
+    out(b, "      { tn_rt_load_%s(b%d, p[%d] + j * %s[%d], %s[%d], n); L%d = b%d; }\n", io, fi->fi_dst, fi->fi_a, stv,
+        fi->fi_a, stv, fi->fi_a, fi->fi_dst, fi->fi_dst);
     break;
   case TN_FI_UNARY:
-    out(b, "      tn_rt_unary_f32(%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a);
+    out(b, "      tn_rt_unary_f32(%d, b%d, %s, n);\n", fi->fi_op, fi->fi_dst, cg_ref(def, fi->fi_a, t1));
     break;
   case TN_FI_BINARY:
-    out(b, "      tn_rt_binary_f32(%d, b%d, b%d, b%d, n);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
+    if (cg_scalar_buf(def, fi->fi_b) && def[fi->fi_b]->fi_kind == TN_FI_CONST)
+      out(b, "      tn_rt_binary_s_f32(%d, b%d, %s, (float)%a, n);\n", fi->fi_op, fi->fi_dst,
+          cg_ref(def, fi->fi_a, t1), def[fi->fi_b]->fi_value);
+    else if (cg_scalar_buf(def, fi->fi_b))
+      out(b, "      tn_rt_binary_s_f32(%d, b%d, %s, r%d, n);\n", fi->fi_op, fi->fi_dst, cg_ref(def, fi->fi_a, t1),
+          def[fi->fi_b]->fi_a);
+    else
+      out(b, "      tn_rt_binary_f32(%d, b%d, %s, %s, n);\n", fi->fi_op, fi->fi_dst, cg_ref(def, fi->fi_a, t1),
+          cg_ref(def, fi->fi_b, t2));
     break;
   case TN_FI_REDUCE:
-    out(b, "      a%d = tn_rt_combine(%d, a%d, tn_rt_reduce_f32(%d, b%d, n));\n", fi->fi_dst, fi->fi_op, fi->fi_dst,
-        fi->fi_op, fi->fi_a);
+    out(b, "      a%d = tn_rt_combine(%d, a%d, tn_rt_reduce_f32(%d, %s, n));\n", fi->fi_dst, fi->fi_op, fi->fi_dst,
+        fi->fi_op, cg_ref(def, fi->fi_a, t3));
     break;
   case TN_FI_STORE:
-    out(b, "      tn_rt_store_%s(p[%u] + j * %s[%u], %s[%u], b%d, n);\n", io, k, stv, k, stv, k, fi->fi_a);
+    out(b, "      tn_rt_store_%s(p[%u] + j * %s[%u], %s[%u], %s, n);\n", io, k, stv, k, stv, k,
+        cg_ref(def, fi->fi_a, t1));
     break;
   default:
     break;
+  }
+}
+
+/* Declares the block buffers (and the pointers of loaded ones). */
+static void cg_buffers(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def)
+{
+  for (uint32_t k = 0; k < grp->fg_nbufs; k++) {
+    out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
+    if (def[k] && def[k]->fi_kind == TN_FI_LOAD)
+      out(b, "  float *L%u;\n", k);
+  }
+}
+
+/* Fills the constant buffers (once per launch; most are read as literals). */
+static void cg_consts(cg_buf *b, const tn_fgroup *grp)
+{
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_CONST)
+      out(b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
   }
 }
 
@@ -86,18 +149,18 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
   const char *elem = cg_elem(grp), *io = cg_io(grp);
+  const tn_finst **def = cg_defs(grp);
+  if (!def) {
+    b->cb_rc = TN_ENOMEM;
+    return;
+  }
   out(b, "%s", cg_signature);
-  for (uint32_t k = 0; k < grp->fg_nbufs; k++)
-    out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
+  cg_buffers(b, grp, def);
   out(b, "  %s *p[%u];\n  i64 s[%u];\n  i64 idx[64];\n", elem, nops, nops);
   out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   out(b, "  if (inner == 0 || outer == 0) return;\n");
-  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind == TN_FI_CONST)
-      out(b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
-  }
+  cg_consts(b, grp);
   out(b, "  for (k = 0; k < %u; k++) s[k] = rank ? st[k * rank + rank - 1] : 0;\n", nops);
   out(b, "  for (o = 0; o < outer; o++) {\n");
   out(b, "    for (k = 0; k < %u; k++) {\n", nops);
@@ -107,10 +170,11 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
   out(b, "    for (j = 0; j < inner; j += %d) {\n", TN_RT_BLOCK);
   out(b, "      n = inner - j < %d ? inner - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
   for (uint32_t i = 0; i < grp->fg_nprog; i++)
-    cg_block_inst(b, grp, &grp->fg_prog[i], io, "s");
+    cg_block_inst(b, grp, def, &grp->fg_prog[i], io, "s");
   out(b, "    }\n");
   out(b, "    for (d = rank - 2; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
   out(b, "  }\n}\n");
+  free(def);
 }
 
 /* -- Row kernels ----------------------------------------------------------- */
@@ -124,6 +188,8 @@ typedef struct cg_rows {
   int *cr_inst_lv;         /* phase of each instruction (buffers: the level of its result) */
   uint8_t *cr_need;        /* per instruction, in the phase being emitted */
   uint8_t *cr_done;        /* scalar instructions and scalar stores already emitted */
+  const tn_finst **cr_def;  /* defining instruction of each buffer */
+  uint8_t *cr_have;         /* buffers computed by an earlier phase (single-block rows) */
 } cg_rows;
 
 static void cg_levels(cg_rows *r)
@@ -182,8 +248,10 @@ static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
 }
 
 /* One pass over the row for phase ph: the reductions of level-ph buffers
-** and the stores of level-ph buffers, with everything they need. */
-static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io)
+** and the stores of level-ph buffers, with everything they need. With
+** persist (rows of one block), buffers computed by earlier phases still
+** hold their values and are not recomputed. */
+static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io, int persist)
 {
   const tn_fgroup *grp = r->cr_grp;
   uint32_t n = grp->fg_nprog;
@@ -195,13 +263,13 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io)
     int root = (fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r->cr_blv[fi->fi_a] == ph;
     int producer = fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_UNARY || fi->fi_kind == TN_FI_BINARY ||
                    fi->fi_kind == TN_FI_SPLAT || fi->fi_kind == TN_FI_CONST;
-    if (!root && !(producer && bufneed[fi->fi_dst]))
+    if (!root && !(producer && bufneed[fi->fi_dst] && !(persist && r->cr_have[fi->fi_dst])))
       continue;
     r->cr_need[i] = 1;
     any = 1;
     if (fi->fi_kind != TN_FI_LOAD && fi->fi_kind != TN_FI_CONST && fi->fi_kind != TN_FI_SPLAT) {
       bufneed[fi->fi_a] = 1;
-      if (fi->fi_kind == TN_FI_BINARY)
+      if (fi->fi_kind == TN_FI_BINARY && !cg_scalar_buf(r->cr_def, fi->fi_b))
         bufneed[fi->fi_b] = 1;
     }
   }
@@ -214,17 +282,22 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io)
     if (fi->fi_kind == TN_FI_REDUCE)
       out(b, "    a%d = tn_rt_reduce_f32(%d, 0, 0);\n", fi->fi_dst, fi->fi_op);
     else if (fi->fi_kind == TN_FI_SPLAT)
-      out(b, "    tn_rt_fill_f32(b%d, r%d, %d);\n", fi->fi_dst, fi->fi_a, TN_RT_BLOCK);
+      out(b, "    tn_rt_fill_f32(b%d, r%d, cols < %d ? cols : %d);\n", fi->fi_dst, fi->fi_a, TN_RT_BLOCK,
+          TN_RT_BLOCK);
   }
   out(b, "    for (j = 0; j < cols; j += %d) {\n", TN_RT_BLOCK);
   out(b, "      n = cols - j < %d ? cols - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
   for (uint32_t i = 0; i < n; i++)
     if (r->cr_need[i])
-      cg_block_inst(b, grp, &grp->fg_prog[i], io, "cst");
+      cg_block_inst(b, grp, r->cr_def, &grp->fg_prog[i], io, "cst");
   out(b, "    }\n");
-  for (uint32_t i = 0; i < n; i++)
-    if (r->cr_need[i] && grp->fg_prog[i].fi_kind == TN_FI_REDUCE)
-      out(b, "    r%d = (float)a%d;\n", grp->fg_prog[i].fi_dst, grp->fg_prog[i].fi_dst);
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (r->cr_need[i] && fi->fi_kind == TN_FI_REDUCE)
+      out(b, "    r%d = (float)a%d;\n", fi->fi_dst, fi->fi_dst);
+    else if (r->cr_need[i] && fi->fi_kind != TN_FI_STORE)
+      r->cr_have[fi->fi_dst] = 1;
+  }
 }
 
 static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
@@ -233,8 +306,9 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
   const char *elem = cg_elem(grp), *io = cg_io(grp);
   int phases = 0;
   cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
-               calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1)};
-  if (!r.cr_blv || !r.cr_slv || !r.cr_inst_lv || !r.cr_need || !r.cr_done) {
+               calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
+               calloc(grp->fg_nbufs + 1, 1)};
+  if (!r.cr_blv || !r.cr_slv || !r.cr_inst_lv || !r.cr_need || !r.cr_done || !r.cr_def || !r.cr_have) {
     b->cb_rc = TN_ENOMEM;
     goto done;
   }
@@ -245,28 +319,29 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
       phases = r.cr_blv[fi->fi_a] + 1;
   }
   out(b, "%s", cg_signature);
-  for (uint32_t k = 0; k < grp->fg_nbufs; k++)
-    out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
+  cg_buffers(b, grp, r.cr_def);
   for (uint32_t k = 0; k < grp->fg_nscalars; k++)
     out(b, "  float r%u = 0; double a%u = 0;\n", k, k);
   out(b, "  %s *p[%u];\n  i64 idx[64];\n", elem, nops);
   out(b, "  i64 outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
-  for (uint32_t i = 0; i < n; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind == TN_FI_CONST)
-      out(b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
-  }
+  cg_consts(b, grp);
   out(b, "  for (o = 0; o < outer; o++) {\n");
   out(b, "    for (k = 0; k < %u; k++) {\n", nops);
   out(b, "      i64 off = 0;\n");
   out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
   out(b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
-  for (int ph = 0; ph < phases; ph++) {
-    cg_scalars(b, &r, ph, io);
-    cg_phase(b, &r, ph, io);
+  for (int persist = 1; persist >= 0; persist--) {
+    out(b, persist ? "    if (cols <= %d) {\n" : "    } else {\n", TN_RT_BLOCK);
+    memset(r.cr_done, 0, n + 1);
+    memset(r.cr_have, 0, grp->fg_nbufs + 1);
+    for (int ph = 0; ph < phases; ph++) {
+      cg_scalars(b, &r, ph, io);
+      cg_phase(b, &r, ph, io, persist);
+    }
+    cg_scalars(b, &r, phases, io);
   }
-  cg_scalars(b, &r, phases, io);
+  out(b, "    }\n");
   out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
   out(b, "  }\n}\n");
 done:
@@ -275,6 +350,8 @@ done:
   free(r.cr_inst_lv);
   free(r.cr_need);
   free(r.cr_done);
+  free(r.cr_def);
+  free(r.cr_have);
 }
 
 int tn_codegen_kernel(const tn_fgroup *grp, char **src)

@@ -77,15 +77,20 @@ static void launch_part(void *vctx, int part, int nparts)
 
 /* -- fuse ------------------------------------------------------------------------ */
 
-static PyObject *py_fuse(PyObject *self, PyObject *arg)
+static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 {
+  static char *kwlist[] = {"graph", "rows", NULL};
+  PyObject *arg;
+  int rows = 0;
   (void)self;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:fuse", kwlist, &arg, &rows))
+    return NULL;
   tn_graph *g = tn_py_graph_get(arg);
   tn_fusion *f = NULL;
   PyObject *res = NULL;
   if (!g)
     return NULL;
-  int rc = tn_fuse_graph(g, &f);
+  int rc = tn_fuse_graph(g, rows ? TN_FUSE_ROWS : 0, &f);
   if (rc != TN_OK)
     return PyErr_NoMemory();
   res = PyList_New(0);
@@ -506,8 +511,8 @@ PyMethodDef tn_py_kernel_methods[] = {
   {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
-  {"fuse", py_fuse, METH_O,
-   "fuse(graph) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtype', 'reduce_dims', 'out_kinds', 'nonempty'}] "
+  {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
+   "fuse(graph, rows=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtype', 'reduce_dims', 'out_kinds', 'nonempty'}] "
    "for each fused group."},
   {NULL, NULL, 0, NULL},
 };

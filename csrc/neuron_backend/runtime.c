@@ -161,12 +161,61 @@ __attribute__((target("avx2,fma"))) static int64_t rt_vmath_avx2(int f, float *d
   return i;
 }
 
+/* The same with libmvec's 16-lane AVX-512 versions. */
+typedef float rt_v16f __attribute__((vector_size(64)));
+
+rt_v16f _ZGVeN16v_expf(rt_v16f);
+rt_v16f _ZGVeN16v_logf(rt_v16f);
+rt_v16f _ZGVeN16v_log1pf(rt_v16f);
+rt_v16f _ZGVeN16v_expm1f(rt_v16f);
+rt_v16f _ZGVeN16vv_powf(rt_v16f, rt_v16f);
+
+__attribute__((target("avx512f"))) static int64_t rt_vmath_avx512(int f, float *dst, const float *a,
+                                                                const float *b, int64_t n)
+{
+  const rt_v16f one = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    rt_v16f x, y = {0}, r;
+    __builtin_memcpy(&x, a + i, sizeof x);
+    if (b)
+      __builtin_memcpy(&y, b + i, sizeof y);
+    switch (f) {
+    case RT_VMATH_EXP: r = _ZGVeN16v_expf(x); break;
+    case RT_VMATH_LOG: r = _ZGVeN16v_logf(x); break;
+    case RT_VMATH_LOG1P: r = _ZGVeN16v_log1pf(x); break;
+    case RT_VMATH_EXPM1: r = _ZGVeN16v_expm1f(x); break;
+    case RT_VMATH_SIGMOID: r = one / (one + _ZGVeN16v_expf(-x)); break;
+    case RT_VMATH_SILU: r = x / (one + _ZGVeN16v_expf(-x)); break;
+    default: r = _ZGVeN16vv_powf(x, y); break;
+    }
+    __builtin_memcpy(dst + i, &r, sizeof r);
+  }
+  return i;
+}
+
 static int rt_have_avx2(void)
 {
   static int have = -1;
   if (have < 0)
     have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return have;
+}
+
+static int rt_have_avx512(void)
+{
+  static int have = -1;
+  if (have < 0)
+    have = __builtin_cpu_supports("avx512f");
+  return have;
+}
+
+/* The vector body of f: 16 lanes where the CPU has AVX-512, else 8. */
+static int64_t rt_vmath(int f, float *dst, const float *a, const float *b, int64_t n)
+{
+  if (rt_have_avx512())
+    return rt_vmath_avx512(f, dst, a, b, n);
+  return rt_have_avx2() ? rt_vmath_avx2(f, dst, a, b, n) : 0;
 }
 
 static inline float rt_sigmoid(float x)
@@ -186,8 +235,8 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   int f = op == TN_RT_EXP ? RT_VMATH_EXP : op == TN_RT_LOG ? RT_VMATH_LOG
         : op == TN_RT_LOG1P ? RT_VMATH_LOG1P : op == TN_RT_EXPM1 ? RT_VMATH_EXPM1
         : op == TN_RT_SIGMOID ? RT_VMATH_SIGMOID : op == TN_RT_SILU ? RT_VMATH_SILU : 0;
-  if (f && rt_have_avx2()) {
-    int64_t done = rt_vmath_avx2(f, dst, a, NULL, n);
+  if (f) {
+    int64_t done = rt_vmath(f, dst, a, NULL, n);
     dst += done;
     a += done;
     n -= done;
@@ -231,86 +280,107 @@ static inline float rt_min(float x, float y)
   return x != x ? x : (y != y ? y : (x < y ? x : y));
 }
 
-#define BINARY_LOOP(expr) \
+#define BINARY_LOOP(yexpr, expr) \
   for (int64_t i = 0; i < n; i++) { \
-    float x = a[i], y = b[i]; \
+    float x = a[i], y = (yexpr); \
     dst[i] = (expr); \
   } \
   break
 
+/* The cases of every binary op but pow's vector body, y read as Y. */
+#define BINARY_CASES(Y) \
+  case TN_RT_B_ADD: BINARY_LOOP(Y, x + y); \
+  case TN_RT_B_SUB: BINARY_LOOP(Y, x - y); \
+  case TN_RT_B_MUL: BINARY_LOOP(Y, x * y); \
+  case TN_RT_B_DIV: BINARY_LOOP(Y, x / y); \
+  case TN_RT_B_MAXIMUM: BINARY_LOOP(Y, rt_max(x, y)); \
+  case TN_RT_B_MINIMUM: BINARY_LOOP(Y, rt_min(x, y)); \
+  case TN_RT_B_POW: BINARY_LOOP(Y, powf(x, y)); \
+  /* clamp_min(x, lo): NaN in x stays, a NaN bound gives NaN */ \
+  case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x < y ? y : x))); \
+  case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x > y ? y : x)));
+
 RT_CLONES void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_t n)
 {
-  if (op == TN_RT_B_POW && rt_have_avx2()) {
-    int64_t done = rt_vmath_avx2(RT_VMATH_POW, dst, a, b, n);
+  if (op == TN_RT_B_POW) {
+    int64_t done = rt_vmath(RT_VMATH_POW, dst, a, b, n);
     dst += done;
     a += done;
     b += done;
     n -= done;
   }
   switch (op) {
-  case TN_RT_B_ADD: BINARY_LOOP(x + y);
-  case TN_RT_B_SUB: BINARY_LOOP(x - y);
-  case TN_RT_B_MUL: BINARY_LOOP(x * y);
-  case TN_RT_B_DIV: BINARY_LOOP(x / y);
-  case TN_RT_B_MAXIMUM: BINARY_LOOP(rt_max(x, y));
-  case TN_RT_B_MINIMUM: BINARY_LOOP(rt_min(x, y));
-  case TN_RT_B_POW: BINARY_LOOP(powf(x, y));
-  /* clamp_min(x, lo): NaN in x stays, a NaN bound gives NaN */
-  case TN_RT_B_CLAMP_MIN: BINARY_LOOP(y != y ? y : (x != x ? x : (x < y ? y : x)));
-  case TN_RT_B_CLAMP_MAX: BINARY_LOOP(y != y ? y : (x != x ? x : (x > y ? y : x)));
+  BINARY_CASES(b[i])
   default:
     break;
   }
 }
 
-/* Sixteen lanes each, so the loops vectorise without reassociating
-** anything a compiler would need -ffast-math for. A NaN lane stays NaN:
-** neither comparison below replaces it. */
-#define RT_LANES 16
-
-RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
+RT_CLONES void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, int64_t n)
 {
-  float acc[RT_LANES];
-  float init = op == TN_RT_R_SUM ? 0.0f : op == TN_RT_R_MAX ? -INFINITY : INFINITY;
-  int64_t i = 0;
-  for (int l = 0; l < RT_LANES; l++)
-    acc[l] = init;
+  if (op == TN_RT_B_POW) { /* through the vector pow, a block at a time */
+    float b[256];
+    for (int i = 0; i < 256; i++)
+      b[i] = s;
+    for (int64_t i = 0; i < n; i += 256)
+      tn_rt_binary_f32(op, dst + i, a + i, b, n - i < 256 ? n - i : 256);
+    return;
+  }
   switch (op) {
-  case TN_RT_R_SUM:
-    for (; i + RT_LANES <= n; i += RT_LANES)
-      for (int l = 0; l < RT_LANES; l++)
-        acc[l] += a[i + l];
-    for (; i < n; i++)
-      acc[0] += a[i];
-    break;
-  case TN_RT_R_MAX:
-    for (; i + RT_LANES <= n; i += RT_LANES)
-      for (int l = 0; l < RT_LANES; l++)
-        acc[l] = (a[i + l] > acc[l] || a[i + l] != a[i + l]) ? a[i + l] : acc[l];
-    for (; i < n; i++)
-      acc[0] = (a[i] > acc[0] || a[i] != a[i]) ? a[i] : acc[0];
-    break;
+  BINARY_CASES(s)
   default:
-    for (; i + RT_LANES <= n; i += RT_LANES)
-      for (int l = 0; l < RT_LANES; l++)
-        acc[l] = (a[i + l] < acc[l] || a[i + l] != a[i + l]) ? a[i + l] : acc[l];
-    for (; i < n; i++)
-      acc[0] = (a[i] < acc[0] || a[i] != a[i]) ? a[i] : acc[0];
     break;
   }
-  double r = init;
-  for (int l = 0; l < RT_LANES; l++)
-    r = tn_rt_combine(op, r, acc[l]);
-  return r;
 }
 
-double tn_rt_combine(int op, double acc, double part)
+static inline double rt_combine(int op, double acc, double part)
 {
   if (op == TN_RT_R_SUM)
     return acc + part;
   if (acc != acc || part != part)
     return acc != acc ? acc : part;
   return op == TN_RT_R_MAX ? (part > acc ? part : acc) : (part < acc ? part : acc);
+}
+
+/* Sixteen lanes each (vector types, so the compiler need not reassociate
+** anything): a lane takes x when x is larger (smaller) or NaN, so a NaN lane
+** stays NaN, as in eager's amax/amin. */
+typedef float rt_v16 __attribute__((vector_size(64)));
+typedef int32_t rt_m16 __attribute__((vector_size(64)));
+#define RT_LANES 16
+
+RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
+{
+  float init = op == TN_RT_R_SUM ? 0.0f : op == TN_RT_R_MAX ? -INFINITY : INFINITY;
+  rt_v16 acc = init - (rt_v16){0};
+  float tail = init;
+  int64_t i = 0;
+  for (; i + RT_LANES <= n; i += RT_LANES) {
+    rt_v16 x;
+    __builtin_memcpy(&x, a + i, sizeof x);
+    if (op == TN_RT_R_SUM) {
+      acc += x;
+    } else {
+      rt_m16 take = (op == TN_RT_R_MAX ? x > acc : x < acc) | (x != x);
+      acc = (rt_v16)(((rt_m16)x & take) | ((rt_m16)acc & ~take));
+    }
+  }
+  for (; i < n; i++) {
+    float x = a[i];
+    if (op == TN_RT_R_SUM)
+      tail += x;
+    else if ((op == TN_RT_R_MAX ? x > tail : x < tail) || x != x)
+      tail = x;
+  }
+  double r = tail;
+  for (int l = 0; l < RT_LANES; l++)
+    r = rt_combine(op, r, acc[l]);
+  return r;
+}
+
+double tn_rt_combine(int op, double acc, double part)
+{
+  return rt_combine(op, acc, part);
 }
 
 static const tn_rt_symbol rt_symbols[] = {
@@ -323,6 +393,7 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_fill_f32", (const void *)tn_rt_fill_f32},
   {"tn_rt_unary_f32", (const void *)tn_rt_unary_f32},
   {"tn_rt_binary_f32", (const void *)tn_rt_binary_f32},
+  {"tn_rt_binary_s_f32", (const void *)tn_rt_binary_s_f32},
   {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
   {"tn_rt_combine", (const void *)tn_rt_combine},
   {NULL, NULL},
@@ -345,6 +416,7 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_fill_f32(float *dst, float v, i64 n);\n"
          "void tn_rt_unary_f32(int op, float *dst, const float *a, i64 n);\n"
          "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n"
+         "void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
          "double tn_rt_combine(int op, double acc, double part);\n";
 }

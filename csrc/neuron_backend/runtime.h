@@ -69,6 +69,9 @@ void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n);
 /* dst[i] = op(a[i], b[i]); dst may alias a or b. */
 void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_t n);
 
+/* dst[i] = op(a[i], s); dst may alias a. */
+void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, int64_t n);
+
 /* The reduction op of a[0..n): a sum is accumulated in float32 lanes and
 ** returned in double; n == 0 gives the identity (0, -inf, +inf). */
 double tn_rt_reduce_f32(int op, const float *a, int64_t n);

@@ -82,7 +82,7 @@ START_TEST(test_groups_and_outputs)
   int32_t a, c;
   tn_graph *g = sample(&a, &c);
   tn_fusion *f;
-  ck_assert_int_eq(tn_fuse_graph(g, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1); /* relu alone is left to eager */
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   /* mul, add, exp and c = a - 1, which reads only the group: it runs early */
@@ -103,7 +103,7 @@ START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
   tn_fusion *f;
   tn_tcc_unit *u;
   init_tcc();
-  ck_assert_int_eq(tn_fuse_graph(g, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
   kfn fn = compile_group(tn_fusion_group(f, 0), &u);
   /* x is a transposed view: element (i, j) at x[j * 4 + i]; y broadcasts */
   float x[20], y[5], out_a[20], out_c[20];

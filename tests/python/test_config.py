@@ -6,7 +6,8 @@ import pytest
 
 from torchneuron_jit import _C, config
 
-NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "log"]
+NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
+         "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -14,10 +15,12 @@ DEFAULTS = {
     "cache_initial_map_bytes": 32 << 20,
     "cache_verify": True,
     "kernel_threads": 0,
+    "row_fusion": False,
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
-         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "log": "str"}
+         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "bool",
+         "log": "str"}
 
 
 def parse_default(setting):
