@@ -1,7 +1,8 @@
 /*
 ** Check suite of csrc/lowering/fuse.c, csrc/neuron_backend/codegen.c,
-** runtime.c and pool.c: group formation, generated source, kernels run
-** through libtcc against values computed here, eager's NaN rules, the pool.
+** runtime.c and pool.c: group formation (pointwise and row groups),
+** generated source, kernels run through libtcc against values computed
+** here, eager's NaN rules, the pool.
 */
 #include <math.h>
 #include <stdlib.h>
@@ -164,6 +165,88 @@ START_TEST(test_vector_math_accuracy)
 }
 END_TEST
 
+/* x[4,8]: s = softmax(x * 0.5, -1); m = amax(x, [-1]). Two row groups (the
+** multiply joins the softmax as its prologue), run on rows of one block
+** (values persist across phases) and of three (recomputed per phase). */
+START_TEST(test_row_kernels)
+{
+  static const tn_sint RS[2] = {{4, -1}, {8, -1}}, RST[2] = {{8, -1}, {1, -1}}, MS[1] = {{4, -1}}, MST[1] = {{1, -1}};
+  tn_meta f2 = {TN_DTYPE_FLOAT32, 2, RS, RST}, f1 = {TN_DTYPE_FLOAT32, 1, MS, MST};
+  tn_graph *g;
+  tn_fusion *f;
+  tn_tcc_unit *u0, *u1;
+  int32_t x, y, sm, m;
+  init_tcc();
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, f2};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  tn_arg am[2] = {T(x), F(0.5)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &f2, 1, &y), TN_OK);
+  tn_arg as[3] = {T(y), I(-1), {TN_ARG_BOOL, 0, {.ar_int = 0}}};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_softmax, NULL, as, 3, &f2, 1, &sm), TN_OK);
+  tn_sint last = {-1, -1};
+  tn_arg ax[3] = {T(x), {TN_ARG_INT_LIST, 1, {.ar_ints = &last}}, {TN_ARG_BOOL, 0, {.ar_int = 0}}};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_amax, NULL, ax, 3, &f1, 1, &m), TN_OK);
+  int32_t outs[2] = {sm, m};
+  ck_assert_int_eq(tn_graph_set_outputs(g, outs, 2), TN_OK);
+
+  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 0); /* without TN_FUSE_ROWS: nothing (the multiply alone is dropped) */
+  tn_fusion_free(f);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 2);
+  const tn_fgroup *gs = tn_fusion_group(f, 0), *gm = tn_fusion_group(f, 1);
+  ck_assert_uint_eq(gs->fg_nnodes, 2);
+  ck_assert_int_eq(gs->fg_reduce_dims, 1);
+  ck_assert_int_eq(gs->fg_out_kinds[0], TN_FO_FULL);
+  ck_assert_int_eq(gm->fg_out_kinds[0], TN_FO_ROW);
+  ck_assert_int_eq(gm->fg_nonempty, 1);
+  kfn fs = compile_group(gs, &u0), fm = compile_group(gm, &u1);
+
+  for (int64_t cols = 100; cols <= 3000; cols += 2900) {
+    enum { R = 3 };
+    float *xs = malloc(sizeof(float) * R * 3000), *out = malloc(sizeof(float) * R * 3000), mx[R];
+    for (int64_t i = 0; i < R * cols; i++)
+      xs[i] = (float)((i * 7919) % 1000) / 50.0f - 10.0f;
+    xs[cols + 5] = NAN; /* row 1: amax is NaN */
+    xs[2 * cols + 1] = -INFINITY; /* row 2: a zero probability */
+    int64_t rows = R, st[2] = {cols, cols}, cst[2] = {1, 1};
+    void *ptrs[2] = {xs, out};
+    fs(1, &rows, ptrs, st, cols, cst);
+    int64_t st1[2] = {cols, 1}, cst1[2] = {1, 0};
+    void *ptrs1[2] = {xs, mx};
+    fm(1, &rows, ptrs1, st1, cols, cst1);
+    for (int r = 0; r < R; r++) {
+      double mval = -INFINITY, sum = 0;
+      for (int64_t c = 0; c < cols; c++)
+        if (xs[r * cols + c] * 0.5 > mval)
+          mval = xs[r * cols + c] * 0.5;
+      for (int64_t c = 0; c < cols; c++)
+        sum += exp(xs[r * cols + c] * 0.5 - mval);
+      for (int64_t c = 0; c < cols; c++) {
+        double want = exp(xs[r * cols + c] * 0.5 - mval) / sum;
+        float got = out[r * cols + c];
+        if (r == 1)
+          ck_assert_msg(isnan(got), "row with NaN: softmax must be NaN");
+        else
+          ck_assert_msg(fabs(got - want) <= 1e-6 * want + 1e-9, "cols %lld row %d col %lld: %g vs %g",
+                        (long long)cols, r, (long long)c, got, want);
+      }
+      if (r == 1)
+        ck_assert(isnan(mx[r]));
+      else
+        ck_assert_float_eq(mx[r], (float)(2 * mval));
+    }
+    free(xs);
+    free(out);
+  }
+  tn_tcc_free(u0);
+  tn_tcc_free(u1);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 static void add_part(void *ctx, int part, int nparts)
 {
   int *hits = ctx;
@@ -191,6 +274,7 @@ int main(void)
   tcase_add_test(tc, test_runtime_nan_rules);
   tcase_add_test(tc, test_vector_math_accuracy);
   tcase_add_test(tc, test_pool_runs_every_part_once);
+  tcase_add_test(tc, test_row_kernels);
   suite_add_tcase(s, tc);
   return tn_check_run(s);
 }
