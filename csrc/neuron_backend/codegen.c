@@ -76,12 +76,41 @@ static int cg_scalar_buf(const tn_finst *const *def, int32_t v)
   return def[v] && (def[v]->fi_kind == TN_FI_CONST || def[v]->fi_kind == TN_FI_SPLAT);
 }
 
-/* A buffer as an expression: loaded operands are pointers (L), which point
-** into the tensor itself where a float32 operand has unit stride. */
-static const char *cg_ref(const tn_finst *const *def, int32_t v, char *tmp)
+/* The output operand (index among all operands) that buffer v is stored
+** to, when the op that computes v may write it there in place: a float32
+** group, v computed by a unary or binary op. Else -1. */
+static int cg_store_of(const tn_fgroup *grp, const tn_finst *const *def, int32_t v)
 {
-  snprintf(tmp, 24, "%c%d", def[v] && def[v]->fi_kind == TN_FI_LOAD ? 'L' : 'b', v);
+  if (grp->fg_dtype != TN_DTYPE_FLOAT32 || !def[v] || (def[v]->fi_kind != TN_FI_UNARY && def[v]->fi_kind != TN_FI_BINARY))
+    return -1;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++)
+    if (grp->fg_prog[i].fi_kind == TN_FI_STORE && grp->fg_prog[i].fi_a == v)
+      return (int)(grp->fg_ninputs + (uint32_t)grp->fg_prog[i].fi_dst);
+  return -1;
+}
+
+/* A buffer as an expression: loaded operands are pointers (L), which point
+** into the tensor itself where a float32 operand has unit stride; stored
+** ones too (S), pointing into the output where it has unit stride. */
+static const char *cg_ref(const tn_fgroup *grp, const tn_finst *const *def, int32_t v, char *tmp)
+{
+  char c = def[v] && def[v]->fi_kind == TN_FI_LOAD ? 'L' : cg_store_of(grp, def, v) >= 0 ? 'S' : 'b';
+  snprintf(tmp, 24, "%c%d", c, v);
   return tmp;
+}
+
+/* Before the op computing a stored buffer: where it writes (cond: the
+** output has unit stride, a format taking the operand index (twice, once
+** or not at all); at: the output's place then). */
+static void cg_dst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, int32_t v, const char *ind,
+                   const char *cond, const char *at)
+{
+  int k = cg_store_of(grp, def, v);
+  if (k >= 0) {
+    out(b, "%sS%d = ", ind, v);
+    out(b, cond, k, k);
+    out(b, " ? p[%d]%s : b%d;\n", k, at, v);
+  }
 }
 
 /* The statement of one in-block instruction (stv: the array of innermost
@@ -99,26 +128,32 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
         fi->fi_a, stv, fi->fi_a, fi->fi_dst, fi->fi_dst);
     break;
   case TN_FI_UNARY:
-    out(b, "      tn_rt_unary_f32(%d, b%d, %s, n);\n", fi->fi_op, fi->fi_dst, cg_ref(def, fi->fi_a, t1));
+    cg_dst(b, grp, def, fi->fi_dst, "      ", stv[0] == 's' ? "s[%d] == 1" : "cst[%d] == 1", " + j");
+    out(b, "      tn_rt_unary_f32(%d, %s, %s, n);\n", fi->fi_op, cg_ref(grp, def, fi->fi_dst, t3),
+        cg_ref(grp, def, fi->fi_a, t1));
     break;
   case TN_FI_BINARY:
+    cg_dst(b, grp, def, fi->fi_dst, "      ", stv[0] == 's' ? "s[%d] == 1" : "cst[%d] == 1", " + j");
+    cg_ref(grp, def, fi->fi_dst, t3);
     if (cg_scalar_buf(def, fi->fi_b) && def[fi->fi_b]->fi_kind == TN_FI_CONST)
-      out(b, "      tn_rt_binary_s_f32(%d, b%d, %s, (float)%a, n);\n", fi->fi_op, fi->fi_dst,
-          cg_ref(def, fi->fi_a, t1), def[fi->fi_b]->fi_value);
+      out(b, "      tn_rt_binary_s_f32(%d, %s, %s, (float)%a, n);\n", fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1),
+          def[fi->fi_b]->fi_value);
     else if (cg_scalar_buf(def, fi->fi_b))
-      out(b, "      tn_rt_binary_s_f32(%d, b%d, %s, r%d, n);\n", fi->fi_op, fi->fi_dst, cg_ref(def, fi->fi_a, t1),
+      out(b, "      tn_rt_binary_s_f32(%d, %s, %s, r%d, n);\n", fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1),
           def[fi->fi_b]->fi_a);
     else
-      out(b, "      tn_rt_binary_f32(%d, b%d, %s, %s, n);\n", fi->fi_op, fi->fi_dst, cg_ref(def, fi->fi_a, t1),
-          cg_ref(def, fi->fi_b, t2));
+      out(b, "      tn_rt_binary_f32(%d, %s, %s, %s, n);\n", fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1),
+          cg_ref(grp, def, fi->fi_b, t2));
     break;
   case TN_FI_REDUCE:
     out(b, "      a%d = tn_rt_combine(%d, a%d, tn_rt_reduce_f32(%d, %s, n));\n", fi->fi_dst, fi->fi_op, fi->fi_dst,
-        fi->fi_op, cg_ref(def, fi->fi_a, t3));
+        fi->fi_op, cg_ref(grp, def, fi->fi_a, t3));
     break;
   case TN_FI_STORE:
+    if (cg_store_of(grp, def, fi->fi_a) == (int)k)
+      out(b, "      if (S%d != p[%u] + j) ", fi->fi_a, k);
     out(b, "      tn_rt_store_%s(p[%u] + j * %s[%u], %s[%u], %s, n);\n", io, k, stv, k, stv, k,
-        cg_ref(def, fi->fi_a, t1));
+        cg_ref(grp, def, fi->fi_a, t1));
     break;
   default:
     break;
@@ -132,6 +167,8 @@ static void cg_buffers(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *d
     out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
     if (def[k] && def[k]->fi_kind == TN_FI_LOAD)
       out(b, "  float *L%u;\n", k);
+    if (cg_store_of(grp, def, (int32_t)k) >= 0)
+      out(b, "  float *S%u;\n", k);
   }
 }
 
@@ -300,6 +337,92 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io, int persist)
   }
 }
 
+/* Rows short enough that several fit in a block run as tiles of tn rows:
+** every instruction runs once per tile, in program order (a row's values
+** never leave the block), per-row scalars are arrays R<k>[tn]. */
+static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  const tn_finst *const *def = r->cr_def;
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+  char t1[24], t2[24], t3[24];
+  out(b, "  if (rank >= 1 && cols > 0 && cols * 2 <= %d) {\n", TN_RT_BLOCK);
+  out(b, "    i64 T = %d / cols, inner = sizes[rank - 1], t0, tn, rs[%u];\n", TN_RT_BLOCK, nops);
+  out(b, "    if (T > %d) T = %d;\n", TN_RT_TILE_ROWS, TN_RT_TILE_ROWS);
+  out(b, "    outer = 1;\n    for (d = 0; d + 1 < rank; d++) outer *= sizes[d];\n");
+  out(b, "    for (k = 0; k < %u; k++) rs[k] = st[k * rank + rank - 1];\n", nops);
+  out(b, "    for (o = 0; o < outer; o++) {\n");
+  out(b, "      for (t0 = 0; t0 < inner; t0 += T) {\n");
+  out(b, "        tn = inner - t0 < T ? inner - t0 : T;\n");
+  out(b, "        for (k = 0; k < %u; k++) {\n", nops);
+  out(b, "          i64 off = t0 * rs[k];\n");
+  out(b, "          for (d = 0; d + 1 < rank; d++) off += idx[d] * st[k * rank + d];\n");
+  out(b, "          p[k] = (%s *)ptrs[k] + off;\n        }\n", cg_elem(grp));
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
+    switch (fi->fi_kind) {
+    case TN_FI_LOAD:
+      if (grp->fg_dtype == TN_DTYPE_FLOAT32)
+        out(b, "        if (cst[%d] == 1 && rs[%d] == cols) L%d = p[%d]; else\n", fi->fi_a, fi->fi_a, fi->fi_dst,
+            fi->fi_a);
+      out(b, "        { tn_rt_load2d_%s(b%d, p[%d], rs[%d], cst[%d], tn, cols); L%d = b%d; }\n", io, fi->fi_dst,
+          fi->fi_a, fi->fi_a, fi->fi_a, fi->fi_dst, fi->fi_dst);
+      break;
+    case TN_FI_UNARY:
+      cg_dst(b, grp, def, fi->fi_dst, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
+      out(b, "        tn_rt_unary_f32(%d, %s, %s, tn * cols);\n", fi->fi_op, cg_ref(grp, def, fi->fi_dst, t3),
+          cg_ref(grp, def, fi->fi_a, t1));
+      break;
+    case TN_FI_BINARY:
+      cg_dst(b, grp, def, fi->fi_dst, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
+      cg_ref(grp, def, fi->fi_dst, t3);
+      if (cg_scalar_buf(def, fi->fi_b) && def[fi->fi_b]->fi_kind == TN_FI_CONST)
+        out(b, "        tn_rt_binary_s_f32(%d, %s, %s, (float)%a, tn * cols);\n", fi->fi_op, t3,
+            cg_ref(grp, def, fi->fi_a, t1), def[fi->fi_b]->fi_value);
+      else if (cg_scalar_buf(def, fi->fi_b))
+        out(b, "        tn_rt_binary_rs_f32(%d, %s, %s, R%d, tn, cols);\n", fi->fi_op, t3,
+            cg_ref(grp, def, fi->fi_a, t1), def[fi->fi_b]->fi_a);
+      else
+        out(b, "        tn_rt_binary_f32(%d, %s, %s, %s, tn * cols);\n", fi->fi_op, t3,
+            cg_ref(grp, def, fi->fi_a, t1), cg_ref(grp, def, fi->fi_b, t2));
+      break;
+    case TN_FI_SPLAT:
+      out(b, "        tn_rt_splat_rows_f32(b%d, R%d, tn, cols);\n", fi->fi_dst, fi->fi_a);
+      break;
+    case TN_FI_REDUCE:
+      out(b, "        tn_rt_reduce_rows_f32(%d, R%d, %s, tn, cols);\n", fi->fi_op, fi->fi_dst, cg_ref(grp, def, fi->fi_a, t1));
+      break;
+    case TN_FI_SCONST:
+      out(b, "        tn_rt_fill_f32(R%d, (float)%a, tn);\n", fi->fi_dst, fi->fi_value);
+      break;
+    case TN_FI_SCOLS:
+      out(b, "        tn_rt_fill_f32(R%d, (float)cols, tn);\n", fi->fi_dst);
+      break;
+    case TN_FI_SUNARY:
+      out(b, "        tn_rt_unary_f32(%d, R%d, R%d, tn);\n", fi->fi_op, fi->fi_dst, fi->fi_a);
+      break;
+    case TN_FI_SBINARY:
+      out(b, "        tn_rt_binary_f32(%d, R%d, R%d, R%d, tn);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
+      break;
+    case TN_FI_STORE:
+      if (cg_store_of(grp, def, fi->fi_a) == (int)k)
+        out(b, "        if (S%d != p[%u])\n", fi->fi_a, k);
+      out(b, "        tn_rt_store2d_%s(p[%u], rs[%u], cst[%u], %s, tn, cols);\n", io, k, k, k,
+          cg_ref(grp, def, fi->fi_a, t1));
+      break;
+    case TN_FI_SSTORE:
+      out(b, "        tn_rt_store_%s(p[%u], rs[%u], R%d, tn);\n", io, k, k, fi->fi_a);
+      break;
+    default:
+      break;
+    }
+  }
+  out(b, "      }\n");
+  out(b, "      for (d = rank - 2; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
+  out(b, "    }\n    return;\n  }\n");
+}
+
 static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
@@ -321,11 +444,12 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
   out(b, "%s", cg_signature);
   cg_buffers(b, grp, r.cr_def);
   for (uint32_t k = 0; k < grp->fg_nscalars; k++)
-    out(b, "  float r%u = 0; double a%u = 0;\n", k, k);
+    out(b, "  float r%u = 0, R%u[%d]; double a%u = 0;\n", k, k, TN_RT_TILE_ROWS, k);
   out(b, "  %s *p[%u];\n  i64 idx[64];\n", elem, nops);
   out(b, "  i64 outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   cg_consts(b, grp);
+  cg_rows_tiles(b, &r, io);
   out(b, "  for (o = 0; o < outer; o++) {\n");
   out(b, "    for (k = 0; k < %u; k++) {\n", nops);
   out(b, "      i64 off = 0;\n");

@@ -166,9 +166,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   Py_XDECREF(isz);
   if (itemsize != 2 && itemsize != 4)
     return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "kernel dtype must be 2 or 4 bytes wide");
-  tn_tcc_symbol syms[32];
+  tn_tcc_symbol syms[TN_RT_MAX_SYMBOLS];
   size_t nsyms = 0;
-  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < 32; s++)
+  for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < TN_RT_MAX_SYMBOLS; s++)
     syms[nsyms++] = (tn_tcc_symbol){s->rs_name, s->rs_addr};
   Py_BEGIN_ALLOW_THREADS
   rc = tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);

@@ -383,6 +383,42 @@ double tn_rt_combine(int op, double acc, double part)
   return rt_combine(op, acc, part);
 }
 
+/* -- Tiles of short rows: rows x cols elements, rows packed in the buffer -- */
+
+#define RT_TILE_IO(name, type) \
+  void tn_rt_load2d_##name(float *dst, const type *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols) \
+  { \
+    for (int64_t r = 0; r < rows; r++) \
+      tn_rt_load_##name(dst + r * cols, src + r * rs, cs, cols); \
+  } \
+  void tn_rt_store2d_##name(type *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols) \
+  { \
+    for (int64_t r = 0; r < rows; r++) \
+      tn_rt_store_##name(dst + r * rs, cs, src + r * cols, cols); \
+  }
+
+RT_TILE_IO(f32, float)
+RT_TILE_IO(f16, uint16_t)
+RT_TILE_IO(bf16, uint16_t)
+
+void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, int64_t rows, int64_t cols)
+{
+  for (int64_t r = 0; r < rows; r++)
+    dst[r] = (float)tn_rt_reduce_f32(op, a + r * cols, cols);
+}
+
+void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, int64_t rows, int64_t cols)
+{
+  for (int64_t r = 0; r < rows; r++)
+    tn_rt_binary_s_f32(op, dst + r * cols, a + r * cols, s[r], cols);
+}
+
+void tn_rt_splat_rows_f32(float *dst, const float *s, int64_t rows, int64_t cols)
+{
+  for (int64_t r = 0; r < rows; r++)
+    tn_rt_fill_f32(dst + r * cols, s[r], cols);
+}
+
 static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_load_f32", (const void *)tn_rt_load_f32},
   {"tn_rt_store_f32", (const void *)tn_rt_store_f32},
@@ -396,6 +432,15 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_binary_s_f32", (const void *)tn_rt_binary_s_f32},
   {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
   {"tn_rt_combine", (const void *)tn_rt_combine},
+  {"tn_rt_load2d_f32", (const void *)tn_rt_load2d_f32},
+  {"tn_rt_store2d_f32", (const void *)tn_rt_store2d_f32},
+  {"tn_rt_load2d_f16", (const void *)tn_rt_load2d_f16},
+  {"tn_rt_store2d_f16", (const void *)tn_rt_store2d_f16},
+  {"tn_rt_load2d_bf16", (const void *)tn_rt_load2d_bf16},
+  {"tn_rt_store2d_bf16", (const void *)tn_rt_store2d_bf16},
+  {"tn_rt_reduce_rows_f32", (const void *)tn_rt_reduce_rows_f32},
+  {"tn_rt_binary_rs_f32", (const void *)tn_rt_binary_rs_f32},
+  {"tn_rt_splat_rows_f32", (const void *)tn_rt_splat_rows_f32},
   {NULL, NULL},
 };
 
@@ -418,5 +463,14 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n"
          "void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
-         "double tn_rt_combine(int op, double acc, double part);\n";
+         "double tn_rt_combine(int op, double acc, double part);\n"
+         "void tn_rt_load2d_f32(float *dst, const float *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_f32(float *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_f16(float *dst, const unsigned short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_f16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_bf16(float *dst, const unsigned short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_bf16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
+         "void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, i64 rows, i64 cols);\n"
+         "void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, i64 rows, i64 cols);\n"
+         "void tn_rt_splat_rows_f32(float *dst, const float *s, i64 rows, i64 cols);\n";
 }

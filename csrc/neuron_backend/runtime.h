@@ -19,6 +19,9 @@
 /* Elements per block: 4 KiB of float32, so a kernel's blocks stay in L1. */
 #define TN_RT_BLOCK 1024
 
+/* Most short rows a row kernel packs into one block. */
+#define TN_RT_TILE_ROWS 256
+
 /* _(name, number, aten op it implements) */
 #define TN_RT_UNARY_DEF(_) \
   _(NEG, 1) _(ABS, 2) _(EXP, 3) _(LOG, 4) _(LOG1P, 5) _(EXPM1, 6) _(SQRT, 7) _(RSQRT, 8) \
@@ -79,6 +82,19 @@ double tn_rt_reduce_f32(int op, const float *a, int64_t n);
 /* Combines two partial results of reduction op. */
 double tn_rt_combine(int op, double acc, double part);
 
+/* Tiles of short rows (rows x cols floats packed in the buffer; rs and cs
+** are the tensor's row and element strides): 2-D loads and stores, one
+** reduction per row, op(a, s[row]), and s[row] repeated over each row. */
+void tn_rt_load2d_f32(float *dst, const float *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_f32(float *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_f16(float *dst, const uint16_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_f16(uint16_t *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_bf16(float *dst, const uint16_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_bf16(uint16_t *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols);
+void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, int64_t rows, int64_t cols);
+void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, int64_t rows, int64_t cols);
+void tn_rt_splat_rows_f32(float *dst, const float *s, int64_t rows, int64_t cols);
+
 /* Name and address of every runtime symbol, for tcc_add_symbol; ends with
 ** a NULL name. */
 typedef struct tn_rt_symbol {
@@ -87,6 +103,9 @@ typedef struct tn_rt_symbol {
 } tn_rt_symbol;
 
 const tn_rt_symbol *tn_rt_symbols(void);
+
+/* At least the number of entries tn_rt_symbols() lists. */
+#define TN_RT_MAX_SYMBOLS 64
 
 /* The prototypes generated code declares (one C text). */
 const char *tn_rt_prototypes(void);

@@ -20,7 +20,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import torchneuron_jit
 from torchneuron_jit import _C, backend, config
 
-pytestmark = pytest.mark.usefixtures("fresh_backend")
+pytestmark = [pytest.mark.usefixtures("fresh_backend"),
+              pytest.mark.filterwarnings("ignore:var\\(\\).*degrees of freedom:UserWarning")]
 
 inf, nan = math.inf, math.nan
 
@@ -326,6 +327,37 @@ def test_transposed_rows_split_across_threads(compiled):
     fns = {k: ROW_OPS[k] for k in ("softmax", "amax", "var", "layer_norm", "logsumexp")}
     fns["ln_stats"] = (lambda x: torch.ops.aten.native_layer_norm(x, [64], None, None, 1e-5)[2], LAYER_NORM)
     check_bundle(compiled, fns, x, dynamic=False)
+
+
+SHORT_OPS = dict(ROW_OPS)
+SHORT_OPS.update({
+    "softmax_epilogue": (lambda x: torch.softmax(x * 0.5, -1) * 2 + 1, SOFTMAX),
+    "ln_stats": (lambda x: torch.ops.aten.native_layer_norm(x, x.shape[-1:], None, None, 1e-5)[1], LAYER_NORM),
+    "var_c0_keepdim": (lambda x: x.var(-1, correction=0, keepdim=True), VAR),
+})
+
+
+@pytest.mark.parametrize("shape,kind", [
+    ((1000, 7), "contiguous"), ((4097, 1), "contiguous"), ((333, 3), "contiguous"), ((300, 513), "contiguous"),
+    ((37, 29, 5), "contiguous"), ((257, 4), "transposed"), ((40, 9, 6), "transposed"), ((600, 8), "sliced"),
+    ((500, 6), "expanded"), ((70000, 3), "contiguous"), ((999, 10), "float16"), ((999, 10), "bfloat16"),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else v)
+def test_many_short_rows(shape, kind, compiled):
+    """Many rows much shorter than a block, row counts that are no multiple
+    of any power of two, and rows whose stride is not their length."""
+    config.kernel_threads = 4
+    if kind == "contiguous":
+        x = _x(shape)
+    elif kind == "transposed":  # rows of stride 1 apart, elements of stride rows
+        x = _x(shape[:-2] + shape[-1:] + shape[-2:-1]).transpose(-1, -2)
+    elif kind == "sliced":  # every other row, every other element
+        x = _x((2 * shape[0], 2 * shape[1]))[::2, 1::2]
+    elif kind == "expanded":  # rows repeat one another (row stride 0)
+        x = _x(shape[1:]).expand(shape)
+    else:
+        x = _x(shape, dtype=getattr(torch, kind), scale=2.0)
+    assert x.shape == shape
+    check_bundle(compiled, SHORT_OPS, x, dynamic=False)
 
 
 # -- prologue and epilogue fusion -----------------------------------------------
@@ -661,7 +693,7 @@ def test_zero_length_rows_reach_the_kernel(name, compiled):
     f = EMPTY_OPS[name][0] if name != "layer_norm" else (lambda x: F.layer_norm(x, x.shape[-1:]))
     call, kernels = _compile_graph(f, torch.randn(3, 4))
     assert len(kernels) == 1
-    for shape in [(5, 0), (0, 0), (0, 4), (2, 6)]:
+    for shape in [(5, 0), (0, 0), (0, 4), (2, 4), (2, 6)]:
         if name == "layer_norm" and shape[-1] != 4:
             continue  # the normalized shape is part of the traced graph
         x = torch.randn(shape)
