@@ -55,7 +55,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 3
+ARTIFACT_FORMAT = 4
 
 
 def _key_context():

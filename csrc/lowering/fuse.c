@@ -418,8 +418,7 @@ static int32_t emit_splat(prog_builder *b, int32_t r)
 
 static int32_t emit_row_mean(prog_builder *b, int32_t x)
 {
-  int32_t sum = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, x, -1, 0);
-  return emit_scalar(b, TN_FI_SBINARY, TN_RT_B_DIV, sum, emit_scalar(b, TN_FI_SCOLS, 0, -1, -1, 0), 0);
+  return emit_scalar(b, TN_FI_REDUCE, TN_RT_R_MEAN, x, -1, 0);
 }
 
 /* Sum of squares of x - mean over the row (mean: a scalar); sets *d to x - mean. */

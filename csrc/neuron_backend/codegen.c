@@ -331,7 +331,8 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io, int persist)
   for (uint32_t i = 0; i < n; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     if (r->cr_need[i] && fi->fi_kind == TN_FI_REDUCE)
-      out(b, "    r%d = (float)a%d;\n", fi->fi_dst, fi->fi_dst);
+      out(b, fi->fi_op == TN_RT_R_MEAN ? "    r%d = (float)(a%d / (double)cols);\n" : "    r%d = (float)a%d;\n",
+          fi->fi_dst, fi->fi_dst);
     else if (r->cr_need[i] && fi->fi_kind != TN_FI_STORE)
       r->cr_have[fi->fi_dst] = 1;
   }

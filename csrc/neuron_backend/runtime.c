@@ -335,7 +335,7 @@ RT_CLONES void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i
 
 static inline double rt_combine(int op, double acc, double part)
 {
-  if (op == TN_RT_R_SUM)
+  if (op == TN_RT_R_SUM || op == TN_RT_R_MEAN)
     return acc + part;
   if (acc != acc || part != part)
     return acc != acc ? acc : part;
@@ -349,27 +349,40 @@ typedef float rt_v16 __attribute__((vector_size(64)));
 typedef int32_t rt_m16 __attribute__((vector_size(64)));
 #define RT_LANES 16
 
+/* Sums accumulate in double lanes: the mean of a row of equal values is
+** then that value exactly (layer norm of such a row gives 0, as eager). */
+typedef float rt_v8f __attribute__((vector_size(32)));
+typedef double rt_v8d __attribute__((vector_size(64)));
+
 RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
 {
-  float init = op == TN_RT_R_SUM ? 0.0f : op == TN_RT_R_MAX ? -INFINITY : INFINITY;
+  int64_t i = 0;
+  if (op == TN_RT_R_SUM || op == TN_RT_R_MEAN) {
+    rt_v8d acc = {0};
+    double r = 0;
+    for (; i + 8 <= n; i += 8) {
+      rt_v8f x;
+      __builtin_memcpy(&x, a + i, sizeof x);
+      acc += __builtin_convertvector(x, rt_v8d);
+    }
+    for (; i < n; i++)
+      r += a[i];
+    for (int l = 0; l < 8; l++)
+      r += acc[l];
+    return r;
+  }
+  float init = op == TN_RT_R_MAX ? -INFINITY : INFINITY;
   rt_v16 acc = init - (rt_v16){0};
   float tail = init;
-  int64_t i = 0;
   for (; i + RT_LANES <= n; i += RT_LANES) {
     rt_v16 x;
     __builtin_memcpy(&x, a + i, sizeof x);
-    if (op == TN_RT_R_SUM) {
-      acc += x;
-    } else {
-      rt_m16 take = (op == TN_RT_R_MAX ? x > acc : x < acc) | (x != x);
-      acc = (rt_v16)(((rt_m16)x & take) | ((rt_m16)acc & ~take));
-    }
+    rt_m16 take = (op == TN_RT_R_MAX ? x > acc : x < acc) | (x != x);
+    acc = (rt_v16)(((rt_m16)x & take) | ((rt_m16)acc & ~take));
   }
   for (; i < n; i++) {
     float x = a[i];
-    if (op == TN_RT_R_SUM)
-      tail += x;
-    else if ((op == TN_RT_R_MAX ? x > tail : x < tail) || x != x)
+    if ((op == TN_RT_R_MAX ? x > tail : x < tail) || x != x)
       tail = x;
   }
   double r = tail;
@@ -403,8 +416,10 @@ RT_TILE_IO(bf16, uint16_t)
 
 void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, int64_t rows, int64_t cols)
 {
-  for (int64_t r = 0; r < rows; r++)
-    dst[r] = (float)tn_rt_reduce_f32(op, a + r * cols, cols);
+  for (int64_t r = 0; r < rows; r++) {
+    double v = tn_rt_reduce_f32(op, a + r * cols, cols);
+    dst[r] = (float)(op == TN_RT_R_MEAN ? v / (double)cols : v);
+  }
 }
 
 void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, int64_t rows, int64_t cols)

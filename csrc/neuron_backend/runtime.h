@@ -49,6 +49,7 @@ enum {
 #define TN_RT_R_SUM 1
 #define TN_RT_R_MAX 2
 #define TN_RT_R_MIN 3
+#define TN_RT_R_MEAN 4  /* accumulated as SUM; divided by the row's length (in double) when final */
 
 /* dst[i] = src[i * stride] for i < n (stride in elements; 0 broadcasts). */
 void tn_rt_load_f32(float *dst, const float *src, int64_t stride, int64_t n);
@@ -75,8 +76,8 @@ void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_
 /* dst[i] = op(a[i], s); dst may alias a. */
 void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, int64_t n);
 
-/* The reduction op of a[0..n): a sum is accumulated in float32 lanes and
-** returned in double; n == 0 gives the identity (0, -inf, +inf). */
+/* The reduction op of a[0..n): sums (and MEAN, which is the sum here) are
+** accumulated in double; n == 0 gives the identity (0, -inf, +inf). */
 double tn_rt_reduce_f32(int op, const float *a, int64_t n);
 
 /* Combines two partial results of reduction op. */
@@ -84,7 +85,8 @@ double tn_rt_combine(int op, double acc, double part);
 
 /* Tiles of short rows (rows x cols floats packed in the buffer; rs and cs
 ** are the tensor's row and element strides): 2-D loads and stores, one
-** reduction per row, op(a, s[row]), and s[row] repeated over each row. */
+** final reduction per row (MEAN divided), op(a, s[row]), and s[row]
+** repeated over each row. */
 void tn_rt_load2d_f32(float *dst, const float *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
 void tn_rt_store2d_f32(float *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols);
 void tn_rt_load2d_f16(float *dst, const uint16_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
