@@ -13,8 +13,11 @@ Graphs that need gradients run eagerly for now (``training_graphs``).
 """
 import collections
 import copy
+import ctypes
+import functools
 import json
 import operator
+import os
 import time
 
 import torch
@@ -55,14 +58,32 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 4
+ARTIFACT_FORMAT = 5
+
+
+@functools.lru_cache(maxsize=None)
+def _gemm_available():
+    """Registers torch's own sgemm (MKL in the CPU wheels: the GEMM eager
+    uses, on torch's thread pool) for GEMM kernels; False where this torch
+    build exports none."""
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    try:
+        address = ctypes.cast(ctypes.CDLL(lib).sgemm_, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return False
+    _C.set_sgemm(address)
+    return bool(address)
+
+
+def _gemm_fusion():
+    return bool(config.gemm_fusion) and _gemm_available()
 
 
 def _key_context():
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
-            f"row_fusion {bool(config.row_fusion)}").encode()
+            f"row_fusion {bool(config.row_fusion)}; gemm {_gemm_fusion()}").encode()
 
 
 def _lowered_groups(imported):
@@ -92,7 +113,7 @@ def _lowered_groups(imported):
         lowered = False
     else:
         _C.stat_add("cache_misses")
-        groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion))
+        groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion), gemm=_gemm_fusion())
         stored = cache.put(cache.ARTIFACTS, key,
                            json.dumps({"format": ARTIFACT_FORMAT, "groups": groups}).encode())
         _log.event("cache", f"miss {key.hex()}: lowered in {(time.perf_counter() - t0) * 1e3:.2f} ms"
@@ -119,7 +140,7 @@ def _fuse(gm, imported, groups):
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
         kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, getattr(torch, grp["dtype"]),
-                           grp["reduce_dims"], grp["out_kinds"], grp["nonempty"])
+                           grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"])
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
             for i, old in enumerate(outputs):

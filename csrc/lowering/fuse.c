@@ -82,7 +82,7 @@ static int row_op(int op)
 
 int tn_fuse_lowers(int op)
 {
-  return fuse_rule_of(op).fr_kind != FK_NONE || row_op(op);
+  return fuse_rule_of(op).fr_kind != FK_NONE || row_op(op) || op == TN_OP_mm || op == TN_OP_addmm;
 }
 
 /* A finite number argument, or NONE (for clamp's optional bounds). */
@@ -243,6 +243,25 @@ static int row_reducible(const tn_graph *g, const tn_node *n, int *k)
   }
 }
 
+/* Whether n is a GEMM the launcher computes: float32 mm, or addmm with
+** alpha = beta = 1, of rank-2 matrices, its output contiguous. */
+static int gemm_lowerable(const tn_graph *g, const tn_node *n)
+{
+  double v;
+  int a = n->no_op == TN_OP_addmm ? 1 : 0;
+  if (n->no_op != TN_OP_mm && n->no_op != TN_OP_addmm)
+    return 0;
+  const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
+  if (out->me_dtype != TN_DTYPE_FLOAT32 || out->me_rank != 2 || !meta_contiguous(out))
+    return 0;
+  for (int i = 0; i < a + 2; i++)
+    if (tn_graph_value(g, n->no_args[i].u.ar_ref)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
+      return 0;
+  if (a && !(arg_number(&n->no_args[3], &v) && v == 1 && arg_number(&n->no_args[4], &v) && v == 1))
+    return 0;
+  return 1;
+}
+
 /* -- Grouping ------------------------------------------------------------- */
 
 typedef struct fuse_state {
@@ -252,7 +271,7 @@ typedef struct fuse_state {
   int32_t *fs_first;        /* group -> first node */
   int32_t *fs_count;        /* group -> nodes */
   int32_t *fs_anchor;       /* group -> its reduction node, or -1 (pointwise) */
-  int8_t *fs_rdims;         /* group -> reduced trailing dims (row groups) */
+  int8_t *fs_rdims;         /* group -> reduced trailing dims (row groups), -1 for GEMM groups */
   uint32_t fs_ngroups;
 } fuse_state;
 
@@ -333,6 +352,19 @@ static int node_reads(const tn_node *n, int32_t v)
   return 0;
 }
 
+/* Takes into group r the pointwise groups that read the first result of
+** node i (r's anchor) and can run inside r. */
+static void absorb_consumers(fuse_state *s, int32_t r, uint32_t i)
+{
+  const tn_graph *g = s->fs_g;
+  int32_t v = tn_graph_node(g, (int32_t)i)->no_out[0];
+  for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
+    int32_t h = s->fs_group_of[j];
+    if (h >= 0 && h != r && s->fs_anchor[h] < 0 && node_reads(tn_graph_node(g, (int32_t)j), v) && may_merge(s, h, r))
+      move_group(s, h, r);
+  }
+}
+
 /* Makes row group of reduction node i (k reduced dims), taking in the
 ** pointwise group that produces its input and, for norms, the pointwise
 ** groups that consume its result. */
@@ -351,13 +383,25 @@ static void form_row_group(fuse_state *s, uint32_t i, int k)
   int32_t pro = p >= 0 ? s->fs_group_of[p] : -1;
   if (pro >= 0 && pro != r && s->fs_anchor[pro] < 0 && inputs_ready(s, n, pro, pro))
     move_group(s, pro, r);
-  if (tn_op_class(n->no_op) != TN_OPC_NORM)
-    return;
-  for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
-    int32_t h = s->fs_group_of[j];
-    if (h >= 0 && h != r && s->fs_anchor[h] < 0 && node_reads(tn_graph_node(g, (int32_t)j), n->no_out[0]) &&
-        may_merge(s, h, r))
-      move_group(s, h, r);
+  if (tn_op_class(n->no_op) == TN_OPC_NORM)
+    absorb_consumers(s, r, i);
+}
+
+/* Makes the GEMM group of node i with its epilogue; drops it again when
+** there is nothing to fuse (a plain mm). */
+static void form_gemm_group(fuse_state *s, uint32_t i)
+{
+  const tn_graph *g = s->fs_g;
+  int32_t r = (int32_t)s->fs_ngroups++;
+  s->fs_first[r] = (int32_t)i;
+  s->fs_count[r] = 1;
+  s->fs_anchor[r] = (int32_t)i;
+  s->fs_rdims[r] = -1;
+  s->fs_group_of[i] = r;
+  absorb_consumers(s, r, i);
+  if (s->fs_count[r] == 1 && tn_graph_node(g, (int32_t)i)->no_op == TN_OP_mm) {
+    s->fs_group_of[i] = -1;
+    s->fs_count[r] = 0;
   }
 }
 
@@ -574,15 +618,24 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
       grp->fg_nodes[j++] = (int32_t)i;
   grp->fg_nnodes = nn;
   grp->fg_dtype = tn_graph_value(g, tn_graph_node(g, grp->fg_nodes[0])->no_out[0])->va_meta.me_dtype;
-  grp->fg_reduce_dims = anchor >= 0 ? s->fs_rdims[k] : 0;
-  grp->fg_nonempty = anchor >= 0 && (tn_graph_node(g, anchor)->no_op == TN_OP_amax ||
-                                     tn_graph_node(g, anchor)->no_op == TN_OP_amin);
+  int gemm = anchor >= 0 && s->fs_rdims[k] < 0;
+  const tn_node *an = anchor >= 0 ? tn_graph_node(g, anchor) : NULL;
+  grp->fg_reduce_dims = anchor >= 0 && !gemm ? s->fs_rdims[k] : 0;
+  grp->fg_nonempty = an && (an->no_op == TN_OP_amax || an->no_op == TN_OP_amin);
+  grp->fg_gemm_a = grp->fg_gemm_b = -1;
+  if (gemm) { /* the product is operand 0, in the place of the node's result */
+    int m = an->no_op == TN_OP_addmm ? 1 : 0;
+    grp->fg_gemm_a = an->no_args[m].u.ar_ref;
+    grp->fg_gemm_b = an->no_args[m + 1].u.ar_ref;
+    grp->fg_inputs[grp->fg_ninputs++] = an->no_out[0];
+  }
 
   /* external inputs, first use order; each gets a buffer and a load */
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
     for (uint32_t a = 0; a < n->no_nargs; a++) {
-      if (n->no_args[a].ar_tag != TN_ARG_TENSOR)
+      if (n->no_args[a].ar_tag != TN_ARG_TENSOR ||
+          (gemm && grp->fg_nodes[i] == anchor && a >= (an->no_op == TN_OP_addmm ? 1u : 0u)))
         continue;
       int32_t v = n->no_args[a].u.ar_ref, p = producer(g, v);
       if ((p < 0 || s->fs_group_of[p] != k) && !list_has(grp->fg_inputs, grp->fg_ninputs, v))
@@ -598,7 +651,11 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   int xrank = anchor >= 0 ? tn_graph_value(g, tn_graph_node(g, anchor)->no_args[0].u.ar_ref)->va_meta.me_rank : 0;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
-    if (grp->fg_nodes[i] == anchor)
+    if (grp->fg_nodes[i] == anchor && gemm) {
+      if (n->no_op == TN_OP_addmm) /* the product plus the bias */
+        bufof[n->no_out[0]] = emit_op(&b, TN_FI_BINARY, TN_RT_B_ADD, bufof[n->no_out[0]],
+                                      bufof[n->no_args[0].u.ar_ref]);
+    } else if (grp->fg_nodes[i] == anchor)
       emit_row(&b, n, bufof, sof);
     else
       bufof[n->no_out[0]] = emit_node(&b, n, bufof);
@@ -679,6 +736,10 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
     if (s.fs_group_of[i] < 0 && row_reducible(g, tn_graph_node(g, (int32_t)i), &k))
       form_row_group(&s, i, k);
   }
+
+  for (uint32_t i = 0; (flags & TN_FUSE_GEMM) && i < nn; i++)
+    if (s.fs_group_of[i] < 0 && gemm_lowerable(g, tn_graph_node(g, (int32_t)i)))
+      form_gemm_group(&s, i);
 
   /* single-node pointwise groups stay with eager; number the rest */
   uint32_t kept = 0;

@@ -15,6 +15,12 @@
 ** of its external inputs, so kernels take sizes at run time and one kernel
 ** serves every shape.
 **
+** GEMM groups. A float32 mm or addmm (alpha = beta = 1) of matrices takes
+** in the pointwise groups that consume its result (same rule as norms):
+** the launcher multiplies with BLAS, and the kernel is the epilogue
+** (bias, activation, residual add) over the product. A plain mm with
+** nothing to fuse stays with eager.
+**
 ** Row groups. A reduction or norm over the trailing dims of its input
 ** (softmax, log_softmax, layer norm, sum, mean, amax, amin, var, logsumexp)
 ** runs as a kernel over rows: the pointwise group that produces its input
@@ -70,6 +76,8 @@ typedef struct tn_fgroup {
   int fg_dtype;            /* of every operand: float32, float16 or bfloat16 */
   int fg_reduce_dims;      /* row groups: trailing dims that form a row; 0 for pointwise */
   int fg_nonempty;         /* rows must not be empty (amax/amin raise on empty in eager) */
+  int32_t fg_gemm_a, fg_gemm_b; /* GEMM groups: the matrices (else -1); fg_inputs[0] is then their
+                                 ** product, computed by the launcher and loaded as operand 0 */
   tn_finst *fg_prog;       /* loads, consts, ops, reductions, stores */
   uint32_t fg_nprog;
   uint32_t fg_nbufs;
@@ -84,6 +92,7 @@ int tn_fuse_lowers(int op);
 
 /* Flags of tn_fuse_graph. */
 #define TN_FUSE_ROWS 1  /* form row groups (else reductions stay with eager) */
+#define TN_FUSE_GEMM 2  /* form GEMM groups: mm / addmm with their pointwise epilogue */
 
 /* Finds the pointwise groups of g and, with TN_FUSE_ROWS, its row groups. The result lives in a mimalloc heap of
 ** its own, which belongs to the calling thread. TN_ENOMEM. */

@@ -338,6 +338,28 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io, int persist)
   }
 }
 
+/* Whether buffer v is read as a whole buffer (not as the scalar operand of
+** a binary op). */
+static int cg_read_whole(const tn_fgroup *grp, const tn_finst *const *def, int32_t v)
+{
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    switch (fi->fi_kind) {
+    case TN_FI_UNARY: case TN_FI_REDUCE: case TN_FI_STORE:
+      if (fi->fi_a == v)
+        return 1;
+      break;
+    case TN_FI_BINARY:
+      if (fi->fi_a == v || (fi->fi_b == v && !cg_scalar_buf(def, v)))
+        return 1;
+      break;
+    default:
+      break;
+    }
+  }
+  return 0;
+}
+
 /* Rows short enough that several fit in a block run as tiles of tn rows:
 ** every instruction runs once per tile, in program order (a row's values
 ** never leave the block), per-row scalars are arrays R<k>[tn]. */
@@ -389,7 +411,8 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
             cg_ref(grp, def, fi->fi_a, t1), cg_ref(grp, def, fi->fi_b, t2));
       break;
     case TN_FI_SPLAT:
-      out(b, "        tn_rt_splat_rows_f32(b%d, R%d, tn, cols);\n", fi->fi_dst, fi->fi_a);
+      if (cg_read_whole(grp, def, fi->fi_dst))
+        out(b, "        tn_rt_splat_rows_f32(b%d, R%d, tn, cols);\n", fi->fi_dst, fi->fi_a);
       break;
     case TN_FI_REDUCE:
       out(b, "        tn_rt_reduce_rows_f32(%d, R%d, %s, tn, cols);\n", fi->fi_op, fi->fi_dst, cg_ref(grp, def, fi->fi_a, t1));

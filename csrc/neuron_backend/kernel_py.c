@@ -31,6 +31,7 @@ typedef struct {
   int ke_itemsize;       /* bytes per element of every operand */
   int ke_rdims;          /* row kernels: trailing dims that form a row; else 0 */
   int ke_nonempty;       /* raise (as eager does) when rows are empty */
+  int ke_gemm;           /* called with (a, b, rest...): the kernel gets (a @ b, rest...) */
   uint8_t ke_out_kinds[KERNEL_MAX_OPERANDS]; /* TN_FO_* */
   PyObject *ke_empty;    /* torch.empty */
   PyObject *ke_dtype;    /* the operands' torch dtype */
@@ -79,18 +80,18 @@ static void launch_part(void *vctx, int part, int nparts)
 
 static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"graph", "rows", NULL};
+  static char *kwlist[] = {"graph", "rows", "gemm", NULL};
   PyObject *arg;
-  int rows = 0;
+  int rows = 0, gemm = 0;
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:fuse", kwlist, &arg, &rows))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pp:fuse", kwlist, &arg, &rows, &gemm))
     return NULL;
   tn_graph *g = tn_py_graph_get(arg);
   tn_fusion *f = NULL;
   PyObject *res = NULL;
   if (!g)
     return NULL;
-  int rc = tn_fuse_graph(g, rows ? TN_FUSE_ROWS : 0, &f);
+  int rc = tn_fuse_graph(g, (rows ? TN_FUSE_ROWS : 0) | (gemm ? TN_FUSE_GEMM : 0), &f);
   if (rc != TN_OK)
     return PyErr_NoMemory();
   res = PyList_New(0);
@@ -105,13 +106,28 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
     PyObject *kinds = PyList_New(grp->fg_noutputs);
     for (uint32_t o = 0; kinds && o < grp->fg_noutputs; o++)
       PyList_SET_ITEM(kinds, o, PyLong_FromLong(grp->fg_out_kinds[o]));
-    PyObject *d = kinds ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:s,s:i,s:N,s:O}", "nodes",
-                                        tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs",
-                                        tn_py_ids_list(grp->fg_inputs, grp->fg_ninputs), "outputs",
-                                        tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtype",
-                                        tn_dtype_name(grp->fg_dtype), "reduce_dims", grp->fg_reduce_dims,
-                                        "out_kinds", kinds, "nonempty", grp->fg_nonempty ? Py_True : Py_False)
-                      : NULL;
+    /* a GEMM group's callers pass the two matrices where the kernel loads their product */
+    int gemm_grp = grp->fg_gemm_a >= 0;
+    PyObject *ins = tn_py_ids_list(grp->fg_inputs + gemm_grp, grp->fg_ninputs - (uint32_t)gemm_grp);
+    if (ins && gemm_grp) {
+      int32_t ab[2] = {grp->fg_gemm_a, grp->fg_gemm_b};
+      PyObject *front = tn_py_ids_list(ab, 2);
+      if (!front || PyList_SetSlice(ins, 0, 0, front) < 0)
+        Py_CLEAR(ins);
+      Py_XDECREF(front);
+    }
+    PyObject *d = kinds && ins ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:s,s:i,s:N,s:O,s:O}", "nodes",
+                                               tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins,
+                                               "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs),
+                                               "source", src, "dtype", tn_dtype_name(grp->fg_dtype), "reduce_dims",
+                                               grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
+                                               grp->fg_nonempty ? Py_True : Py_False, "gemm",
+                                               gemm_grp ? Py_True : Py_False)
+                               : NULL;
+    if (!kinds || !ins) { /* Py_BuildValue, when called, consumed both */
+      Py_XDECREF(kinds);
+      Py_XDECREF(ins);
+    }
     free(src);
     if (!d || PyList_Append(res, d) < 0)
       Py_CLEAR(res);
@@ -126,17 +142,20 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtype", "reduce_dims", "out_kinds",
-                           "nonempty", NULL};
+                           "nonempty", "gemm", NULL};
   PyObject *source, *empty, *dtype, *kinds_arg = Py_None;
-  int nin, nout, rdims = 0, nonempty = 0;
+  int nin, nout, rdims = 0, nonempty = 0, gemm = 0;
   uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
   char err[2048];
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype,
-                                   &rdims, &kinds_arg, &nonempty))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype,
+                                   &rdims, &kinds_arg, &nonempty, &gemm))
     return NULL;
+  if (gemm && (nin < 2 || rdims != 0))
+    return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
+  nin -= gemm; /* the kernel loads their product as one operand */
   if (nin < 1 || nout < 1 || nin + nout > KERNEL_MAX_OPERANDS)
     return PyErr_Format(PyExc_ValueError, "a kernel takes 1..%d operands, got %d + %d",
                         KERNEL_MAX_OPERANDS, nin, nout);
@@ -192,6 +211,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_itemsize = (int)itemsize;
   k->ke_rdims = rdims;
   k->ke_nonempty = nonempty;
+  k->ke_gemm = gemm;
   memcpy(k->ke_out_kinds, kinds, sizeof kinds);
   k->ke_empty = Py_NewRef(empty);
   k->ke_dtype = Py_NewRef(dtype);
@@ -295,9 +315,8 @@ static int64_t run_stride(const int64_t *st, const int64_t *shape, int from, int
   return first;
 }
 
-static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
+static PyObject *kernel_run(KernelObject *k, PyObject *args)
 {
-  KernelObject *k = (KernelObject *)o;
   int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims;
   int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
   int in_rank[KERNEL_MAX_OPERANDS];
@@ -308,10 +327,6 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
   void *ptrs[KERNEL_MAX_OPERANDS];
   PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *held = NULL;
 
-  if (kwds && PyDict_Size(kwds))
-    return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
-  if (PyTuple_GET_SIZE(args) != k->ke_ninputs)
-    return PyErr_Format(PyExc_TypeError, "kernel takes %d tensors, got %zd", k->ke_ninputs, PyTuple_GET_SIZE(args));
   for (int i = 0; i < k->ke_ninputs; i++) {
     if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
       return NULL;
@@ -446,6 +461,132 @@ error:
   return NULL;
 }
 
+/* -- GEMM ------------------------------------------------------------------ */
+
+/* Fortran sgemm (LP64), column-major; torch's own (MKL) when registered. */
+typedef void (*sgemm_fn)(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
+                         const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
+                         const int *ldc);
+static sgemm_fn kernel_sgemm;
+
+/* How BLAS reads row-major matrix x (r x c, strides sr, sc) as the
+** column-major operand x^T: 'N' with ld = sr when rows are contiguous,
+** 'T' with ld = sc when columns are. 0 when neither. */
+static char blas_layout(int64_t r, int64_t c, int64_t sr, int64_t sc, int *ld)
+{
+  if (c == 1)
+    sc = 1;
+  if (r == 1)
+    sr = c;
+  if (sc == 1 && sr >= (c > 1 ? c : 1) && sr <= INT32_MAX) {
+    *ld = (int)sr;
+    return 'N';
+  }
+  if (sr == 1 && sc >= (r > 1 ? r : 1) && sc <= INT32_MAX) {
+    *ld = (int)sc;
+    return 'T';
+  }
+  return 0;
+}
+
+/* The product of matrices a (m x k) and b (k x n) in a new contiguous
+** tensor; a layout BLAS cannot read is copied contiguous first. */
+static PyObject *gemm_product(KernelObject *k, PyObject *a, PyObject *b)
+{
+  int64_t sz[2][TN_MAX_RANK], st[2][TN_MAX_RANK];
+  int rank[2], ld[2] = {0, 0};
+  char lay[2] = {0, 0};
+  void *data[2];
+  PyObject *held[2] = {NULL, NULL}, *mats[2] = {a, b}, *res = NULL;
+  if (!kernel_sgemm)
+    return PyErr_Format(PyExc_RuntimeError, "no BLAS sgemm is registered");
+  for (int i = 0; i < 2; i++) {
+    for (int pass = 0; pass < 2 && !lay[i]; pass++) {
+      if (read_tensor(k, mats[i], i, sz[i], st[i], &rank[i], &data[i]) < 0)
+        goto done;
+      if (rank[i] != 2) {
+        PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix, got rank %d", i, rank[i]);
+        goto done;
+      }
+      lay[i] = blas_layout(sz[i][0], sz[i][1], st[i][0], st[i][1], &ld[i]);
+      if (!lay[i] && pass == 0) {
+        held[i] = PyObject_CallMethod(mats[i], "contiguous", NULL);
+        if (!held[i])
+          goto done;
+        mats[i] = held[i];
+      }
+    }
+  }
+  if (sz[0][1] != sz[1][0] || sz[0][0] > INT32_MAX || sz[1][1] > INT32_MAX || sz[0][1] > INT32_MAX) {
+    PyErr_Format(PyExc_ValueError, "GEMM shapes (%lld x %lld) @ (%lld x %lld) do not fit", (long long)sz[0][0],
+                 (long long)sz[0][1], (long long)sz[1][0], (long long)sz[1][1]);
+    goto done;
+  }
+  int m = (int)sz[0][0], kk = (int)sz[0][1], n = (int)sz[1][1];
+  PyObject *kw = Py_BuildValue("{s:O}", "dtype", k->ke_dtype);
+  PyObject *shape = kw ? Py_BuildValue("((ii))", m, n) : NULL;
+  res = shape ? PyObject_Call(k->ke_empty, shape, kw) : NULL;
+  Py_XDECREF(kw);
+  Py_XDECREF(shape);
+  PyObject *ptr = res ? PyObject_CallMethod(res, "data_ptr", NULL) : NULL;
+  float *c = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
+  Py_XDECREF(ptr);
+  if (!c) {
+    Py_CLEAR(res);
+    goto done;
+  }
+  if ((int64_t)m * n > 0) {
+    /* row-major c = a b is column-major c^T = b^T a^T */
+    const float one = 1.0f, zero = 0.0f;
+    int ldc = n > 1 ? n : 1, k1 = kk > 0 ? kk : 1;
+    if (kk == 0) {
+      memset(c, 0, sizeof(float) * (size_t)m * (size_t)n);
+    } else {
+      Py_BEGIN_ALLOW_THREADS
+      kernel_sgemm(&lay[1], &lay[0], &n, &m, &k1, &one, data[1], &ld[1], data[0], &ld[0], &zero, c, &ldc);
+      Py_END_ALLOW_THREADS
+    }
+  }
+done:
+  Py_XDECREF(held[0]);
+  Py_XDECREF(held[1]);
+  return res;
+}
+
+static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
+{
+  KernelObject *k = (KernelObject *)o;
+  Py_ssize_t nargs = k->ke_ninputs + k->ke_gemm;
+  if (kwds && PyDict_Size(kwds))
+    return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
+  if (PyTuple_GET_SIZE(args) != nargs)
+    return PyErr_Format(PyExc_TypeError, "kernel takes %zd tensors, got %zd", nargs, PyTuple_GET_SIZE(args));
+  if (!k->ke_gemm)
+    return kernel_run(k, args);
+  PyObject *kargs = PyTuple_New(k->ke_ninputs);
+  PyObject *prod = kargs ? gemm_product(k, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1)) : NULL;
+  if (!prod) {
+    Py_XDECREF(kargs);
+    return NULL;
+  }
+  PyTuple_SET_ITEM(kargs, 0, prod);
+  for (Py_ssize_t i = 2; i < nargs; i++)
+    PyTuple_SET_ITEM(kargs, i - 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+  PyObject *res = kernel_run(k, kargs);
+  Py_DECREF(kargs);
+  return res;
+}
+
+static PyObject *py_set_sgemm(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  void *p = PyLong_AsVoidPtr(arg);
+  if (!p && PyErr_Occurred())
+    return NULL;
+  kernel_sgemm = (sgemm_fn)p;
+  Py_RETURN_NONE;
+}
+
 static PyObject *Kernel_get_source(PyObject *o, void *closure)
 {
   (void)closure;
@@ -509,6 +650,8 @@ static PyObject *py_lowered_ops(PyObject *self, PyObject *unused)
 
 PyMethodDef tn_py_kernel_methods[] = {
   {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
+  {"set_sgemm", py_set_sgemm, METH_O,
+   "set_sgemm(address): the Fortran sgemm_ (LP64) GEMM kernels call (0 for none)."},
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
   {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,

@@ -349,6 +349,11 @@ typedef float rt_v16 __attribute__((vector_size(64)));
 typedef int32_t rt_m16 __attribute__((vector_size(64)));
 #define RT_LANES 16
 
+/* Lane-wise max (min) of acc and x that keeps NaN from either side. */
+#define RT_TAKE(op, acc, x) \
+  ((rt_v16)(((rt_m16)(x) & (((op) == TN_RT_R_MAX ? (x) > (acc) : (x) < (acc)) | ((x) != (x)))) | \
+            ((rt_m16)(acc) & ~(((op) == TN_RT_R_MAX ? (x) > (acc) : (x) < (acc)) | ((x) != (x))))))
+
 /* Sums accumulate in double lanes: the mean of a row of equal values is
 ** then that value exactly (layer norm of such a row gives 0, as eager). */
 typedef float rt_v8f __attribute__((vector_size(32)));
@@ -377,18 +382,23 @@ RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
   for (; i + RT_LANES <= n; i += RT_LANES) {
     rt_v16 x;
     __builtin_memcpy(&x, a + i, sizeof x);
-    rt_m16 take = (op == TN_RT_R_MAX ? x > acc : x < acc) | (x != x);
-    acc = (rt_v16)(((rt_m16)x & take) | ((rt_m16)acc & ~take));
+    acc = RT_TAKE(op, acc, x);
   }
   for (; i < n; i++) {
     float x = a[i];
     if ((op == TN_RT_R_MAX ? x > tail : x < tail) || x != x)
       tail = x;
   }
-  double r = tail;
-  for (int l = 0; l < RT_LANES; l++)
-    r = rt_combine(op, r, acc[l]);
-  return r;
+  /* fold the lanes: halves, quarters, ... (the same take rule) */
+  rt_v16 hi = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+  acc = RT_TAKE(op, acc, hi);
+  hi = __builtin_shufflevector(acc, acc, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+  acc = RT_TAKE(op, acc, hi);
+  hi = __builtin_shufflevector(acc, acc, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  acc = RT_TAKE(op, acc, hi);
+  hi = __builtin_shufflevector(acc, acc, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1);
+  acc = RT_TAKE(op, acc, hi);
+  return rt_combine(op, tail, acc[0]);
 }
 
 double tn_rt_combine(int op, double acc, double part)
