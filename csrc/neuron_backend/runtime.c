@@ -112,8 +112,8 @@ RT_CLONES void tn_rt_fill_f32(float *dst, float v, int64_t n)
 /* -- exp, log, log1p, expm1, pow: explicit libmvec calls --------------------
 ** GCC vectorises calls through their OpenMP SIMD declarations only for some
 ** functions (tanhf, erff, sinf, cosf above) unless -ffast-math; these it
-** keeps scalar. So they call libmvec's 8-lane AVX2 versions directly, chosen
-** once by a CPU check, with a scalar tail. */
+** keeps scalar. So they call libmvec's 16-lane AVX-512 or 8-lane AVX2
+** versions directly, chosen once by a CPU check, with a scalar tail. */
 
 typedef float rt_v8 __attribute__((vector_size(32)));
 
@@ -162,21 +162,21 @@ __attribute__((target("avx2,fma"))) static int64_t rt_vmath_avx2(int f, float *d
 }
 
 /* The same with libmvec's 16-lane AVX-512 versions. */
-typedef float rt_v16f __attribute__((vector_size(64)));
+typedef float rt_v16 __attribute__((vector_size(64)));
 
-rt_v16f _ZGVeN16v_expf(rt_v16f);
-rt_v16f _ZGVeN16v_logf(rt_v16f);
-rt_v16f _ZGVeN16v_log1pf(rt_v16f);
-rt_v16f _ZGVeN16v_expm1f(rt_v16f);
-rt_v16f _ZGVeN16vv_powf(rt_v16f, rt_v16f);
+rt_v16 _ZGVeN16v_expf(rt_v16);
+rt_v16 _ZGVeN16v_logf(rt_v16);
+rt_v16 _ZGVeN16v_log1pf(rt_v16);
+rt_v16 _ZGVeN16v_expm1f(rt_v16);
+rt_v16 _ZGVeN16vv_powf(rt_v16, rt_v16);
 
 __attribute__((target("avx512f"))) static int64_t rt_vmath_avx512(int f, float *dst, const float *a,
                                                                 const float *b, int64_t n)
 {
-  const rt_v16f one = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  const rt_v16 one = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    rt_v16f x, y = {0}, r;
+    rt_v16 x, y = {0}, r;
     __builtin_memcpy(&x, a + i, sizeof x);
     if (b)
       __builtin_memcpy(&y, b + i, sizeof y);
@@ -345,7 +345,6 @@ static inline double rt_combine(int op, double acc, double part)
 /* Sixteen lanes each (vector types, so the compiler need not reassociate
 ** anything): a lane takes x when x is larger (smaller) or NaN, so a NaN lane
 ** stays NaN, as in eager's amax/amin. */
-typedef float rt_v16 __attribute__((vector_size(64)));
 typedef int32_t rt_m16 __attribute__((vector_size(64)));
 #define RT_LANES 16
 
@@ -356,7 +355,6 @@ typedef int32_t rt_m16 __attribute__((vector_size(64)));
 
 /* Sums accumulate in double lanes: the mean of a row of equal values is
 ** then that value exactly (layer norm of such a row gives 0, as eager). */
-typedef float rt_v8f __attribute__((vector_size(32)));
 typedef double rt_v8d __attribute__((vector_size(64)));
 
 RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
@@ -366,7 +364,7 @@ RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
     rt_v8d acc = {0};
     double r = 0;
     for (; i + 8 <= n; i += 8) {
-      rt_v8f x;
+      rt_v8 x;
       __builtin_memcpy(&x, a + i, sizeof x);
       acc += __builtin_convertvector(x, rt_v8d);
     }

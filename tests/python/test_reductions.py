@@ -630,14 +630,7 @@ def test_half_precision_layer_norm_with_weight_bias_and_stats(compiled):
 # -- empty tensors --------------------------------------------------------------------
 
 EMPTY_OPS = {
-    "softmax": (lambda x: torch.softmax(x, -1), SOFTMAX),
-    "log_softmax": (lambda x: torch.log_softmax(x, -1), LOG_SOFTMAX),
-    "logsumexp": (lambda x: torch.logsumexp(x, -1), LOGSUMEXP),
-    "amax": (lambda x: x.amax(-1), AMAX),
-    "amin": (lambda x: x.amin(-1, keepdim=True), AMIN),
-    "sum": (lambda x: x.sum(-1), SUM_DIM),
-    "mean": (lambda x: x.mean(-1), MEAN_DIM),
-    "var": (lambda x: x.var(-1), VAR),
+    **ROW_OPS,
     "layer_norm": (lambda x: F.layer_norm(x, (5,)), LAYER_NORM),
     "sum_all": (lambda x: x.sum(), SUM_DIM),
     "mean_all": (lambda x: x.mean(), MEAN),

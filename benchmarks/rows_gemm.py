@@ -1,0 +1,78 @@
+"""Row kernels and GEMM epilogues: eager vs neuron vs Inductor, same run.
+
+    python benchmarks/rows_gemm.py [--iters N] [--no-inductor]
+
+Row kernels (config.row_fusion) and GEMM groups (config.gemm_fusion) are off
+by default because they are not yet faster than eager; this measures them
+turned on, against eager and Inductor, interleaved as in pointwise.py, with
+the ratios eager/neuron and inductor/neuron. Results are checked against
+eager before timing (GEMMs with a tolerance for summation order).
+"""
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+import torchneuron_jit
+from pointwise import measure
+
+ROWS = {
+    "softmax": (lambda x, w, b, y: torch.softmax(x, -1)),
+    "softmax(x*s+m)": (lambda x, w, b, y: torch.softmax(x * 0.125 + w, -1)),
+    "layer_norm": (lambda x, w, b, y: F.layer_norm(x, x.shape[-1:], w, b)),
+    "add+layer_norm": (lambda x, w, b, y: F.layer_norm(x + y, x.shape[-1:], w, b)),
+    "sum(-1)": (lambda x, w, b, y: x.sum(-1)),
+}
+ROW_SHAPES = ((256, 256), (1024, 64), (4096, 1024))
+
+GEMMS = {
+    "linear+relu": (lambda x, w1, b1, w2, b2: F.relu(F.linear(x, w1, b1))),
+    "mlp": (lambda x, w1, b1, w2, b2: F.linear(F.relu(F.linear(x, w1, b1)), w2, b2) + x),
+}
+GEMM_SHAPES = ((64, 256, 1024), (256, 256, 1024))  # tokens, d_model, d_ff
+
+
+def run(name, shape_text, f, args, cols, iters, gemm):
+    torch._dynamo.reset()
+    fns = {"eager": f}
+    with torch.no_grad():
+        for backend in cols[1:]:
+            fns[backend] = torch.compile(f, backend=backend)
+            got, want = fns[backend](*args), f(*args)
+            if gemm:
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+            else:
+                torch.testing.assert_close(got, want)
+    med = measure(fns, args, iters)
+    row = f"{name:16s} {shape_text:>14s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
+    row += f" {med['eager'] / med['neuron']:13.2f}"
+    if "inductor" in cols:
+        row += f" {med['inductor'] / med['neuron']:16.2f}"
+    print(row, flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
+    args = parser.parse_args()
+    torchneuron_jit.config.row_fusion = True
+    torchneuron_jit.config.gemm_fusion = True
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    print(f"{'graph':16s} {'shape':>14s} " + " ".join(f"{c + ' us':>12s}" for c in cols)
+          + f" {'eager/neuron':>13s}" + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    for shape in ROW_SHAPES:
+        x, y = torch.randn(shape), torch.randn(shape)
+        w, b = torch.randn(shape[-1]), torch.randn(shape[-1])
+        for name, f in ROWS.items():
+            run(name, "x".join(map(str, shape)), f, (x, w, b, y), cols, args.iters, False)
+    for m, d, ff in GEMM_SHAPES:
+        x = torch.randn(m, d)
+        w1, b1, w2, b2 = torch.randn(ff, d) / d ** 0.5, torch.randn(ff), torch.randn(d, ff) / ff ** 0.5, torch.randn(d)
+        for name, f in GEMMS.items():
+            run(name, f"{m}x{d}x{ff}", f, (x, w1, b1, w2, b2), cols, args.iters, True)
+
+
+if __name__ == "__main__":
+    main()
