@@ -86,17 +86,27 @@ class _Importer:
 
     # -- metadata ---------------------------------------------------------
 
-    def sint(self, v, where):
+    def symbol(self, expr):
+        key = str(expr)
+        if key not in self.symbols:
+            self.symbols[key] = self.g.add_symbol()
+        return self.symbols[key]
+
+    def sint(self, v, where, stride=False):
+        """An int or Sym for v. A stride of the form c * s (c >= 2, s a
+        symbol) is that symbol scaled, so the lowering can see that a tensor
+        with one dynamic dim is contiguous."""
         if isinstance(v, torch.fx.Node):  # a size computed in the graph: its symbol
             v = v.meta.get("val")
         if isinstance(v, torch.SymInt):
             expr = v.node.expr
             if getattr(expr, "is_Integer", False):
                 return int(expr)
-            key = str(expr)
-            if key not in self.symbols:
-                self.symbols[key] = self.g.add_symbol()
-            return _C.Sym(self.symbols[key])
+            if stride:
+                coeff, rest = expr.as_coeff_Mul()
+                if getattr(coeff, "is_Integer", False) and int(coeff) >= 2 and getattr(rest, "is_Symbol", False):
+                    return _C.Sym(self.symbol(rest), scale=int(coeff))
+            return _C.Sym(self.symbol(expr))
         if isinstance(v, int) and not isinstance(v, bool):
             return v
         raise Unsupported(f"{where}: expected an int or SymInt, got {type(v).__name__}")
@@ -109,7 +119,7 @@ class _Importer:
         if t.layout != torch.strided:
             raise Unsupported(f"{where}: layout {t.layout} is not supported")
         return (DTYPE_CODES[t.dtype], [self.sint(s, where) for s in t.shape],
-                [self.sint(s, where) for s in t.stride()])
+                [self.sint(s, where, stride=True) for s in t.stride()])
 
     # -- arguments ----------------------------------------------------------
 

@@ -181,8 +181,10 @@ static void enc_sint(enc_state *e, tn_sint v)
   }
   if (e->es_smap[v.si_sym] < 0)
     e->es_smap[v.si_sym] = (int32_t)e->es_nsyms++;
-  buf_le(e->es_buf, 1, 1);
+  buf_le(e->es_buf, v.si_val ? 2 : 1, 1);
   buf_le(e->es_buf, (uint32_t)e->es_smap[v.si_sym], 4);
+  if (v.si_val)
+    buf_le(e->es_buf, (uint64_t)v.si_val, 8);
 }
 
 static void enc_meta(enc_state *e, const tn_meta *m)
@@ -451,11 +453,14 @@ static tn_sint rd_sint(tn_rd *r)
   int tag = (int)rd_le(r, 1);
   if (tag == 0)
     return TN_SINT((int64_t)rd_le(r, 8));
-  if (tag == 1) {
+  if (tag == 1 || tag == 2) {
     uint32_t s = (uint32_t)rd_le(r, 4);
+    int64_t scale = tag == 2 ? (int64_t)rd_le(r, 8) : 0;
     if (s > INT32_MAX)
       rd_fail(r, TN_ECORRUPT, "symbol %u out of range", s);
-    return TN_SYM((int32_t)(s & INT32_MAX));
+    if (tag == 2 && scale < 2)
+      rd_fail(r, TN_ECORRUPT, "symbol scale %" PRId64 " below 2", scale);
+    return TN_SYM_SCALED(scale, (int32_t)(s & INT32_MAX));
   }
   rd_fail(r, TN_ECORRUPT, "bad integer tag %d", tag);
   return TN_SINT(0);
@@ -522,8 +527,8 @@ static void rd_arg(tn_rd *r, tn_graph *g, node_scratch *s, uint32_t i)
   }
   case TN_ARG_SYM: {
     tn_sint v = rd_sint(r);
-    if (r->rd_rc == TN_OK && v.si_sym < 0)
-      rd_fail(r, TN_ECORRUPT, "symbol argument holds a plain int");
+    if (r->rd_rc == TN_OK && (v.si_sym < 0 || v.si_val != 0))
+      rd_fail(r, TN_ECORRUPT, "symbol argument holds a plain int or a scaled symbol");
     a->u.ar_ref = v.si_sym;
     break;
   }
@@ -721,7 +726,9 @@ done:
 
 static void dump_sint(tn_buf *b, tn_sint v)
 {
-  if (v.si_sym >= 0)
+  if (v.si_sym >= 0 && v.si_val)
+    buf_printf(b, "%" PRId64 "*s%d", v.si_val, v.si_sym);
+  else if (v.si_sym >= 0)
     buf_printf(b, "s%d", v.si_sym);
   else
     buf_printf(b, "%" PRId64, v.si_val);

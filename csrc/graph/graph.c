@@ -190,10 +190,10 @@ static char *graph_strdup(tn_graph *g, const char *s, size_t len)
 
 /* -- Validation helpers --------------------------------------------------- */
 
-static int sint_valid(const tn_graph *g, tn_sint v, int allow_negative)
+static int sint_valid(const tn_graph *g, tn_sint v, int allow_negative, int allow_scaled)
 {
   if (v.si_sym >= 0)
-    return (uint32_t)v.si_sym < g->gr_nsyms && v.si_val == 0;
+    return (uint32_t)v.si_sym < g->gr_nsyms && (v.si_val == 0 || (allow_scaled && v.si_val >= 2));
   return v.si_sym == -1 && (allow_negative || v.si_val >= 0);
 }
 
@@ -211,7 +211,9 @@ static int sint_is_one(tn_sint v)
 
 static void sint_format(tn_sint v, char *buf, size_t len)
 {
-  if (v.si_sym >= 0)
+  if (v.si_sym >= 0 && v.si_val)
+    snprintf(buf, len, "%" PRId64 "*s%d", v.si_val, v.si_sym);
+  else if (v.si_sym >= 0)
     snprintf(buf, len, "s%d", v.si_sym);
   else
     snprintf(buf, len, "%" PRId64, v.si_val);
@@ -234,12 +236,12 @@ static int meta_check(const tn_graph *g, const tn_meta *m, char *msg, size_t len
     return TN_EINVAL;
   }
   for (int d = 0; d < m->me_rank; d++) {
-    if (!sint_valid(g, m->me_sizes[d], 0)) {
+    if (!sint_valid(g, m->me_sizes[d], 0, 0)) {
       sint_format(m->me_sizes[d], b, sizeof b);
       snprintf(msg, len, "size[%d] %s is negative or an undeclared symbol", d, b);
       return TN_EINVAL;
     }
-    if (!sint_valid(g, m->me_strides[d], 0)) {
+    if (!sint_valid(g, m->me_strides[d], 0, 1)) {
       sint_format(m->me_strides[d], b, sizeof b);
       snprintf(msg, len, "stride[%d] %s is negative or an undeclared symbol", d, b);
       return TN_EINVAL;
@@ -466,7 +468,7 @@ static int arg_check(const tn_graph *g, const tn_arg *a, int allow_syms, char *m
     }
     for (uint32_t i = 0; i < a->ar_len; i++) {
       tn_sint v = a->u.ar_ints[i];
-      if (!sint_valid(g, v, 1) || (v.si_sym >= 0 && !allow_syms)) {
+      if (!sint_valid(g, v, 1, 0) || (v.si_sym >= 0 && !allow_syms)) {
         snprintf(msg, len, "element %u is %s", i,
                  v.si_sym >= 0 && allow_syms ? "an undeclared symbol" : "not a plain int");
         return TN_EINVAL;

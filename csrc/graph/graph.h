@@ -24,7 +24,7 @@
 
 /* Version of the canonical encoding; part of every graph key. Bump it when
 ** the encoding or the meaning of any op, signature or field changes. */
-#define TN_GRAPH_FORMAT_VERSION 1
+#define TN_GRAPH_FORMAT_VERSION 2
 
 #define TN_MAX_RANK 64
 #define TN_MAX_ARGS 64
@@ -52,7 +52,9 @@ const char *tn_dtype_name(int num);
 
 /* An integer that is either concrete (si_sym < 0: the value is si_val) or a
 ** graph symbol (si_sym >= 0, si_val is 0). Sizes, strides, SymInt arguments
-** and int-list elements all use it. */
+** and int-list elements all use it. A stride may also be a scaled symbol:
+** si_sym >= 0 with si_val >= 2 stands for si_val * s (the stride of a
+** contiguous tensor with one dynamic dim, e.g. 256 * s for [4, s, 256]). */
 typedef struct tn_sint {
   int64_t si_val;
   int32_t si_sym;
@@ -60,6 +62,7 @@ typedef struct tn_sint {
 
 #define TN_SINT(v) ((tn_sint){(v), -1})
 #define TN_SYM(k) ((tn_sint){0, (k)})
+#define TN_SYM_SCALED(c, k) ((tn_sint){(c), (k)})
 
 /* Tensor metadata: dtype, rank, sizes and strides (each rank long). */
 typedef struct tn_meta {

@@ -13,39 +13,51 @@
 typedef struct {
   PyObject_HEAD
   int32_t sym_id;
+  int64_t sym_scale; /* 1, or a stride's factor >= 2 */
 } SymObject;
 
 static PyTypeObject *Sym_Type;
 
 static PyObject *Sym_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"id", NULL};
+  static char *kwlist[] = {"id", "scale", NULL};
   int id;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "i:Sym", kwlist, &id))
+  long long scale = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|L:Sym", kwlist, &id, &scale))
     return NULL;
   if (id < 0)
     return PyErr_Format(PyExc_ValueError, "Sym id must be >= 0, got %d", id);
+  if (scale < 1)
+    return PyErr_Format(PyExc_ValueError, "Sym scale must be >= 1, got %lld", scale);
   SymObject *s = (SymObject *)type->tp_alloc(type, 0);
-  if (s)
+  if (s) {
     s->sym_id = id;
+    s->sym_scale = scale;
+  }
   return (PyObject *)s;
 }
 
 static PyObject *Sym_repr(PyObject *self)
 {
-  return PyUnicode_FromFormat("Sym(%d)", ((SymObject *)self)->sym_id);
+  SymObject *s = (SymObject *)self;
+  if (s->sym_scale != 1)
+    return PyUnicode_FromFormat("Sym(%d, scale=%lld)", s->sym_id, (long long)s->sym_scale);
+  return PyUnicode_FromFormat("Sym(%d)", s->sym_id);
 }
 
 static Py_hash_t Sym_hash(PyObject *self)
 {
-  return (Py_hash_t)((SymObject *)self)->sym_id * 1000003 + 17;
+  SymObject *s = (SymObject *)self;
+  Py_hash_t h = (Py_hash_t)s->sym_id * 1000003 + 17 + (Py_hash_t)(s->sym_scale - 1) * 7919;
+  return h == -1 ? -2 : h;
 }
 
 static PyObject *Sym_richcompare(PyObject *a, PyObject *b, int op)
 {
   if (!PyObject_TypeCheck(b, Sym_Type) || (op != Py_EQ && op != Py_NE))
     Py_RETURN_NOTIMPLEMENTED;
-  int eq = ((SymObject *)a)->sym_id == ((SymObject *)b)->sym_id;
+  int eq = ((SymObject *)a)->sym_id == ((SymObject *)b)->sym_id &&
+           ((SymObject *)a)->sym_scale == ((SymObject *)b)->sym_scale;
   return PyBool_FromLong(op == Py_EQ ? eq : !eq);
 }
 
@@ -55,8 +67,15 @@ static PyObject *Sym_get_id(PyObject *self, void *closure)
   return PyLong_FromLong(((SymObject *)self)->sym_id);
 }
 
+static PyObject *Sym_get_scale(PyObject *self, void *closure)
+{
+  (void)closure;
+  return PyLong_FromLongLong(((SymObject *)self)->sym_scale);
+}
+
 static PyGetSetDef Sym_getset[] = {
   {"id", Sym_get_id, NULL, "symbol number within its graph", NULL},
+  {"scale", Sym_get_scale, NULL, "factor of a scaled stride (scale * symbol); 1 for a plain symbol", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -66,7 +85,8 @@ static PyType_Slot Sym_slots[] = {
   {Py_tp_hash, Sym_hash},
   {Py_tp_richcompare, Sym_richcompare},
   {Py_tp_getset, Sym_getset},
-  {Py_tp_doc, "Sym(id): a symbolic size in a graph's metadata or arguments."},
+  {Py_tp_doc, "Sym(id, scale=1): a symbolic size in a graph's metadata or arguments; a stride may be "
+              "scale * symbol."},
   {0, NULL},
 };
 
@@ -78,7 +98,8 @@ static PyType_Spec Sym_spec = {"torchneuron_jit._C.Sym", sizeof(SymObject), 0, P
 static int parse_sint(PyObject *o, tn_sint *out, const char *what, Py_ssize_t i)
 {
   if (PyObject_TypeCheck(o, Sym_Type)) {
-    *out = TN_SYM(((SymObject *)o)->sym_id);
+    SymObject *s = (SymObject *)o;
+    *out = TN_SYM_SCALED(s->sym_scale == 1 ? 0 : s->sym_scale, s->sym_id);
     return 0;
   }
   if (!PyLong_Check(o) || PyBool_Check(o)) {
@@ -284,7 +305,7 @@ static int parse_arg(PyObject *item, tn_arg *a, void **store, Py_ssize_t i)
     return 0;
   case TN_ARG_TENSOR: case TN_ARG_SYM: {
     int64_t v;
-    if (tag == TN_ARG_SYM && PyObject_TypeCheck(payload, Sym_Type)) {
+    if (tag == TN_ARG_SYM && PyObject_TypeCheck(payload, Sym_Type) && ((SymObject *)payload)->sym_scale == 1) {
       a->u.ar_ref = ((SymObject *)payload)->sym_id;
       return 0;
     }

@@ -108,7 +108,7 @@ static int meta_contiguous(const tn_meta *m)
     if (size.si_sym < 0 && size.si_val == 1)
       continue; /* any stride will do */
     if (exp_sym < 0 ? (st.si_sym >= 0 || st.si_val != exp_val)
-                    : (exp_val != 1 || st.si_sym != exp_sym))
+                    : (st.si_sym != exp_sym || (st.si_val ? st.si_val : 1) != exp_val))
       return 0;
     if (size.si_sym < 0) {
       if (size.si_val != 0 && exp_val > INT64_MAX / size.si_val)

@@ -236,6 +236,21 @@ def test_changing_shapes_compile_dynamic_graphs_without_fallback():
     assert st["graphs_compiled"] >= 2 and st["kernels_compiled"] >= 2  # a static and a dynamic graph
 
 
+def test_dynamic_inner_dims_still_fuse(capsys):
+    """A dynamic sequence length makes the outer stride 256*s: still contiguous."""
+    from torchneuron_jit import config
+    config.log = "compile"
+    f = CHAINS["transcendental"]
+    c = torch.compile(f, backend="neuron")
+    with torch.no_grad():
+        for s in (8, 9, 11):
+            x, y = torch.randn(4, s, 256), torch.randn(4, s, 256)
+            torch.testing.assert_close(c(x, y), f(x, y))
+    fused = capsys.readouterr().err.count("into one kernel")
+    assert fused == 2, fused  # the static graph and the dynamic one
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
 def test_threads_calling_one_compiled_function():
     import threading
 

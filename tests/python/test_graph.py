@@ -243,7 +243,7 @@ def test_trailing_bytes_bad_magic_and_version_rejected():
     with pytest.raises(_C.GraphError, match="magic"):
         _C.decode_graph(b"XXXX" + enc[4:])
     bad = bytearray(enc)
-    bad[4] = 2
+    bad[4] = _C.GRAPH_FORMAT_VERSION + 1
     with pytest.raises(_C.GraphError, match="version"):
         _C.decode_graph(bytes(bad))
     with pytest.raises(TypeError):
@@ -486,6 +486,28 @@ def test_sym():
     assert repr(_C.Sym(3)) == "Sym(3)"
     with pytest.raises(ValueError):
         _C.Sym(-1)
+    assert _C.Sym(3, scale=256).scale == 256 and _C.Sym(3).scale == 1
+    assert _C.Sym(3, scale=256) != _C.Sym(3) and _C.Sym(3, scale=1) == _C.Sym(3)
+    assert repr(_C.Sym(3, scale=256)) == "Sym(3, scale=256)"
+    with pytest.raises(ValueError):
+        _C.Sym(3, scale=0)
+
+
+def test_scaled_symbols_are_strides_only_and_round_trip():
+    """[4, s, 256] contiguous has strides [256*s, 256, 1]: a scaled symbol."""
+    g = _C.Graph()
+    s = g.add_symbol()
+    shape, strides = [4, _C.Sym(s), 256], [_C.Sym(s, scale=256), 256, 1]
+    x = g.add_input("arg", F32, shape, strides, index=0)
+    (r,) = g.add_node("aten::relu", [(T, x)], [(F32, shape, strides)])
+    g.set_outputs([r])
+    enc = g.encode()
+    assert _C.decode_graph(enc).encode() == enc
+    assert "256*s0" in g.dump()
+    g2 = _C.Graph()
+    s = g2.add_symbol()
+    with pytest.raises(_C.GraphError, match="size"):
+        g2.add_input("arg", F32, [_C.Sym(s, scale=2)], [1], index=0)
 
 
 # -- Threads -------------------------------------------------------------------------
