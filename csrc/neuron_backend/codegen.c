@@ -360,6 +360,21 @@ static int cg_read_whole(const tn_fgroup *grp, const tn_finst *const *def, int32
   return 0;
 }
 
+/* Whether buffer v is read only as the second operand of binary ops. */
+static int cg_second_only(const tn_fgroup *grp, int32_t v)
+{
+  int any = 0;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    int reads_a = (fi->fi_kind == TN_FI_UNARY || fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_REDUCE ||
+                   fi->fi_kind == TN_FI_STORE) && fi->fi_a == v;
+    if (reads_a)
+      return 0;
+    any |= fi->fi_kind == TN_FI_BINARY && fi->fi_b == v;
+  }
+  return any;
+}
+
 /* Rows short enough that several fit in a block run as tiles of tn rows:
 ** every instruction runs once per tile, in program order (a row's values
 ** never leave the block), per-row scalars are arrays R<k>[tn]. */
@@ -370,6 +385,9 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
   char t1[24], t2[24], t3[24];
   out(b, "  if (rank >= 1 && cols > 0 && cols * 2 <= %d) {\n", TN_RT_BLOCK);
+  for (uint32_t k = 0; k < grp->fg_nbufs; k++)
+    if (grp->fg_dtype == TN_DTYPE_FLOAT32 && def[k] && def[k]->fi_kind == TN_FI_LOAD && cg_second_only(grp, (int32_t)k))
+      out(b, "    int G%u = 0;\n", k);
   out(b, "    i64 T = %d / cols, inner = sizes[rank - 1], t0, tn, rs[%u];\n", TN_RT_BLOCK, nops);
   out(b, "    if (T > %d) T = %d;\n", TN_RT_TILE_ROWS, TN_RT_TILE_ROWS);
   out(b, "    outer = 1;\n    for (d = 0; d + 1 < rank; d++) outer *= sizes[d];\n");
@@ -386,6 +404,11 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
     uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
     switch (fi->fi_kind) {
     case TN_FI_LOAD:
+      if (grp->fg_dtype == TN_DTYPE_FLOAT32 && cg_second_only(grp, fi->fi_dst)) {
+        /* one row broadcast over the tile (a weight): read it in place */
+        out(b, "        G%d = cst[%d] == 1 && rs[%d] == 0;\n", fi->fi_dst, fi->fi_a, fi->fi_a);
+        out(b, "        if (G%d) L%d = p[%d]; else\n", fi->fi_dst, fi->fi_dst, fi->fi_a);
+      }
       if (grp->fg_dtype == TN_DTYPE_FLOAT32)
         out(b, "        if (cst[%d] == 1 && rs[%d] == cols) L%d = p[%d]; else\n", fi->fi_a, fi->fi_a, fi->fi_dst,
             fi->fi_a);
@@ -406,6 +429,12 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
       else if (cg_scalar_buf(def, fi->fi_b))
         out(b, "        tn_rt_binary_rs_f32(%d, %s, %s, R%d, tn, cols);\n", fi->fi_op, t3,
             cg_ref(grp, def, fi->fi_a, t1), def[fi->fi_b]->fi_a);
+      else if (grp->fg_dtype == TN_DTYPE_FLOAT32 && def[fi->fi_b] && def[fi->fi_b]->fi_kind == TN_FI_LOAD &&
+               cg_second_only(grp, fi->fi_b))
+        out(b, "        if (G%d) tn_rt_binary_rb_f32(%d, %s, %s, %s, tn, cols);\n"
+               "        else tn_rt_binary_f32(%d, %s, %s, %s, tn * cols);\n",
+            fi->fi_b, fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1), cg_ref(grp, def, fi->fi_b, t2), fi->fi_op, t3,
+            t1, t2);
       else
         out(b, "        tn_rt_binary_f32(%d, %s, %s, %s, tn * cols);\n", fi->fi_op, t3,
             cg_ref(grp, def, fi->fi_a, t1), cg_ref(grp, def, fi->fi_b, t2));

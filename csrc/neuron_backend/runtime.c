@@ -361,8 +361,16 @@ RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
 {
   int64_t i = 0;
   if (op == TN_RT_R_SUM || op == TN_RT_R_MEAN) {
-    rt_v8d acc = {0};
+    rt_v8d acc = {0}, acc1 = {0}; /* two chains: the adds' latency overlaps */
     double r = 0;
+    for (; i + 16 <= n; i += 16) {
+      rt_v8 x, y;
+      __builtin_memcpy(&x, a + i, sizeof x);
+      __builtin_memcpy(&y, a + i + 8, sizeof y);
+      acc += __builtin_convertvector(x, rt_v8d);
+      acc1 += __builtin_convertvector(y, rt_v8d);
+    }
+    acc += acc1;
     for (; i + 8 <= n; i += 8) {
       rt_v8 x;
       __builtin_memcpy(&x, a + i, sizeof x);
@@ -436,6 +444,12 @@ void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, int
     tn_rt_binary_s_f32(op, dst + r * cols, a + r * cols, s[r], cols);
 }
 
+void tn_rt_binary_rb_f32(int op, float *dst, const float *a, const float *row, int64_t rows, int64_t cols)
+{
+  for (int64_t r = 0; r < rows; r++)
+    tn_rt_binary_f32(op, dst + r * cols, a + r * cols, row, cols);
+}
+
 void tn_rt_splat_rows_f32(float *dst, const float *s, int64_t rows, int64_t cols)
 {
   for (int64_t r = 0; r < rows; r++)
@@ -464,6 +478,7 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_reduce_rows_f32", (const void *)tn_rt_reduce_rows_f32},
   {"tn_rt_binary_rs_f32", (const void *)tn_rt_binary_rs_f32},
   {"tn_rt_splat_rows_f32", (const void *)tn_rt_splat_rows_f32},
+  {"tn_rt_binary_rb_f32", (const void *)tn_rt_binary_rb_f32},
   {NULL, NULL},
 };
 
@@ -495,5 +510,6 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_store2d_bf16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
          "void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, i64 rows, i64 cols);\n"
          "void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, i64 rows, i64 cols);\n"
-         "void tn_rt_splat_rows_f32(float *dst, const float *s, i64 rows, i64 cols);\n";
+         "void tn_rt_splat_rows_f32(float *dst, const float *s, i64 rows, i64 cols);\n"
+         "void tn_rt_binary_rb_f32(int op, float *dst, const float *a, const float *row, i64 rows, i64 cols);\n";
 }

@@ -96,6 +96,8 @@ void tn_rt_store2d_bf16(uint16_t *dst, int64_t rs, int64_t cs, const float *src,
 void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, int64_t rows, int64_t cols);
 void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, int64_t rows, int64_t cols);
 void tn_rt_splat_rows_f32(float *dst, const float *s, int64_t rows, int64_t cols);
+/* dst = op(a, row) with one row of cols broadcast over every row. */
+void tn_rt_binary_rb_f32(int op, float *dst, const float *a, const float *row, int64_t rows, int64_t cols);
 
 /* Name and address of every runtime symbol, for tcc_add_symbol; ends with
 ** a NULL name. */
