@@ -95,14 +95,17 @@ static int arg_number(const tn_arg *a, double *out)
   }
 }
 
-/* Whether m is row-major contiguous. The expected stride is tracked as
-** exp_val * s[exp_sym] (one symbol at most), which covers dynamic batch and
-** sequence sizes; a stride that cannot be verified counts as not
-** contiguous. */
+/* Whether m is row-major contiguous (an empty tensor always is). The
+** expected stride is tracked as exp_val * s[exp_sym] (one symbol at most),
+** which covers dynamic batch and sequence sizes; a stride that cannot be
+** verified counts as not contiguous. */
 static int meta_contiguous(const tn_meta *m)
 {
   int64_t exp_val = 1;
   int32_t exp_sym = -1;
+  for (int d = 0; d < m->me_rank; d++)
+    if (m->me_sizes[d].si_sym < 0 && m->me_sizes[d].si_val == 0)
+      return 1; /* no elements: contiguous whatever the strides (as torch says) */
   for (int d = m->me_rank - 1; d >= 0; d--) {
     tn_sint size = m->me_sizes[d], st = m->me_strides[d];
     if (size.si_sym < 0 && size.si_val == 1)

@@ -529,9 +529,9 @@ static PyObject *gemm_product(KernelObject *k, PyObject *a, PyObject *b)
   Py_XDECREF(kw);
   Py_XDECREF(shape);
   PyObject *ptr = res ? PyObject_CallMethod(res, "data_ptr", NULL) : NULL;
-  float *c = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
+  float *c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
   Py_XDECREF(ptr);
-  if (!c) {
+  if (!ptr || PyErr_Occurred()) {
     Py_CLEAR(res);
     goto done;
   }
