@@ -5,8 +5,8 @@
 Row kernels (config.row_fusion) and GEMM groups (config.gemm_fusion) are off
 by default because they are not yet faster than eager; this measures them
 turned on, against eager and Inductor, interleaved as in pointwise.py, with
-the ratios eager/neuron and inductor/neuron. Results are checked against
-eager before timing (GEMMs with a tolerance for summation order).
+the ratios eager/neuron and inductor/neuron. Results are checked before
+timing: no farther from a float64 reference than twice eager's error.
 """
 import argparse
 
@@ -32,17 +32,17 @@ GEMMS = {
 GEMM_SHAPES = ((64, 256, 1024), (256, 256, 1024))  # tokens, d_model, d_ff
 
 
-def run(name, shape_text, f, args, cols, iters, gemm):
+def run(name, shape_text, f, args, cols, iters):
     torch._dynamo.reset()
     fns = {"eager": f}
     with torch.no_grad():
         for backend in cols[1:]:
             fns[backend] = torch.compile(f, backend=backend)
             got, want = fns[backend](*args), f(*args)
-            if gemm:
-                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
-            else:
-                torch.testing.assert_close(got, want)
+            # sums run in another order: ours may be no farther from float64 than eager's
+            ref = f(*(a.double() for a in args))
+            ours, theirs = (got.double() - ref).abs().max(), (want.double() - ref).abs().max()
+            assert ours <= 2 * theirs + 1e-6 * ref.abs().max(), (backend, name, float(ours), float(theirs))
     med = measure(fns, args, iters)
     row = f"{name:16s} {shape_text:>14s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
     row += f" {med['eager'] / med['neuron']:13.2f}"
@@ -66,12 +66,12 @@ def main():
         x, y = torch.randn(shape), torch.randn(shape)
         w, b = torch.randn(shape[-1]), torch.randn(shape[-1])
         for name, f in ROWS.items():
-            run(name, "x".join(map(str, shape)), f, (x, w, b, y), cols, args.iters, False)
+            run(name, "x".join(map(str, shape)), f, (x, w, b, y), cols, args.iters)
     for m, d, ff in GEMM_SHAPES:
         x = torch.randn(m, d)
         w1, b1, w2, b2 = torch.randn(ff, d) / d ** 0.5, torch.randn(ff), torch.randn(d, ff) / ff ** 0.5, torch.randn(d)
         for name, f in GEMMS.items():
-            run(name, f"{m}x{d}x{ff}", f, (x, w1, b1, w2, b2), cols, args.iters, True)
+            run(name, f"{m}x{d}x{ff}", f, (x, w1, b1, w2, b2), cols, args.iters)
 
 
 if __name__ == "__main__":
