@@ -75,6 +75,24 @@ def _gemm_available():
     return bool(address)
 
 
+@functools.lru_cache(maxsize=None)
+def _share_torch_threads():
+    """Large launches split across PyTorch's own OpenMP threads (libgomp in
+    the CPU wheels) rather than a pool of ours: one set of threads for both,
+    already awake between ops. False where torch ships no libgomp."""
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")
+    if not os.path.exists(lib):
+        return False
+    try:
+        gomp = ctypes.CDLL(lib)
+        addresses = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value
+                     for name in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")]
+    except (OSError, AttributeError):
+        return False
+    _C.set_openmp(*addresses)
+    return True
+
+
 def _gemm_fusion():
     return bool(config.gemm_fusion) and _gemm_available()
 
@@ -200,6 +218,7 @@ def _build(gm, example_inputs):
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
+    _share_torch_threads()
     imported = from_fx(gm)
     ops = len(imported.fx_nodes)
     groups, lowered = _lowered_groups(imported)

@@ -39,7 +39,7 @@ typedef struct {
 } KernelObject;
 
 /* Elements per thread below which a launch stays on one thread. */
-#define KERNEL_PART_ELEMENTS 65536
+#define KERNEL_PART_ELEMENTS 16384
 
 static int kernel_threads = 1; /* set from torch.get_num_threads() */
 
@@ -577,6 +577,19 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
   return res;
 }
 
+static PyObject *py_set_openmp(PyObject *self, PyObject *args)
+{
+  PyObject *a, *b, *c;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "OOO:set_openmp", &a, &b, &c))
+    return NULL;
+  void *pa = PyLong_AsVoidPtr(a), *pb = PyLong_AsVoidPtr(b), *pc = PyLong_AsVoidPtr(c);
+  if (PyErr_Occurred())
+    return NULL;
+  tn_pool_use_openmp(pa, pb, pc);
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_sgemm(PyObject *self, PyObject *arg)
 {
   (void)self;
@@ -650,6 +663,9 @@ static PyObject *py_lowered_ops(PyObject *self, PyObject *unused)
 
 PyMethodDef tn_py_kernel_methods[] = {
   {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
+  {"set_openmp", py_set_openmp, METH_VARARGS,
+   "set_openmp(GOMP_parallel, omp_get_thread_num, omp_get_num_threads): addresses of the OpenMP runtime "
+   "large launches split across (PyTorch's); 0, 0, 0 for our own pool."},
   {"set_sgemm", py_set_sgemm, METH_O,
    "set_sgemm(address): the Fortran sgemm_ (LP64) GEMM kernels call (0 for none)."},
   {"set_kernel_threads", py_set_kernel_threads, METH_O,

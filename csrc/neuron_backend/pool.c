@@ -22,8 +22,14 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 ** after the first job was published must still see that job */
 static unsigned long pool_born[POOL_MAX];
 
+static void pool_forget_openmp(void);
+
+/* A forked child has none of the parent's threads: neither ours nor the
+** OpenMP runtime's (whose next parallel region would wait for them
+** forever), so it starts over with a pool of its own. */
 static void pool_atfork_child(void)
 {
+  pool_forget_openmp();
   pthread_mutex_init(&pool_run_mu, NULL);
   pthread_mutex_init(&pool_mu, NULL);
   pthread_cond_init(&pool_work, NULL);
@@ -59,6 +65,43 @@ static void *pool_worker(void *arg)
   return NULL;
 }
 
+/* -- On an OpenMP runtime ----------------------------------------------- */
+
+typedef void (*gomp_parallel_fn)(void (*body)(void *), void *data, unsigned nthreads, unsigned flags);
+static gomp_parallel_fn pool_gomp;
+static int (*pool_omp_thread)(void);
+static int (*pool_omp_threads)(void);
+
+typedef struct gomp_job {
+  void (*gj_fn)(void *, int, int);
+  void *gj_ctx;
+  int gj_nparts;
+} gomp_job;
+
+/* Each member of the team runs the parts congruent to its number (the
+** team may be smaller than asked). */
+static void pool_gomp_body(void *data)
+{
+  const gomp_job *j = data;
+  int team = pool_omp_threads();
+  for (int part = pool_omp_thread(); part < j->gj_nparts; part += team > 0 ? team : 1)
+    j->gj_fn(j->gj_ctx, part, j->gj_nparts);
+}
+
+static void pool_forget_openmp(void)
+{
+  pool_gomp = NULL;
+}
+
+void tn_pool_use_openmp(void *gomp_parallel, void *thread_num, void *num_threads)
+{
+  int all = gomp_parallel && thread_num && num_threads;
+  pthread_once(&pool_once, pool_register_atfork);
+  pool_gomp = all ? (gomp_parallel_fn)gomp_parallel : NULL;
+  pool_omp_thread = all ? (int (*)(void))thread_num : NULL;
+  pool_omp_threads = all ? (int (*)(void))num_threads : NULL;
+}
+
 int tn_pool_run(void (*fn)(void *ctx, int part, int nparts), void *ctx, int nparts)
 {
   if (nparts > POOL_MAX)
@@ -66,6 +109,11 @@ int tn_pool_run(void (*fn)(void *ctx, int part, int nparts), void *ctx, int npar
   if (nparts <= 1) {
     fn(ctx, 0, 1);
     return 1;
+  }
+  if (pool_gomp) {
+    gomp_job j = {fn, ctx, nparts};
+    pool_gomp(pool_gomp_body, &j, (unsigned)nparts, 0);
+    return nparts;
   }
   pthread_once(&pool_once, pool_register_atfork);
   pthread_mutex_lock(&pool_run_mu);

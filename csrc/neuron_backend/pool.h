@@ -12,4 +12,11 @@
 ** run; if workers cannot be started, runs every part on the caller. */
 int tn_pool_run(void (*fn)(void *ctx, int part, int nparts), void *ctx, int nparts);
 
+/* Runs parts on an OpenMP runtime instead (PyTorch's own, so kernels and
+** PyTorch's ops share one set of threads): its GOMP_parallel,
+** omp_get_thread_num and omp_get_num_threads. All NULL: back to the pool
+** above. Set it before any thread launches kernels. A forked child goes
+** back to the pool (the runtime's threads do not exist there). */
+void tn_pool_use_openmp(void *gomp_parallel, void *thread_num, void *num_threads);
+
 #endif /* TN_POOL_H */
