@@ -79,9 +79,14 @@ def _gemm_available():
 def _share_torch_threads():
     """Large launches split across PyTorch's own OpenMP threads (libgomp in
     the CPU wheels) rather than a pool of ours: one set of threads for both,
-    already awake between ops. False where torch ships no libgomp."""
+    already awake between ops. False where torch runs on no libgomp of its
+    own (then a pool of ours splits launches)."""
     lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")
-    if not os.path.exists(lib):
+    try:  # only the runtime torch has loaded: loading a second one would be a second pool
+        with open("/proc/self/maps") as maps:
+            if not any(line.rstrip().endswith(lib) for line in maps):
+                return False
+    except OSError:
         return False
     try:
         gomp = ctypes.CDLL(lib)

@@ -35,6 +35,7 @@ typedef struct {
   uint8_t ke_out_kinds[KERNEL_MAX_OPERANDS]; /* TN_FO_* */
   PyObject *ke_empty;    /* torch.empty */
   PyObject *ke_dtype;    /* the operands' torch dtype */
+  PyObject *ke_empty_kw; /* {"dtype": ke_dtype}, for ke_empty */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -199,11 +200,14 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     tn_tcc_free(u);
     return PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
   }
-  KernelObject *k = (KernelObject *)type->tp_alloc(type, 0);
+  PyObject *empty_kw = Py_BuildValue("{s:O}", "dtype", dtype);
+  KernelObject *k = empty_kw ? (KernelObject *)type->tp_alloc(type, 0) : NULL;
   if (!k) {
+    Py_XDECREF(empty_kw);
     tn_tcc_free(u);
     return NULL;
   }
+  k->ke_empty_kw = empty_kw;
   k->ke_unit = u;
   k->ke_fn = fn;
   k->ke_ninputs = nin;
@@ -227,6 +231,7 @@ static void Kernel_dealloc(PyObject *o)
   tn_tcc_free(k->ke_unit);
   Py_XDECREF(k->ke_empty);
   Py_XDECREF(k->ke_dtype);
+  Py_XDECREF(k->ke_empty_kw);
   Py_XDECREF(k->ke_source);
   tp->tp_free(o);
   Py_DECREF(tp);
@@ -353,7 +358,7 @@ static PyObject *kernel_run(KernelObject *k, PyObject *args)
     *(d < rrank ? &rows : &cols) *= shape[d];
   if (k->ke_nonempty && cols == 0)
     return PyErr_Format(PyExc_IndexError, "kernel: reduction over dims with no elements");
-  if (!(shape_t = shape_tuple(shape, rank, 0)) || !(held = PyList_New(0)))
+  if (!(shape_t = shape_tuple(shape, rank, 0)))
     goto error;
   for (int i = 0; i < k->ke_ninputs; i++) {
     for (int pass = 0; pass < 2; pass++) {
@@ -368,7 +373,9 @@ static PyObject *kernel_run(KernelObject *k, PyObject *args)
       PyObject *x = PyObject_CallMethod(PyTuple_GET_ITEM(args, i), "expand", "O", shape_t);
       PyObject *c = x ? PyObject_CallMethod(x, "contiguous", NULL) : NULL;
       Py_XDECREF(x);
-      if (!c || PyList_Append(held, c) < 0 ||
+      if (!held && c)
+        held = PyList_New(0);
+      if (!c || !held || PyList_Append(held, c) < 0 ||
           read_tensor(k, c, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0) {
         Py_XDECREF(c);
         goto error;
@@ -378,7 +385,8 @@ static PyObject *kernel_run(KernelObject *k, PyObject *args)
   }
 
   /* outputs: contiguous, of the iteration shape or the rows' shape */
-  if (!(kw = Py_BuildValue("{s:O}", "dtype", k->ke_dtype)) || !(outs = PyTuple_New(k->ke_noutputs)))
+  kw = k->ke_empty_kw;
+  if (!(outs = PyTuple_New(k->ke_noutputs)))
     goto error;
   for (int j = 0; j < k->ke_noutputs; j++) {
     int kind = k->ke_out_kinds[j];
@@ -450,12 +458,10 @@ static PyObject *kernel_run(KernelObject *k, PyObject *args)
     }
   }
   Py_DECREF(shape_t);
-  Py_DECREF(kw);
-  Py_DECREF(held);
+  Py_XDECREF(held);
   return outs;
 error:
   Py_XDECREF(shape_t);
-  Py_XDECREF(kw);
   Py_XDECREF(held);
   Py_XDECREF(outs);
   return NULL;
@@ -523,10 +529,8 @@ static PyObject *gemm_product(KernelObject *k, PyObject *a, PyObject *b)
     goto done;
   }
   int m = (int)sz[0][0], kk = (int)sz[0][1], n = (int)sz[1][1];
-  PyObject *kw = Py_BuildValue("{s:O}", "dtype", k->ke_dtype);
-  PyObject *shape = kw ? Py_BuildValue("((ii))", m, n) : NULL;
-  res = shape ? PyObject_Call(k->ke_empty, shape, kw) : NULL;
-  Py_XDECREF(kw);
+  PyObject *shape = Py_BuildValue("((ii))", m, n);
+  res = shape ? PyObject_Call(k->ke_empty, shape, k->ke_empty_kw) : NULL;
   Py_XDECREF(shape);
   PyObject *ptr = res ? PyObject_CallMethod(res, "data_ptr", NULL) : NULL;
   float *c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
