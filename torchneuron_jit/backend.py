@@ -148,12 +148,41 @@ def _lowered_groups(imported):
                  outputs=[value_of[v] for v in grp["outputs"]]) for grp in groups], lowered
 
 
+def _stable_toposort(graph):
+    """Reorders graph's nodes so each comes after its inputs, keeping the
+    present order wherever it already does (Kahn's algorithm, earliest
+    first)."""
+    import heapq
+    nodes = list(graph.nodes)
+    rank = {n: i for i, n in enumerate(nodes)}
+    waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
+    ready = [rank[n] for n in nodes if waiting[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = nodes[heapq.heappop(ready)]
+        order.append(n)
+        for user in n.users:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, rank[user])
+    if len(order) != len(nodes):
+        raise RuntimeError("the fused graph has a cycle")
+    if order != nodes:
+        anchor = graph._root  # the sentinel before the first node
+        for n in order:
+            anchor.append(n)
+            anchor = n
+
+
 def _fuse(gm, imported, groups):
     """Replaces each fused group of gm by one generated kernel.
 
-    Returns the number of FX nodes now running inside kernels. The kernel
-    call goes where the group's first node was: every input of the group
-    exists there (the fusion rule guarantees it).
+    Returns the number of FX nodes now running inside kernels. Groups are
+    found on the graph's canonical order, where every input of a group
+    exists before its first node; in gm's own order that need not hold, so
+    the nodes are put back in a topological order afterwards (a group is
+    convex, so one exists).
     """
     graph = gm.graph
     fused = 0
@@ -180,6 +209,7 @@ def _fuse(gm, imported, groups):
         _log.event("compile", f"fused {len(members)} ops into one kernel: "
                               + ", ".join(str(m.target) for m in members))
     if groups:
+        _stable_toposort(graph)
         graph.lint()
         gm.recompile()
     return fused
@@ -214,6 +244,60 @@ class _Guarded:
             return out
 
 
+def _aliases_input(node):
+    """Whether node's result may share storage with its first argument (a
+    view op, or getitem of a view op's tuple)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return _aliases_input(node.args[0])
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema and schema.returns and schema.returns[0].alias_info is not None
+                and not schema.returns[0].alias_info.is_write)
+
+
+def _drop_copies(gm):
+    """Removes the clones whose copy nobody can observe: in a graph that
+    mutates nothing, a clone that preserves layout (or one to contiguous
+    format of a tensor that already is contiguous, with static sizes) whose
+    result, and every view of it, stays inside the graph is its input.
+    aot_autograd leaves such clones for dropout in eval mode and around
+    attention's reshapes, where eager copies nothing. Returns how many."""
+    graph = gm.graph
+    for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is not None and schema.is_mutable:
+            return 0
+    escapes = set()  # nodes whose storage can reach the graph's outputs
+    todo = [a for a in graph.output_node().all_input_nodes]
+    while todo:
+        n = todo.pop()
+        if n in escapes:
+            continue
+        escapes.add(n)
+        if _aliases_input(n) and n.args and isinstance(n.args[0], torch.fx.Node):
+            todo.append(n.args[0])
+    dropped = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.clone.default or node in escapes:
+            continue
+        fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
+        src = node.args[0]
+        if fmt not in (None, torch.preserve_format):
+            val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+            static = isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in (*val.shape, *val.stride()))
+            if not (fmt == torch.contiguous_format and static and val.is_contiguous()):
+                continue
+        node.replace_all_uses_with(src)
+        graph.erase_node(node)
+        dropped += 1
+    if dropped:
+        graph.lint()
+        gm.recompile()
+        _log.event("compile", f"dropped {dropped} copies nobody observes")
+    return dropped
+
+
 def _build(gm, example_inputs):
     """The compiled graph module for an inference graph (raises on any failure)."""
     global fail_next_compile
@@ -221,6 +305,7 @@ def _build(gm, example_inputs):
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
+    _drop_copies(gm)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()

@@ -97,3 +97,68 @@ def test_decomposition_table_keeps_whole_ops():
                aten.addmm.default, aten.silu.default):
         assert op not in table
     assert aten.hardswish.default in table  # the rest of Core ATen still decomposes
+
+
+# -- copies nobody observes ----------------------------------------------------
+
+def _compile_log(capsys, f, *args):
+    from torchneuron_jit import config
+    config.log = "compile"
+    capsys.readouterr()
+    with torch.no_grad():
+        out = torch.compile(f, backend="neuron")(*args)
+    return out, capsys.readouterr().err
+
+
+def test_eval_dropout_copies_are_dropped(capsys):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.1), torch.nn.GELU(),
+                            torch.nn.Dropout(0.1), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        want = m(x)
+    out, log = _compile_log(capsys, m, x)
+    torch.testing.assert_close(out, want)
+    assert "dropped 2 copies nobody observes" in log, log
+
+
+def test_copies_that_reach_the_outputs_are_kept(capsys):
+    def f(x):
+        c = x.clone()
+        return c, c.t(), (x.clone() + 1)
+
+    x = torch.randn(3, 4)
+    (c, ct, y), log = _compile_log(capsys, f, x)
+    assert "copies nobody observes" in log  # the third clone goes
+    assert c.data_ptr() != x.data_ptr() and ct.data_ptr() != x.data_ptr()
+    c.add_(1)  # the caller owns its copy: x is untouched
+    torch.testing.assert_close(x + 1, c)
+    torch.testing.assert_close(y, x + 1)
+
+
+def test_input_mutation_with_a_group_out_of_graph_order(capsys):
+    """aot_autograd returns x + 1 first, so the canonical order computes it
+    before y * 2, while gm's order has it after: the kernel needing both
+    must still come after its inputs (it once came before, and the graph
+    fell back to eager)."""
+    def f(x, y):
+        z = y.clone() * 2
+        x.add_(1)
+        return z + x
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    x0 = x.clone()
+    out, log = _compile_log(capsys, f, x, y)
+    torch.testing.assert_close(x, x0 + 1)
+    torch.testing.assert_close(out, y * 2 + x0 + 1)
+    assert "fused 2 ops" in log and torchneuron_jit.stats()["eager_fallbacks"] == 0, log
+
+
+def test_contiguous_copy_of_a_strided_tensor_is_kept(capsys):
+    def f(x):
+        return x.t().contiguous().view(-1) * 2
+
+    x = torch.randn(3, 4)
+    out, log = _compile_log(capsys, f, x)
+    torch.testing.assert_close(out, x.t().contiguous().view(-1) * 2)
+    assert "copies nobody observes" not in log
