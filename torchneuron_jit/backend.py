@@ -298,6 +298,61 @@ def _drop_copies(gm):
     return dropped
 
 
+def _static_val(node):
+    """node's example tensor when its sizes, strides and offset are ints."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    if not all(isinstance(d, int) for d in (*val.shape, *val.stride(), val.storage_offset())):
+        return None
+    return val
+
+
+def _collapse_views(gm):
+    """Replaces each chain of two or more view ops (each feeding only the
+    next) over a tensor the graph computed by one as_strided call: the same
+    elements, one dispatch instead of several (attention's head
+    reshapes are chains of four). Static shapes only. Returns how many
+    view nodes went."""
+    graph = gm.graph
+    dropped = 0
+    for node in list(graph.nodes):
+        if not _aliases_input(node) or node.target is operator.getitem or _static_val(node) is None:
+            continue
+        # node ends a chain when its single user is not a view op that could extend it
+        users = list(node.users)
+        if len(users) == 1 and _aliases_input(users[0]) and users[0].target is not operator.getitem:
+            continue
+        chain = [node]
+        while True:
+            prev = chain[-1].args[0]
+            if (isinstance(prev, torch.fx.Node) and _aliases_input(prev) and prev.target is not operator.getitem
+                    and len(prev.users) == 1):
+                chain.append(prev)
+            else:
+                break
+        base = chain[-1].args[0]
+        if (len(chain) < 2 or not isinstance(base, torch.fx.Node) or base.op != "call_function"
+                or _aliases_input(base) or base.target is operator.getitem):
+            continue
+        out, src = _static_val(node), _static_val(base)
+        if src is None or src.storage_offset() != 0:
+            continue
+        with graph.inserting_before(node):
+            strided = graph.call_function(aten.as_strided.default,
+                                          (base, list(out.shape), list(out.stride()), out.storage_offset()))
+        strided.meta = dict(node.meta)
+        node.replace_all_uses_with(strided)
+        for v in chain:
+            graph.erase_node(v)
+        dropped += len(chain) - 1
+    if dropped:
+        graph.lint()
+        gm.recompile()
+        _log.event("compile", f"collapsed view chains: {dropped} fewer view ops")
+    return dropped
+
+
 def _build(gm, example_inputs):
     """The compiled graph module for an inference graph (raises on any failure)."""
     global fail_next_compile
@@ -306,6 +361,7 @@ def _build(gm, example_inputs):
         raise RuntimeError(reason)
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
     _drop_copies(gm)
+    _collapse_views(gm)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()

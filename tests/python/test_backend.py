@@ -162,3 +162,41 @@ def test_contiguous_copy_of_a_strided_tensor_is_kept(capsys):
     out, log = _compile_log(capsys, f, x)
     torch.testing.assert_close(out, x.t().contiguous().view(-1) * 2)
     assert "copies nobody observes" not in log
+
+
+# -- chains of views ----------------------------------------------------------------
+
+def test_view_chains_over_computed_tensors_become_one_as_strided(capsys):
+    def heads(x, w):
+        qkv = x @ w                                           # (b*s, 3*h*d), computed in the graph
+        q = qkv.view(2, 5, 3, 4, 8).permute(2, 0, 3, 1, 4)[0]  # view, permute, select: one chain
+        return torch.softmax(q @ q.transpose(-1, -2), -1), qkv.view(10, 3, 32)
+
+    x, w = torch.randn(10, 16), torch.randn(16, 96)
+    with torch.no_grad():
+        want = heads(x, w)
+    out, log = _compile_log(capsys, heads, x, w)
+    for o, e in zip(out, want):
+        torch.testing.assert_close(o, e)
+    assert "collapsed view chains" in log, log
+    assert out[1].shape == (10, 3, 32) and out[1].stride() == want[1].stride()
+
+
+def test_views_of_inputs_and_dynamic_shapes_stay_views(capsys):
+    def f(x):
+        return x.view(4, 6).t().reshape(24) * 2  # over a graph input: its offset is the caller's
+
+    base = torch.randn(30)
+    x = base[6:]  # a view with a storage offset
+    out, log = _compile_log(capsys, f, x)
+    torch.testing.assert_close(out, x.view(4, 6).t().reshape(24) * 2)
+    assert "collapsed view chains" not in log
+
+    def g(x):
+        return (x * 2).view(x.shape[0], 2, -1).permute(2, 0, 1).sum(0)
+
+    c = torch.compile(g, backend="neuron")
+    with torch.no_grad():
+        for n in (3, 5, 7):  # the later graphs are dynamic: left as they are
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(c(x), g(x))
