@@ -6,7 +6,9 @@ how it is created), XDG_CACHE_HOME points into tmp_path too, TORCHNEURON_*
 variables of the calling environment are removed, and every tunable is put
 back afterwards. Nothing here (or in any test) touches ~/.cache.
 """
+import collections
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,3 +89,51 @@ def fresh_backend():
     yield
     torch._dynamo.reset()
     backend.fail_next_compile = None
+
+
+# -- what a batch of torch.compile calls lowered ---------------------------------
+
+_FUSED = re.compile(r"\[torchneuron_jit compile\] fused \d+ ops into one kernel: (.*)")
+
+
+class Compiled:
+    """What one batch of torch.compile calls lowered, from the compile log
+    (config.log must include "compile"), backend.fallback_ops and stats()."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+        self.mark()
+
+    def mark(self):
+        from torchneuron_jit import backend  # imports torch: only where used
+        self.capsys.readouterr()
+        self.fallback0 = collections.Counter(backend.fallback_ops)
+        self.kernels0 = torchneuron_jit.stats()["kernels_compiled"]
+
+    def groups(self):
+        """The fused groups since mark(), each a list of ATen op names
+        (reading the log consumes it: call once per mark)."""
+        err = self.capsys.readouterr().err
+        return [m.group(1).split(", ") for m in _FUSED.finditer(err)]
+
+    def fallbacks(self):
+        from torchneuron_jit import backend
+        return backend.fallback_ops - self.fallback0
+
+    def assert_lowered(self, *ops, groups=None):
+        """Every op in ops ran inside a generated kernel, none through PyTorch,
+        and no graph fell back to eager. Returns the fused groups."""
+        groups = self.groups() if groups is None else groups
+        st = torchneuron_jit.stats()
+        assert st["kernels_compiled"] > self.kernels0, (st, groups)
+        assert st["eager_fallbacks"] == 0, st
+        fused = {op for g in groups for op in g}
+        for op in ops:
+            assert op in fused, f"{op} not fused: groups {groups}, eager ops {dict(self.fallbacks())}"
+            assert self.fallbacks()[op] == 0, f"{op} also ran through PyTorch: {dict(self.fallbacks())}"
+        return groups
+
+
+@pytest.fixture
+def compiled(capsys):
+    return Compiled(capsys)

@@ -14,10 +14,8 @@ A GEMM sums in another order than eager's, so results are compared with a
 float64 reference: ours may be at most twice as far from it as eager is, plus
 1e-6 of the result's magnitude (plus a sanity assert_close against eager).
 """
-import collections
 import copy
 import math
-import re
 
 import pytest
 import torch
@@ -40,9 +38,6 @@ GELU = "aten.gelu.default"
 SIGMOID = "aten.sigmoid.default"
 GEMMS = (MM, ADDMM)
 
-_FUSED = re.compile(r"\[torchneuron_jit compile\] fused \d+ ops into one kernel: (.*)")
-
-
 @pytest.fixture(autouse=True)
 def _gemm_on():
     """GEMM fusion and the compile log on (conftest restores every setting)."""
@@ -51,53 +46,13 @@ def _gemm_on():
     config.log = "compile"
 
 
-class Compiled:
-    """What one batch of torch.compile calls lowered, from the compile log,
-    backend.fallback_ops and stats()."""
-
-    def __init__(self, capsys):
-        self.capsys = capsys
-        self.mark()
-
-    def mark(self):
-        self.capsys.readouterr()
-        self.fallback0 = collections.Counter(backend.fallback_ops)
-        self.kernels0 = torchneuron_jit.stats()["kernels_compiled"]
-
-    def groups(self):
-        """The fused groups since mark(), each a list of ATen op names
-        (reading the log consumes it: call once per mark)."""
-        err = self.capsys.readouterr().err
-        return [m.group(1).split(", ") for m in _FUSED.finditer(err)]
-
-    def fallbacks(self):
-        return backend.fallback_ops - self.fallback0
-
-    def assert_lowered(self, *ops, groups=None):
-        """Every op in ops ran inside a generated kernel, none through PyTorch,
-        and no graph fell back to eager. Returns the fused groups."""
-        groups = self.groups() if groups is None else groups
-        st = torchneuron_jit.stats()
-        assert st["kernels_compiled"] > self.kernels0, (st, groups)
-        assert st["eager_fallbacks"] == 0, st
-        fused = {op for g in groups for op in g}
-        for op in ops:
-            assert op in fused, f"{op} not fused: groups {groups}, eager ops {dict(self.fallbacks())}"
-            assert self.fallbacks()[op] == 0, f"{op} also ran through PyTorch: {dict(self.fallbacks())}"
-        return groups
-
-    def assert_gemm_eager(self, groups=None):
-        """No mm / addmm ran in a kernel: each that ran went through PyTorch."""
-        groups = self.groups() if groups is None else groups
-        assert not {op for g in groups for op in g} & set(GEMMS), groups
-        assert sum(self.fallbacks()[op] for op in GEMMS) >= 1, dict(self.fallbacks())
-        assert torchneuron_jit.stats()["eager_fallbacks"] == 0
-        return groups
-
-
-@pytest.fixture
-def compiled(capsys):
-    return Compiled(capsys)
+def assert_gemm_eager(compiled, groups=None):
+    """No mm / addmm ran in a kernel: each that ran went through PyTorch."""
+    groups = compiled.groups() if groups is None else groups
+    assert not {op for gr in groups for op in gr} & set(GEMMS), groups
+    assert sum(compiled.fallbacks()[op] for op in GEMMS) >= 1, dict(compiled.fallbacks())
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+    return groups
 
 
 def _double(a):
@@ -568,7 +523,7 @@ def test_gemm_fusion_off_by_default_keeps_gemm_eager(compiled):
         eager = f(x, w, b, y)
     for g, e in zip(got, eager):
         torch.testing.assert_close(g, e)
-    groups = compiled.assert_gemm_eager()
+    groups = assert_gemm_eager(compiled)
     assert compiled.fallbacks()[ADDMM] == 1 and compiled.fallbacks()[MM] == 1
     # the epilogues still run as pointwise kernels of their own
     assert sorted(groups) == sorted([[RELU, ADD], [MUL, ADD]]), groups
@@ -579,7 +534,7 @@ def test_plain_mm_stays_eager(compiled):
     with torch.no_grad():
         got = torch.compile(lambda x, w: x @ w, backend="neuron")(x, w)
     torch.testing.assert_close(got, x @ w)
-    compiled.assert_gemm_eager()
+    assert_gemm_eager(compiled)
     assert torchneuron_jit.stats()["kernels_compiled"] == compiled.kernels0
 
 
@@ -594,7 +549,7 @@ def test_addmm_with_other_alpha_or_beta_stays_eager(alpha, beta, compiled):
     with torch.no_grad():
         got = torch.compile(f, backend="neuron")(x, w, b)
     torch.testing.assert_close(got, f(x, w, b), equal_nan=True)
-    compiled.assert_gemm_eager()
+    assert_gemm_eager(compiled)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
@@ -610,7 +565,7 @@ def test_other_dtypes_stay_eager(dtype, compiled):
     for g, e in zip(got, eager):
         assert g.dtype == dtype
         torch.testing.assert_close(g, e)
-    groups = compiled.assert_gemm_eager()
+    groups = assert_gemm_eager(compiled)
     assert compiled.fallbacks()[ADDMM] == 1 and compiled.fallbacks()[MM] == 1, groups
 
 
@@ -706,7 +661,7 @@ def test_switching_gemm_fusion_does_not_reuse_the_other_artifact(compiled):
     config.gemm_fusion = False
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(_cache_graph, backend="neuron")(*args), _cache_graph(*args))
-    compiled.assert_gemm_eager()
+    assert_gemm_eager(compiled)
     config.gemm_fusion = True
     torch._dynamo.reset()
     compiled.mark()
@@ -719,5 +674,5 @@ def test_switching_gemm_fusion_does_not_reuse_the_other_artifact(compiled):
     compiled.mark()
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(_cache_graph, backend="neuron")(*args), _cache_graph(*args))
-    compiled.assert_gemm_eager()
+    assert_gemm_eager(compiled)
     assert torchneuron_jit.stats()["cache_hits"] == 1

@@ -8,9 +8,7 @@ Every test also checks that the op really ran in a generated kernel: the
 compile log ("fused N ops into one kernel: ...") names it, it is absent from
 backend.fallback_ops, kernels_compiled grew and nothing fell back to eager.
 """
-import collections
 import math
-import re
 
 import pytest
 import torch
@@ -41,56 +39,12 @@ LOGSUMEXP = "aten.logsumexp.default"
 # torch.testing's default tolerances (rtol, atol) per dtype
 TOL = {torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}
 
-_FUSED = re.compile(r"\[torchneuron_jit compile\] fused \d+ ops into one kernel: (.*)")
-
-
 @pytest.fixture(autouse=True)
 def _row_kernels_on():
     """Row fusion on and the compile log on; conftest puts every setting back
     afterwards."""
     config.row_fusion = True
     config.log = "compile"
-
-
-class Compiled:
-    """What one batch of torch.compile calls lowered, from the compile log,
-    backend.fallback_ops and stats()."""
-
-    def __init__(self, capsys):
-        self.capsys = capsys
-        self.mark()
-
-    def mark(self):
-        self.capsys.readouterr()
-        self.fallback0 = collections.Counter(backend.fallback_ops)
-        self.kernels0 = torchneuron_jit.stats()["kernels_compiled"]
-
-    def groups(self):
-        """The fused groups since mark(), each a list of ATen op names
-        (reading the log consumes it: call once per mark)."""
-        err = self.capsys.readouterr().err
-        return [m.group(1).split(", ") for m in _FUSED.finditer(err)]
-
-    def fallbacks(self):
-        return backend.fallback_ops - self.fallback0
-
-    def assert_lowered(self, *ops, groups=None):
-        """Every op in ops ran inside a generated kernel, none through PyTorch,
-        and no graph fell back to eager. Returns the fused groups."""
-        groups = self.groups() if groups is None else groups
-        st = torchneuron_jit.stats()
-        assert st["kernels_compiled"] > self.kernels0, (st, groups)
-        assert st["eager_fallbacks"] == 0, st
-        fused = {op for g in groups for op in g}
-        for op in ops:
-            assert op in fused, f"{op} not fused: groups {groups}, eager ops {dict(self.fallbacks())}"
-            assert self.fallbacks()[op] == 0, f"{op} also ran through PyTorch: {dict(self.fallbacks())}"
-        return groups
-
-
-@pytest.fixture
-def compiled(capsys):
-    return Compiled(capsys)
 
 
 def run_both(f, *args, dynamic=None):
