@@ -353,6 +353,57 @@ def _collapse_views(gm):
     return dropped
 
 
+def _single_user_view(node, target):
+    """Whether node calls target and has one user (None is no node)."""
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
+            and len(node.users) == 1)
+
+
+def _recompose_linear(gm):
+    """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
+    become aten.linear(x, w[, b]), and, with static shapes, the views that
+    flatten a 3-D input and unflatten the result go too: one dispatch
+    instead of two to four, the same kernels underneath. Not with
+    gemm_fusion, whose groups are made of mm/addmm. Returns how many."""
+    if config.gemm_fusion:
+        return 0
+    graph = gm.graph
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (aten.mm.default, aten.addmm.default):
+            continue
+        if node.target is aten.mm.default:
+            bias, x, wt = None, *node.args[:2]
+        elif node.kwargs or len(node.args) > 3:
+            continue  # beta or alpha given
+        else:
+            bias, x, wt = node.args
+        if not _single_user_view(wt, aten.t.default):
+            continue
+        # x = view(x3, [M, K]) and the result's only use unflattens it to x3's leading dims
+        unflatten = None
+        user = next(iter(node.users)) if len(node.users) == 1 else None
+        if _single_user_view(x, aten.view.default) and (_single_user_view(user, aten.view.default)
+                                                         or _single_user_view(user, aten._unsafe_view.default)):
+            x3, res = _static_val(x.args[0]), _static_val(user)
+            if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
+                unflatten = user
+        args = (x.args[0] if unflatten is not None else x, wt.args[0]) + (() if bias is None else (bias,))
+        last = unflatten if unflatten is not None else node
+        with graph.inserting_before(node):
+            linear = graph.call_function(aten.linear.default, args)
+        linear.meta = dict(last.meta)
+        last.replace_all_uses_with(linear)
+        for dead in ((unflatten, node, wt, x) if unflatten is not None else (node, wt)):
+            graph.erase_node(dead)
+        done += 1
+    if done:
+        graph.lint()
+        gm.recompile()
+        _log.event("compile", f"recomposed {done} linear layers")
+    return done
+
+
 def _build(gm, example_inputs):
     """The compiled graph module for an inference graph (raises on any failure)."""
     global fail_next_compile
@@ -361,6 +412,7 @@ def _build(gm, example_inputs):
         raise RuntimeError(reason)
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
     _drop_copies(gm)
+    _recompose_linear(gm)
     _collapse_views(gm)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))

@@ -200,3 +200,41 @@ def test_views_of_inputs_and_dynamic_shapes_stay_views(capsys):
         for n in (3, 5, 7):  # the later graphs are dynamic: left as they are
             x = torch.randn(n, 8)
             torch.testing.assert_close(c(x), g(x))
+
+
+# -- linear layers put back together -----------------------------------------------
+
+@pytest.mark.parametrize("shape", [(5, 8), (2, 3, 8), (2, 3, 4, 8)])
+def test_linear_layers_are_recomposed(capsys, shape):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4, bias=False)).eval()
+    x = torch.randn(*shape)
+    with torch.no_grad():
+        want = m(x)
+    out, log = _compile_log(capsys, m, x)
+    torch.testing.assert_close(out, want)
+    assert "recomposed 2 linear layers" in log, log
+
+
+def test_what_is_not_a_linear_layer_stays(capsys):
+    def f(x, w, b):
+        wt = w.t()
+        return torch.addmm(b, x, wt, beta=0.5), x @ wt  # beta, and one transpose read twice
+
+    x, w, b = torch.randn(5, 8), torch.randn(6, 8), torch.randn(6)
+    (y, z), log = _compile_log(capsys, f, x, w, b)
+    torch.testing.assert_close(y, torch.addmm(b, x, w.t(), beta=0.5))
+    torch.testing.assert_close(z, x @ w.t())
+    assert "recomposed" not in log, log
+
+
+def test_no_recomposition_under_gemm_fusion(capsys):
+    from torchneuron_jit import config
+    config.gemm_fusion = True
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()).eval()
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        want = m(x)
+    out, log = _compile_log(capsys, m, x)
+    torch.testing.assert_close(out, want)
+    assert "recomposed" not in log and "aten.addmm.default, aten.relu.default" in log, log
