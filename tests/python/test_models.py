@@ -158,3 +158,73 @@ def test_dict_outputs_and_in_place_ops():
         want = f(x)
         got = torch.compile(f, backend="neuron")(x)
     torch.testing.assert_close(got, want)
+
+
+# -- more model shapes, with the graph passes and row kernels, as shapes change ----
+
+class _MaskedAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = torch.nn.MultiheadAttention(32, 4, batch_first=True, dropout=0.1)
+        self.ln = torch.nn.LayerNorm(32)
+
+    def forward(self, x, mask):
+        y, _ = self.mha(x, x, x, attn_mask=mask, need_weights=False)
+        return self.ln(x + y)
+
+
+class _SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+class _EmbeddingHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, 16)
+        self.fc = torch.nn.Linear(16, 16)
+        self.drop = torch.nn.Dropout(0.2)
+
+    def forward(self, ids):
+        return torch.softmax(self.fc(self.drop(self.emb(ids))) / 4, -1).mean(1)
+
+
+_MODELS = {
+    "masked_attention": (_MaskedAttention, lambda b, s: (torch.randn(b, s, 32),
+                                                         torch.triu(torch.full((s, s), -math.inf), 1))),
+    "cnn": (_SmallCNN, lambda b, s: (torch.randn(b, 3, 8, 8),)),
+    "embedding": (_EmbeddingHead, lambda b, s: (torch.randint(0, 100, (b, s)),)),
+    "pre_norm_encoder": (lambda: torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=True), 2,
+        enable_nested_tensor=False), lambda b, s: (torch.randn(b, s, 32),)),
+}
+
+
+@pytest.mark.parametrize("row_fusion", [False, True], ids=["default", "row_fusion"])
+@pytest.mark.parametrize("name", list(_MODELS))
+def test_models_as_shapes_change(name, row_fusion):
+    import warnings
+
+    from torchneuron_jit import config
+    config.row_fusion = row_fusion
+    torch.manual_seed(0)
+    make, inputs = _MODELS[name]
+    model = make().eval()
+    compiled = torch.compile(model, backend="neuron")
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # the decomposed layers, as the demo runs them
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # no "could not compile"
+            for b, s in ((2, 5), (3, 7), (4, 9)):  # the later graphs are dynamic
+                args = inputs(b, s)
+                torch.testing.assert_close(compiled(*args), model(*args), rtol=1e-4, atol=1e-5)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
