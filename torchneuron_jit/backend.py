@@ -251,6 +251,8 @@ def _aliases_input(node):
         return False
     if node.target is operator.getitem:
         return _aliases_input(node.args[0])
+    if node.target in (aten._unsafe_view.default, aten._reshape_alias.default):
+        return True  # views whose schema does not say so
     schema = getattr(node.target, "_schema", None)
     return bool(schema and schema.returns and schema.returns[0].alias_info is not None
                 and not schema.returns[0].alias_info.is_write)

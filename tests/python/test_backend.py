@@ -238,3 +238,18 @@ def test_no_recomposition_under_gemm_fusion(capsys):
     out, log = _compile_log(capsys, m, x)
     torch.testing.assert_close(out, want)
     assert "recomposed" not in log and "aten.addmm.default, aten.relu.default" in log, log
+
+
+def test_a_copy_returned_through_unsafe_view_is_kept():
+    """_unsafe_view aliases its input though its schema does not say so:
+    dropping the clone would hand the caller its own input back."""
+    aten = torch.ops.aten
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    c = g.call_function(aten.clone.default, (x,))
+    g.output((g.call_function(aten._unsafe_view.default, (c, [6])),))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    assert backend._drop_copies(gm) == 0
+    x = torch.randn(2, 3)
+    (out,) = gm(x)
+    assert out.data_ptr() != x.data_ptr()
