@@ -169,10 +169,11 @@ def _stable_toposort(graph):
     if len(order) != len(nodes):
         raise RuntimeError("the fused graph has a cycle")
     if order != nodes:
-        anchor = graph._root  # the sentinel before the first node
-        for n in order:
-            anchor.append(n)
-            anchor = n
+        first = nodes[0]
+        if order[0] is not first:
+            first.prepend(order[0])
+        for prev, n in zip(order, order[1:]):
+            prev.append(n)
 
 
 def _fuse(gm, imported, groups):
