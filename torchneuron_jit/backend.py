@@ -311,12 +311,30 @@ def _static_val(node):
     return val
 
 
+# Ops whose result is a fresh tensor laid out as their meta function says
+# (contiguous): as_strided over it reads the elements the views would.
+_DENSE_RESULTS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+                  aten.linear.default, aten.clone.default)
+
+
+def _dense_result(node):
+    """Whether node's result is fresh and laid out as its metadata says: the
+    ops above, and pointwise ops (their meta function is the eager one's
+    TensorIterator)."""
+    if node.op != "call_function":
+        return False
+    return node.target in _DENSE_RESULTS or torch.Tag.pointwise in getattr(node.target, "tags", ())
+
+
 def _collapse_views(gm):
     """Replaces each chain of two or more view ops (each feeding only the
-    next) over a tensor the graph computed by one as_strided call: the same
-    elements, one dispatch instead of several (attention's head
-    reshapes are chains of four). Static shapes only. Returns how many
-    view nodes went."""
+    next) over the fresh result of a GEMM, a copy or a pointwise op by one
+    as_strided call:
+    the same elements, one dispatch instead of several (attention's head
+    reshapes are chains of four). Static shapes only; the result's layout
+    is taken from the graph's metadata, so only ops whose layout that
+    metadata states for certain are bases. Returns how many view nodes
+    went."""
     graph = gm.graph
     dropped = 0
     for node in list(graph.nodes):
@@ -335,8 +353,7 @@ def _collapse_views(gm):
             else:
                 break
         base = chain[-1].args[0]
-        if (len(chain) < 2 or not isinstance(base, torch.fx.Node) or base.op != "call_function"
-                or _aliases_input(base) or base.target is operator.getitem):
+        if len(chain) < 2 or not isinstance(base, torch.fx.Node) or not _dense_result(base):
             continue
         out, src = _static_val(node), _static_val(base)
         if src is None or src.storage_offset() != 0:
