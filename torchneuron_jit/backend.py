@@ -176,16 +176,15 @@ def _stable_toposort(graph):
             prev.append(n)
 
 
-def _fuse(gm, imported, groups):
-    """Replaces each fused group of gm by one generated kernel.
+def _fuse(graph, imported, groups):
+    """Replaces each fused group of graph by one generated kernel.
 
     Returns the number of FX nodes now running inside kernels. Groups are
     found on the graph's canonical order, where every input of a group
-    exists before its first node; in gm's own order that need not hold, so
-    the nodes are put back in a topological order afterwards (a group is
-    convex, so one exists).
+    exists before its first node; in the graph's own order that need not
+    hold, so the nodes are put back in a topological order afterwards (a
+    group is convex, so one exists).
     """
-    graph = gm.graph
     fused = 0
     moved = {}  # FX node of a group output -> the getitem that now holds it
     for grp in groups:
@@ -211,8 +210,6 @@ def _fuse(gm, imported, groups):
                               + ", ".join(str(m.target) for m in members))
     if groups:
         _stable_toposort(graph)
-        graph.lint()
-        gm.recompile()
     return fused
 
 
@@ -245,6 +242,20 @@ class _Guarded:
             return out
 
 
+# -- graph passes before import ---------------------------------------------------
+# Each rewrites an aot graph in place and returns how many rewrites it made;
+# _build lints and regenerates the module's code once, after all of them.
+
+def _replace_by_call(graph, old, target, args):
+    """A call of target on args, in old's place: before it, with its
+    metadata and its users."""
+    with graph.inserting_before(old):
+        new = graph.call_function(target, args)
+    new.meta = dict(old.meta)
+    old.replace_all_uses_with(new)
+    return new
+
+
 def _aliases_input(node):
     """Whether node's result may share storage with its first argument (a
     view op, or getitem of a view op's tuple)."""
@@ -259,20 +270,29 @@ def _aliases_input(node):
                 and not schema.returns[0].alias_info.is_write)
 
 
-def _drop_copies(gm):
+def _static_val(node):
+    """node's example tensor when its sizes, strides and offset are ints."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    if not all(isinstance(d, int) for d in (*val.shape, *val.stride(), val.storage_offset())):
+        return None
+    return val
+
+
+def _drop_copies(graph):
     """Removes the clones whose copy nobody can observe: in a graph that
     mutates nothing, a clone that preserves layout (or one to contiguous
     format of a tensor that already is contiguous, with static sizes) whose
     result, and every view of it, stays inside the graph is its input.
     aot_autograd leaves such clones for dropout in eval mode and around
     attention's reshapes, where eager copies nothing. Returns how many."""
-    graph = gm.graph
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
         if schema is not None and schema.is_mutable:
             return 0
     escapes = set()  # nodes whose storage can reach the graph's outputs
-    todo = [a for a in graph.output_node().all_input_nodes]
+    todo = list(graph.output_node().all_input_nodes)
     while todo:
         n = todo.pop()
         if n in escapes:
@@ -287,28 +307,15 @@ def _drop_copies(gm):
         fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
         src = node.args[0]
         if fmt not in (None, torch.preserve_format):
-            val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
-            static = isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in (*val.shape, *val.stride()))
-            if not (fmt == torch.contiguous_format and static and val.is_contiguous()):
+            val = _static_val(src)
+            if not (fmt == torch.contiguous_format and val is not None and val.is_contiguous()):
                 continue
         node.replace_all_uses_with(src)
         graph.erase_node(node)
         dropped += 1
     if dropped:
-        graph.lint()
-        gm.recompile()
         _log.event("compile", f"dropped {dropped} copies nobody observes")
     return dropped
-
-
-def _static_val(node):
-    """node's example tensor when its sizes, strides and offset are ints."""
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    if not isinstance(val, torch.Tensor):
-        return None
-    if not all(isinstance(d, int) for d in (*val.shape, *val.stride(), val.storage_offset())):
-        return None
-    return val
 
 
 # Ops whose result is a fresh tensor laid out as their meta function says
@@ -326,7 +333,7 @@ def _dense_result(node):
     return node.target in _DENSE_RESULTS or torch.Tag.pointwise in getattr(node.target, "tags", ())
 
 
-def _collapse_views(gm):
+def _collapse_views(graph):
     """Replaces each chain of two or more view ops (each feeding only the
     next) over the fresh result of a GEMM, a copy or a pointwise op by one
     as_strided call:
@@ -335,7 +342,6 @@ def _collapse_views(gm):
     is taken from the graph's metadata, so only ops whose layout that
     metadata states for certain are bases. Returns how many view nodes
     went."""
-    graph = gm.graph
     dropped = 0
     for node in list(graph.nodes):
         if not _aliases_input(node) or node.target is operator.getitem or _static_val(node) is None:
@@ -358,17 +364,12 @@ def _collapse_views(gm):
         out, src = _static_val(node), _static_val(base)
         if src is None or src.storage_offset() != 0:
             continue
-        with graph.inserting_before(node):
-            strided = graph.call_function(aten.as_strided.default,
-                                          (base, list(out.shape), list(out.stride()), out.storage_offset()))
-        strided.meta = dict(node.meta)
-        node.replace_all_uses_with(strided)
+        _replace_by_call(graph, node, aten.as_strided.default,
+                         (base, list(out.shape), list(out.stride()), out.storage_offset()))
         for v in chain:
             graph.erase_node(v)
         dropped += len(chain) - 1
     if dropped:
-        graph.lint()
-        gm.recompile()
         _log.event("compile", f"collapsed view chains: {dropped} fewer view ops")
     return dropped
 
@@ -379,7 +380,7 @@ def _single_user_view(node, target):
             and len(node.users) == 1)
 
 
-def _recompose_linear(gm):
+def _recompose_linear(graph):
     """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
     become aten.linear(x, w[, b]), and, with static shapes, the views that
     flatten a 3-D input and unflatten the result go too: one dispatch
@@ -387,7 +388,6 @@ def _recompose_linear(gm):
     gemm_fusion, whose groups are made of mm/addmm. Returns how many."""
     if config.gemm_fusion:
         return 0
-    graph = gm.graph
     done = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in (aten.mm.default, aten.addmm.default):
@@ -409,17 +409,11 @@ def _recompose_linear(gm):
             if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
                 unflatten = user
         args = (x.args[0] if unflatten is not None else x, wt.args[0]) + (() if bias is None else (bias,))
-        last = unflatten if unflatten is not None else node
-        with graph.inserting_before(node):
-            linear = graph.call_function(aten.linear.default, args)
-        linear.meta = dict(last.meta)
-        last.replace_all_uses_with(linear)
+        _replace_by_call(graph, unflatten if unflatten is not None else node, aten.linear.default, args)
         for dead in ((unflatten, node, wt, x) if unflatten is not None else (node, wt)):
             graph.erase_node(dead)
         done += 1
     if done:
-        graph.lint()
-        gm.recompile()
         _log.event("compile", f"recomposed {done} linear layers")
     return done
 
@@ -431,16 +425,18 @@ def _build(gm, example_inputs):
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
-    _drop_copies(gm)
-    _recompose_linear(gm)
-    _collapse_views(gm)
+    _drop_copies(gm.graph)
+    _recompose_linear(gm.graph)
+    _collapse_views(gm.graph)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()
     imported = from_fx(gm)
     ops = len(imported.fx_nodes)
     groups, lowered = _lowered_groups(imported)
-    fused = _fuse(gm, imported, groups)
+    fused = _fuse(gm.graph, imported, groups)
+    gm.graph.lint()
+    gm.recompile()
     _C.stat_add("graphs_compiled")
     if lowered:
         _C.stat_add("graphs_lowered")
