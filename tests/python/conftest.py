@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,27 @@ class Compiled:
 @pytest.fixture
 def compiled(capsys):
     return Compiled(capsys)
+
+
+@pytest.fixture
+def in_threads():
+    """in_threads(body, n=4): runs body(i) for i in range(n) on n threads at
+    once; the test fails, naming the thread and its error, if any body
+    raised, or if a thread still runs after timeout seconds."""
+    def run(body, n=4, timeout=60):
+        errors = []
+
+        def guarded(i):
+            try:
+                body(i)
+            except BaseException as exc:  # reported below, with the thread's number
+                errors.append((i, repr(exc)))
+
+        threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+        assert not any(t.is_alive() for t in threads), "a thread is still running"
+        assert errors == []
+    return run

@@ -428,30 +428,20 @@ def test_fork_child_uses_module_cache():
     assert cache.get(cache.ARTIFACTS, key(2)) == b"child"
 
 
-def test_concurrent_threads_one_handle(tmp_path):
+def test_concurrent_threads_one_handle(tmp_path, in_threads):
     c = _C.Cache(str(tmp_path / "threads"))
-    errors = []
     start = threading.Barrier(4)
 
     def worker(n):
-        try:
-            start.wait()
-            for i in range(200):
-                k = bytes([n]) + i.to_bytes(15, "little")
-                c.put(_C.CACHE_TRACES, k, b"%d:%d;" % (n, i) * 8)
-                if i % 10 == 0:
-                    assert c.get(_C.CACHE_TRACES, k) == b"%d:%d;" % (n, i) * 8
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+        start.wait()
+        for i in range(200):
+            k = bytes([n]) + i.to_bytes(15, "little")
+            c.put(_C.CACHE_TRACES, k, b"%d:%d;" % (n, i) * 8)
+            if i % 10 == 0:
+                assert c.get(_C.CACHE_TRACES, k) == b"%d:%d;" % (n, i) * 8
 
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
     try:
-        assert not any(t.is_alive() for t in threads)
-        assert errors == []
+        in_threads(worker)
         for n in range(4):
             for i in range(200):
                 k = bytes([n]) + i.to_bytes(15, "little")

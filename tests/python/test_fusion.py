@@ -282,34 +282,23 @@ def test_large_launches_share_torch_threads_and_survive_fork():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 
-def test_threads_calling_one_compiled_function():
-    import threading
-
+def test_threads_calling_one_compiled_function(in_threads):
     f = CHAINS["transcendental"]
     c = torch.compile(f, backend="neuron")
     x, y = torch.randn(300, 400), torch.randn(300, 400)  # large: launches use the pool
     want = f(x, y)
     with torch.no_grad():
         c(x, y)
-    errors = []
 
     def worker(seed):
-        try:
-            g = torch.Generator().manual_seed(seed)
-            a, b = torch.randn(300, 400, generator=g), torch.randn(300, 400, generator=g)
-            with torch.no_grad():
-                for _ in range(20):
-                    torch.testing.assert_close(c(a, b), f(a, b))
-                    torch.testing.assert_close(c(x, y), want)
-        except Exception as exc:  # reported below, with the thread's seed
-            errors.append((seed, repr(exc)))
+        g = torch.Generator().manual_seed(seed)
+        a, b = torch.randn(300, 400, generator=g), torch.randn(300, 400, generator=g)
+        with torch.no_grad():
+            for _ in range(20):
+                torch.testing.assert_close(c(a, b), f(a, b))
+                torch.testing.assert_close(c(x, y), want)
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    in_threads(worker)
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
 
 

@@ -246,9 +246,7 @@ def test_with_row_fusion(name, compiled):
     check(compiled, f, x, w, b, ops=(ADDMM,), groups=groups)
 
 
-def test_threads_calling_one_compiled_gemm(compiled):
-    import threading
-
+def test_threads_calling_one_compiled_gemm(compiled, in_threads):
     def f(x, w, b):
         return F.gelu(F.linear(x, w, b)) + x
 
@@ -258,26 +256,17 @@ def test_threads_calling_one_compiled_gemm(compiled):
     with torch.no_grad():
         want = c(x0, w, b)
     compiled.assert_lowered(ADDMM, GELU, ADD)
-    errors = []
 
     def worker(seed):
-        try:
-            x = _t((128, 96), seed)
-            with torch.no_grad():
-                expected = f(x, w, b)
-                ref = f(x.double(), w.double(), b.double())
-                for _ in range(10):
-                    assert_gemm_close(c(x, w, b), expected, ref, name=f"thread {seed}")
-                    assert torch.equal(c(x0, w, b), want)
-        except Exception as exc:  # reported below, with the thread's seed
-            errors.append((seed, repr(exc)))
+        x = _t((128, 96), seed)
+        with torch.no_grad():
+            expected = f(x, w, b)
+            ref = f(x.double(), w.double(), b.double())
+            for _ in range(10):
+                assert_gemm_close(c(x, w, b), expected, ref, name=f"thread {seed}")
+                assert torch.equal(c(x0, w, b), want)
 
-    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    in_threads(worker)
     st = torchneuron_jit.stats()
     assert st["eager_fallbacks"] == 0 and st["kernels_compiled"] >= 1, st
 
