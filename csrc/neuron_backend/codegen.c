@@ -113,13 +113,48 @@ static void cg_dst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, 
   }
 }
 
+static int cg_second_only(const tn_fgroup *grp, int32_t v);
+
+/* A unary or binary instruction over a block (n elements, row scalars
+** r<k>) or, with tile, over a tile of tn rows of cols (row scalars R<k>[],
+** and a weight row G-flagged as broadcast over the tile). ind indents; a
+** result stored in place goes to the output when cond (on the output's
+** operand index) holds, at p[k]<at>. */
+static void cg_arith(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, const tn_finst *fi, int tile,
+                     const char *ind, const char *cond, const char *at)
+{
+  const char *n = tile ? "tn * cols" : "n";
+  char t1[24], t2[24], t3[24];
+  cg_dst(b, grp, def, fi->fi_dst, ind, cond, at);
+  cg_ref(grp, def, fi->fi_dst, t3);
+  cg_ref(grp, def, fi->fi_a, t1);
+  if (fi->fi_kind == TN_FI_UNARY) {
+    out(b, "%stn_rt_unary_f32(%d, %s, %s, %s);\n", ind, fi->fi_op, t3, t1, n);
+    return;
+  }
+  cg_ref(grp, def, fi->fi_b, t2);
+  const tn_finst *bdef = def[fi->fi_b];
+  if (cg_scalar_buf(def, fi->fi_b) && bdef->fi_kind == TN_FI_CONST)
+    out(b, "%stn_rt_binary_s_f32(%d, %s, %s, (float)%a, %s);\n", ind, fi->fi_op, t3, t1, bdef->fi_value, n);
+  else if (cg_scalar_buf(def, fi->fi_b) && tile)
+    out(b, "%stn_rt_binary_rs_f32(%d, %s, %s, R%d, tn, cols);\n", ind, fi->fi_op, t3, t1, bdef->fi_a);
+  else if (cg_scalar_buf(def, fi->fi_b))
+    out(b, "%stn_rt_binary_s_f32(%d, %s, %s, r%d, n);\n", ind, fi->fi_op, t3, t1, bdef->fi_a);
+  else if (tile && grp->fg_dtype == TN_DTYPE_FLOAT32 && bdef && bdef->fi_kind == TN_FI_LOAD &&
+           cg_second_only(grp, fi->fi_b))
+    out(b, "%sif (G%d) tn_rt_binary_rb_f32(%d, %s, %s, %s, tn, cols);\n%selse tn_rt_binary_f32(%d, %s, %s, %s, %s);\n",
+        ind, fi->fi_b, fi->fi_op, t3, t1, t2, ind, fi->fi_op, t3, t1, t2, n);
+  else
+    out(b, "%stn_rt_binary_f32(%d, %s, %s, %s, %s);\n", ind, fi->fi_op, t3, t1, t2, n);
+}
+
 /* The statement of one in-block instruction (stv: the array of innermost
 ** strides); other kinds emit nothing. */
 static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, const tn_finst *fi,
                           const char *io, const char *stv)
 {
   uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
-  char t1[24], t2[24], t3[24];
+  char t1[24], t3[24];
   switch (fi->fi_kind) {
   case TN_FI_LOAD:
     if (grp->fg_dtype == TN_DTYPE_FLOAT32)
@@ -127,23 +162,8 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
     out(b, "      { tn_rt_load_%s(b%d, p[%d] + j * %s[%d], %s[%d], n); L%d = b%d; }\n", io, fi->fi_dst, fi->fi_a, stv,
         fi->fi_a, stv, fi->fi_a, fi->fi_dst, fi->fi_dst);
     break;
-  case TN_FI_UNARY:
-    cg_dst(b, grp, def, fi->fi_dst, "      ", stv[0] == 's' ? "s[%d] == 1" : "cst[%d] == 1", " + j");
-    out(b, "      tn_rt_unary_f32(%d, %s, %s, n);\n", fi->fi_op, cg_ref(grp, def, fi->fi_dst, t3),
-        cg_ref(grp, def, fi->fi_a, t1));
-    break;
-  case TN_FI_BINARY:
-    cg_dst(b, grp, def, fi->fi_dst, "      ", stv[0] == 's' ? "s[%d] == 1" : "cst[%d] == 1", " + j");
-    cg_ref(grp, def, fi->fi_dst, t3);
-    if (cg_scalar_buf(def, fi->fi_b) && def[fi->fi_b]->fi_kind == TN_FI_CONST)
-      out(b, "      tn_rt_binary_s_f32(%d, %s, %s, (float)%a, n);\n", fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1),
-          def[fi->fi_b]->fi_value);
-    else if (cg_scalar_buf(def, fi->fi_b))
-      out(b, "      tn_rt_binary_s_f32(%d, %s, %s, r%d, n);\n", fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1),
-          def[fi->fi_b]->fi_a);
-    else
-      out(b, "      tn_rt_binary_f32(%d, %s, %s, %s, n);\n", fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1),
-          cg_ref(grp, def, fi->fi_b, t2));
+  case TN_FI_UNARY: case TN_FI_BINARY:
+    cg_arith(b, grp, def, fi, 0, "      ", stv[0] == 's' ? "s[%d] == 1" : "cst[%d] == 1", " + j");
     break;
   case TN_FI_REDUCE:
     out(b, "      a%d = tn_rt_combine(%d, a%d, tn_rt_reduce_f32(%d, %s, n));\n", fi->fi_dst, fi->fi_op, fi->fi_dst,
@@ -383,7 +403,7 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
   const tn_fgroup *grp = r->cr_grp;
   const tn_finst *const *def = r->cr_def;
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
-  char t1[24], t2[24], t3[24];
+  char t1[24];
   out(b, "  if (rank >= 1 && cols > 0 && cols * 2 <= %d) {\n", TN_RT_BLOCK);
   for (uint32_t k = 0; k < grp->fg_nbufs; k++)
     if (grp->fg_dtype == TN_DTYPE_FLOAT32 && def[k] && def[k]->fi_kind == TN_FI_LOAD && cg_second_only(grp, (int32_t)k))
@@ -415,29 +435,8 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
       out(b, "        { tn_rt_load2d_%s(b%d, p[%d], rs[%d], cst[%d], tn, cols); L%d = b%d; }\n", io, fi->fi_dst,
           fi->fi_a, fi->fi_a, fi->fi_a, fi->fi_dst, fi->fi_dst);
       break;
-    case TN_FI_UNARY:
-      cg_dst(b, grp, def, fi->fi_dst, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
-      out(b, "        tn_rt_unary_f32(%d, %s, %s, tn * cols);\n", fi->fi_op, cg_ref(grp, def, fi->fi_dst, t3),
-          cg_ref(grp, def, fi->fi_a, t1));
-      break;
-    case TN_FI_BINARY:
-      cg_dst(b, grp, def, fi->fi_dst, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
-      cg_ref(grp, def, fi->fi_dst, t3);
-      if (cg_scalar_buf(def, fi->fi_b) && def[fi->fi_b]->fi_kind == TN_FI_CONST)
-        out(b, "        tn_rt_binary_s_f32(%d, %s, %s, (float)%a, tn * cols);\n", fi->fi_op, t3,
-            cg_ref(grp, def, fi->fi_a, t1), def[fi->fi_b]->fi_value);
-      else if (cg_scalar_buf(def, fi->fi_b))
-        out(b, "        tn_rt_binary_rs_f32(%d, %s, %s, R%d, tn, cols);\n", fi->fi_op, t3,
-            cg_ref(grp, def, fi->fi_a, t1), def[fi->fi_b]->fi_a);
-      else if (grp->fg_dtype == TN_DTYPE_FLOAT32 && def[fi->fi_b] && def[fi->fi_b]->fi_kind == TN_FI_LOAD &&
-               cg_second_only(grp, fi->fi_b))
-        out(b, "        if (G%d) tn_rt_binary_rb_f32(%d, %s, %s, %s, tn, cols);\n"
-               "        else tn_rt_binary_f32(%d, %s, %s, %s, tn * cols);\n",
-            fi->fi_b, fi->fi_op, t3, cg_ref(grp, def, fi->fi_a, t1), cg_ref(grp, def, fi->fi_b, t2), fi->fi_op, t3,
-            t1, t2);
-      else
-        out(b, "        tn_rt_binary_f32(%d, %s, %s, %s, tn * cols);\n", fi->fi_op, t3,
-            cg_ref(grp, def, fi->fi_a, t1), cg_ref(grp, def, fi->fi_b, t2));
+    case TN_FI_UNARY: case TN_FI_BINARY:
+      cg_arith(b, grp, def, fi, 1, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
       break;
     case TN_FI_SPLAT:
       if (cg_read_whole(grp, def, fi->fi_dst))
