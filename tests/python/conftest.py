@@ -9,9 +9,11 @@ back afterwards. Nothing here (or in any test) touches ~/.cache.
 import collections
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -161,4 +163,31 @@ def in_threads():
             t.join(timeout)
         assert not any(t.is_alive() for t in threads), "a thread is still running"
         assert errors == []
+    return run
+
+
+@pytest.fixture
+def in_child():
+    """in_child(body, timeout=60): forks; the child runs body() and exits 0
+    if it returns true, 1 if it returns false or raises (it never returns
+    into pytest). The test fails if the child fails, or is still running
+    after timeout seconds (then it is killed)."""
+    def run(body, timeout=60):
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                ok = bool(body())
+            except BaseException:
+                ok = False
+            finally:
+                os._exit(0 if ok else 1)
+        deadline = time.monotonic() + timeout
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked child still ran after {timeout} s")
+        assert os.waitstatus_to_exitcode(done[1]) == 0, "the forked child failed"
     return run

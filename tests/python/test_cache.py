@@ -383,23 +383,17 @@ def test_eviction_spares_recently_read_records(tmp_path):
 
 # -- Processes and threads ------------------------------------------------------------
 
-def test_fork_child_writes_parent_reads(tmp_path):
+def test_fork_child_writes_parent_reads(tmp_path, in_child):
     d = str(tmp_path / "fork")
     c = _C.Cache(d)
     c.put(_C.CACHE_ARTIFACTS, key(1), b"from parent")
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        ok = False
-        try:
-            ok = c.get(_C.CACHE_ARTIFACTS, key(1)) == b"from parent"
-            c.put(_C.CACHE_ARTIFACTS, key(2), b"from child")
-            ok = ok and c.get(_C.CACHE_ARTIFACTS, key(2)) == b"from child"
-        except BaseException:
-            ok = False
-        finally:
-            os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def child():
+        ok = c.get(_C.CACHE_ARTIFACTS, key(1)) == b"from parent"
+        c.put(_C.CACHE_ARTIFACTS, key(2), b"from child")
+        return ok and c.get(_C.CACHE_ARTIFACTS, key(2)) == b"from child"
+
+    in_child(child)
     try:
         assert c.get(_C.CACHE_ARTIFACTS, key(2)) == b"from child"  # same handle
         fresh = _C.Cache(d)
@@ -412,19 +406,9 @@ def test_fork_child_writes_parent_reads(tmp_path):
         c.close()
 
 
-def test_fork_child_uses_module_cache():
+def test_fork_child_uses_module_cache(in_child):
     assert cache.put(cache.ARTIFACTS, key(1), b"parent")
-    pid = os.fork()
-    if pid == 0:
-        ok = False
-        try:
-            ok = cache.get(cache.ARTIFACTS, key(1)) == b"parent" and cache.put(cache.ARTIFACTS, key(2), b"child")
-        except BaseException:
-            ok = False
-        finally:
-            os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    in_child(lambda: cache.get(cache.ARTIFACTS, key(1)) == b"parent" and cache.put(cache.ARTIFACTS, key(2), b"child"))
     assert cache.get(cache.ARTIFACTS, key(2)) == b"child"
 
 

@@ -251,10 +251,10 @@ def test_dynamic_inner_dims_still_fuse(capsys):
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
 
 
-def test_large_launches_share_torch_threads_and_survive_fork():
+def test_large_launches_share_torch_threads_and_survive_fork(in_child):
     """Parts of a large launch run on PyTorch's OpenMP threads; a forked
     child (which has none of the parent's threads) still runs them."""
-    import os
+    import numpy
 
     from torchneuron_jit import backend
     f = CHAINS["transcendental"]
@@ -264,22 +264,8 @@ def test_large_launches_share_torch_threads_and_survive_fork():
     assert backend._share_torch_threads()
     x2 = x * 2
     want = f(x2, y).numpy()
-    pid = os.fork()
-    if pid == 0:  # no eager op on large tensors here: they hang in a child forked after running in parallel
-        import numpy
-        ok = bool(numpy.allclose(c(x2, y).numpy(), want, rtol=1.3e-6, atol=1e-5))
-        os._exit(0 if ok else 1)
-    import signal
-    import time
-    deadline = time.monotonic() + 60
-    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if done[0] == 0:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child hung launching a kernel")
-    status = done[1]
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    # no eager op on large tensors in the child: they hang in a child forked after running in parallel
+    in_child(lambda: numpy.allclose(c(x2, y).numpy(), want, rtol=1.3e-6, atol=1e-5))
 
 
 def test_threads_calling_one_compiled_function(in_threads):
