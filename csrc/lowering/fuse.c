@@ -390,11 +390,10 @@ static void form_row_group(fuse_state *s, uint32_t i, int k)
     absorb_consumers(s, r, i);
 }
 
-/* Makes the GEMM group of node i with its epilogue; drops it again when
-** there is nothing to fuse (a plain mm). */
+/* Makes the GEMM group of node i with its epilogue (none for a plain mm:
+** the launcher's GEMM is its own kernel). */
 static void form_gemm_group(fuse_state *s, uint32_t i)
 {
-  const tn_graph *g = s->fs_g;
   int32_t r = (int32_t)s->fs_ngroups++;
   s->fs_first[r] = (int32_t)i;
   s->fs_count[r] = 1;
@@ -402,10 +401,6 @@ static void form_gemm_group(fuse_state *s, uint32_t i)
   s->fs_rdims[r] = -1;
   s->fs_group_of[i] = r;
   absorb_consumers(s, r, i);
-  if (s->fs_count[r] == 1 && tn_graph_node(g, (int32_t)i)->no_op == TN_OP_mm) {
-    s->fs_group_of[i] = -1;
-    s->fs_count[r] = 0;
-  }
 }
 
 /* -- Programs ----------------------------------------------------------------- */

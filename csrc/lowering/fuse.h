@@ -18,8 +18,8 @@
 ** GEMM groups. A float32 mm or addmm (alpha = beta = 1) of matrices takes
 ** in the pointwise groups that consume its result (same rule as norms):
 ** the launcher multiplies with BLAS, and the kernel is the epilogue
-** (bias, activation, residual add) over the product. A plain mm with
-** nothing to fuse stays with eager.
+** (bias, activation, residual add) over the product. A plain mm is a
+** group of its own: its product is the result.
 **
 ** Row groups. A reduction or norm over the trailing dims of its input
 ** (softmax, log_softmax, layer norm, sum, mean, amax, amin, var, logsumexp)

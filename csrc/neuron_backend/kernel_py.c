@@ -1,11 +1,18 @@
 /*
 ** Python binding of fused kernels: _C.fuse(graph) lists a graph's fused
 ** groups with their generated source; _C.Kernel(source, ninputs, noutputs,
-** empty, dtype, reduce_dims=0, out_kinds=None, nonempty=False) compiles one
-** with libtcc and, called with the input tensors, allocates the outputs
-** (contiguous, of the kernel's dtype, shaped as the broadcast of the inputs
-** or, for per-row outputs of a row kernel, that shape with its last
-** reduce_dims dims reduced) and runs it.
+** empty, dtype, reduce_dims=0, out_kinds=None, nonempty=False, gemm=False,
+** epilogue=True) compiles one with libtcc and, called with the input
+** tensors, allocates the outputs (contiguous, of the kernel's dtype, shaped
+** as the broadcast of the inputs or, for per-row outputs of a row kernel,
+** that shape with its last reduce_dims dims reduced) and runs it.
+**
+** A GEMM kernel takes the two matrices first. Their product is computed
+** by BLAS (the registered sgemm_), split across the kernel threads by rows
+** of the result (by columns when it has few rows); each thread runs the
+** epilogue over its rows as soon as it has computed them, while they are in
+** its cache. Inside PyTorch's OpenMP team each BLAS call runs on its
+** caller's thread, so the two pools never oversubscribe the cores.
 */
 #include "../tn_py.h"
 
@@ -32,6 +39,7 @@ typedef struct {
   int ke_rdims;          /* row kernels: trailing dims that form a row; else 0 */
   int ke_nonempty;       /* raise (as eager does) when rows are empty */
   int ke_gemm;           /* called with (a, b, rest...): the kernel gets (a @ b, rest...) */
+  int ke_epilogue;       /* GEMM kernels: 0 when the product itself is the one output */
   uint8_t ke_out_kinds[KERNEL_MAX_OPERANDS]; /* TN_FO_* */
   PyObject *ke_empty;    /* torch.empty */
   PyObject *ke_dtype;    /* the operands' torch dtype */
@@ -55,18 +63,16 @@ typedef struct launch {
   const int64_t *la_cstrides;
 } launch;
 
-static void launch_part(void *vctx, int part, int nparts)
+/* Runs la over [start, start + len) of its outermost dimension. */
+static void launch_range(const launch *la, int64_t start, int64_t len)
 {
-  const launch *la = vctx;
   int64_t sizes[TN_MAX_RANK];
   void *ptrs[KERNEL_MAX_OPERANDS];
   if (la->la_rank == 0) {
-    if (part == 0)
+    if (start == 0)
       la->la_fn(0, la->la_sizes, (void **)la->la_ptrs, la->la_strides, la->la_cols, la->la_cstrides);
     return;
   }
-  int64_t n0 = la->la_sizes[0], chunk = (n0 + nparts - 1) / nparts;
-  int64_t start = chunk * part, len = n0 - start < chunk ? n0 - start : chunk;
   if (len <= 0)
     return;
   for (int d = 0; d < la->la_rank; d++)
@@ -75,6 +81,18 @@ static void launch_part(void *vctx, int part, int nparts)
   for (int k = 0; k < la->la_nops; k++)
     ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_itemsize;
   la->la_fn(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides);
+}
+
+static void launch_part(void *vctx, int part, int nparts)
+{
+  const launch *la = vctx;
+  if (la->la_rank == 0) {
+    if (part == 0)
+      launch_range(la, 0, 1);
+    return;
+  }
+  int64_t n0 = la->la_sizes[0], chunk = (n0 + nparts - 1) / nparts, start = chunk * part;
+  launch_range(la, start, n0 - start < chunk ? n0 - start : chunk);
 }
 
 /* -- fuse ------------------------------------------------------------------------ */
@@ -117,13 +135,16 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
         Py_CLEAR(ins);
       Py_XDECREF(front);
     }
-    PyObject *d = kinds && ins ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:s,s:i,s:N,s:O,s:O}", "nodes",
+    /* a lone mm: the product is the result, no epilogue runs */
+    int epilogue = !gemm_grp || grp->fg_nnodes > 1 || tn_graph_node(g, grp->fg_nodes[0])->no_op != TN_OP_mm;
+    PyObject *d = kinds && ins ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:s,s:i,s:N,s:O,s:O,s:O}", "nodes",
                                                tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins,
                                                "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs),
                                                "source", src, "dtype", tn_dtype_name(grp->fg_dtype), "reduce_dims",
                                                grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
                                                grp->fg_nonempty ? Py_True : Py_False, "gemm",
-                                               gemm_grp ? Py_True : Py_False)
+                                               gemm_grp ? Py_True : Py_False, "epilogue",
+                                               epilogue ? Py_True : Py_False)
                                : NULL;
     if (!kinds || !ins) { /* Py_BuildValue, when called, consumed both */
       Py_XDECREF(kinds);
@@ -143,19 +164,21 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtype", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", NULL};
+                           "nonempty", "gemm", "epilogue", NULL};
   PyObject *source, *empty, *dtype, *kinds_arg = Py_None;
-  int nin, nout, rdims = 0, nonempty = 0, gemm = 0;
+  int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
   uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
   char err[2048];
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype,
-                                   &rdims, &kinds_arg, &nonempty, &gemm))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOppp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype,
+                                   &rdims, &kinds_arg, &nonempty, &gemm, &epilogue))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
+  if (!epilogue && (!gemm || nin != 2 || nout != 1))
+    return PyErr_Format(PyExc_ValueError, "only a GEMM kernel of two inputs and one output can skip its epilogue");
   nin -= gemm; /* the kernel loads their product as one operand */
   if (nin < 1 || nout < 1 || nin + nout > KERNEL_MAX_OPERANDS)
     return PyErr_Format(PyExc_ValueError, "a kernel takes 1..%d operands, got %d + %d",
@@ -216,6 +239,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_rdims = rdims;
   k->ke_nonempty = nonempty;
   k->ke_gemm = gemm;
+  k->ke_epilogue = epilogue;
   memcpy(k->ke_out_kinds, kinds, sizeof kinds);
   k->ke_empty = Py_NewRef(empty);
   k->ke_dtype = Py_NewRef(dtype);
@@ -320,17 +344,35 @@ static int64_t run_stride(const int64_t *st, const int64_t *shape, int from, int
   return first;
 }
 
-static PyObject *kernel_run(KernelObject *k, PyObject *args)
+/* A launch, ready to run: its operands read, its outputs allocated. */
+typedef struct prepared {
+  launch pr_la;
+  int pr_rank;                  /* of the iteration space, before coalescing */
+  int64_t pr_shape[TN_MAX_RANK]; /* the iteration space */
+  int64_t pr_numel;             /* elements of the iteration space */
+  int pr_run;                   /* whether there is anything to compute */
+  int64_t pr_csizes[TN_MAX_RANK];
+  int64_t pr_st[KERNEL_MAX_OPERANDS * TN_MAX_RANK], pr_cst[KERNEL_MAX_OPERANDS];
+  void *pr_ptrs[KERNEL_MAX_OPERANDS];
+  PyObject *pr_held; /* operands copied for the launch, or NULL */
+} prepared;
+
+/* Reads k's input tensors (args), allocates its outputs and fills p.
+** Returns the tuple of outputs (new reference) or NULL with an exception
+** set; either way the caller releases p->pr_held. */
+static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
 {
   int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims;
   int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
   int in_rank[KERNEL_MAX_OPERANDS];
-  int64_t shape[TN_MAX_RANK];
+  int64_t *shape = p->pr_shape;
   int64_t bst[KERNEL_MAX_OPERANDS][TN_MAX_RANK]; /* per operand, per dim of the iteration space */
-  int64_t st[KERNEL_MAX_OPERANDS * TN_MAX_RANK], cst[KERNEL_MAX_OPERANDS];
-  int64_t csizes[TN_MAX_RANK];
-  void *ptrs[KERNEL_MAX_OPERANDS];
+  int64_t *st = p->pr_st, *cst = p->pr_cst, *csizes = p->pr_csizes;
+  void **ptrs = p->pr_ptrs;
   PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *held = NULL;
+
+  p->pr_held = NULL;
+  p->pr_run = 0;
 
   for (int i = 0; i < k->ke_ninputs; i++) {
     if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
@@ -439,32 +481,50 @@ static PyObject *kernel_run(KernelObject *k, PyObject *args)
   for (int p = 0; p < nops; p++) /* the kernel's layout: strides[p * rank + d] */
     for (int d = 0; d < crank; d++)
       st[p * crank + d] = cstr[p * TN_MAX_RANK + d];
-  int64_t numel = rows * cols;
-  if (rows > 0 && (numel > 0 || rdims > 0)) {
-    launch la = {k->ke_fn, crank, nops, k->ke_itemsize, csizes, ptrs, st, cols, cst};
-    int parts = crank == 0 ? 1 : (int)(numel / KERNEL_PART_ELEMENTS);
-    if (parts > kernel_threads)
-      parts = kernel_threads;
-    if (crank > 0 && parts > csizes[0])
-      parts = (int)csizes[0];
-    if (parts < 1)
-      parts = 1;
-    if (numel >= KERNEL_NOGIL_ELEMENTS) {
-      Py_BEGIN_ALLOW_THREADS
-      tn_pool_run(launch_part, &la, parts);
-      Py_END_ALLOW_THREADS
-    } else {
-      k->ke_fn(crank, csizes, ptrs, st, cols, cst);
-    }
-  }
+  p->pr_la = (launch){k->ke_fn, crank, nops, k->ke_itemsize, csizes, ptrs, st, cols, cst};
+  p->pr_rank = rank;
+  p->pr_numel = rows * cols;
+  p->pr_run = rows > 0 && (p->pr_numel > 0 || rdims > 0);
+  p->pr_held = held;
   Py_DECREF(shape_t);
-  Py_XDECREF(held);
   return outs;
 error:
   Py_XDECREF(shape_t);
-  Py_XDECREF(held);
+  p->pr_held = held;
   Py_XDECREF(outs);
   return NULL;
+}
+
+/* Runs a prepared launch, split across threads when it is large. */
+static void kernel_execute(const prepared *p)
+{
+  const launch *la = &p->pr_la;
+  if (!p->pr_run)
+    return;
+  int parts = la->la_rank == 0 ? 1 : (int)(p->pr_numel / KERNEL_PART_ELEMENTS);
+  if (parts > kernel_threads)
+    parts = kernel_threads;
+  if (la->la_rank > 0 && parts > la->la_sizes[0])
+    parts = (int)la->la_sizes[0];
+  if (parts < 1)
+    parts = 1;
+  if (p->pr_numel >= KERNEL_NOGIL_ELEMENTS) {
+    Py_BEGIN_ALLOW_THREADS
+    tn_pool_run(launch_part, (void *)la, parts);
+    Py_END_ALLOW_THREADS
+  } else {
+    launch_range(la, 0, la->la_rank == 0 ? 1 : la->la_sizes[0]);
+  }
+}
+
+static PyObject *kernel_run(KernelObject *k, PyObject *args)
+{
+  prepared p;
+  PyObject *outs = kernel_prepare(k, args, &p);
+  if (outs)
+    kernel_execute(&p);
+  Py_XDECREF(p.pr_held);
+  return outs;
 }
 
 /* -- GEMM ------------------------------------------------------------------ */
@@ -495,66 +555,168 @@ static char blas_layout(int64_t r, int64_t c, int64_t sr, int64_t sc, int *ld)
   return 0;
 }
 
-/* The product of matrices a (m x k) and b (k x n) in a new contiguous
-** tensor; a layout BLAS cannot read is copied contiguous first. */
-static PyObject *gemm_product(KernelObject *k, PyObject *a, PyObject *b)
+/* Multiply-adds below which a GEMM runs as one BLAS call. */
+#define GEMM_PART_FLOPS (1 << 21)
+/* Fewest rows (columns) of the result a part of a split GEMM computes. */
+#define GEMM_PART_ROWS 32
+#define GEMM_PART_COLS 64
+
+/* One GEMM c = a b (row-major, m x n) as column-major BLAS sees it:
+** c^T = b^T a^T, and the fused epilogue to run over each finished part. */
+typedef struct gemm_job {
+  char gj_lay[2]; /* blas_layout of a and b */
+  int gj_ld[2], gj_m, gj_n, gj_k, gj_ldc;
+  const float *gj_a, *gj_b;
+  float *gj_c;
+  int gj_split_cols;      /* parts are column (else row) ranges of c */
+  const launch *gj_epi;   /* run over each row part as soon as it is done; or NULL */
+  int64_t gj_epi_per_row; /* units of the epilogue's outer dim per row of c */
+} gemm_job;
+
+/* Computes rows [r0, r1) and columns [c0, c1) of c with one BLAS call. */
+static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1)
+{
+  const float one = 1.0f, zero = 0.0f;
+  int m = r1 - r0, n = c1 - c0;
+  /* row r of a starts at r * lda ('N': rows contiguous) or at r ('T') */
+  const float *a = j->gj_a + (int64_t)r0 * (j->gj_lay[0] == 'N' ? j->gj_ld[0] : 1);
+  const float *b = j->gj_b + (int64_t)c0 * (j->gj_lay[1] == 'N' ? 1 : j->gj_ld[1]);
+  kernel_sgemm(&j->gj_lay[1], &j->gj_lay[0], &n, &m, &j->gj_k, &one, b, &j->gj_ld[1], a, &j->gj_ld[0], &zero,
+               j->gj_c + (int64_t)r0 * j->gj_ldc + c0, &j->gj_ldc);
+}
+
+static void gemm_part(void *vctx, int part, int nparts)
+{
+  const gemm_job *j = vctx;
+  int total = j->gj_split_cols ? j->gj_n : j->gj_m;
+  int align = j->gj_split_cols ? 16 : 8; /* whole register blocks of the BLAS kernels */
+  int chunk = ((total + nparts - 1) / nparts + align - 1) / align * align;
+  int from = chunk * part, to = from + chunk < total ? from + chunk : total;
+  if (from >= to)
+    return;
+  if (j->gj_split_cols) {
+    gemm_block(j, 0, j->gj_m, from, to);
+  } else {
+    gemm_block(j, from, to, 0, j->gj_n);
+    if (j->gj_epi) /* while the part is in this core's cache */
+      launch_range(j->gj_epi, from * j->gj_epi_per_row, (to - from) * j->gj_epi_per_row);
+  }
+}
+
+/* Reads matrices a (m x k) and b (k x n) into j and allocates their
+** product, a new contiguous m x n tensor (returned). A layout BLAS cannot
+** read is copied contiguous first; held[] keeps such copies. */
+static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *j, PyObject **held)
 {
   int64_t sz[2][TN_MAX_RANK], st[2][TN_MAX_RANK];
-  int rank[2], ld[2] = {0, 0};
-  char lay[2] = {0, 0};
+  int rank[2];
   void *data[2];
-  PyObject *held[2] = {NULL, NULL}, *mats[2] = {a, b}, *res = NULL;
+  PyObject *mats[2] = {a, b};
   if (!kernel_sgemm)
     return PyErr_Format(PyExc_RuntimeError, "no BLAS sgemm is registered");
+  memset(j, 0, sizeof *j);
   for (int i = 0; i < 2; i++) {
-    for (int pass = 0; pass < 2 && !lay[i]; pass++) {
+    for (int pass = 0; pass < 2 && !j->gj_lay[i]; pass++) {
       if (read_tensor(k, mats[i], i, sz[i], st[i], &rank[i], &data[i]) < 0)
-        goto done;
-      if (rank[i] != 2) {
-        PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix, got rank %d", i, rank[i]);
-        goto done;
-      }
-      lay[i] = blas_layout(sz[i][0], sz[i][1], st[i][0], st[i][1], &ld[i]);
-      if (!lay[i] && pass == 0) {
-        held[i] = PyObject_CallMethod(mats[i], "contiguous", NULL);
-        if (!held[i])
-          goto done;
+        return NULL;
+      if (rank[i] != 2)
+        return PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix, got rank %d", i, rank[i]);
+      j->gj_lay[i] = blas_layout(sz[i][0], sz[i][1], st[i][0], st[i][1], &j->gj_ld[i]);
+      if (!j->gj_lay[i] && pass == 0) {
+        if (!(held[i] = PyObject_CallMethod(mats[i], "contiguous", NULL)))
+          return NULL;
         mats[i] = held[i];
       }
     }
   }
-  if (sz[0][1] != sz[1][0] || sz[0][0] > INT32_MAX || sz[1][1] > INT32_MAX || sz[0][1] > INT32_MAX) {
-    PyErr_Format(PyExc_ValueError, "GEMM shapes (%lld x %lld) @ (%lld x %lld) do not fit", (long long)sz[0][0],
-                 (long long)sz[0][1], (long long)sz[1][0], (long long)sz[1][1]);
-    goto done;
-  }
-  int m = (int)sz[0][0], kk = (int)sz[0][1], n = (int)sz[1][1];
-  PyObject *shape = Py_BuildValue("((ii))", m, n);
-  res = shape ? PyObject_Call(k->ke_empty, shape, k->ke_empty_kw) : NULL;
+  if (sz[0][1] != sz[1][0] || sz[0][0] > INT32_MAX || sz[1][1] > INT32_MAX || sz[0][1] > INT32_MAX)
+    return PyErr_Format(PyExc_ValueError, "GEMM shapes (%lld x %lld) @ (%lld x %lld) do not fit",
+                        (long long)sz[0][0], (long long)sz[0][1], (long long)sz[1][0], (long long)sz[1][1]);
+  j->gj_m = (int)sz[0][0];
+  j->gj_k = (int)sz[0][1];
+  j->gj_n = (int)sz[1][1];
+  j->gj_ldc = j->gj_n > 1 ? j->gj_n : 1;
+  j->gj_a = data[0];
+  j->gj_b = data[1];
+  PyObject *shape = Py_BuildValue("((ii))", j->gj_m, j->gj_n);
+  PyObject *res = shape ? PyObject_Call(k->ke_empty, shape, k->ke_empty_kw) : NULL;
   Py_XDECREF(shape);
   PyObject *ptr = res ? PyObject_CallMethod(res, "data_ptr", NULL) : NULL;
-  float *c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
+  j->gj_c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
   Py_XDECREF(ptr);
-  if (!ptr || PyErr_Occurred()) {
+  if (!ptr || PyErr_Occurred())
     Py_CLEAR(res);
+  return res;
+}
+
+/* How many parts a GEMM splits into, and along which dimension. */
+static int gemm_parts(gemm_job *j)
+{
+  int64_t flops = (int64_t)j->gj_m * j->gj_n * j->gj_k;
+  int parts = (int)(flops / GEMM_PART_FLOPS);
+  if (parts > kernel_threads)
+    parts = kernel_threads;
+  j->gj_split_cols = j->gj_m < 2 * GEMM_PART_ROWS && j->gj_n >= j->gj_m;
+  int most = j->gj_split_cols ? j->gj_n / GEMM_PART_COLS : j->gj_m / GEMM_PART_ROWS;
+  if (parts > most)
+    parts = most;
+  return parts < 1 ? 1 : parts;
+}
+
+/* A GEMM kernel's call: the product of args[0] and args[1], then the
+** epilogue over (product, args[2:]). When the product splits by rows,
+** each thread runs the epilogue over its rows right after computing them. */
+static PyObject *gemm_run(KernelObject *k, PyObject *args)
+{
+  gemm_job j;
+  prepared p;
+  PyObject *held[2] = {NULL, NULL}, *outs = NULL;
+  Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  p.pr_held = NULL;
+  PyObject *kargs = PyTuple_New(nargs - 1);
+  PyObject *prod = kargs ? gemm_plan(k, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1), &j, held) : NULL;
+  if (!prod)
+    goto done;
+  PyTuple_SET_ITEM(kargs, 0, prod);
+  for (Py_ssize_t i = 2; i < nargs; i++)
+    PyTuple_SET_ITEM(kargs, i - 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+  if (!k->ke_epilogue) {
+    outs = PyTuple_Pack(1, prod);
+  } else if (!(outs = kernel_prepare(k, kargs, &p))) {
     goto done;
   }
-  if ((int64_t)m * n > 0) {
-    /* row-major c = a b is column-major c^T = b^T a^T */
-    const float one = 1.0f, zero = 0.0f;
-    int ldc = n > 1 ? n : 1, k1 = kk > 0 ? kk : 1;
-    if (kk == 0) {
-      memset(c, 0, sizeof(float) * (size_t)m * (size_t)n);
+  int parts = gemm_parts(&j);
+  const launch *la = &p.pr_la;
+  /* the epilogue follows the product's rows when its space is the product's */
+  if (k->ke_epilogue && p.pr_run && !j.gj_split_cols && p.pr_rank == 2 && p.pr_shape[0] == j.gj_m &&
+      p.pr_shape[1] == j.gj_n && la->la_rank >= 1 && la->la_rank <= 2 &&
+      la->la_sizes[0] == (la->la_rank == 2 ? j.gj_m : (int64_t)j.gj_m * j.gj_n)) {
+    j.gj_epi = la;
+    j.gj_epi_per_row = la->la_rank == 2 ? 1 : j.gj_n;
+  }
+  if ((int64_t)j.gj_m * j.gj_n > 0) {
+    if (j.gj_k == 0) {
+      memset(j.gj_c, 0, sizeof(float) * (size_t)j.gj_m * (size_t)j.gj_n);
+      j.gj_epi = NULL;
     } else {
       Py_BEGIN_ALLOW_THREADS
-      kernel_sgemm(&lay[1], &lay[0], &n, &m, &k1, &one, data[1], &ld[1], data[0], &ld[0], &zero, c, &ldc);
+      if (parts == 1) {
+        gemm_block(&j, 0, j.gj_m, 0, j.gj_n);
+        j.gj_epi = NULL;
+      } else {
+        tn_pool_run(gemm_part, &j, parts);
+      }
       Py_END_ALLOW_THREADS
     }
   }
+  if (k->ke_epilogue && !j.gj_epi)
+    kernel_execute(&p);
 done:
+  Py_XDECREF(kargs);
   Py_XDECREF(held[0]);
   Py_XDECREF(held[1]);
-  return res;
+  Py_XDECREF(p.pr_held);
+  return outs;
 }
 
 static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
@@ -565,20 +727,7 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
     return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
   if (PyTuple_GET_SIZE(args) != nargs)
     return PyErr_Format(PyExc_TypeError, "kernel takes %zd tensors, got %zd", nargs, PyTuple_GET_SIZE(args));
-  if (!k->ke_gemm)
-    return kernel_run(k, args);
-  PyObject *kargs = PyTuple_New(k->ke_ninputs);
-  PyObject *prod = kargs ? gemm_product(k, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1)) : NULL;
-  if (!prod) {
-    Py_XDECREF(kargs);
-    return NULL;
-  }
-  PyTuple_SET_ITEM(kargs, 0, prod);
-  for (Py_ssize_t i = 2; i < nargs; i++)
-    PyTuple_SET_ITEM(kargs, i - 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-  PyObject *res = kernel_run(k, kargs);
-  Py_DECREF(kargs);
-  return res;
+  return k->ke_gemm ? gemm_run(k, args) : kernel_run(k, args);
 }
 
 static PyObject *py_set_openmp(PyObject *self, PyObject *args)
@@ -675,8 +824,8 @@ PyMethodDef tn_py_kernel_methods[] = {
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
   {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
-   "fuse(graph, rows=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtype', 'reduce_dims', 'out_kinds', 'nonempty'}] "
-   "for each fused group."},
+   "fuse(graph, rows=False, gemm=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtype', 'reduce_dims', "
+   "'out_kinds', 'nonempty', 'gemm', 'epilogue'}] for each fused group."},
   {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,5 @@
 """GEMM groups (csrc/lowering/fuse.c gemm_lowerable / form_gemm_group /
-build_group, csrc/neuron_backend/kernel_py.c gemm_product / blas_layout /
+build_group, csrc/neuron_backend/kernel_py.c gemm_run / gemm_part / blas_layout /
 Kernel_call, torchneuron_jit/backend.py _gemm_available): with
 config.gemm_fusion on, a float32 aten.mm or aten.addmm (alpha = beta = 1) of
 matrices is multiplied by torch's own sgemm_ and the pointwise ops that
@@ -161,10 +161,10 @@ def test_mlp_of_two_layers_is_two_gemm_groups(compiled):
 
 def test_two_products_summed(compiled):
     """x @ w1 + x @ w2: the add joins the second product's kernel, whose
-    input is the first product (a plain mm, run by PyTorch)."""
+    input is the first product (a plain mm, a GEMM kernel of its own)."""
     x, w1, w2 = _t((M, K)), _t((K, N), 1, 0.2), _t((K, N), 2, 0.2)
-    check(compiled, lambda x, w1, w2: torch.relu(x @ w1 + x @ w2), x, w1, w2, groups=[[MM, ADD, RELU]])
-    assert compiled.fallbacks()[MM] == 1
+    check(compiled, lambda x, w1, w2: torch.relu(x @ w1 + x @ w2), x, w1, w2, groups=[[MM], [MM, ADD, RELU]])
+    assert compiled.fallbacks()[MM] == 0
 
 
 def test_operand_also_read_by_the_epilogue(compiled):
@@ -369,6 +369,57 @@ def test_large_split_across_kernel_threads(compiled):
     check(compiled, lambda x, w, y: torch.tanh(x @ w) + y, x, w, y, groups=[[MM, "aten.tanh.default", ADD]])
 
 
+# A GEMM of more than 2M multiply-adds splits across kernel_threads: by
+# rows of the result (each thread runs the epilogue over its rows as soon as
+# they are done) or, for few rows, by columns (the epilogue runs afterwards).
+# Part boundaries fall on multiples of 8 rows / 16 columns, so sizes that
+# divide unevenly leave a short last part. (m, k, n): parts
+SPLITS = {
+    "rows": (256, 96, 200),             # 2 parts of 128 rows
+    "rows, uneven": (250, 64, 301),     # 128 + 122
+    "rows, short last": (100, 240, 300),  # 3 parts: 40 + 40 + 20
+    "columns": (8, 640, 1000),          # 2 parts: 512 + 488 columns
+    "columns, uneven": (33, 300, 777),  # 3 parts: 272 + 272 + 233
+}
+
+
+@pytest.mark.parametrize("layout", ["a b", "a^T b", "a b^T", "a^T b^T"])
+@pytest.mark.parametrize("split", list(SPLITS))
+def test_split_gemm_each_operand_layout(split, layout, compiled):
+    """Each part reads its rows of a (or columns of b) at the right offset
+    whichever way BLAS reads the operand: rows contiguous or columns."""
+    config.kernel_threads = 4
+    m, k, n = SPLITS[split]
+    a = _t((m, k)) if layout.startswith("a b") else _t((k, m)).t()
+    b = _t((k, n), 1, k ** -0.5) if not layout.endswith("b^T") else _t((n, k), 1, k ** -0.5).t()
+    bias, y = _t((n,), 2), _t((m, n), 3)
+    check(compiled, lambda a, b, bias, y: torch.relu(a @ b + bias) * y, a, b, bias, y, dynamic=False,
+          groups=[[MM, ADD, RELU, MUL]])
+
+
+def test_split_gemm_epilogue_broadcast_beyond_the_product(compiled):
+    """An epilogue whose space is larger than the product (the product
+    broadcast over a batch) cannot follow the product's row parts: it runs
+    over the whole space afterwards."""
+    config.kernel_threads = 4
+    x, w, y = _t((128, 128)), _t((128, 256), 1, 128 ** -0.5), _t((3, 128, 256), 2)
+    check(compiled, lambda x, w, y: torch.sigmoid(x @ w) * y, x, w, y, dynamic=False)
+
+
+def test_split_gemm_dynamic_rows(compiled):
+    """Row counts that change between calls of one compiled graph split
+    their own way each time."""
+    config.kernel_threads = 3
+    w, b = _t((96, 160), 1, 96 ** -0.5), _t((160,), 2)
+    f = torch.compile(lambda x, w, b: F.gelu(torch.addmm(b, x, w)), backend="neuron", dynamic=True)
+    with torch.no_grad():
+        for m in (64, 200, 517, 9):
+            x = _t((m, 96), m)
+            got, eager, ref = f(x, w, b), F.gelu(torch.addmm(b, x, w)), F.gelu(torch.addmm(b.double(), x.double(), w.double()))
+            assert_gemm_close(got, eager, ref, name=f"m={m}")
+    assert "aten.addmm.default" not in compiled.fallbacks()
+
+
 @pytest.mark.parametrize("bias", [True, False])
 def test_k_zero(bias, compiled):
     """An empty inner dimension: the product is zeros, addmm gives the bias."""
@@ -520,13 +571,12 @@ def test_gemm_fusion_off_by_default_keeps_gemm_eager(compiled):
     assert sorted(groups) == sorted([[RELU, ADD], [MUL, ADD]]), groups
 
 
-def test_plain_mm_stays_eager(compiled):
+def test_plain_mm_is_the_gemm_alone(compiled):
+    """A product with nothing to fuse is the kernel's result itself (no
+    epilogue pass copies it)."""
     x, w = _t((M, K)), _t((K, N), 1)
-    with torch.no_grad():
-        got = torch.compile(lambda x, w: x @ w, backend="neuron")(x, w)
-    torch.testing.assert_close(got, x @ w)
-    assert_gemm_eager(compiled)
-    assert torchneuron_jit.stats()["kernels_compiled"] == compiled.kernels0
+    got, _ = check(compiled, lambda x, w: x @ w, x, w, groups=[[MM]])
+    assert got.is_contiguous()
 
 
 @pytest.mark.parametrize("alpha,beta", [(2.0, 1.0), (1.0, 0.5), (1.0, 0.0)])
