@@ -39,7 +39,7 @@ def stats():
 
 def lowered_ops():
     """The ATen overloads the back end turns into generated code (elementwise
-    ops on float32, float16 and bfloat16 for now); every other op runs
+    ops on float32, float64, float16 and bfloat16 for now); every other op runs
     through PyTorch."""
     return _C.lowered_ops()
 

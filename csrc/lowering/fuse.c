@@ -149,7 +149,8 @@ static int fusable(const tn_graph *g, const tn_node *n)
   if (r.fr_kind == FK_NONE || n->no_nout != 1)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
-  if (!float_dtype(out->me_dtype) || !meta_contiguous(out))
+  /* pointwise kernels compute float64 in double, the rest in float32 */
+  if (!(float_dtype(out->me_dtype) || out->me_dtype == TN_DTYPE_FLOAT64) || !meta_contiguous(out))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++) {
     const tn_arg *a = &n->no_args[i];

@@ -4,8 +4,9 @@
 ** turns into C. Two kinds of group:
 **
 ** Pointwise groups. A node is fusable when its op has a runtime primitive,
-** its tensor inputs and output share one dtype among float32, float16 and
-** bfloat16 (the latter two computed in float32, rounded when stored), its
+** its tensor inputs and output share one dtype among float32, float64
+** (computed in double), float16 and bfloat16 (the latter two computed in
+** float32, rounded when stored), its
 ** output is contiguous and its scalar arguments are finite numbers. It
 ** joins the group of one of its producers when it has that group's
 ** iteration shape and every input it takes from outside the group exists
@@ -73,7 +74,7 @@ typedef struct tn_fgroup {
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
   uint8_t *fg_out_kinds;   /* TN_FO_* per output */
-  int fg_dtype;            /* of every operand: float32, float16 or bfloat16 */
+  int fg_dtype;            /* of every operand: float32, float16 or bfloat16 (float64: pointwise only) */
   int fg_reduce_dims;      /* row groups: trailing dims that form a row; 0 for pointwise */
   int fg_nonempty;         /* rows must not be empty (amax/amin raise on empty in eager) */
   int32_t fg_gemm_a, fg_gemm_b; /* GEMM groups: the matrices (else -1); fg_inputs[0] is then their

@@ -41,14 +41,38 @@ static void out(cg_buf *b, const char *fmt, ...)
   }
 }
 
+/* The C type of the tensors' elements. */
 static const char *cg_elem(const tn_fgroup *grp)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT32 ? "float" : "unsigned short";
+  return grp->fg_dtype == TN_DTYPE_FLOAT32 ? "float" : grp->fg_dtype == TN_DTYPE_FLOAT64 ? "double" : "unsigned short";
 }
 
+/* The suffix of the runtime's loads and stores of those elements. */
 static const char *cg_io(const tn_fgroup *grp)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT32 ? "f32" : grp->fg_dtype == TN_DTYPE_FLOAT16 ? "f16" : "bf16";
+  return grp->fg_dtype == TN_DTYPE_FLOAT32   ? "f32"
+         : grp->fg_dtype == TN_DTYPE_FLOAT64 ? "f64"
+         : grp->fg_dtype == TN_DTYPE_FLOAT16 ? "f16"
+                                             : "bf16";
+}
+
+/* Whether blocks hold the tensors' own type (float32 or float64), so that
+** unit-stride operands are read and written in place. */
+static int cg_native(const tn_fgroup *grp)
+{
+  return grp->fg_dtype == TN_DTYPE_FLOAT32 || grp->fg_dtype == TN_DTYPE_FLOAT64;
+}
+
+/* The type blocks compute in (double for float64, else float) and the
+** suffix of its runtime primitives. */
+static const char *cg_ctype(const tn_fgroup *grp)
+{
+  return grp->fg_dtype == TN_DTYPE_FLOAT64 ? "double" : "float";
+}
+
+static const char *cg_cfn(const tn_fgroup *grp)
+{
+  return grp->fg_dtype == TN_DTYPE_FLOAT64 ? "f64" : "f32";
 }
 
 static const char *cg_signature =
@@ -78,10 +102,10 @@ static int cg_scalar_buf(const tn_finst *const *def, int32_t v)
 
 /* The output operand (index among all operands) that buffer v is stored
 ** to, when the op that computes v may write it there in place: a float32
-** group, v computed by a unary or binary op. Else -1. */
+** or float64 group, v computed by a unary or binary op. Else -1. */
 static int cg_store_of(const tn_fgroup *grp, const tn_finst *const *def, int32_t v)
 {
-  if (grp->fg_dtype != TN_DTYPE_FLOAT32 || !def[v] || (def[v]->fi_kind != TN_FI_UNARY && def[v]->fi_kind != TN_FI_BINARY))
+  if (!cg_native(grp) || !def[v] || (def[v]->fi_kind != TN_FI_UNARY && def[v]->fi_kind != TN_FI_BINARY))
     return -1;
   for (uint32_t i = 0; i < grp->fg_nprog; i++)
     if (grp->fg_prog[i].fi_kind == TN_FI_STORE && grp->fg_prog[i].fi_a == v)
@@ -90,7 +114,7 @@ static int cg_store_of(const tn_fgroup *grp, const tn_finst *const *def, int32_t
 }
 
 /* A buffer as an expression: loaded operands are pointers (L), which point
-** into the tensor itself where a float32 operand has unit stride; stored
+** into the tensor itself where a float32 or float64 operand has unit stride; stored
 ** ones too (S), pointing into the output where it has unit stride. */
 static const char *cg_ref(const tn_fgroup *grp, const tn_finst *const *def, int32_t v, char *tmp)
 {
@@ -123,19 +147,20 @@ static int cg_second_only(const tn_fgroup *grp, int32_t v);
 static void cg_arith(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, const tn_finst *fi, int tile,
                      const char *ind, const char *cond, const char *at)
 {
-  const char *n = tile ? "tn * cols" : "n";
+  const char *n = tile ? "tn * cols" : "n", *cf = cg_cfn(grp);
   char t1[24], t2[24], t3[24];
   cg_dst(b, grp, def, fi->fi_dst, ind, cond, at);
   cg_ref(grp, def, fi->fi_dst, t3);
   cg_ref(grp, def, fi->fi_a, t1);
   if (fi->fi_kind == TN_FI_UNARY) {
-    out(b, "%stn_rt_unary_f32(%d, %s, %s, %s);\n", ind, fi->fi_op, t3, t1, n);
+    out(b, "%stn_rt_unary_%s(%d, %s, %s, %s);\n", ind, cf, fi->fi_op, t3, t1, n);
     return;
   }
   cg_ref(grp, def, fi->fi_b, t2);
   const tn_finst *bdef = def[fi->fi_b];
   if (cg_scalar_buf(def, fi->fi_b) && bdef->fi_kind == TN_FI_CONST)
-    out(b, "%stn_rt_binary_s_f32(%d, %s, %s, (float)%a, %s);\n", ind, fi->fi_op, t3, t1, bdef->fi_value, n);
+    out(b, "%stn_rt_binary_s_%s(%d, %s, %s, (%s)%a, %s);\n", ind, cf, fi->fi_op, t3, t1, cg_ctype(grp),
+        bdef->fi_value, n);
   else if (cg_scalar_buf(def, fi->fi_b) && tile)
     out(b, "%stn_rt_binary_rs_f32(%d, %s, %s, R%d, tn, cols);\n", ind, fi->fi_op, t3, t1, bdef->fi_a);
   else if (cg_scalar_buf(def, fi->fi_b))
@@ -145,7 +170,7 @@ static void cg_arith(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def
     out(b, "%sif (G%d) tn_rt_binary_rb_f32(%d, %s, %s, %s, tn, cols);\n%selse tn_rt_binary_f32(%d, %s, %s, %s, %s);\n",
         ind, fi->fi_b, fi->fi_op, t3, t1, t2, ind, fi->fi_op, t3, t1, t2, n);
   else
-    out(b, "%stn_rt_binary_f32(%d, %s, %s, %s, %s);\n", ind, fi->fi_op, t3, t1, t2, n);
+    out(b, "%stn_rt_binary_%s(%d, %s, %s, %s, %s);\n", ind, cf, fi->fi_op, t3, t1, t2, n);
 }
 
 /* The statement of one in-block instruction (stv: the array of innermost
@@ -157,7 +182,7 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
   char t1[24], t3[24];
   switch (fi->fi_kind) {
   case TN_FI_LOAD:
-    if (grp->fg_dtype == TN_DTYPE_FLOAT32)
+    if (cg_native(grp))
       out(b, "      if (%s[%d] == 1) L%d = p[%d] + j; else ", stv, fi->fi_a, fi->fi_dst, fi->fi_a);
     out(b, "      { tn_rt_load_%s(b%d, p[%d] + j * %s[%d], %s[%d], n); L%d = b%d; }\n", io, fi->fi_dst, fi->fi_a, stv,
         fi->fi_a, stv, fi->fi_a, fi->fi_dst, fi->fi_dst);
@@ -183,12 +208,13 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
 /* Declares the block buffers (and the pointers of loaded ones). */
 static void cg_buffers(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def)
 {
+  const char *ct = cg_ctype(grp);
   for (uint32_t k = 0; k < grp->fg_nbufs; k++) {
-    out(b, "  float b%u[%d];\n", k, TN_RT_BLOCK);
+    out(b, "  %s b%u[%d];\n", ct, k, TN_RT_BLOCK);
     if (def[k] && def[k]->fi_kind == TN_FI_LOAD)
-      out(b, "  float *L%u;\n", k);
+      out(b, "  %s *L%u;\n", ct, k);
     if (cg_store_of(grp, def, (int32_t)k) >= 0)
-      out(b, "  float *S%u;\n", k);
+      out(b, "  %s *S%u;\n", ct, k);
   }
 }
 
@@ -198,7 +224,8 @@ static void cg_consts(cg_buf *b, const tn_fgroup *grp)
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     if (fi->fi_kind == TN_FI_CONST)
-      out(b, "  tn_rt_fill_f32(b%d, (float)%a, %d);\n", fi->fi_dst, fi->fi_value, TN_RT_BLOCK);
+      out(b, "  tn_rt_fill_%s(b%d, (%s)%a, %d);\n", cg_cfn(grp), fi->fi_dst, cg_ctype(grp), fi->fi_value,
+          TN_RT_BLOCK);
   }
 }
 

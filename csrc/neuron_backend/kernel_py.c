@@ -207,8 +207,8 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   PyObject *isz = PyObject_GetAttrString(dtype, "itemsize");
   long itemsize = isz ? PyLong_AsLong(isz) : -1;
   Py_XDECREF(isz);
-  if (itemsize != 2 && itemsize != 4)
-    return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "kernel dtype must be 2 or 4 bytes wide");
+  if (itemsize != 2 && itemsize != 4 && itemsize != 8)
+    return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "kernel dtype must be 2, 4 or 8 bytes wide");
   tn_tcc_symbol syms[TN_RT_MAX_SYMBOLS];
   size_t nsyms = 0;
   for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < TN_RT_MAX_SYMBOLS; s++)

@@ -225,7 +225,7 @@ static inline float rt_sigmoid(float x)
 
 #define UNARY_LOOP(expr) \
   for (int64_t i = 0; i < n; i++) { \
-    float x = a[i]; \
+    __typeof__(*a) x = a[i]; \
     dst[i] = (expr); \
   } \
   break
@@ -250,8 +250,8 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_EXPM1: UNARY_LOOP(expm1f(x));
   case TN_RT_SQRT: UNARY_LOOP(sqrtf(x));
   case TN_RT_RSQRT: UNARY_LOOP(1.0f / sqrtf(x));
-  /* relu propagates NaN, as eager's clamp_min(x, 0) does */
-  case TN_RT_RELU: UNARY_LOOP(x != x ? x : (x > 0.0f ? x : 0.0f));
+  /* relu propagates NaN and keeps -0, as eager's clamp_min(x, 0) does */
+  case TN_RT_RELU: UNARY_LOOP(x < 0.0f ? 0.0f : x);
   case TN_RT_SIGMOID: UNARY_LOOP(rt_sigmoid(x));
   case TN_RT_TANH: UNARY_LOOP(tanhf(x));
   case TN_RT_SILU: UNARY_LOOP(x * rt_sigmoid(x));
@@ -269,33 +269,28 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   }
 }
 
-/* maximum/minimum and clamp propagate NaN from either side, like eager. */
-static inline float rt_max(float x, float y)
-{
-  return x != x ? x : (y != y ? y : (x > y ? x : y));
-}
-
-static inline float rt_min(float x, float y)
-{
-  return x != x ? x : (y != y ? y : (x < y ? x : y));
-}
+/* maximum/minimum and clamp propagate NaN from either side, like eager
+** (x and y are variables of the loop below). */
+#define RT_MAX(x, y) ((x) != (x) ? (x) : ((y) != (y) ? (y) : ((x) > (y) ? (x) : (y))))
+#define RT_MIN(x, y) ((x) != (x) ? (x) : ((y) != (y) ? (y) : ((x) < (y) ? (x) : (y))))
 
 #define BINARY_LOOP(yexpr, expr) \
   for (int64_t i = 0; i < n; i++) { \
-    float x = a[i], y = (yexpr); \
+    __typeof__(*a) x = a[i], y = (yexpr); \
     dst[i] = (expr); \
   } \
   break
 
-/* The cases of every binary op but pow's vector body, y read as Y. */
-#define BINARY_CASES(Y) \
+/* The cases of every binary op but pow's vector body, y read as Y; POW is
+** the math library's pow of the type. */
+#define BINARY_CASES(Y, POW) \
   case TN_RT_B_ADD: BINARY_LOOP(Y, x + y); \
   case TN_RT_B_SUB: BINARY_LOOP(Y, x - y); \
   case TN_RT_B_MUL: BINARY_LOOP(Y, x * y); \
   case TN_RT_B_DIV: BINARY_LOOP(Y, x / y); \
-  case TN_RT_B_MAXIMUM: BINARY_LOOP(Y, rt_max(x, y)); \
-  case TN_RT_B_MINIMUM: BINARY_LOOP(Y, rt_min(x, y)); \
-  case TN_RT_B_POW: BINARY_LOOP(Y, powf(x, y)); \
+  case TN_RT_B_MAXIMUM: BINARY_LOOP(Y, RT_MAX(x, y)); \
+  case TN_RT_B_MINIMUM: BINARY_LOOP(Y, RT_MIN(x, y)); \
+  case TN_RT_B_POW: BINARY_LOOP(Y, POW(x, y)); \
   /* clamp_min(x, lo): NaN in x stays, a NaN bound gives NaN */ \
   case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x < y ? y : x))); \
   case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x > y ? y : x)));
@@ -310,7 +305,7 @@ RT_CLONES void tn_rt_binary_f32(int op, float *dst, const float *a, const float 
     n -= done;
   }
   switch (op) {
-  BINARY_CASES(b[i])
+  BINARY_CASES(b[i], powf)
   default:
     break;
   }
@@ -327,7 +322,83 @@ RT_CLONES void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i
     return;
   }
   switch (op) {
-  BINARY_CASES(s)
+  BINARY_CASES(s, powf)
+  default:
+    break;
+  }
+}
+
+/* float64: computed in double throughout, with the math library's double
+** functions; special values follow eager's float64 kernels (which, unlike
+** its float32 exact gelu, give gelu(+inf) = +inf and gelu(-inf) = NaN, as
+** the formula does). */
+RT_CLONES void tn_rt_load_f64(double *dst, const double *src, int64_t stride, int64_t n)
+{
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = src[i];
+  } else {
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = src[i * stride];
+  }
+}
+
+RT_CLONES void tn_rt_store_f64(double *dst, int64_t stride, const double *src, int64_t n)
+{
+  if (stride == 1) {
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = src[i];
+  } else {
+    for (int64_t i = 0; i < n; i++)
+      dst[i * stride] = src[i];
+  }
+}
+
+RT_CLONES void tn_rt_fill_f64(double *dst, double v, int64_t n)
+{
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = v;
+}
+
+RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
+{
+  switch (op) {
+  case TN_RT_NEG: UNARY_LOOP(-x);
+  case TN_RT_ABS: UNARY_LOOP(fabs(x));
+  case TN_RT_EXP: UNARY_LOOP(exp(x));
+  case TN_RT_LOG: UNARY_LOOP(log(x));
+  case TN_RT_LOG1P: UNARY_LOOP(log1p(x));
+  case TN_RT_EXPM1: UNARY_LOOP(expm1(x));
+  case TN_RT_SQRT: UNARY_LOOP(sqrt(x));
+  case TN_RT_RSQRT: UNARY_LOOP(1.0 / sqrt(x));
+  case TN_RT_RELU: UNARY_LOOP(x < 0.0 ? 0.0 : x);
+  case TN_RT_SIGMOID: UNARY_LOOP(1.0 / (1.0 + exp(-x)));
+  case TN_RT_TANH: UNARY_LOOP(tanh(x));
+  case TN_RT_SILU: UNARY_LOOP(x / (1.0 + exp(-x)));
+  case TN_RT_ERF: UNARY_LOOP(erf(x));
+  case TN_RT_SIN: UNARY_LOOP(sin(x));
+  case TN_RT_COS: UNARY_LOOP(cos(x));
+  case TN_RT_GELU: UNARY_LOOP(0.5 * x * (1.0 + erf(x * 0.70710678118654752440)));
+  case TN_RT_GELU_TANH: UNARY_LOOP(0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))));
+  case TN_RT_ZERO_INF: UNARY_LOOP(isinf(x) ? 0.0 : x);
+  default:
+    break;
+  }
+}
+
+RT_CLONES void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, int64_t n)
+{
+  switch (op) {
+  BINARY_CASES(b[i], pow)
+  default:
+    break;
+  }
+}
+
+RT_CLONES void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t n)
+{
+  switch (op) {
+  BINARY_CASES(s, pow)
   default:
     break;
   }
@@ -467,6 +538,12 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_unary_f32", (const void *)tn_rt_unary_f32},
   {"tn_rt_binary_f32", (const void *)tn_rt_binary_f32},
   {"tn_rt_binary_s_f32", (const void *)tn_rt_binary_s_f32},
+  {"tn_rt_load_f64", (const void *)tn_rt_load_f64},
+  {"tn_rt_store_f64", (const void *)tn_rt_store_f64},
+  {"tn_rt_fill_f64", (const void *)tn_rt_fill_f64},
+  {"tn_rt_unary_f64", (const void *)tn_rt_unary_f64},
+  {"tn_rt_binary_f64", (const void *)tn_rt_binary_f64},
+  {"tn_rt_binary_s_f64", (const void *)tn_rt_binary_s_f64},
   {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
   {"tn_rt_combine", (const void *)tn_rt_combine},
   {"tn_rt_load2d_f32", (const void *)tn_rt_load2d_f32},
@@ -500,6 +577,12 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_unary_f32(int op, float *dst, const float *a, i64 n);\n"
          "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n"
          "void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i64 n);\n"
+         "void tn_rt_load_f64(double *dst, const double *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_f64(double *dst, i64 stride, const double *src, i64 n);\n"
+         "void tn_rt_fill_f64(double *dst, double v, i64 n);\n"
+         "void tn_rt_unary_f64(int op, double *dst, const double *a, i64 n);\n"
+         "void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, i64 n);\n"
+         "void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
          "double tn_rt_combine(int op, double acc, double part);\n"
          "void tn_rt_load2d_f32(float *dst, const float *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"

@@ -1,8 +1,8 @@
 /*
 ** The runtime that generated kernels call: block primitives over float32
-** (float16 and bfloat16 tensors are converted on load and store),
-** compiled by the extension's build with optimisation (libtcc, which does
-** not optimise, only emits the loops that call them). NaN, infinity and
+** (float16 and bfloat16 tensors are converted on load and store) and
+** float64, compiled by the extension's build with optimisation (libtcc,
+** which does not optimise, only emits the loops that call them). NaN, infinity and
 ** signed zero follow eager PyTorch.
 **
 ** Generated code sees these through prototypes it declares itself (no
@@ -75,6 +75,14 @@ void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_
 
 /* dst[i] = op(a[i], s); dst may alias a. */
 void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, int64_t n);
+
+/* float64 blocks: the same operations computed in double. */
+void tn_rt_load_f64(double *dst, const double *src, int64_t stride, int64_t n);
+void tn_rt_store_f64(double *dst, int64_t stride, const double *src, int64_t n);
+void tn_rt_fill_f64(double *dst, double v, int64_t n);
+void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n);
+void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, int64_t n);
+void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t n);
 
 /* The reduction op of a[0..n): sums (and MEAN, which is the sum here) are
 ** accumulated in double; n == 0 gives the identity (0, -inf, +inf). */

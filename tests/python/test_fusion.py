@@ -91,13 +91,61 @@ def test_large_tensor_releases_gil_and_matches():
         torch.testing.assert_close(torch.compile(f, backend="neuron")(x, y), f(x, y))
 
 
-def test_other_dtypes_stay_eager_but_correct():
+@pytest.mark.parametrize("dtype,lowered", [(torch.float64, True), (torch.float16, True), (torch.bfloat16, True),
+                                           (torch.int64, False), (torch.int32, False)])
+def test_each_dtype_lowered_or_eager_and_correct(dtype, lowered):
     f = lambda x, y: (x * 2 + y) * y  # noqa: E731
-    for dtype in (torch.float64, torch.float16, torch.bfloat16, torch.int64):
-        torch._dynamo.reset()
-        x, y = torch.randn(8, 8).to(dtype), torch.randn(8, 8).to(dtype)
+    x, y = (torch.randn(8, 8) * 10).to(dtype), (torch.randn(8, 8) * 10).to(dtype)
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron")(x, y)
+    torch.testing.assert_close(got, f(x, y))
+    assert got.dtype == dtype
+    assert (torchneuron_jit.stats()["kernels_compiled"] > 0) == lowered
+
+
+@pytest.mark.parametrize("name", sorted(CHAINS))
+def test_float64_chains_compute_in_double(name):
+    """float64 kernels compute in double (not float32): results agree with
+    eager to float64's own tolerances, special values included."""
+    f = CHAINS[name]
+    x, y = _special((33, 70)).double(), _special((33, 70)).flip(0).double()
+    x[1, :4] = torch.tensor([1 + 2 ** -40, 1e-300, 1e300, 123456789.123456789], dtype=torch.float64)
+    kernels = []
+    real_kernel = _C.Kernel
+
+    def spy(*args, **kwargs):
+        kernels.append(real_kernel(*args, **kwargs))
+        return kernels[-1]
+
+    _C.Kernel = spy
+    try:
         with torch.no_grad():
-            torch.testing.assert_close(torch.compile(f, backend="neuron")(x, y), f(x, y))
+            got = torch.compile(f, backend="neuron")(x, y)
+    finally:
+        _C.Kernel = real_kernel
+    want = f(x, y)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert kernels and all("double b0[" in k.source and "tn_rt_load_f64" in k.source for k in kernels)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_signed_zeros_as_eager(dtype):
+    """relu keeps -0 (eager's clamp_min(x, 0) does), maximum(-0, 0) is +0,
+    negation and products carry the sign. (A NaN's sign bit means nothing
+    and differs between eager's kernels: not compared.)"""
+    x = torch.tensor([-0.0, 0.0, -1.0, 1.0, math.nan, -math.inf] * 3).to(dtype)
+    y = torch.tensor([0.0, -0.0, -0.0, 0.0, 0.0, 2.0] * 3).to(dtype)
+    f = lambda x, y: (torch.relu(x) * 1.0, torch.maximum(x, y) + 0.0 * 0,  # noqa: E731
+                      -(x * y), torch.clamp_min(x, 0.0) * 2)
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron")(x, y)
+    for i, (g, w) in enumerate(zip(got, f(x, y))):
+        torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"output {i}: {m}")
+        number = ~w.isnan()
+        assert torch.equal(torch.signbit(g[number]), torch.signbit(w[number])), (i, g, w)
+    assert torchneuron_jit.stats()["kernels_compiled"] >= 1
 
 
 def test_kernel_source_is_deterministic_and_shape_independent():
