@@ -24,6 +24,14 @@ float erff(float);
 float sinf(float);
 #pragma omp declare simd notinbranch
 float cosf(float);
+#pragma omp declare simd notinbranch
+double tanh(double);
+#pragma omp declare simd notinbranch
+double erf(double);
+#pragma omp declare simd notinbranch
+double sin(double);
+#pragma omp declare simd notinbranch
+double cos(double);
 
 #define RT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -218,6 +226,65 @@ static int64_t rt_vmath(int f, float *dst, const float *a, const float *b, int64
   return rt_have_avx2() ? rt_vmath_avx2(f, dst, a, b, n) : 0;
 }
 
+/* float64: libmvec's 8-lane AVX-512 or 4-lane AVX2 versions. */
+typedef double rt_v4d __attribute__((vector_size(32)));
+typedef double rt_v8d __attribute__((vector_size(64)));
+
+rt_v4d _ZGVdN4v_exp(rt_v4d);
+rt_v4d _ZGVdN4v_log(rt_v4d);
+rt_v4d _ZGVdN4v_log1p(rt_v4d);
+rt_v4d _ZGVdN4v_expm1(rt_v4d);
+rt_v4d _ZGVdN4vv_pow(rt_v4d, rt_v4d);
+rt_v8d _ZGVeN8v_exp(rt_v8d);
+rt_v8d _ZGVeN8v_log(rt_v8d);
+rt_v8d _ZGVeN8v_log1p(rt_v8d);
+rt_v8d _ZGVeN8v_expm1(rt_v8d);
+rt_v8d _ZGVeN8vv_pow(rt_v8d, rt_v8d);
+
+/* One width's loop: dst[i] = f(a[i](, b[i])); T the vector type, V the
+** libmvec name's ISA and lane part (e.g. eN8). */
+#define RT_VMATH_F64_BODY(T, LANES, V) \
+  int64_t i = 0; \
+  T one; \
+  for (int l = 0; l < LANES; l++) \
+    one[l] = 1.0; \
+  for (; i + LANES <= n; i += LANES) { \
+    T x, y = {0}, r; \
+    __builtin_memcpy(&x, a + i, sizeof x); \
+    if (b) \
+      __builtin_memcpy(&y, b + i, sizeof y); \
+    switch (f) { \
+    case RT_VMATH_EXP: r = _ZGV##V##v_exp(x); break; \
+    case RT_VMATH_LOG: r = _ZGV##V##v_log(x); break; \
+    case RT_VMATH_LOG1P: r = _ZGV##V##v_log1p(x); break; \
+    case RT_VMATH_EXPM1: r = _ZGV##V##v_expm1(x); break; \
+    case RT_VMATH_SIGMOID: r = one / (one + _ZGV##V##v_exp(-x)); break; \
+    case RT_VMATH_SILU: r = x / (one + _ZGV##V##v_exp(-x)); break; \
+    default: r = _ZGV##V##vv_pow(x, y); break; \
+    } \
+    __builtin_memcpy(dst + i, &r, sizeof r); \
+  } \
+  return i
+
+__attribute__((target("avx2,fma"))) static int64_t rt_vmath_f64_avx2(int f, double *dst, const double *a,
+                                                                   const double *b, int64_t n)
+{
+  RT_VMATH_F64_BODY(rt_v4d, 4, dN4);
+}
+
+__attribute__((target("avx512f"))) static int64_t rt_vmath_f64_avx512(int f, double *dst, const double *a,
+                                                                    const double *b, int64_t n)
+{
+  RT_VMATH_F64_BODY(rt_v8d, 8, eN8);
+}
+
+static int64_t rt_vmath_f64(int f, double *dst, const double *a, const double *b, int64_t n)
+{
+  if (rt_have_avx512())
+    return rt_vmath_f64_avx512(f, dst, a, b, n);
+  return rt_have_avx2() ? rt_vmath_f64_avx2(f, dst, a, b, n) : 0;
+}
+
 static inline float rt_sigmoid(float x)
 {
   return 1.0f / (1.0f + expf(-x));
@@ -329,7 +396,7 @@ RT_CLONES void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i
 }
 
 /* float64: computed in double throughout, with the math library's double
-** functions; special values follow eager's float64 kernels (which, unlike
+** functions (libmvec's where the CPU has AVX2 or AVX-512); special values follow eager's float64 kernels (which, unlike
 ** its float32 exact gelu, give gelu(+inf) = +inf and gelu(-inf) = NaN, as
 ** the formula does). */
 RT_CLONES void tn_rt_load_f64(double *dst, const double *src, int64_t stride, int64_t n)
@@ -362,6 +429,15 @@ RT_CLONES void tn_rt_fill_f64(double *dst, double v, int64_t n)
 
 RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 {
+  int f = op == TN_RT_EXP ? RT_VMATH_EXP : op == TN_RT_LOG ? RT_VMATH_LOG
+        : op == TN_RT_LOG1P ? RT_VMATH_LOG1P : op == TN_RT_EXPM1 ? RT_VMATH_EXPM1
+        : op == TN_RT_SIGMOID ? RT_VMATH_SIGMOID : op == TN_RT_SILU ? RT_VMATH_SILU : 0;
+  if (f) {
+    int64_t done = rt_vmath_f64(f, dst, a, NULL, n);
+    dst += done;
+    a += done;
+    n -= done;
+  }
   switch (op) {
   case TN_RT_NEG: UNARY_LOOP(-x);
   case TN_RT_ABS: UNARY_LOOP(fabs(x));
@@ -388,6 +464,13 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 
 RT_CLONES void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, int64_t n)
 {
+  if (op == TN_RT_B_POW) {
+    int64_t done = rt_vmath_f64(RT_VMATH_POW, dst, a, b, n);
+    dst += done;
+    a += done;
+    b += done;
+    n -= done;
+  }
   switch (op) {
   BINARY_CASES(b[i], pow)
   default:
@@ -397,6 +480,14 @@ RT_CLONES void tn_rt_binary_f64(int op, double *dst, const double *a, const doub
 
 RT_CLONES void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t n)
 {
+  if (op == TN_RT_B_POW) { /* through the vector pow, a block at a time */
+    double b[256];
+    for (int i = 0; i < 256; i++)
+      b[i] = s;
+    for (int64_t i = 0; i < n; i += 256)
+      tn_rt_binary_f64(op, dst + i, a + i, b, n - i < 256 ? n - i : 256);
+    return;
+  }
   switch (op) {
   BINARY_CASES(s, pow)
   default:
@@ -424,10 +515,9 @@ typedef int32_t rt_m16 __attribute__((vector_size(64)));
   ((rt_v16)(((rt_m16)(x) & (((op) == TN_RT_R_MAX ? (x) > (acc) : (x) < (acc)) | ((x) != (x)))) | \
             ((rt_m16)(acc) & ~(((op) == TN_RT_R_MAX ? (x) > (acc) : (x) < (acc)) | ((x) != (x))))))
 
-/* Sums accumulate in double lanes: the mean of a row of equal values is
-** then that value exactly (layer norm of such a row gives 0, as eager). */
-typedef double rt_v8d __attribute__((vector_size(64)));
-
+/* Sums accumulate in double lanes (rt_v8d): the mean of a row of equal
+** values is then that value exactly (layer norm of such a row gives 0, as
+** eager). */
 RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
 {
   int64_t i = 0;
