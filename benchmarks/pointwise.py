@@ -1,6 +1,6 @@
 """Fused pointwise chains: eager vs torch.compile(backend="neuron"), same run.
 
-    python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024] [--no-inductor]
+    python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024] [--dtype float64] [--no-inductor]
 
 For each chain and shape: median latency of eager, of
 torch.compile(backend="neuron") and of torch.compile(backend="inductor"),
@@ -40,15 +40,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--shapes", default="64x256,256x1024,1024x1024")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    dtype = getattr(torch, args.dtype)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
     cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
     print(f"{'chain':14s} {'shape':>10s} " + " ".join(f"{c + ' us':>12s}" for c in cols)
           + f" {'eager/neuron':>13s}" + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
     for shape_text in args.shapes.split(","):
         shape = tuple(int(s) for s in shape_text.split("x"))
-        x, y = torch.randn(shape), torch.randn(shape)
+        x, y = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
         for name, f in CHAINS.items():
             torch._dynamo.reset()
             fns = {"eager": f}
