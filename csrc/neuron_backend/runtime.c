@@ -362,43 +362,48 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x < y ? y : x))); \
   case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x > y ? y : x)));
 
-RT_CLONES void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, int64_t n)
-{
-  if (op == TN_RT_B_POW) {
-    int64_t done = rt_vmath(RT_VMATH_POW, dst, a, b, n);
-    dst += done;
-    a += done;
-    b += done;
-    n -= done;
+/* The binary primitives of one type T (suffix SUF): pow's vector body
+** through VMATH, its scalar tail and every other op through BINARY_CASES. */
+#define RT_BINARY_FNS(SUF, T, VMATH, POW) \
+  RT_CLONES void tn_rt_binary_##SUF(int op, T *dst, const T *a, const T *b, int64_t n) \
+  { \
+    if (op == TN_RT_B_POW) { \
+      int64_t done = VMATH(RT_VMATH_POW, dst, a, b, n); \
+      dst += done; \
+      a += done; \
+      b += done; \
+      n -= done; \
+    } \
+    switch (op) { \
+    BINARY_CASES(b[i], POW) \
+    default: \
+      break; \
+    } \
+  } \
+  \
+  RT_CLONES void tn_rt_binary_s_##SUF(int op, T *dst, const T *a, T s, int64_t n) \
+  { \
+    if (op == TN_RT_B_POW) { /* through the vector pow, a block at a time */ \
+      T b[256]; \
+      for (int i = 0; i < 256; i++) \
+        b[i] = s; \
+      for (int64_t i = 0; i < n; i += 256) \
+        tn_rt_binary_##SUF(op, dst + i, a + i, b, n - i < 256 ? n - i : 256); \
+      return; \
+    } \
+    switch (op) { \
+    BINARY_CASES(s, POW) \
+    default: \
+      break; \
+    } \
   }
-  switch (op) {
-  BINARY_CASES(b[i], powf)
-  default:
-    break;
-  }
-}
 
-RT_CLONES void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, int64_t n)
-{
-  if (op == TN_RT_B_POW) { /* through the vector pow, a block at a time */
-    float b[256];
-    for (int i = 0; i < 256; i++)
-      b[i] = s;
-    for (int64_t i = 0; i < n; i += 256)
-      tn_rt_binary_f32(op, dst + i, a + i, b, n - i < 256 ? n - i : 256);
-    return;
-  }
-  switch (op) {
-  BINARY_CASES(s, powf)
-  default:
-    break;
-  }
-}
+RT_BINARY_FNS(f32, float, rt_vmath, powf)
 
 /* float64: computed in double throughout, with the math library's double
-** functions (libmvec's where the CPU has AVX2 or AVX-512); special values follow eager's float64 kernels (which, unlike
-** its float32 exact gelu, give gelu(+inf) = +inf and gelu(-inf) = NaN, as
-** the formula does). */
+** functions (libmvec's where the CPU has AVX2 or AVX-512); special values
+** follow eager's float64 kernels (which, unlike its float32 exact gelu,
+** give gelu(+inf) = +inf and gelu(-inf) = NaN, as the formula does). */
 RT_CLONES void tn_rt_load_f64(double *dst, const double *src, int64_t stride, int64_t n)
 {
   if (stride == 1) {
@@ -462,38 +467,7 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
   }
 }
 
-RT_CLONES void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, int64_t n)
-{
-  if (op == TN_RT_B_POW) {
-    int64_t done = rt_vmath_f64(RT_VMATH_POW, dst, a, b, n);
-    dst += done;
-    a += done;
-    b += done;
-    n -= done;
-  }
-  switch (op) {
-  BINARY_CASES(b[i], pow)
-  default:
-    break;
-  }
-}
-
-RT_CLONES void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t n)
-{
-  if (op == TN_RT_B_POW) { /* through the vector pow, a block at a time */
-    double b[256];
-    for (int i = 0; i < 256; i++)
-      b[i] = s;
-    for (int64_t i = 0; i < n; i += 256)
-      tn_rt_binary_f64(op, dst + i, a + i, b, n - i < 256 ? n - i : 256);
-    return;
-  }
-  switch (op) {
-  BINARY_CASES(s, pow)
-  default:
-    break;
-  }
-}
+RT_BINARY_FNS(f64, double, rt_vmath_f64, pow)
 
 static inline double rt_combine(int op, double acc, double part)
 {
