@@ -35,31 +35,36 @@ double cos(double);
 
 #define RT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-RT_CLONES void tn_rt_load_f32(float *dst, const float *src, int64_t stride, int64_t n)
-{
-  if (stride == 1) {
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = src[i];
-  } else if (stride == 0) {
-    float v = src[0];
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = v;
-  } else {
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = src[i * stride];
+/* Strided block loads and stores of type T (suffix SUF). */
+#define RT_LOAD_STORE_FNS(SUF, T) \
+  RT_CLONES void tn_rt_load_##SUF(T *dst, const T *src, int64_t stride, int64_t n) \
+  { \
+    if (stride == 1) { \
+      for (int64_t i = 0; i < n; i++) \
+        dst[i] = src[i]; \
+    } else if (stride == 0) { \
+      T v = src[0]; \
+      for (int64_t i = 0; i < n; i++) \
+        dst[i] = v; \
+    } else { \
+      for (int64_t i = 0; i < n; i++) \
+        dst[i] = src[i * stride]; \
+    } \
+  } \
+  \
+  RT_CLONES void tn_rt_store_##SUF(T *dst, int64_t stride, const T *src, int64_t n) \
+  { \
+    if (stride == 1) { \
+      for (int64_t i = 0; i < n; i++) \
+        dst[i] = src[i]; \
+    } else { \
+      for (int64_t i = 0; i < n; i++) \
+        dst[i * stride] = src[i]; \
+    } \
   }
-}
 
-RT_CLONES void tn_rt_store_f32(float *dst, int64_t stride, const float *src, int64_t n)
-{
-  if (stride == 1) {
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = src[i];
-  } else {
-    for (int64_t i = 0; i < n; i++)
-      dst[i * stride] = src[i];
-  }
-}
+RT_LOAD_STORE_FNS(f32, float)
+RT_LOAD_STORE_FNS(f64, double)
 
 /* float16 and bfloat16 are computed in float32 and rounded once, when
 ** stored (round to nearest even; NaN stays NaN). */
@@ -404,28 +409,6 @@ RT_BINARY_FNS(f32, float, rt_vmath, powf)
 ** functions (libmvec's where the CPU has AVX2 or AVX-512); special values
 ** follow eager's float64 kernels (which, unlike its float32 exact gelu,
 ** give gelu(+inf) = +inf and gelu(-inf) = NaN, as the formula does). */
-RT_CLONES void tn_rt_load_f64(double *dst, const double *src, int64_t stride, int64_t n)
-{
-  if (stride == 1) {
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = src[i];
-  } else {
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = src[i * stride];
-  }
-}
-
-RT_CLONES void tn_rt_store_f64(double *dst, int64_t stride, const double *src, int64_t n)
-{
-  if (stride == 1) {
-    for (int64_t i = 0; i < n; i++)
-      dst[i] = src[i];
-  } else {
-    for (int64_t i = 0; i < n; i++)
-      dst[i * stride] = src[i];
-  }
-}
-
 RT_CLONES void tn_rt_fill_f64(double *dst, double v, int64_t n)
 {
   for (int64_t i = 0; i < n; i++)
