@@ -290,6 +290,21 @@ static int64_t rt_vmath_f64(int f, double *dst, const double *a, const double *b
   return rt_have_avx2() ? rt_vmath_f64_avx2(f, dst, a, b, n) : 0;
 }
 
+/* The libmvec body of unary op, or 0 when it has none (its scalar loop
+** does all). */
+static int rt_vmath_unary(int op)
+{
+  switch (op) {
+  case TN_RT_EXP: return RT_VMATH_EXP;
+  case TN_RT_LOG: return RT_VMATH_LOG;
+  case TN_RT_LOG1P: return RT_VMATH_LOG1P;
+  case TN_RT_EXPM1: return RT_VMATH_EXPM1;
+  case TN_RT_SIGMOID: return RT_VMATH_SIGMOID;
+  case TN_RT_SILU: return RT_VMATH_SILU;
+  default: return 0;
+  }
+}
+
 static inline float rt_sigmoid(float x)
 {
   return 1.0f / (1.0f + expf(-x));
@@ -304,9 +319,7 @@ static inline float rt_sigmoid(float x)
 
 RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
 {
-  int f = op == TN_RT_EXP ? RT_VMATH_EXP : op == TN_RT_LOG ? RT_VMATH_LOG
-        : op == TN_RT_LOG1P ? RT_VMATH_LOG1P : op == TN_RT_EXPM1 ? RT_VMATH_EXPM1
-        : op == TN_RT_SIGMOID ? RT_VMATH_SIGMOID : op == TN_RT_SILU ? RT_VMATH_SILU : 0;
+  int f = rt_vmath_unary(op);
   if (f) {
     int64_t done = rt_vmath(f, dst, a, NULL, n);
     dst += done;
@@ -417,9 +430,7 @@ RT_CLONES void tn_rt_fill_f64(double *dst, double v, int64_t n)
 
 RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 {
-  int f = op == TN_RT_EXP ? RT_VMATH_EXP : op == TN_RT_LOG ? RT_VMATH_LOG
-        : op == TN_RT_LOG1P ? RT_VMATH_LOG1P : op == TN_RT_EXPM1 ? RT_VMATH_EXPM1
-        : op == TN_RT_SIGMOID ? RT_VMATH_SIGMOID : op == TN_RT_SILU ? RT_VMATH_SILU : 0;
+  int f = rt_vmath_unary(op);
   if (f) {
     int64_t done = rt_vmath_f64(f, dst, a, NULL, n);
     dst += done;
