@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 6
+ARTIFACT_FORMAT = 7
 
 
 @functools.lru_cache(maxsize=None)
@@ -191,7 +191,8 @@ def _fuse(graph, imported, groups):
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
-        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty, getattr(torch, grp["dtype"]),
+        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
+                           [getattr(torch, d) for d in grp["dtypes"]],
                            grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"])
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))

@@ -131,7 +131,15 @@
   _(mm,                    "aten::mm",                  "TT",       1, TN_OPC_MATMUL) \
   _(bmm,                   "aten::bmm",                 "TT",       1, TN_OPC_MATMUL) \
   _(addmm,                 "aten::addmm",               "TTTss",    1, TN_OPC_MATMUL) \
-  _(baddbmm,               "aten::baddbmm",             "TTTss",    1, TN_OPC_MATMUL)
+  _(baddbmm,               "aten::baddbmm",             "TTTss",    1, TN_OPC_MATMUL) \
+  /* appended later: ids are part of the graph encoding, so new ops go last */ \
+  _(bitwise_and_Tensor,    "aten::bitwise_and.Tensor",  "TT",       1, TN_OPC_POINTWISE) \
+  _(bitwise_or_Tensor,     "aten::bitwise_or.Tensor",   "TT",       1, TN_OPC_POINTWISE) \
+  _(bitwise_xor_Tensor,    "aten::bitwise_xor.Tensor",  "TT",       1, TN_OPC_POINTWISE) \
+  _(bitwise_not,           "aten::bitwise_not",         "T",        1, TN_OPC_POINTWISE) \
+  _(bitwise_and_Scalar,    "aten::bitwise_and.Scalar",  "Ts",       1, TN_OPC_POINTWISE) \
+  _(bitwise_or_Scalar,     "aten::bitwise_or.Scalar",   "Ts",       1, TN_OPC_POINTWISE) \
+  _(bitwise_xor_Scalar,    "aten::bitwise_xor.Scalar",  "Ts",       1, TN_OPC_POINTWISE)
 
 typedef enum tn_op {
 #define TN_OP_ENUM(id, name, sig, nout, cls) TN_OP_##id,

@@ -23,6 +23,12 @@ struct tn_fusion {
 #define FK_SCALAR 3    /* op(self, scalar); add/sub.Scalar take alpha */
 #define FK_GELU 4      /* unary by approximate string */
 #define FK_CLAMP 5     /* clamp(self, min?, max?) with scalars */
+#define FK_COMPARE 6   /* comparison fr_op (TN_RT_C_*) of two tensors: bool */
+#define FK_COMPARE_S 7 /* comparison of a tensor with a scalar: bool */
+#define FK_WHERE 8     /* where.self(condition, self, other) */
+#define FK_MASKED 9    /* masked_fill.Scalar / .Tensor(self, mask, value) */
+#define FK_CAST 10     /* _to_copy: a cast (or a copy) */
+#define FK_FACTORY 11  /* scalar_tensor / full of a 0-dim tensor: a constant */
 
 typedef struct fuse_rule {
   int fr_kind;
@@ -47,6 +53,7 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_erf: return (fuse_rule){FK_UNARY, TN_RT_ERF};
   case TN_OP_sin: return (fuse_rule){FK_UNARY, TN_RT_SIN};
   case TN_OP_cos: return (fuse_rule){FK_UNARY, TN_RT_COS};
+  case TN_OP_logical_not: return (fuse_rule){FK_UNARY, TN_RT_LNOT};
   case TN_OP_gelu: return (fuse_rule){FK_GELU, 0};
   case TN_OP_add_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_ADD};
   case TN_OP_sub_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_SUB};
@@ -55,6 +62,15 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_maximum: return (fuse_rule){FK_BINARY, TN_RT_B_MAXIMUM};
   case TN_OP_minimum: return (fuse_rule){FK_BINARY, TN_RT_B_MINIMUM};
   case TN_OP_pow_Tensor_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_POW};
+  case TN_OP_logical_and: return (fuse_rule){FK_BINARY, TN_RT_B_LAND};
+  case TN_OP_logical_or: return (fuse_rule){FK_BINARY, TN_RT_B_LOR};
+  case TN_OP_bitwise_and_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_BAND};
+  case TN_OP_bitwise_or_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_BOR};
+  case TN_OP_bitwise_xor_Tensor: return (fuse_rule){FK_BINARY, TN_RT_B_BXOR};
+  case TN_OP_bitwise_not: return (fuse_rule){FK_UNARY, TN_RT_BNOT};
+  case TN_OP_bitwise_and_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_BAND};
+  case TN_OP_bitwise_or_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_BOR};
+  case TN_OP_bitwise_xor_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_BXOR};
   case TN_OP_add_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_ADD};
   case TN_OP_sub_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_SUB};
   case TN_OP_mul_Scalar: return (fuse_rule){FK_SCALAR, TN_RT_B_MUL};
@@ -63,6 +79,22 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_clamp_min: return (fuse_rule){FK_SCALAR, TN_RT_B_CLAMP_MIN};
   case TN_OP_clamp_max: return (fuse_rule){FK_SCALAR, TN_RT_B_CLAMP_MAX};
   case TN_OP_clamp: return (fuse_rule){FK_CLAMP, 0};
+  case TN_OP_eq_Tensor: return (fuse_rule){FK_COMPARE, TN_RT_C_EQ};
+  case TN_OP_ne_Tensor: return (fuse_rule){FK_COMPARE, TN_RT_C_NE};
+  case TN_OP_lt_Tensor: return (fuse_rule){FK_COMPARE, TN_RT_C_LT};
+  case TN_OP_le_Tensor: return (fuse_rule){FK_COMPARE, TN_RT_C_LE};
+  case TN_OP_gt_Tensor: return (fuse_rule){FK_COMPARE, TN_RT_C_GT};
+  case TN_OP_ge_Tensor: return (fuse_rule){FK_COMPARE, TN_RT_C_GE};
+  case TN_OP_eq_Scalar: return (fuse_rule){FK_COMPARE_S, TN_RT_C_EQ};
+  case TN_OP_ne_Scalar: return (fuse_rule){FK_COMPARE_S, TN_RT_C_NE};
+  case TN_OP_lt_Scalar: return (fuse_rule){FK_COMPARE_S, TN_RT_C_LT};
+  case TN_OP_le_Scalar: return (fuse_rule){FK_COMPARE_S, TN_RT_C_LE};
+  case TN_OP_gt_Scalar: return (fuse_rule){FK_COMPARE_S, TN_RT_C_GT};
+  case TN_OP_ge_Scalar: return (fuse_rule){FK_COMPARE_S, TN_RT_C_GE};
+  case TN_OP_where_self: return (fuse_rule){FK_WHERE, 0};
+  case TN_OP_masked_fill_Scalar: case TN_OP_masked_fill_Tensor: return (fuse_rule){FK_MASKED, 0};
+  case TN_OP_to_copy: return (fuse_rule){FK_CAST, 0};
+  case TN_OP_scalar_tensor: case TN_OP_full: return (fuse_rule){FK_FACTORY, 0};
   default: return (fuse_rule){FK_NONE, 0};
   }
 }
@@ -126,10 +158,10 @@ static int meta_contiguous(const tn_meta *m)
   return 1;
 }
 
-/* Whether a and b have the same iteration space: sizes and dtype. */
+/* Whether a and b have the same sizes (the same iteration space). */
 static int same_space(const tn_meta *a, const tn_meta *b)
 {
-  if (a->me_rank != b->me_rank || a->me_dtype != b->me_dtype)
+  if (a->me_rank != b->me_rank)
     return 0;
   for (int d = 0; d < a->me_rank; d++)
     if (a->me_sizes[d].si_val != b->me_sizes[d].si_val || a->me_sizes[d].si_sym != b->me_sizes[d].si_sym)
@@ -137,44 +169,222 @@ static int same_space(const tn_meta *a, const tn_meta *b)
   return 1;
 }
 
+/* -- Dtypes --------------------------------------------------------------- */
+
+/* What a dtype's blocks hold: float (float32, float16, bfloat16), double,
+** int64 (integers and bool), or nothing we compute (DC_NONE). */
+#define DC_NONE 0
+#define DC_FLOAT 1
+#define DC_DOUBLE 2
+#define DC_INT 3
+
+static int dtype_class(int dt)
+{
+  switch (dt) {
+  case TN_DTYPE_FLOAT32: case TN_DTYPE_FLOAT16: case TN_DTYPE_BFLOAT16: return DC_FLOAT;
+  case TN_DTYPE_FLOAT64: return DC_DOUBLE;
+  case TN_DTYPE_UINT8: case TN_DTYPE_INT8: case TN_DTYPE_INT16: case TN_DTYPE_INT32: case TN_DTYPE_INT64:
+  case TN_DTYPE_BOOL: return DC_INT;
+  default: return DC_NONE;
+  }
+}
+
 static int float_dtype(int dt)
 {
-  return dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_FLOAT16 || dt == TN_DTYPE_BFLOAT16;
+  return dtype_class(dt) == DC_FLOAT;
+}
+
+/* float16 and bfloat16: computed in float32, so values may need rounding. */
+static int narrow_float(int dt)
+{
+  return dt == TN_DTYPE_FLOAT16 || dt == TN_DTYPE_BFLOAT16;
+}
+
+/* The range of an integer dtype (bool: 0..1; int64: what a double holds
+** exactly, the constants' carrier). */
+static void int_range(int dt, double *lo, double *hi)
+{
+  switch (dt) {
+  case TN_DTYPE_BOOL: *lo = 0; *hi = 1; break;
+  case TN_DTYPE_UINT8: *lo = 0; *hi = 255; break;
+  case TN_DTYPE_INT8: *lo = -128; *hi = 127; break;
+  case TN_DTYPE_INT16: *lo = -32768; *hi = 32767; break;
+  case TN_DTYPE_INT32: *lo = -2147483648.0; *hi = 2147483647.0; break;
+  default: *lo = -0x1p53; *hi = 0x1p53; break;
+  }
+}
+
+/* Whether every value of dtype `from` is one of dtype `to` in the same
+** blocks (so a conversion is no work): float16/bfloat16 to float32,
+** narrower integers (and bool) to wider ones. */
+static int widens(int to, int from)
+{
+  double flo, fhi, tlo, thi;
+  if (to == TN_DTYPE_FLOAT32)
+    return narrow_float(from);
+  if (dtype_class(to) != DC_INT || dtype_class(from) != DC_INT)
+    return 0;
+  int_range(from, &flo, &fhi);
+  int_range(to, &tlo, &thi);
+  return to == TN_DTYPE_INT64 || (flo >= tlo && fhi <= thi);
+}
+
+/* A number argument of any value (a double holds it exactly). */
+static int arg_scalar(const tn_arg *a, double *out)
+{
+  switch (a->ar_tag) {
+  case TN_ARG_INT: case TN_ARG_BOOL:
+    *out = (double)a->u.ar_int;
+    return a->u.ar_int >= -(INT64_C(1) << 53) && a->u.ar_int <= (INT64_C(1) << 53);
+  case TN_ARG_FLOAT: *out = a->u.ar_float; return 1;
+  default: return 0;
+  }
+}
+
+/* Whether v, the scalar of an op computing in dtype dt, is one we compute
+** as eager does: an integer within the range of an integer dtype; for
+** floats any finite number, or any number at all with nonfinite (values
+** eager stores: they must not overflow dt). */
+static int scalar_fits(int dt, double v, int nonfinite)
+{
+  double lo, hi;
+  if (dtype_class(dt) != DC_INT)
+    return nonfinite ? !(isfinite(v) && !isfinite(tn_rt_round(dt, v))) : isfinite(v);
+  int_range(dt, &lo, &hi);
+  return v == floor(v) && v >= lo && v <= hi;
+}
+
+/* Whether a is a scalar argument that fits dt (scalar_fits); NONE passes
+** when optional. */
+static int arg_fits(const tn_arg *a, int dt, int nonfinite, int optional)
+{
+  double v;
+  if (a->ar_tag == TN_ARG_NONE)
+    return optional;
+  return arg_scalar(a, &v) && scalar_fits(dt, v, nonfinite);
+}
+
+/* Whether the op of rule r computes in dtype dt: floats have every op;
+** integers the ring ops, abs, relu, max/min and clamps; bool the logical
+** ops, max/min, selections and casts. Comparisons give bool. */
+static int rule_fits_dtype(fuse_rule r, int dt)
+{
+  int logical = (r.fr_kind == FK_UNARY && r.fr_op == TN_RT_LNOT) ||
+                (r.fr_kind == FK_BINARY && (r.fr_op == TN_RT_B_LAND || r.fr_op == TN_RT_B_LOR));
+  int bitwise = (r.fr_kind == FK_UNARY && r.fr_op == TN_RT_BNOT) ||
+                ((r.fr_kind == FK_BINARY || r.fr_kind == FK_SCALAR) && r.fr_op >= TN_RT_B_BAND &&
+                 r.fr_op <= TN_RT_B_BXOR);
+  if (logical || r.fr_kind == FK_COMPARE || r.fr_kind == FK_COMPARE_S)
+    return dt == TN_DTYPE_BOOL;
+  if (bitwise) /* integers and bool (torch has no float bitwise ops) */
+    return dtype_class(dt) == DC_INT;
+  if (dtype_class(dt) != DC_INT)
+    return 1;
+  switch (r.fr_kind) {
+  case FK_UNARY:
+    return dt != TN_DTYPE_BOOL && (r.fr_op == TN_RT_NEG || r.fr_op == TN_RT_ABS || r.fr_op == TN_RT_RELU);
+  case FK_BINARY: case FK_SCALAR:
+    if (r.fr_op == TN_RT_B_MAXIMUM || r.fr_op == TN_RT_B_MINIMUM)
+      return 1;
+    return dt != TN_DTYPE_BOOL && (r.fr_op == TN_RT_B_ADD || r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_MUL ||
+                                   r.fr_op == TN_RT_B_CLAMP_MIN || r.fr_op == TN_RT_B_CLAMP_MAX);
+  case FK_CLAMP:
+    return dt != TN_DTYPE_BOOL;
+  case FK_WHERE: case FK_MASKED: case FK_CAST: case FK_FACTORY:
+    return 1;
+  default: /* gelu */
+    return 0;
+  }
+}
+
+static int arg_dtype(const tn_graph *g, const tn_arg *a)
+{
+  return tn_graph_value(g, a->u.ar_ref)->va_meta.me_dtype;
+}
+
+/* Whether the 0-dim factory n (scalar_tensor, full([])) is a constant we
+** can make: an ordinary tensor of a dtype we compute, of a value that fits
+** it. Sets *v to that value, as the dtype holds it. */
+static int factory_value(const tn_graph *g, const tn_node *n, double *v)
+{
+  if (fuse_rule_of(n->no_op).fr_kind != FK_FACTORY || n->no_nout != 1)
+    return 0;
+  const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
+  int full = n->no_op == TN_OP_full, dt = out->me_dtype;
+  const tn_arg *val = &n->no_args[full ? 1 : 0], *layout = &n->no_args[full ? 3 : 2];
+  if (out->me_rank != 0 || !dtype_class(dt) || !arg_scalar(val, v) ||
+      (layout->ar_tag != TN_ARG_NONE && layout->u.ar_int != 0))
+    return 0;
+  if (dt == TN_DTYPE_BOOL) {
+    *v = *v != 0;
+    return 1;
+  }
+  if (!scalar_fits(dt, *v, 1))
+    return 0;
+  *v = tn_rt_round(dt, *v);
+  return 1;
 }
 
 static int fusable(const tn_graph *g, const tn_node *n)
 {
   fuse_rule r = fuse_rule_of(n->no_op);
-  double v;
-  if (r.fr_kind == FK_NONE || n->no_nout != 1)
+  if (r.fr_kind == FK_NONE || r.fr_kind == FK_FACTORY || n->no_nout != 1)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
-  /* pointwise kernels compute float64 in double, the rest in float32 */
-  if (!(float_dtype(out->me_dtype) || out->me_dtype == TN_DTYPE_FLOAT64) || !meta_contiguous(out))
+  int dt = out->me_dtype;
+  if (!dtype_class(dt) || !meta_contiguous(out) || !rule_fits_dtype(r, dt))
     return 0;
-  for (uint32_t i = 0; i < n->no_nargs; i++) {
-    const tn_arg *a = &n->no_args[i];
-    if (a->ar_tag == TN_ARG_TENSOR && tn_graph_value(g, a->u.ar_ref)->va_meta.me_dtype != out->me_dtype)
+  for (uint32_t i = 0; i < n->no_nargs; i++)
+    if (n->no_args[i].ar_tag == TN_ARG_TENSOR && !dtype_class(arg_dtype(g, &n->no_args[i])))
       return 0;
-  }
   switch (r.fr_kind) {
   case FK_BINARY:
-    return n->no_nargs < 3 || arg_number(&n->no_args[2], &v);
+    return n->no_nargs < 3 || arg_fits(&n->no_args[2], dt, 0, 0);
   case FK_SCALAR:
-    return arg_number(&n->no_args[1], &v) && (n->no_nargs < 3 || arg_number(&n->no_args[2], &v));
+    return arg_fits(&n->no_args[1], dt, 0, 0) && (n->no_nargs < 3 || arg_fits(&n->no_args[2], dt, 0, 0));
   case FK_CLAMP:
-    for (int i = 1; i <= 2; i++)
-      if (n->no_args[i].ar_tag != TN_ARG_NONE && !arg_number(&n->no_args[i], &v))
-        return 0;
-    return 1;
+    return arg_fits(&n->no_args[1], dt, 0, 1) && arg_fits(&n->no_args[2], dt, 0, 1);
   case FK_GELU: {
     const tn_arg *s = &n->no_args[1];
     return (s->ar_len == 4 && memcmp(s->u.ar_str, "none", 4) == 0) ||
            (s->ar_len == 4 && memcmp(s->u.ar_str, "tanh", 4) == 0);
   }
+  case FK_COMPARE: /* in their one dtype (mixed ones would need torch's promotion) */
+    return arg_dtype(g, &n->no_args[0]) == arg_dtype(g, &n->no_args[1]);
+  case FK_COMPARE_S: { /* in the tensor's dtype: integers against integers only */
+    double v;
+    int t = arg_dtype(g, &n->no_args[0]);
+    return arg_scalar(&n->no_args[1], &v) && (dtype_class(t) != DC_INT || v == floor(v));
+  }
+  case FK_WHERE:
+    return arg_dtype(g, &n->no_args[0]) == TN_DTYPE_BOOL;
+  case FK_MASKED:
+    if (arg_dtype(g, &n->no_args[1]) != TN_DTYPE_BOOL)
+      return 0;
+    if (n->no_op == TN_OP_masked_fill_Tensor) /* eager raises unless value is 0-dim */
+      return tn_graph_value(g, n->no_args[2].u.ar_ref)->va_meta.me_rank == 0;
+    return dt == TN_DTYPE_BOOL ? arg_fits(&n->no_args[2], TN_DTYPE_BOOL, 0, 0) : arg_fits(&n->no_args[2], dt, 1, 0);
+  case FK_CAST: /* a plain strided CPU tensor: no layout, device or pinning */
+    return n->no_args[2].ar_tag == TN_ARG_NONE && n->no_args[3].ar_tag == TN_ARG_NONE &&
+           (n->no_args[4].ar_tag == TN_ARG_NONE || n->no_args[4].u.ar_int == 0);
   default:
     return 1;
   }
+}
+
+/* Whether node n computes in one float dtype dt throughout (what row and
+** GEMM groups take in: every tensor it reads and writes is of dt). */
+static int uniform_node(const tn_graph *g, const tn_node *n, int dt)
+{
+  int k = fuse_rule_of(n->no_op).fr_kind;
+  if (k != FK_UNARY && k != FK_BINARY && k != FK_SCALAR && k != FK_GELU && k != FK_CLAMP)
+    return 0;
+  if (tn_graph_value(g, n->no_out[0])->va_meta.me_dtype != dt)
+    return 0;
+  for (uint32_t i = 0; i < n->no_nargs; i++)
+    if (n->no_args[i].ar_tag == TN_ARG_TENSOR && arg_dtype(g, &n->no_args[i]) != dt)
+      return 0;
+  return 1;
 }
 
 
@@ -284,6 +494,20 @@ static int32_t producer(const tn_graph *g, int32_t v)
   return tn_graph_value(g, v)->va_node;
 }
 
+/* Whether node p, outside every group, reads no tensor (a factory): it
+** can run anywhere, so it is ready for every group (the back end puts
+** nodes back in a topological order after fusion). */
+static int hoistable(fuse_state *s, int32_t p)
+{
+  const tn_node *n = tn_graph_node(s->fs_g, p);
+  if (s->fs_group_of[p] >= 0)
+    return 0;
+  for (uint32_t i = 0; i < n->no_nargs; i++)
+    if (n->no_args[i].ar_tag == TN_ARG_TENSOR || n->no_args[i].ar_tag == TN_ARG_TENSOR_LIST)
+      return 0;
+  return 1;
+}
+
 /* Whether every input node n takes from outside group k (or from group
 ** also, when also >= 0) exists before k's first node. */
 static int inputs_ready(fuse_state *s, const tn_node *n, int32_t k, int32_t also)
@@ -292,7 +516,7 @@ static int inputs_ready(fuse_state *s, const tn_node *n, int32_t k, int32_t also
     if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
       continue;
     int32_t p = producer(s->fs_g, n->no_args[i].u.ar_ref);
-    if (p >= 0 && s->fs_group_of[p] != k && s->fs_group_of[p] != also && p >= s->fs_first[k])
+    if (p >= 0 && s->fs_group_of[p] != k && s->fs_group_of[p] != also && p >= s->fs_first[k] && !hoistable(s, p))
       return 0;
   }
   return 1;
@@ -338,7 +562,7 @@ static int may_join(fuse_state *s, const tn_node *n, int32_t k)
     if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
       continue;
     int32_t p = producer(g, n->no_args[i].u.ar_ref);
-    if (p < 0 || s->fs_group_of[p] == k || p < s->fs_first[k])
+    if (p < 0 || s->fs_group_of[p] == k || p < s->fs_first[k] || hoistable(s, p))
       continue;
     int32_t h = s->fs_group_of[p];
     if (h < 0 || !may_merge(s, h, k))
@@ -356,15 +580,27 @@ static int node_reads(const tn_node *n, int32_t v)
   return 0;
 }
 
+/* Whether every node of pointwise group h computes in dtype dt alone
+** (uniform_node): what a row or GEMM group may take in. */
+static int uniform_group(fuse_state *s, int32_t h, int dt)
+{
+  for (uint32_t i = (uint32_t)s->fs_first[h]; i < tn_graph_num_nodes(s->fs_g); i++)
+    if (s->fs_group_of[i] == h && !uniform_node(s->fs_g, tn_graph_node(s->fs_g, (int32_t)i), dt))
+      return 0;
+  return 1;
+}
+
 /* Takes into group r the pointwise groups that read the first result of
-** node i (r's anchor) and can run inside r. */
+** node i (r's anchor), compute in its dtype and can run inside r. */
 static void absorb_consumers(fuse_state *s, int32_t r, uint32_t i)
 {
   const tn_graph *g = s->fs_g;
   int32_t v = tn_graph_node(g, (int32_t)i)->no_out[0];
+  int dt = tn_graph_value(g, v)->va_meta.me_dtype;
   for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
     int32_t h = s->fs_group_of[j];
-    if (h >= 0 && h != r && s->fs_anchor[h] < 0 && node_reads(tn_graph_node(g, (int32_t)j), v) && may_merge(s, h, r))
+    if (h >= 0 && h != r && s->fs_anchor[h] < 0 && node_reads(tn_graph_node(g, (int32_t)j), v) &&
+        uniform_group(s, h, dt) && may_merge(s, h, r))
       move_group(s, h, r);
   }
 }
@@ -385,7 +621,8 @@ static void form_row_group(fuse_state *s, uint32_t i, int k)
 
   int32_t p = producer(g, n->no_args[0].u.ar_ref);
   int32_t pro = p >= 0 ? s->fs_group_of[p] : -1;
-  if (pro >= 0 && pro != r && s->fs_anchor[pro] < 0 && inputs_ready(s, n, pro, pro))
+  if (pro >= 0 && pro != r && s->fs_anchor[pro] < 0 && inputs_ready(s, n, pro, pro) &&
+      uniform_group(s, pro, tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta.me_dtype))
     move_group(s, pro, r);
   if (tn_op_class(n->no_op) == TN_OPC_NORM)
     absorb_consumers(s, r, i);
@@ -404,6 +641,68 @@ static void form_gemm_group(fuse_state *s, uint32_t i)
   absorb_consumers(s, r, i);
 }
 
+/* The pointwise group that holds every reader of node i's result, or -1
+** (a reader elsewhere, or the result is a graph output). */
+static int32_t sole_reader_group(fuse_state *s, uint32_t i)
+{
+  const tn_graph *g = s->fs_g;
+  int32_t v = tn_graph_node(g, (int32_t)i)->no_out[0], k = -1;
+  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
+    if (tn_graph_outputs(g)[o] == v)
+      return -1;
+  for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)j);
+    for (uint32_t a = 0; a < n->no_nargs; a++) {
+      const tn_arg *arg = &n->no_args[a];
+      int reads = arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v;
+      for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
+        reads |= arg->u.ar_refs[e] == v;
+      if (!reads)
+        continue;
+      int32_t h = s->fs_group_of[j];
+      if (h < 0 || s->fs_anchor[h] >= 0 || (k >= 0 && h != k))
+        return -1;
+      k = h;
+    }
+  }
+  return k;
+}
+
+/* Whether group k reads a tensor from outside that is not a 0-dim factory:
+** a kernel needs one input at least (its iteration space). */
+static int has_real_input(fuse_state *s, int32_t k)
+{
+  const tn_graph *g = s->fs_g;
+  double v;
+  for (uint32_t i = (uint32_t)s->fs_first[k]; i < tn_graph_num_nodes(g); i++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    for (uint32_t a = 0; s->fs_group_of[i] == k && a < n->no_nargs; a++) {
+      if (n->no_args[a].ar_tag != TN_ARG_TENSOR)
+        continue;
+      int32_t p = producer(g, n->no_args[a].u.ar_ref);
+      if (p < 0 || (s->fs_group_of[p] != k && !factory_value(g, tn_graph_node(g, p), &v)))
+        return 1;
+    }
+  }
+  return 0;
+}
+
+/* Makes node i, when it is a 0-dim factory whose readers all lie in one
+** pointwise group, a constant of that group. */
+static void absorb_factory(fuse_state *s, uint32_t i)
+{
+  double v;
+  if (s->fs_group_of[i] >= 0 || !factory_value(s->fs_g, tn_graph_node(s->fs_g, (int32_t)i), &v))
+    return;
+  int32_t k = sole_reader_group(s, i);
+  if (k < 0 || !has_real_input(s, k))
+    return;
+  s->fs_group_of[i] = k;
+  s->fs_count[k]++;
+  if ((int32_t)i < s->fs_first[k])
+    s->fs_first[k] = (int32_t)i;
+}
+
 /* -- Programs ----------------------------------------------------------------- */
 
 typedef struct prog_builder {
@@ -411,6 +710,10 @@ typedef struct prog_builder {
   tn_finst *pb_prog;
   uint32_t pb_n, pb_cap;
   uint32_t pb_nbufs, pb_nscalars;
+  uint8_t *pb_bdt;    /* dtype of each buffer's values */
+  uint8_t *pb_exact;  /* whether a float16/bfloat16 buffer's values are rounded to it */
+  uint32_t pb_bcap;
+  int pb_dtype;       /* row groups: the dtype of their splat row scalars */
   int pb_rc;
 } prog_builder;
 
@@ -431,31 +734,97 @@ static void emit(prog_builder *b, tn_finst fi)
   b->pb_prog[b->pb_n++] = fi;
 }
 
-static int32_t emit_const(prog_builder *b, double v)
+static tn_finst inst(int kind, int op, int32_t dst, int32_t a, int32_t c, double v)
 {
-  int32_t dst = (int32_t)b->pb_nbufs++;
-  emit(b, (tn_finst){TN_FI_CONST, 0, dst, -1, -1, v});
+  return (tn_finst){kind, op, dst, a, c, -1, v};
+}
+
+/* A new buffer holding values of dtype dt (exact: rounded to it). */
+static int32_t new_buf(prog_builder *b, int dt, int exact)
+{
+  uint32_t k = b->pb_nbufs++;
+  if (b->pb_rc != TN_OK)
+    return (int32_t)k;
+  if (k == b->pb_bcap) {
+    uint32_t cap = b->pb_bcap ? 2 * b->pb_bcap : 32;
+    uint8_t *d = mi_heap_reallocn(b->pb_f->fu_heap, b->pb_bdt, cap, 1);
+    uint8_t *e = d ? mi_heap_reallocn(b->pb_f->fu_heap, b->pb_exact, cap, 1) : NULL;
+    if (d)
+      b->pb_bdt = d;
+    if (!e) {
+      b->pb_rc = TN_ENOMEM;
+      return (int32_t)k;
+    }
+    b->pb_exact = e;
+    b->pb_bcap = cap;
+  }
+  b->pb_bdt[k] = (uint8_t)dt;
+  b->pb_exact[k] = (uint8_t)(exact || !narrow_float(dt));
+  return (int32_t)k;
+}
+
+static int buf_dtype(const prog_builder *b, int32_t v)
+{
+  return b->pb_rc == TN_OK ? b->pb_bdt[v] : TN_DTYPE_FLOAT32;
+}
+
+static int32_t emit_const(prog_builder *b, double v, int dt)
+{
+  int32_t dst = new_buf(b, dt, 1);
+  emit(b, inst(TN_FI_CONST, 0, dst, -1, -1, v));
   return dst;
 }
 
+/* An op computing values of dtype dt (its operands in dt's blocks;
+** rounded to float16/bfloat16 only by a later cast or store). */
+static int32_t emit_op_dt(prog_builder *b, int kind, int op, int32_t a, int32_t c, int dt)
+{
+  int32_t dst = new_buf(b, dt, 0);
+  emit(b, inst(kind, op, dst, a, c, 0));
+  return dst;
+}
+
+/* The same with a's dtype (row programs, where all share one). */
 static int32_t emit_op(prog_builder *b, int kind, int op, int32_t a, int32_t c)
 {
-  int32_t dst = (int32_t)b->pb_nbufs++;
-  emit(b, (tn_finst){kind, op, dst, a, c, 0});
+  return emit_op_dt(b, kind, op, a, c, buf_dtype(b, a));
+}
+
+static int32_t emit_cast(prog_builder *b, int32_t a, int to)
+{
+  int32_t dst = new_buf(b, to, 1);
+  emit(b, inst(TN_FI_CAST, 0, dst, a, -1, 0));
   return dst;
+}
+
+/* a as a value of dtype to: a itself where its values already are
+** (widens), else a cast. */
+static int32_t emit_convert(prog_builder *b, int32_t a, int to)
+{
+  int from = buf_dtype(b, a);
+  if (from == to || (b->pb_rc == TN_OK && b->pb_exact[a] && widens(to, from)))
+    return a;
+  return emit_cast(b, a, to);
+}
+
+/* a with its values rounded to its float16/bfloat16 dtype (what eager
+** compares). */
+static int32_t emit_exact(prog_builder *b, int32_t a)
+{
+  return b->pb_rc != TN_OK || b->pb_exact[a] ? a : emit_cast(b, a, b->pb_bdt[a]);
 }
 
 static int32_t emit_scalar(prog_builder *b, int kind, int op, int32_t a, int32_t c, double v)
 {
   int32_t dst = (int32_t)b->pb_nscalars++;
-  emit(b, (tn_finst){kind, op, dst, a, c, v});
+  emit(b, inst(kind, op, dst, a, c, v));
   return dst;
 }
 
 static int32_t emit_splat(prog_builder *b, int32_t r)
 {
-  int32_t dst = (int32_t)b->pb_nbufs++;
-  emit(b, (tn_finst){TN_FI_SPLAT, 0, dst, r, -1, 0});
+  int32_t dst = new_buf(b, b->pb_dtype, 0);
+  emit(b, inst(TN_FI_SPLAT, 0, dst, r, -1, 0));
   return dst;
 }
 
@@ -542,37 +911,95 @@ static void emit_row(prog_builder *b, const tn_node *n, int32_t *bufof, int32_t 
       bufof[n->no_out[o]] = emit_splat(b, sof[n->no_out[o]]);
 }
 
-/* Emits node n; bufof maps value ids to buffers. Returns n's buffer. */
-static int32_t emit_node(prog_builder *b, const tn_node *n, const int32_t *bufof)
+/* r (an integer op's result) wrapped to its dtype's width, as eager's
+** kernels of that width compute it: sums, differences and products wrap
+** the same whenever it is done, so once per op is enough, and only for
+** ops that can leave the range (neg, abs, ~ of uint8; not max, min,
+** clamps, relu, &, |, ^). */
+static int32_t emit_wrap(prog_builder *b, int32_t r, fuse_rule rule)
+{
+  int dt = buf_dtype(b, r);
+  int leaves = rule.fr_kind == FK_UNARY ? rule.fr_op == TN_RT_NEG || rule.fr_op == TN_RT_ABS || rule.fr_op == TN_RT_BNOT
+                                        : rule.fr_op == TN_RT_B_ADD || rule.fr_op == TN_RT_B_SUB ||
+                                            rule.fr_op == TN_RT_B_MUL;
+  if (dtype_class(dt) != DC_INT || dt == TN_DTYPE_INT64 || dt == TN_DTYPE_BOOL || !leaves)
+    return r;
+  return emit_cast(b, r, dt);
+}
+
+/* Emits node n of graph g; bufof maps value ids to buffers. Every input
+** is first converted to the dtype n computes in. Returns n's buffer. */
+static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, const int32_t *bufof)
 {
   fuse_rule r = fuse_rule_of(n->no_op);
-  int32_t x = bufof[n->no_args[0].u.ar_ref];
+  int dt = tn_graph_value(g, n->no_out[0])->va_meta.me_dtype;
+  int32_t x = n->no_nargs && n->no_args[0].ar_tag == TN_ARG_TENSOR ? bufof[n->no_args[0].u.ar_ref] : -1, y;
   double v = 0, alpha = 1;
   switch (r.fr_kind) {
-  case FK_UNARY:
-    return emit_op(b, TN_FI_UNARY, r.fr_op, x, -1);
+  case FK_UNARY: /* on bool, ~x is logical not */
+    return emit_wrap(b, emit_op_dt(b, TN_FI_UNARY, r.fr_op == TN_RT_BNOT && dt == TN_DTYPE_BOOL ? TN_RT_LNOT : r.fr_op,
+                                   emit_convert(b, x, dt), -1, dt), r);
   case FK_GELU:
-    return emit_op(b, TN_FI_UNARY, memcmp(n->no_args[1].u.ar_str, "tanh", 4) == 0 ? TN_RT_GELU_TANH : TN_RT_GELU,
-                   x, -1);
-  case FK_BINARY: {
-    int32_t y = bufof[n->no_args[1].u.ar_ref];
-    if (n->no_nargs > 2 && arg_number(&n->no_args[2], &alpha) && alpha != 1)
-      y = emit_op(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha));
-    return emit_op(b, TN_FI_BINARY, r.fr_op, x, y);
-  }
+    return emit_op_dt(b, TN_FI_UNARY, memcmp(n->no_args[1].u.ar_str, "tanh", 4) == 0 ? TN_RT_GELU_TANH : TN_RT_GELU,
+                      emit_convert(b, x, dt), -1, dt);
+  case FK_BINARY:
+    x = emit_convert(b, x, dt);
+    y = emit_convert(b, bufof[n->no_args[1].u.ar_ref], dt);
+    if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1)
+      y = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha, dt), dt);
+    return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, x, y, dt), r);
   case FK_SCALAR:
-    arg_number(&n->no_args[1], &v);
-    if (n->no_nargs > 2 && arg_number(&n->no_args[2], &alpha))
+    arg_scalar(&n->no_args[1], &v);
+    if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha))
       v *= alpha; /* add/sub.Scalar: other * alpha, as ATen computes it */
-    return emit_op(b, TN_FI_BINARY, r.fr_op, x, emit_const(b, v));
+    return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, emit_convert(b, x, dt), emit_const(b, v, dt), dt), r);
   case FK_CLAMP:
-    if (arg_number(&n->no_args[1], &v))
-      x = emit_op(b, TN_FI_BINARY, TN_RT_B_CLAMP_MIN, x, emit_const(b, v));
-    if (arg_number(&n->no_args[2], &v))
-      x = emit_op(b, TN_FI_BINARY, TN_RT_B_CLAMP_MAX, x, emit_const(b, v));
-    if (x == bufof[n->no_args[0].u.ar_ref]) /* clamp(x, None, None): a copy */
-      x = emit_op(b, TN_FI_BINARY, TN_RT_B_ADD, x, emit_const(b, 0));
-    return x;
+    x = y = emit_convert(b, x, dt);
+    if (arg_scalar(&n->no_args[1], &v))
+      x = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_CLAMP_MIN, x, emit_const(b, v, dt), dt);
+    if (arg_scalar(&n->no_args[2], &v))
+      x = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_CLAMP_MAX, x, emit_const(b, v, dt), dt);
+    return x == y ? emit_cast(b, x, dt) : x; /* clamp(x, None, None): a copy */
+  case FK_COMPARE: {
+    int c = arg_dtype(g, &n->no_args[0]);
+    y = emit_exact(b, emit_convert(b, bufof[n->no_args[1].u.ar_ref], c));
+    x = emit_exact(b, emit_convert(b, x, c));
+    int32_t dst = new_buf(b, TN_DTYPE_BOOL, 1);
+    emit(b, inst(TN_FI_COMPARE, r.fr_op, dst, x, y, 0));
+    return dst;
+  }
+  case FK_COMPARE_S: {
+    /* in the tensor's dtype, the scalar converted to it; a bool tensor
+    ** against a number compares as int64 (torch's promotion) */
+    int c = arg_dtype(g, &n->no_args[0]);
+    arg_scalar(&n->no_args[1], &v);
+    if (c == TN_DTYPE_BOOL && n->no_args[1].ar_tag != TN_ARG_BOOL)
+      c = TN_DTYPE_INT64;
+    x = emit_exact(b, emit_convert(b, x, c));
+    int32_t dst = new_buf(b, TN_DTYPE_BOOL, 1);
+    emit(b, inst(TN_FI_COMPARE, r.fr_op, dst, x, emit_const(b, tn_rt_round(c, v), c), 0));
+    return dst;
+  }
+  case FK_WHERE: case FK_MASKED: {
+    /* where(cond, a, b); masked_fill(self, mask, value) = where(mask, value, self) */
+    int masked = r.fr_kind == FK_MASKED;
+    int32_t cond = bufof[n->no_args[masked ? 1 : 0].u.ar_ref], a, c;
+    if (n->no_op == TN_OP_masked_fill_Scalar) {
+      arg_scalar(&n->no_args[2], &v);
+      a = emit_const(b, tn_rt_round(dt, v), dt);
+    } else {
+      a = emit_convert(b, bufof[n->no_args[masked ? 2 : 1].u.ar_ref], dt);
+    }
+    c = emit_convert(b, bufof[n->no_args[masked ? 0 : 2].u.ar_ref], dt);
+    int32_t dst = new_buf(b, dt, b->pb_rc == TN_OK && b->pb_exact[a] && b->pb_exact[c]);
+    emit(b, (tn_finst){TN_FI_WHERE, 0, dst, cond, a, c, 0});
+    return dst;
+  }
+  case FK_CAST:
+    return emit_cast(b, x, dt);
+  case FK_FACTORY:
+    factory_value(g, n, &v);
+    return emit_const(b, v, dt);
   default:
     return x;
   }
@@ -597,7 +1024,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   const tn_graph *g = s->fs_g;
   tn_fusion *f = s->fs_f;
   uint32_t nn = (uint32_t)s->fs_count[k], nvals = tn_graph_num_values(g);
-  prog_builder b = {f, NULL, 0, 0, 0, 0, TN_OK};
+  prog_builder b = {f, NULL, 0, 0, 0, 0, NULL, NULL, 0, TN_DTYPE_FLOAT32, TN_OK};
   int32_t anchor = s->fs_anchor[k];
   uint32_t maxargs = 0, maxouts = 0;
 
@@ -616,7 +1043,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     if (s->fs_group_of[i] == k)
       grp->fg_nodes[j++] = (int32_t)i;
   grp->fg_nnodes = nn;
-  grp->fg_dtype = tn_graph_value(g, tn_graph_node(g, grp->fg_nodes[0])->no_out[0])->va_meta.me_dtype;
+  grp->fg_dtype = b.pb_dtype = tn_graph_value(g, tn_graph_node(g, grp->fg_nodes[0])->no_out[0])->va_meta.me_dtype;
   int gemm = anchor >= 0 && s->fs_rdims[k] < 0;
   const tn_node *an = anchor >= 0 ? tn_graph_node(g, anchor) : NULL;
   grp->fg_reduce_dims = anchor >= 0 && !gemm ? s->fs_rdims[k] : 0;
@@ -644,8 +1071,8 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   for (uint32_t v = 0; v < nvals; v++)
     bufof[v] = sof[v] = -1;
   for (uint32_t i = 0; i < grp->fg_ninputs; i++) {
-    bufof[grp->fg_inputs[i]] = (int32_t)b.pb_nbufs++;
-    emit(&b, (tn_finst){TN_FI_LOAD, 0, bufof[grp->fg_inputs[i]], (int32_t)i, -1, 0});
+    bufof[grp->fg_inputs[i]] = new_buf(&b, tn_graph_value(g, grp->fg_inputs[i])->va_meta.me_dtype, 1);
+    emit(&b, inst(TN_FI_LOAD, 0, bufof[grp->fg_inputs[i]], (int32_t)i, -1, 0));
   }
   int xrank = anchor >= 0 ? tn_graph_value(g, tn_graph_node(g, anchor)->no_args[0].u.ar_ref)->va_meta.me_rank : 0;
   for (uint32_t i = 0; i < nn; i++) {
@@ -657,7 +1084,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     } else if (grp->fg_nodes[i] == anchor)
       emit_row(&b, n, bufof, sof);
     else
-      bufof[n->no_out[0]] = emit_node(&b, n, bufof);
+      bufof[n->no_out[0]] = emit_node(&b, g, n, bufof);
     for (uint32_t o = 0; o < n->no_nout; o++) {
       int32_t v = n->no_out[o];
       if (!needed[v])
@@ -671,10 +1098,18 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   for (uint32_t o = 0; o < grp->fg_noutputs; o++) {
     int32_t v = grp->fg_outputs[o];
     if (grp->fg_out_kinds[o] == TN_FO_FULL)
-      emit(&b, (tn_finst){TN_FI_STORE, 0, (int32_t)o, bufof[v], -1, 0});
+      emit(&b, inst(TN_FI_STORE, 0, (int32_t)o, bufof[v], -1, 0));
     else
-      emit(&b, (tn_finst){TN_FI_SSTORE, 0, (int32_t)o, sof[v], -1, 0});
+      emit(&b, inst(TN_FI_SSTORE, 0, (int32_t)o, sof[v], -1, 0));
   }
+  grp->fg_odtypes = mi_heap_malloc(f->fu_heap, grp->fg_ninputs + grp->fg_noutputs + 1);
+  if (!grp->fg_odtypes)
+    return TN_ENOMEM;
+  for (uint32_t o = 0; o < grp->fg_ninputs + grp->fg_noutputs; o++) {
+    int32_t v = o < grp->fg_ninputs ? grp->fg_inputs[o] : grp->fg_outputs[o - grp->fg_ninputs];
+    grp->fg_odtypes[o] = (uint8_t)tn_graph_value(g, v)->va_meta.me_dtype;
+  }
+  grp->fg_bdtypes = b.pb_bdt;
   grp->fg_prog = b.pb_prog;
   grp->fg_nprog = b.pb_n;
   grp->fg_nbufs = b.pb_nbufs;
@@ -747,6 +1182,8 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
   for (uint32_t i = 0; i < nn; i++)
     if (s.fs_group_of[i] >= 0 && renum[s.fs_group_of[i]] < 0)
       s.fs_group_of[i] = -1;
+  for (uint32_t i = 0; i < nn; i++)
+    absorb_factory(&s, i);
 
   /* values a group must write: read outside it, or graph outputs */
   for (uint32_t i = 0; i < nn; i++) {

@@ -3,11 +3,15 @@
 ** block instructions over buffers), which csrc/neuron_backend/codegen.c
 ** turns into C. Two kinds of group:
 **
-** Pointwise groups. A node is fusable when its op has a runtime primitive,
-** its tensor inputs and output share one dtype among float32, float64
-** (computed in double), float16 and bfloat16 (the latter two computed in
-** float32, rounded when stored), its
-** output is contiguous and its scalar arguments are finite numbers. It
+** Pointwise groups. A node is fusable when its op has a runtime primitive
+** for its dtypes, its output is contiguous and its scalar arguments fit
+** its dtype. Dtypes: float32, float64 (computed in double), float16 and
+** bfloat16 (computed in float32, rounded when stored, cast or compared),
+** integers and bool (computed in int64, wrapped to their width after each
+** op that can leave it). A node computes in its output's dtype (its inputs
+** cast to it, as torch's promotion did; the graph says which), comparisons
+** in their inputs' one dtype. A 0-dim factory (scalar_tensor, full([]))
+** whose users are all in one group becomes a constant of that group. It
 ** joins the group of one of its producers when it has that group's
 ** iteration shape and every input it takes from outside the group exists
 ** before the group's first node: a group then runs as one unit at the place
@@ -53,6 +57,10 @@
 #define TN_FI_SUNARY  10 /* r[dst] <- op(r[a]) */
 #define TN_FI_SBINARY 11 /* r[dst] <- op(r[a], r[b]) */
 #define TN_FI_SSTORE  12 /* output fi_dst (one element per row) <- r[a] */
+/* pointwise groups only */
+#define TN_FI_COMPARE 13 /* buf[dst] (bool) <- comparison fi_op (TN_RT_C_*) of buf[a] and buf[b] */
+#define TN_FI_WHERE   14 /* buf[dst] <- buf[a] (bool) ? buf[b] : buf[c] */
+#define TN_FI_CAST    15 /* buf[dst] <- buf[a] converted from its dtype to buf[dst]'s (tn_rt_cast) */
 
 /* Shapes of a group's outputs. */
 #define TN_FO_FULL    0  /* the iteration shape */
@@ -62,7 +70,7 @@
 typedef struct tn_finst {
   int fi_kind;
   int fi_op;        /* runtime op number (runtime.h) */
-  int32_t fi_dst, fi_a, fi_b;
+  int32_t fi_dst, fi_a, fi_b, fi_c;
   double fi_value;
 } tn_finst;
 
@@ -74,7 +82,10 @@ typedef struct tn_fgroup {
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
   uint8_t *fg_out_kinds;   /* TN_FO_* per output */
-  int fg_dtype;            /* of every operand: float32, float16 or bfloat16 (float64: pointwise only) */
+  int fg_dtype;            /* row and GEMM groups: of every operand (float32, float16 or bfloat16) */
+  uint8_t *fg_odtypes;     /* dtype of each operand (inputs, then outputs) */
+  uint8_t *fg_bdtypes;     /* dtype of each buffer's values: its block holds them as float (float32,
+                           ** float16, bfloat16), double (float64) or int64 (integers and bool) */
   int fg_reduce_dims;      /* row groups: trailing dims that form a row; 0 for pointwise */
   int fg_nonempty;         /* rows must not be empty (amax/amin raise on empty in eager) */
   int32_t fg_gemm_a, fg_gemm_b; /* GEMM groups: the matrices (else -1); fg_inputs[0] is then their

@@ -3,6 +3,7 @@
 */
 #include "codegen.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,42 +42,101 @@ static void out(cg_buf *b, const char *fmt, ...)
   }
 }
 
-/* The C type of the tensors' elements. */
-static const char *cg_elem(const tn_fgroup *grp)
+/* -- Types ------------------------------------------------------------------
+** Operands are tensors of any dtype we compute; buffers are blocks of its
+** compute type: float (float32, float16, bfloat16), double (float64) or
+** i64 (integers and bool). */
+
+typedef struct cg_dtype {
+  int cd_dtype;
+  const char *cd_elem;  /* C type of a tensor element */
+  const char *cd_io;    /* suffix of the runtime's loads and stores */
+  const char *cd_ctype; /* C type of a block element */
+  const char *cd_fn;    /* suffix of the runtime's ops on those blocks */
+  int cd_size;          /* bytes per tensor element */
+} cg_dtype;
+
+static const cg_dtype cg_dtypes[] = {
+  {TN_DTYPE_FLOAT32, "float", "f32", "float", "f32", 4},
+  {TN_DTYPE_FLOAT16, "unsigned short", "f16", "float", "f32", 2},
+  {TN_DTYPE_BFLOAT16, "unsigned short", "bf16", "float", "f32", 2},
+  {TN_DTYPE_FLOAT64, "double", "f64", "double", "f64", 8},
+  {TN_DTYPE_INT64, "i64", "i64", "i64", "i64", 8},
+  {TN_DTYPE_INT32, "int", "i32", "i64", "i64", 4},
+  {TN_DTYPE_INT16, "short", "i16", "i64", "i64", 2},
+  {TN_DTYPE_INT8, "signed char", "i8", "i64", "i64", 1},
+  {TN_DTYPE_UINT8, "unsigned char", "u8", "i64", "i64", 1},
+  {TN_DTYPE_BOOL, "unsigned char", "b8", "i64", "i64", 1},
+};
+
+/* The entry of dtype dt (fusion makes groups of these dtypes only). */
+static const cg_dtype *cg_type(int dt)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT32 ? "float" : grp->fg_dtype == TN_DTYPE_FLOAT64 ? "double" : "unsigned short";
+  for (size_t i = 0; i < sizeof cg_dtypes / sizeof cg_dtypes[0]; i++)
+    if (cg_dtypes[i].cd_dtype == dt)
+      return &cg_dtypes[i];
+  return &cg_dtypes[0];
 }
 
-/* The suffix of the runtime's loads and stores of those elements. */
-static const char *cg_io(const tn_fgroup *grp)
+/* Of operand k and of buffer v. */
+static const cg_dtype *cg_otype(const tn_fgroup *grp, uint32_t k)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT32   ? "f32"
-         : grp->fg_dtype == TN_DTYPE_FLOAT64 ? "f64"
-         : grp->fg_dtype == TN_DTYPE_FLOAT16 ? "f16"
-                                             : "bf16";
+  return cg_type(grp->fg_odtypes[k]);
 }
 
-/* Whether blocks hold the tensors' own type (float32 or float64), so that
-** unit-stride operands are read and written in place. */
-static int cg_native(const tn_fgroup *grp)
+static const cg_dtype *cg_btype(const tn_fgroup *grp, int32_t v)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT32 || grp->fg_dtype == TN_DTYPE_FLOAT64;
+  return cg_type(grp->fg_bdtypes[v]);
 }
 
-/* The type blocks compute in (double for float64, else float) and the
-** suffix of its runtime primitives. */
-static const char *cg_ctype(const tn_fgroup *grp)
+/* Whether operand k is read and written in place: its elements are its
+** blocks' type (float32, float64, int64). */
+static int cg_native(const tn_fgroup *grp, uint32_t k)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT64 ? "double" : "float";
+  const cg_dtype *t = cg_otype(grp, k);
+  return strcmp(t->cd_elem, t->cd_ctype) == 0;
 }
 
-static const char *cg_cfn(const tn_fgroup *grp)
+/* Operand k's pointer, typed: "((float *)p[3])". */
+static const char *cg_opnd(const tn_fgroup *grp, uint32_t k, char *tmp)
 {
-  return grp->fg_dtype == TN_DTYPE_FLOAT64 ? "f64" : "f32";
+  snprintf(tmp, 48, "((%s *)p[%u])", cg_otype(grp, k)->cd_elem, k);
+  return tmp;
+}
+
+/* A constant of a block of type t as a C expression (non-finite values
+** through their bits: a literal cannot spell them). */
+static const char *cg_lit(const cg_dtype *t, double v, char *tmp)
+{
+  if (isfinite(v)) {
+    snprintf(tmp, 64, "(%s)%a", t->cd_ctype, v);
+  } else {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    snprintf(tmp, 64, "(%s)tn_bits(0x%llxULL)", t->cd_ctype, (unsigned long long)u);
+  }
+  return tmp;
+}
+
+/* Declares the operands' pointers (char *p[]) and element sizes (isz[]). */
+static void cg_operands(cg_buf *b, const tn_fgroup *grp)
+{
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+  out(b, "  char *p[%u];\n  i64 isz[%u] = {", nops, nops);
+  for (uint32_t k = 0; k < nops; k++)
+    out(b, "%s%d", k ? ", " : "", cg_otype(grp, k)->cd_size);
+  out(b, "};\n");
 }
 
 static const char *cg_signature =
   "void tn_kernel(i64 rank, const i64 *sizes, void **ptrs, const i64 *st, i64 cols, const i64 *cst)\n{\n";
+
+/* Whether instruction kind k computes a buffer from others (and may then
+** write it straight into an output). */
+static int cg_computes(int k)
+{
+  return k == TN_FI_UNARY || k == TN_FI_BINARY || k == TN_FI_COMPARE || k == TN_FI_WHERE || k == TN_FI_CAST;
+}
 
 /* The instruction that defines each buffer (buffers are assigned once). */
 static const tn_finst **cg_defs(const tn_fgroup *grp)
@@ -86,8 +146,8 @@ static const tn_finst **cg_defs(const tn_fgroup *grp)
     return NULL;
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_UNARY ||
-        fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_SPLAT)
+    if (fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_SPLAT ||
+        cg_computes(fi->fi_kind))
       def[fi->fi_dst] = fi;
   }
   return def;
@@ -101,20 +161,22 @@ static int cg_scalar_buf(const tn_finst *const *def, int32_t v)
 }
 
 /* The output operand (index among all operands) that buffer v is stored
-** to, when the op that computes v may write it there in place: a float32
-** or float64 group, v computed by a unary or binary op. Else -1. */
+** to, when the op that computes v may write it there in place: the
+** output's elements are v's block type. Else -1. */
 static int cg_store_of(const tn_fgroup *grp, const tn_finst *const *def, int32_t v)
 {
-  if (!cg_native(grp) || !def[v] || (def[v]->fi_kind != TN_FI_UNARY && def[v]->fi_kind != TN_FI_BINARY))
+  if (!def[v] || !cg_computes(def[v]->fi_kind))
     return -1;
   for (uint32_t i = 0; i < grp->fg_nprog; i++)
-    if (grp->fg_prog[i].fi_kind == TN_FI_STORE && grp->fg_prog[i].fi_a == v)
-      return (int)(grp->fg_ninputs + (uint32_t)grp->fg_prog[i].fi_dst);
+    if (grp->fg_prog[i].fi_kind == TN_FI_STORE && grp->fg_prog[i].fi_a == v) {
+      uint32_t k = grp->fg_ninputs + (uint32_t)grp->fg_prog[i].fi_dst;
+      return cg_native(grp, k) ? (int)k : -1;
+    }
   return -1;
 }
 
 /* A buffer as an expression: loaded operands are pointers (L), which point
-** into the tensor itself where a float32 or float64 operand has unit stride; stored
+** into the tensor itself where a native operand has unit stride; stored
 ** ones too (S), pointing into the output where it has unit stride. */
 static const char *cg_ref(const tn_fgroup *grp, const tn_finst *const *def, int32_t v, char *tmp)
 {
@@ -129,38 +191,58 @@ static const char *cg_ref(const tn_fgroup *grp, const tn_finst *const *def, int3
 static void cg_dst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, int32_t v, const char *ind,
                    const char *cond, const char *at)
 {
+  char t[48];
   int k = cg_store_of(grp, def, v);
   if (k >= 0) {
     out(b, "%sS%d = ", ind, v);
     out(b, cond, k, k);
-    out(b, " ? p[%d]%s : b%d;\n", k, at, v);
+    out(b, " ? %s%s : b%d;\n", cg_opnd(grp, (uint32_t)k, t), at, v);
   }
 }
 
 static int cg_second_only(const tn_fgroup *grp, int32_t v);
 
-/* A unary or binary instruction over a block (n elements, row scalars
-** r<k>) or, with tile, over a tile of tn rows of cols (row scalars R<k>[],
-** and a weight row G-flagged as broadcast over the tile). ind indents; a
-** result stored in place goes to the output when cond (on the output's
-** operand index) holds, at p[k]<at>. */
+/* A computing instruction over a block (n elements, row scalars r<k>) or,
+** with tile, over a tile of tn rows of cols (row scalars R<k>[], and a
+** weight row G-flagged as broadcast over the tile). ind indents; a result
+** stored in place goes to the output when cond (on the output's operand
+** index) holds, at p[k]<at>. */
 static void cg_arith(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, const tn_finst *fi, int tile,
                      const char *ind, const char *cond, const char *at)
 {
-  const char *n = tile ? "tn * cols" : "n", *cf = cg_cfn(grp);
-  char t1[24], t2[24], t3[24];
+  const char *n = tile ? "tn * cols" : "n";
+  const cg_dtype *dt = cg_btype(grp, fi->fi_dst), *at_ = cg_btype(grp, fi->fi_a);
+  char t1[24], t2[24], t3[24], t4[24], lit[64];
+  const tn_finst *bdef = fi->fi_b >= 0 ? def[fi->fi_b] : NULL;
   cg_dst(b, grp, def, fi->fi_dst, ind, cond, at);
   cg_ref(grp, def, fi->fi_dst, t3);
   cg_ref(grp, def, fi->fi_a, t1);
-  if (fi->fi_kind == TN_FI_UNARY) {
-    out(b, "%stn_rt_unary_%s(%d, %s, %s, %s);\n", ind, cf, fi->fi_op, t3, t1, n);
+  switch (fi->fi_kind) {
+  case TN_FI_UNARY:
+    out(b, "%stn_rt_unary_%s(%d, %s, %s, %s);\n", ind, dt->cd_fn, fi->fi_op, t3, t1, n);
     return;
+  case TN_FI_CAST:
+    out(b, "%stn_rt_cast(%d, %d, %s, %s, %s);\n", ind, dt->cd_dtype, at_->cd_dtype, t3, t1, n);
+    return;
+  case TN_FI_WHERE:
+    out(b, "%stn_rt_where_%s(%s, %s, %s, %s, %s);\n", ind, dt->cd_fn, t3, t1, cg_ref(grp, def, fi->fi_b, t2),
+        cg_ref(grp, def, fi->fi_c, t4), n);
+    return;
+  case TN_FI_COMPARE:
+    if (bdef && bdef->fi_kind == TN_FI_CONST)
+      out(b, "%stn_rt_compare_s_%s(%d, %s, %s, %s, %s);\n", ind, at_->cd_fn, fi->fi_op, t3, t1,
+          cg_lit(at_, bdef->fi_value, lit), n);
+    else
+      out(b, "%stn_rt_compare_%s(%d, %s, %s, %s, %s);\n", ind, at_->cd_fn, fi->fi_op, t3, t1,
+          cg_ref(grp, def, fi->fi_b, t2), n);
+    return;
+  default:
+    break;
   }
   cg_ref(grp, def, fi->fi_b, t2);
-  const tn_finst *bdef = def[fi->fi_b];
   if (cg_scalar_buf(def, fi->fi_b) && bdef->fi_kind == TN_FI_CONST)
-    out(b, "%stn_rt_binary_s_%s(%d, %s, %s, (%s)%a, %s);\n", ind, cf, fi->fi_op, t3, t1, cg_ctype(grp),
-        bdef->fi_value, n);
+    out(b, "%stn_rt_binary_s_%s(%d, %s, %s, %s, %s);\n", ind, dt->cd_fn, fi->fi_op, t3, t1,
+        cg_lit(dt, bdef->fi_value, lit), n);
   else if (cg_scalar_buf(def, fi->fi_b) && tile)
     out(b, "%stn_rt_binary_rs_f32(%d, %s, %s, R%d, tn, cols);\n", ind, fi->fi_op, t3, t1, bdef->fi_a);
   else if (cg_scalar_buf(def, fi->fi_b))
@@ -170,24 +252,26 @@ static void cg_arith(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def
     out(b, "%sif (G%d) tn_rt_binary_rb_f32(%d, %s, %s, %s, tn, cols);\n%selse tn_rt_binary_f32(%d, %s, %s, %s, %s);\n",
         ind, fi->fi_b, fi->fi_op, t3, t1, t2, ind, fi->fi_op, t3, t1, t2, n);
   else
-    out(b, "%stn_rt_binary_%s(%d, %s, %s, %s, %s);\n", ind, cf, fi->fi_op, t3, t1, t2, n);
+    out(b, "%stn_rt_binary_%s(%d, %s, %s, %s, %s);\n", ind, dt->cd_fn, fi->fi_op, t3, t1, t2, n);
 }
 
 /* The statement of one in-block instruction (stv: the array of innermost
 ** strides); other kinds emit nothing. */
 static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, const tn_finst *fi,
-                          const char *io, const char *stv)
+                          const char *stv)
 {
   uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
-  char t1[24], t3[24];
+  char t1[24], t3[24], o[48];
   switch (fi->fi_kind) {
   case TN_FI_LOAD:
-    if (cg_native(grp))
-      out(b, "      if (%s[%d] == 1) L%d = p[%d] + j; else ", stv, fi->fi_a, fi->fi_dst, fi->fi_a);
-    out(b, "      { tn_rt_load_%s(b%d, p[%d] + j * %s[%d], %s[%d], n); L%d = b%d; }\n", io, fi->fi_dst, fi->fi_a, stv,
-        fi->fi_a, stv, fi->fi_a, fi->fi_dst, fi->fi_dst);
+    cg_opnd(grp, (uint32_t)fi->fi_a, o);
+    if (cg_native(grp, (uint32_t)fi->fi_a))
+      out(b, "      if (%s[%d] == 1) L%d = %s + j; else ", stv, fi->fi_a, fi->fi_dst, o);
+    out(b, "      { tn_rt_load_%s(b%d, %s + j * %s[%d], %s[%d], n); L%d = b%d; }\n",
+        cg_otype(grp, (uint32_t)fi->fi_a)->cd_io, fi->fi_dst, o, stv, fi->fi_a, stv, fi->fi_a, fi->fi_dst,
+        fi->fi_dst);
     break;
-  case TN_FI_UNARY: case TN_FI_BINARY:
+  case TN_FI_UNARY: case TN_FI_BINARY: case TN_FI_COMPARE: case TN_FI_WHERE: case TN_FI_CAST:
     cg_arith(b, grp, def, fi, 0, "      ", stv[0] == 's' ? "s[%d] == 1" : "cst[%d] == 1", " + j");
     break;
   case TN_FI_REDUCE:
@@ -195,9 +279,10 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
         fi->fi_op, cg_ref(grp, def, fi->fi_a, t3));
     break;
   case TN_FI_STORE:
+    cg_opnd(grp, k, o);
     if (cg_store_of(grp, def, fi->fi_a) == (int)k)
-      out(b, "      if (S%d != p[%u] + j) ", fi->fi_a, k);
-    out(b, "      tn_rt_store_%s(p[%u] + j * %s[%u], %s[%u], %s, n);\n", io, k, stv, k, stv, k,
+      out(b, "      if (S%d != %s + j) ", fi->fi_a, o);
+    out(b, "      tn_rt_store_%s(%s + j * %s[%u], %s[%u], %s, n);\n", cg_otype(grp, k)->cd_io, o, stv, k, stv, k,
         cg_ref(grp, def, fi->fi_a, t1));
     break;
   default:
@@ -208,8 +293,8 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
 /* Declares the block buffers (and the pointers of loaded ones). */
 static void cg_buffers(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def)
 {
-  const char *ct = cg_ctype(grp);
   for (uint32_t k = 0; k < grp->fg_nbufs; k++) {
+    const char *ct = cg_btype(grp, (int32_t)k)->cd_ctype;
     out(b, "  %s b%u[%d];\n", ct, k, TN_RT_BLOCK);
     if (def[k] && def[k]->fi_kind == TN_FI_LOAD)
       out(b, "  %s *L%u;\n", ct, k);
@@ -221,18 +306,28 @@ static void cg_buffers(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *d
 /* Fills the constant buffers (once per launch; most are read as literals). */
 static void cg_consts(cg_buf *b, const tn_fgroup *grp)
 {
+  char lit[64];
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind == TN_FI_CONST)
-      out(b, "  tn_rt_fill_%s(b%d, (%s)%a, %d);\n", cg_cfn(grp), fi->fi_dst, cg_ctype(grp), fi->fi_value,
-          TN_RT_BLOCK);
+    const cg_dtype *t = fi->fi_kind == TN_FI_CONST ? cg_btype(grp, fi->fi_dst) : NULL;
+    if (t)
+      out(b, "  tn_rt_fill_%s(b%d, %s, %d);\n", t->cd_fn, fi->fi_dst, cg_lit(t, fi->fi_value, lit), TN_RT_BLOCK);
   }
+}
+
+/* Sets p[k] to operand k's place at the odometer idx (dims [0, upto) of
+** rank, plus `extra` elements times stride `xs`); ind indents. */
+static void cg_places(cg_buf *b, const tn_fgroup *grp, const char *ind, const char *upto, const char *extra)
+{
+  out(b, "%sfor (k = 0; k < %u; k++) {\n", ind, grp->fg_ninputs + grp->fg_noutputs);
+  out(b, "%s  i64 off = %s;\n", ind, extra);
+  out(b, "%s  for (d = 0; d < %s; d++) off += idx[d] * st[k * rank + d];\n", ind, upto);
+  out(b, "%s  p[k] = (char *)ptrs[k] + off * isz[k];\n%s}\n", ind, ind);
 }
 
 static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
-  const char *elem = cg_elem(grp), *io = cg_io(grp);
   const tn_finst **def = cg_defs(grp);
   if (!def) {
     b->cb_rc = TN_ENOMEM;
@@ -240,21 +335,19 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
   }
   out(b, "%s", cg_signature);
   cg_buffers(b, grp, def);
-  out(b, "  %s *p[%u];\n  i64 s[%u];\n  i64 idx[64];\n", elem, nops, nops);
+  cg_operands(b, grp);
+  out(b, "  i64 s[%u];\n  i64 idx[64];\n", nops);
   out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   out(b, "  if (inner == 0 || outer == 0) return;\n");
   cg_consts(b, grp);
   out(b, "  for (k = 0; k < %u; k++) s[k] = rank ? st[k * rank + rank - 1] : 0;\n", nops);
   out(b, "  for (o = 0; o < outer; o++) {\n");
-  out(b, "    for (k = 0; k < %u; k++) {\n", nops);
-  out(b, "      i64 off = 0;\n");
-  out(b, "      for (d = 0; d + 1 < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
+  cg_places(b, grp, "    ", "rank - 1", "0");
   out(b, "    for (j = 0; j < inner; j += %d) {\n", TN_RT_BLOCK);
   out(b, "      n = inner - j < %d ? inner - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
   for (uint32_t i = 0; i < grp->fg_nprog; i++)
-    cg_block_inst(b, grp, def, &grp->fg_prog[i], io, "s");
+    cg_block_inst(b, grp, def, &grp->fg_prog[i], "s");
   out(b, "    }\n");
   out(b, "    for (d = rank - 2; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
   out(b, "  }\n}\n");
@@ -310,6 +403,7 @@ static void cg_levels(cg_rows *r)
 static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
 {
   const tn_fgroup *grp = r->cr_grp;
+  char o[48];
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     if (r->cr_done[i] || r->cr_inst_lv[i] > avail)
@@ -322,7 +416,8 @@ static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
       out(b, "    tn_rt_binary_f32(%d, &r%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
       break;
     case TN_FI_SSTORE:
-      out(b, "    tn_rt_store_%s(p[%u], 0, &r%d, 1);\n", io, grp->fg_ninputs + (uint32_t)fi->fi_dst, fi->fi_a);
+      out(b, "    tn_rt_store_%s(%s, 0, &r%d, 1);\n", io, cg_opnd(grp, grp->fg_ninputs + (uint32_t)fi->fi_dst, o),
+          fi->fi_a);
       break;
     default:
       continue;
@@ -335,7 +430,7 @@ static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
 ** and the stores of level-ph buffers, with everything they need. With
 ** persist (rows of one block), buffers computed by earlier phases still
 ** hold their values and are not recomputed. */
-static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io, int persist)
+static void cg_phase(cg_buf *b, cg_rows *r, int ph, int persist)
 {
   const tn_fgroup *grp = r->cr_grp;
   uint32_t n = grp->fg_nprog;
@@ -373,7 +468,7 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, const char *io, int persist)
   out(b, "      n = cols - j < %d ? cols - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
   for (uint32_t i = 0; i < n; i++)
     if (r->cr_need[i])
-      cg_block_inst(b, grp, r->cr_def, &grp->fg_prog[i], io, "cst");
+      cg_block_inst(b, grp, r->cr_def, &grp->fg_prog[i], "cst");
   out(b, "    }\n");
   for (uint32_t i = 0; i < n; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
@@ -430,7 +525,7 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
   const tn_fgroup *grp = r->cr_grp;
   const tn_finst *const *def = r->cr_def;
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
-  char t1[24];
+  char t1[24], o[48];
   out(b, "  if (rank >= 1 && cols > 0 && cols * 2 <= %d) {\n", TN_RT_BLOCK);
   for (uint32_t k = 0; k < grp->fg_nbufs; k++)
     if (grp->fg_dtype == TN_DTYPE_FLOAT32 && def[k] && def[k]->fi_kind == TN_FI_LOAD && cg_second_only(grp, (int32_t)k))
@@ -445,22 +540,25 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
   out(b, "        for (k = 0; k < %u; k++) {\n", nops);
   out(b, "          i64 off = t0 * rs[k];\n");
   out(b, "          for (d = 0; d + 1 < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(b, "          p[k] = (%s *)ptrs[k] + off;\n        }\n", cg_elem(grp));
+  out(b, "          p[k] = (char *)ptrs[k] + off * isz[k];\n        }\n");
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     uint32_t k = grp->fg_ninputs + (uint32_t)fi->fi_dst;
+    if (fi->fi_kind == TN_FI_LOAD)
+      cg_opnd(grp, (uint32_t)fi->fi_a, o);
+    else if (fi->fi_kind == TN_FI_STORE || fi->fi_kind == TN_FI_SSTORE)
+      cg_opnd(grp, k, o);
     switch (fi->fi_kind) {
     case TN_FI_LOAD:
       if (grp->fg_dtype == TN_DTYPE_FLOAT32 && cg_second_only(grp, fi->fi_dst)) {
         /* one row broadcast over the tile (a weight): read it in place */
         out(b, "        G%d = cst[%d] == 1 && rs[%d] == 0;\n", fi->fi_dst, fi->fi_a, fi->fi_a);
-        out(b, "        if (G%d) L%d = p[%d]; else\n", fi->fi_dst, fi->fi_dst, fi->fi_a);
+        out(b, "        if (G%d) L%d = %s; else\n", fi->fi_dst, fi->fi_dst, o);
       }
       if (grp->fg_dtype == TN_DTYPE_FLOAT32)
-        out(b, "        if (cst[%d] == 1 && rs[%d] == cols) L%d = p[%d]; else\n", fi->fi_a, fi->fi_a, fi->fi_dst,
-            fi->fi_a);
-      out(b, "        { tn_rt_load2d_%s(b%d, p[%d], rs[%d], cst[%d], tn, cols); L%d = b%d; }\n", io, fi->fi_dst,
-          fi->fi_a, fi->fi_a, fi->fi_a, fi->fi_dst, fi->fi_dst);
+        out(b, "        if (cst[%d] == 1 && rs[%d] == cols) L%d = %s; else\n", fi->fi_a, fi->fi_a, fi->fi_dst, o);
+      out(b, "        { tn_rt_load2d_%s(b%d, %s, rs[%d], cst[%d], tn, cols); L%d = b%d; }\n", io, fi->fi_dst, o,
+          fi->fi_a, fi->fi_a, fi->fi_dst, fi->fi_dst);
       break;
     case TN_FI_UNARY: case TN_FI_BINARY:
       cg_arith(b, grp, def, fi, 1, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
@@ -486,12 +584,12 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
       break;
     case TN_FI_STORE:
       if (cg_store_of(grp, def, fi->fi_a) == (int)k)
-        out(b, "        if (S%d != p[%u])\n", fi->fi_a, k);
-      out(b, "        tn_rt_store2d_%s(p[%u], rs[%u], cst[%u], %s, tn, cols);\n", io, k, k, k,
+        out(b, "        if (S%d != %s)\n", fi->fi_a, o);
+      out(b, "        tn_rt_store2d_%s(%s, rs[%u], cst[%u], %s, tn, cols);\n", io, o, k, k,
           cg_ref(grp, def, fi->fi_a, t1));
       break;
     case TN_FI_SSTORE:
-      out(b, "        tn_rt_store_%s(p[%u], rs[%u], R%d, tn);\n", io, k, k, fi->fi_a);
+      out(b, "        tn_rt_store_%s(%s, rs[%u], R%d, tn);\n", io, o, k, fi->fi_a);
       break;
     default:
       break;
@@ -505,7 +603,7 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
 static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
-  const char *elem = cg_elem(grp), *io = cg_io(grp);
+  const char *io = cg_type(grp->fg_dtype)->cd_io;
   int phases = 0;
   cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
                calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
@@ -524,7 +622,8 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
   cg_buffers(b, grp, r.cr_def);
   for (uint32_t k = 0; k < grp->fg_nscalars; k++)
     out(b, "  float r%u = 0, R%u[%d]; double a%u = 0;\n", k, k, TN_RT_TILE_ROWS, k);
-  out(b, "  %s *p[%u];\n  i64 idx[64];\n", elem, nops);
+  cg_operands(b, grp);
+  out(b, "  i64 idx[64];\n");
   out(b, "  i64 outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   cg_consts(b, grp);
@@ -533,14 +632,14 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
   out(b, "    for (k = 0; k < %u; k++) {\n", nops);
   out(b, "      i64 off = 0;\n");
   out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(b, "      p[k] = (%s *)ptrs[k] + off;\n    }\n", elem);
+  out(b, "      p[k] = (char *)ptrs[k] + off * isz[k];\n    }\n");
   for (int persist = 1; persist >= 0; persist--) {
     out(b, persist ? "    if (cols <= %d) {\n" : "    } else {\n", TN_RT_BLOCK);
     memset(r.cr_done, 0, n + 1);
     memset(r.cr_have, 0, grp->fg_nbufs + 1);
     for (int ph = 0; ph < phases; ph++) {
       cg_scalars(b, &r, ph, io);
-      cg_phase(b, &r, ph, io, persist);
+      cg_phase(b, &r, ph, persist);
     }
     cg_scalars(b, &r, phases, io);
   }

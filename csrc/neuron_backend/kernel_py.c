@@ -1,9 +1,10 @@
 /*
 ** Python binding of fused kernels: _C.fuse(graph) lists a graph's fused
 ** groups with their generated source; _C.Kernel(source, ninputs, noutputs,
-** empty, dtype, reduce_dims=0, out_kinds=None, nonempty=False, gemm=False,
+** empty, dtypes, reduce_dims=0, out_kinds=None, nonempty=False, gemm=False,
 ** epilogue=True) compiles one with libtcc and, called with the input
-** tensors, allocates the outputs (contiguous, of the kernel's dtype, shaped
+** tensors (of the dtypes given, one per operand the kernel loads, then one
+** per output), allocates the outputs (contiguous, of their dtype, shaped
 ** as the broadcast of the inputs or, for per-row outputs of a row kernel,
 ** that shape with its last reduce_dims dims reduced) and runs it.
 **
@@ -35,15 +36,15 @@ typedef struct {
   tn_tcc_unit *ke_unit;
   kernel_fn ke_fn;
   int ke_ninputs, ke_noutputs;
-  int ke_itemsize;       /* bytes per element of every operand */
+  int ke_isz[KERNEL_MAX_OPERANDS]; /* bytes per element of each operand */
   int ke_rdims;          /* row kernels: trailing dims that form a row; else 0 */
   int ke_nonempty;       /* raise (as eager does) when rows are empty */
   int ke_gemm;           /* called with (a, b, rest...): the kernel gets (a @ b, rest...) */
   int ke_epilogue;       /* GEMM kernels: 0 when the product itself is the one output */
   uint8_t ke_out_kinds[KERNEL_MAX_OPERANDS]; /* TN_FO_* */
   PyObject *ke_empty;    /* torch.empty */
-  PyObject *ke_dtype;    /* the operands' torch dtype */
-  PyObject *ke_empty_kw; /* {"dtype": ke_dtype}, for ke_empty */
+  PyObject *ke_dtypes;   /* tuple: each operand's torch dtype */
+  PyObject *ke_empty_kws; /* tuple: {"dtype": d} of each output, for ke_empty */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -55,7 +56,8 @@ static int kernel_threads = 1; /* set from torch.get_num_threads() */
 /* One launch, split along the outermost (coalesced) dimension. */
 typedef struct launch {
   kernel_fn la_fn;
-  int la_rank, la_nops, la_itemsize;
+  int la_rank, la_nops;
+  const int *la_isz;
   const int64_t *la_sizes;
   void *const *la_ptrs;
   const int64_t *la_strides;
@@ -79,7 +81,7 @@ static void launch_range(const launch *la, int64_t start, int64_t len)
     sizes[d] = la->la_sizes[d];
   sizes[0] = len;
   for (int k = 0; k < la->la_nops; k++)
-    ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_itemsize;
+    ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_isz[k];
   la->la_fn(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides);
 }
 
@@ -137,18 +139,27 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
     }
     /* a lone mm: the product is the result, no epilogue runs */
     int epilogue = !gemm_grp || grp->fg_nnodes > 1 || tn_graph_node(g, grp->fg_nodes[0])->no_op != TN_OP_mm;
-    PyObject *d = kinds && ins ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:s,s:i,s:N,s:O,s:O,s:O}", "nodes",
-                                               tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins,
-                                               "outputs", tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs),
-                                               "source", src, "dtype", tn_dtype_name(grp->fg_dtype), "reduce_dims",
-                                               grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
-                                               grp->fg_nonempty ? Py_True : Py_False, "gemm",
-                                               gemm_grp ? Py_True : Py_False, "epilogue",
-                                               epilogue ? Py_True : Py_False)
-                               : NULL;
-    if (!kinds || !ins) { /* Py_BuildValue, when called, consumed both */
+    uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+    PyObject *dts = PyList_New(nops);
+    for (uint32_t o = 0; dts && o < nops; o++) {
+      PyObject *name = PyUnicode_FromString(tn_dtype_name(grp->fg_odtypes[o]));
+      if (!name)
+        Py_CLEAR(dts);
+      else
+        PyList_SET_ITEM(dts, o, name);
+    }
+    PyObject *d = kinds && ins && dts
+                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
+                                    tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
+                                    tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
+                                    "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
+                                    grp->fg_nonempty ? Py_True : Py_False, "gemm", gemm_grp ? Py_True : Py_False,
+                                    "epilogue", epilogue ? Py_True : Py_False)
+                    : NULL;
+    if (!kinds || !ins || !dts) { /* Py_BuildValue, when called, consumed all three */
       Py_XDECREF(kinds);
       Py_XDECREF(ins);
+      Py_XDECREF(dts);
     }
     free(src);
     if (!d || PyList_Append(res, d) < 0)
@@ -163,16 +174,17 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtype", "reduce_dims", "out_kinds",
+  static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
                            "nonempty", "gemm", "epilogue", NULL};
-  PyObject *source, *empty, *dtype, *kinds_arg = Py_None;
+  PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
+  int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
   uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
   char err[2048];
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOppp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtype,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOppp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtypes_arg,
                                    &rdims, &kinds_arg, &nonempty, &gemm, &epilogue))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
@@ -204,11 +216,37 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
     return NULL;
-  PyObject *isz = PyObject_GetAttrString(dtype, "itemsize");
-  long itemsize = isz ? PyLong_AsLong(isz) : -1;
-  Py_XDECREF(isz);
-  if (itemsize != 2 && itemsize != 4 && itemsize != 8)
-    return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "kernel dtype must be 2, 4 or 8 bytes wide");
+  if (!(dtypes = PySequence_Tuple(dtypes_arg)))
+    return NULL;
+  if (PyTuple_GET_SIZE(dtypes) != nin + nout) {
+    Py_DECREF(dtypes);
+    return PyErr_Format(PyExc_ValueError, "dtypes must give one dtype per operand (%d), got %zd", nin + nout,
+                        PyTuple_GET_SIZE(dtypes));
+  }
+  kws = PyTuple_New(nout);
+  for (int i = 0; kws && i < nin + nout; i++) {
+    PyObject *d = PyTuple_GET_ITEM(dtypes, i), *sz = PyObject_GetAttrString(d, "itemsize");
+    long v = sz ? PyLong_AsLong(sz) : -1;
+    Py_XDECREF(sz);
+    if (v != 1 && v != 2 && v != 4 && v != 8) {
+      if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "kernel operand %d: dtype %R is not 1, 2, 4 or 8 bytes wide", i, d);
+      Py_CLEAR(kws);
+      break;
+    }
+    isz[i] = (int)v;
+    PyObject *kw = i >= nin ? Py_BuildValue("{s:O}", "dtype", d) : NULL;
+    if (i >= nin && !kw) {
+      Py_CLEAR(kws);
+      break;
+    }
+    if (kw)
+      PyTuple_SET_ITEM(kws, i - nin, kw);
+  }
+  if (!kws) {
+    Py_DECREF(dtypes);
+    return NULL;
+  }
   tn_tcc_symbol syms[TN_RT_MAX_SYMBOLS];
   size_t nsyms = 0;
   for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < TN_RT_MAX_SYMBOLS; s++)
@@ -216,33 +254,31 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   Py_BEGIN_ALLOW_THREADS
   rc = tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);
   Py_END_ALLOW_THREADS
-  if (rc != TN_OK)
-    return PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
-  kernel_fn fn = (kernel_fn)tn_tcc_get(u, "tn_kernel");
-  if (!fn) {
-    tn_tcc_free(u);
-    return PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
-  }
-  PyObject *empty_kw = Py_BuildValue("{s:O}", "dtype", dtype);
-  KernelObject *k = empty_kw ? (KernelObject *)type->tp_alloc(type, 0) : NULL;
+  kernel_fn fn = rc == TN_OK ? (kernel_fn)tn_tcc_get(u, "tn_kernel") : NULL;
+  KernelObject *k = fn ? (KernelObject *)type->tp_alloc(type, 0) : NULL;
   if (!k) {
-    Py_XDECREF(empty_kw);
+    if (rc != TN_OK)
+      PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
+    else if (!fn)
+      PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
+    Py_DECREF(dtypes);
+    Py_DECREF(kws);
     tn_tcc_free(u);
     return NULL;
   }
-  k->ke_empty_kw = empty_kw;
+  k->ke_empty_kws = kws;
+  k->ke_dtypes = dtypes;
   k->ke_unit = u;
   k->ke_fn = fn;
   k->ke_ninputs = nin;
   k->ke_noutputs = nout;
-  k->ke_itemsize = (int)itemsize;
+  memcpy(k->ke_isz, isz, sizeof(int) * (size_t)(nin + nout));
   k->ke_rdims = rdims;
   k->ke_nonempty = nonempty;
   k->ke_gemm = gemm;
   k->ke_epilogue = epilogue;
   memcpy(k->ke_out_kinds, kinds, sizeof kinds);
   k->ke_empty = Py_NewRef(empty);
-  k->ke_dtype = Py_NewRef(dtype);
   k->ke_source = Py_NewRef(source);
   tn_stat_add(TN_STAT_kernels_compiled, 1);
   return (PyObject *)k;
@@ -254,8 +290,8 @@ static void Kernel_dealloc(PyObject *o)
   PyTypeObject *tp = Py_TYPE(o);
   tn_tcc_free(k->ke_unit);
   Py_XDECREF(k->ke_empty);
-  Py_XDECREF(k->ke_dtype);
-  Py_XDECREF(k->ke_empty_kw);
+  Py_XDECREF(k->ke_dtypes);
+  Py_XDECREF(k->ke_empty_kws);
   Py_XDECREF(k->ke_source);
   tp->tp_free(o);
   Py_DECREF(tp);
@@ -285,17 +321,18 @@ static int read_ints(PyObject *seq, int64_t *out, int *rank)
   return 0;
 }
 
-/* Reads tensor t's shape, stride and data pointer. */
-static int read_tensor(KernelObject *k, PyObject *t, int i, int64_t *sizes, int64_t *strides, int *rank,
+/* Reads tensor t's shape, stride and data pointer; t is input i of the
+** call and must be of the dtype of kernel operand op. */
+static int read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_t *sizes, int64_t *strides, int *rank,
                        void **data)
 {
-  PyObject *dtype = PyObject_GetAttrString(t, "dtype");
+  PyObject *dtype = PyObject_GetAttrString(t, "dtype"), *want = PyTuple_GET_ITEM(k->ke_dtypes, op);
   if (!dtype)
     return -1;
-  int ok = dtype == k->ke_dtype;
+  int ok = dtype == want;
   Py_DECREF(dtype);
   if (!ok) {
-    PyErr_Format(PyExc_TypeError, "kernel input %d: expected a tensor of dtype %R", i, k->ke_dtype);
+    PyErr_Format(PyExc_TypeError, "kernel input %d: expected a tensor of dtype %R", i, want);
     return -1;
   }
   PyObject *shape = PyObject_GetAttrString(t, "shape");
@@ -369,13 +406,13 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   int64_t bst[KERNEL_MAX_OPERANDS][TN_MAX_RANK]; /* per operand, per dim of the iteration space */
   int64_t *st = p->pr_st, *cst = p->pr_cst, *csizes = p->pr_csizes;
   void **ptrs = p->pr_ptrs;
-  PyObject *outs = NULL, *shape_t = NULL, *kw = NULL, *held = NULL;
+  PyObject *outs = NULL, *shape_t = NULL, *held = NULL;
 
   p->pr_held = NULL;
   p->pr_run = 0;
 
   for (int i = 0; i < k->ke_ninputs; i++) {
-    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
+    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
       return NULL;
     if (in_rank[i] > rank)
       rank = in_rank[i];
@@ -418,7 +455,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
       if (!held && c)
         held = PyList_New(0);
       if (!c || !held || PyList_Append(held, c) < 0 ||
-          read_tensor(k, c, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0) {
+          read_tensor(k, c, i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0) {
         Py_XDECREF(c);
         goto error;
       }
@@ -427,14 +464,13 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   }
 
   /* outputs: contiguous, of the iteration shape or the rows' shape */
-  kw = k->ke_empty_kw;
   if (!(outs = PyTuple_New(k->ke_noutputs)))
     goto error;
   for (int j = 0; j < k->ke_noutputs; j++) {
     int kind = k->ke_out_kinds[j];
     PyObject *shp = kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);
     PyObject *eargs = shp ? PyTuple_Pack(1, shp) : NULL;
-    PyObject *t = eargs ? PyObject_Call(k->ke_empty, eargs, kw) : NULL;
+    PyObject *t = eargs ? PyObject_Call(k->ke_empty, eargs, PyTuple_GET_ITEM(k->ke_empty_kws, j)) : NULL;
     Py_XDECREF(shp);
     Py_XDECREF(eargs);
     if (!t)
@@ -481,7 +517,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   for (int p = 0; p < nops; p++) /* the kernel's layout: strides[p * rank + d] */
     for (int d = 0; d < crank; d++)
       st[p * crank + d] = cstr[p * TN_MAX_RANK + d];
-  p->pr_la = (launch){k->ke_fn, crank, nops, k->ke_itemsize, csizes, ptrs, st, cols, cst};
+  p->pr_la = (launch){k->ke_fn, crank, nops, k->ke_isz, csizes, ptrs, st, cols, cst};
   p->pr_rank = rank;
   p->pr_numel = rows * cols;
   p->pr_run = rows > 0 && (p->pr_numel > 0 || rdims > 0);
@@ -617,7 +653,7 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
   memset(j, 0, sizeof *j);
   for (int i = 0; i < 2; i++) {
     for (int pass = 0; pass < 2 && !j->gj_lay[i]; pass++) {
-      if (read_tensor(k, mats[i], i, sz[i], st[i], &rank[i], &data[i]) < 0)
+      if (read_tensor(k, mats[i], i, 0, sz[i], st[i], &rank[i], &data[i]) < 0)
         return NULL;
       if (rank[i] != 2)
         return PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix, got rank %d", i, rank[i]);
@@ -639,7 +675,7 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
   j->gj_a = data[0];
   j->gj_b = data[1];
   PyObject *shape = Py_BuildValue("((ii))", j->gj_m, j->gj_n);
-  PyObject *res = shape ? PyObject_Call(k->ke_empty, shape, k->ke_empty_kw) : NULL;
+  PyObject *res = shape ? PyObject_Call(k->ke_empty, shape, PyTuple_GET_ITEM(k->ke_empty_kws, 0)) : NULL;
   Py_XDECREF(shape);
   PyObject *ptr = res ? PyObject_CallMethod(res, "data_ptr", NULL) : NULL;
   j->gj_c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
@@ -778,7 +814,7 @@ static PyType_Slot Kernel_slots[] = {
   {Py_tp_dealloc, Kernel_dealloc},
   {Py_tp_call, Kernel_call},
   {Py_tp_getset, Kernel_getset},
-  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, dtype): a fused kernel compiled by libtcc; "
+  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, dtypes): a fused kernel compiled by libtcc; "
               "call it with the input tensors to get a tuple of outputs."},
   {0, NULL},
 };
@@ -824,7 +860,7 @@ PyMethodDef tn_py_kernel_methods[] = {
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
   {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
-   "fuse(graph, rows=False, gemm=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtype', 'reduce_dims', "
+   "fuse(graph, rows=False, gemm=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtypes', 'reduce_dims', "
    "'out_kinds', 'nonempty', 'gemm', 'epilogue'}] for each fused group."},
   {NULL, NULL, 0, NULL},
 };

@@ -12,6 +12,8 @@
 
 #include <math.h>
 
+#include "../graph/graph.h"
+
 /* glibc's libmvec holds SIMD versions of these (the accuracy class of
 ** eager's Sleef, NaN and infinity handled): declaring them as OpenMP SIMD
 ** functions, as glibc's own headers do under -ffast-math, lets the
@@ -463,6 +465,213 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 
 RT_BINARY_FNS(f64, double, rt_vmath_f64, pow)
 
+/* -- Integers and bool: int64 blocks ---------------------------------------
+** Arithmetic goes through uint64_t, so it wraps (as eager's integer
+** kernels do) instead of overflowing. */
+
+RT_LOAD_STORE_FNS(i64, int64_t)
+
+/* Loads widen to int64; stores wrap to the width (bool: x != 0). */
+#define RT_INT_IO(SUF, T, STORE) \
+  RT_CLONES void tn_rt_load_##SUF(int64_t *dst, const T *src, int64_t stride, int64_t n) \
+  { \
+    for (int64_t i = 0; i < n; i++) \
+      dst[i] = (int64_t)src[i * stride]; \
+  } \
+  RT_CLONES void tn_rt_store_##SUF(T *dst, int64_t stride, const int64_t *src, int64_t n) \
+  { \
+    for (int64_t i = 0; i < n; i++) { \
+      int64_t x = src[i]; \
+      dst[i * stride] = (STORE); \
+    } \
+  }
+
+RT_INT_IO(i32, int32_t, (int32_t)(uint32_t)(uint64_t)x)
+RT_INT_IO(i16, int16_t, (int16_t)(uint16_t)(uint64_t)x)
+RT_INT_IO(i8, int8_t, (int8_t)(uint8_t)(uint64_t)x)
+RT_INT_IO(u8, uint8_t, (uint8_t)(uint64_t)x)
+RT_INT_IO(b8, uint8_t, (uint8_t)(x != 0))
+
+RT_CLONES void tn_rt_fill_i64(int64_t *dst, int64_t v, int64_t n)
+{
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = v;
+}
+
+#define RT_WRAP(expr) ((int64_t)(expr))
+
+RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n)
+{
+  switch (op) {
+  case TN_RT_NEG: UNARY_LOOP(RT_WRAP(0 - (uint64_t)x));
+  case TN_RT_ABS: UNARY_LOOP(x < 0 ? RT_WRAP(0 - (uint64_t)x) : x);
+  case TN_RT_RELU: UNARY_LOOP(x < 0 ? 0 : x);
+  case TN_RT_LNOT: UNARY_LOOP(x == 0);
+  case TN_RT_BNOT: UNARY_LOOP(~x);
+  default:
+    break;
+  }
+}
+
+/* The integer binary ops, y read as Y. */
+#define INT_BINARY_CASES(Y) \
+  case TN_RT_B_ADD: BINARY_LOOP(Y, RT_WRAP((uint64_t)x + (uint64_t)y)); \
+  case TN_RT_B_SUB: BINARY_LOOP(Y, RT_WRAP((uint64_t)x - (uint64_t)y)); \
+  case TN_RT_B_MUL: BINARY_LOOP(Y, RT_WRAP((uint64_t)x * (uint64_t)y)); \
+  case TN_RT_B_MAXIMUM: case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, x > y ? x : y); \
+  case TN_RT_B_MINIMUM: case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, x < y ? x : y); \
+  case TN_RT_B_LAND: BINARY_LOOP(Y, (x != 0) & (y != 0)); \
+  case TN_RT_B_LOR: BINARY_LOOP(Y, (x != 0) | (y != 0)); \
+  case TN_RT_B_BAND: BINARY_LOOP(Y, x & y); \
+  case TN_RT_B_BOR: BINARY_LOOP(Y, x | y); \
+  case TN_RT_B_BXOR: BINARY_LOOP(Y, x ^ y);
+
+RT_CLONES void tn_rt_binary_i64(int op, int64_t *dst, const int64_t *a, const int64_t *b, int64_t n)
+{
+  switch (op) {
+  INT_BINARY_CASES(b[i])
+  default:
+    break;
+  }
+}
+
+RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_t s, int64_t n)
+{
+  switch (op) {
+  INT_BINARY_CASES(s)
+  default:
+    break;
+  }
+}
+
+/* -- Comparisons and selection --------------------------------------------- */
+
+#define RT_COMPARE_LOOP(Y, cmp) \
+  for (int64_t i = 0; i < n; i++) \
+    dst[i] = a[i] cmp (Y); \
+  break
+
+#define RT_COMPARE_CASES(Y) \
+  case TN_RT_C_EQ: RT_COMPARE_LOOP(Y, ==); \
+  case TN_RT_C_NE: RT_COMPARE_LOOP(Y, !=); \
+  case TN_RT_C_LT: RT_COMPARE_LOOP(Y, <); \
+  case TN_RT_C_LE: RT_COMPARE_LOOP(Y, <=); \
+  case TN_RT_C_GT: RT_COMPARE_LOOP(Y, >); \
+  case TN_RT_C_GE: RT_COMPARE_LOOP(Y, >=);
+
+#define RT_SELECT_FNS(SUF, T) \
+  RT_CLONES void tn_rt_compare_##SUF(int op, int64_t *dst, const T *a, const T *b, int64_t n) \
+  { \
+    switch (op) { \
+    RT_COMPARE_CASES(b[i]) \
+    default: \
+      break; \
+    } \
+  } \
+  RT_CLONES void tn_rt_compare_s_##SUF(int op, int64_t *dst, const T *a, T s, int64_t n) \
+  { \
+    switch (op) { \
+    RT_COMPARE_CASES(s) \
+    default: \
+      break; \
+    } \
+  } \
+  RT_CLONES void tn_rt_where_##SUF(T *dst, const int64_t *c, const T *a, const T *b, int64_t n) \
+  { \
+    for (int64_t i = 0; i < n; i++) \
+      dst[i] = c[i] ? a[i] : b[i]; \
+  }
+
+RT_SELECT_FNS(f32, float)
+RT_SELECT_FNS(f64, double)
+RT_SELECT_FNS(i64, int64_t)
+
+/* -- Casts ------------------------------------------------------------------ */
+
+static int rt_is_int(int dt)
+{
+  return dt == TN_DTYPE_UINT8 || dt == TN_DTYPE_INT8 || dt == TN_DTYPE_INT16 || dt == TN_DTYPE_INT32 ||
+         dt == TN_DTYPE_INT64 || dt == TN_DTYPE_BOOL;
+}
+
+/* An int64 wrapped to integer dtype `to`'s width (bool: x != 0). */
+static inline int64_t rt_wrap_int(int to, int64_t x)
+{
+  switch (to) {
+  case TN_DTYPE_BOOL: return x != 0;
+  case TN_DTYPE_UINT8: return (uint8_t)(uint64_t)x;
+  case TN_DTYPE_INT8: return (int8_t)(uint8_t)(uint64_t)x;
+  case TN_DTYPE_INT16: return (int16_t)(uint16_t)(uint64_t)x;
+  case TN_DTYPE_INT32: return (int32_t)(uint32_t)(uint64_t)x;
+  default: return x;
+  }
+}
+
+/* x (a float) to integer dtype `to`, as x86's truncating conversions give
+** it (cvttsd2si: the "integer indefinite" for NaN and out of range; below
+** 64 bits eager converts through int32, then wraps to the width). */
+static inline int64_t rt_float_to_int(int to, double x)
+{
+  if (to == TN_DTYPE_BOOL)
+    return x != 0;
+  if (to == TN_DTYPE_INT64)
+    return x == x && x > -0x1p63 - 1 && x < 0x1p63 ? (int64_t)x : INT64_MIN;
+  return rt_wrap_int(to, x == x && x > -0x1p31 - 1 && x < 0x1p31 ? (int64_t)(int32_t)x : INT32_MIN);
+}
+
+/* A float32 value rounded to dtype dt's precision (float16, bfloat16). */
+static inline float rt_round_f32(int dt, float x)
+{
+  if (dt == TN_DTYPE_FLOAT16)
+    return rt_from_f16(rt_to_f16(x));
+  if (dt == TN_DTYPE_BFLOAT16)
+    return rt_from_bf16(rt_to_bf16(x));
+  return x;
+}
+
+#define RT_CAST_LOOP(TD, TS, expr) \
+  do { \
+    TD *d = dst; \
+    const TS *s = src; \
+    for (int64_t i = 0; i < n; i++) { \
+      TS x = s[i]; \
+      d[i] = (expr); \
+    } \
+  } while (0)
+
+RT_CLONES void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t n)
+{
+  int fi = rt_is_int(from), ti = rt_is_int(to);
+  int tf64 = to == TN_DTYPE_FLOAT64;
+  if (fi && ti)
+    RT_CAST_LOOP(int64_t, int64_t, rt_wrap_int(to, x));
+  else if (fi && tf64)
+    RT_CAST_LOOP(double, int64_t, (double)x);
+  else if (fi) /* through float32, as eager (int64 -> float -> half) */
+    RT_CAST_LOOP(float, int64_t, rt_round_f32(to, (float)x));
+  else if (from == TN_DTYPE_FLOAT64 && ti)
+    RT_CAST_LOOP(int64_t, double, rt_float_to_int(to, x));
+  else if (from == TN_DTYPE_FLOAT64 && tf64)
+    RT_CAST_LOOP(double, double, x);
+  else if (from == TN_DTYPE_FLOAT64)
+    RT_CAST_LOOP(float, double, rt_round_f32(to, (float)x));
+  else if (ti)
+    RT_CAST_LOOP(int64_t, float, rt_float_to_int(to, rt_round_f32(from, x)));
+  else if (tf64)
+    RT_CAST_LOOP(double, float, (double)rt_round_f32(from, x));
+  else
+    RT_CAST_LOOP(float, float, rt_round_f32(to, rt_round_f32(from, x)));
+}
+
+double tn_rt_round(int dtype, double v)
+{
+  if (dtype == TN_DTYPE_FLOAT32 || dtype == TN_DTYPE_FLOAT16 || dtype == TN_DTYPE_BFLOAT16)
+    return (double)rt_round_f32(dtype, (float)v);
+  if (rt_is_int(dtype) && v == v && v >= -0x1p63 && v < 0x1p63)
+    return (double)rt_wrap_int(dtype, (int64_t)v);
+  return v;
+}
+
 static inline double rt_combine(int op, double acc, double part)
 {
   if (op == TN_RT_R_SUM || op == TN_RT_R_MEAN)
@@ -602,6 +811,32 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_unary_f64", (const void *)tn_rt_unary_f64},
   {"tn_rt_binary_f64", (const void *)tn_rt_binary_f64},
   {"tn_rt_binary_s_f64", (const void *)tn_rt_binary_s_f64},
+  {"tn_rt_load_i64", (const void *)tn_rt_load_i64},
+  {"tn_rt_store_i64", (const void *)tn_rt_store_i64},
+  {"tn_rt_load_i32", (const void *)tn_rt_load_i32},
+  {"tn_rt_store_i32", (const void *)tn_rt_store_i32},
+  {"tn_rt_load_i16", (const void *)tn_rt_load_i16},
+  {"tn_rt_store_i16", (const void *)tn_rt_store_i16},
+  {"tn_rt_load_i8", (const void *)tn_rt_load_i8},
+  {"tn_rt_store_i8", (const void *)tn_rt_store_i8},
+  {"tn_rt_load_u8", (const void *)tn_rt_load_u8},
+  {"tn_rt_store_u8", (const void *)tn_rt_store_u8},
+  {"tn_rt_load_b8", (const void *)tn_rt_load_b8},
+  {"tn_rt_store_b8", (const void *)tn_rt_store_b8},
+  {"tn_rt_fill_i64", (const void *)tn_rt_fill_i64},
+  {"tn_rt_unary_i64", (const void *)tn_rt_unary_i64},
+  {"tn_rt_binary_i64", (const void *)tn_rt_binary_i64},
+  {"tn_rt_binary_s_i64", (const void *)tn_rt_binary_s_i64},
+  {"tn_rt_compare_f32", (const void *)tn_rt_compare_f32},
+  {"tn_rt_compare_s_f32", (const void *)tn_rt_compare_s_f32},
+  {"tn_rt_compare_f64", (const void *)tn_rt_compare_f64},
+  {"tn_rt_compare_s_f64", (const void *)tn_rt_compare_s_f64},
+  {"tn_rt_compare_i64", (const void *)tn_rt_compare_i64},
+  {"tn_rt_compare_s_i64", (const void *)tn_rt_compare_s_i64},
+  {"tn_rt_where_f32", (const void *)tn_rt_where_f32},
+  {"tn_rt_where_f64", (const void *)tn_rt_where_f64},
+  {"tn_rt_where_i64", (const void *)tn_rt_where_i64},
+  {"tn_rt_cast", (const void *)tn_rt_cast},
   {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
   {"tn_rt_combine", (const void *)tn_rt_combine},
   {"tn_rt_load2d_f32", (const void *)tn_rt_load2d_f32},
@@ -625,6 +860,7 @@ const tn_rt_symbol *tn_rt_symbols(void)
 const char *tn_rt_prototypes(void)
 {
   return "typedef long long i64;\n"
+         "static double tn_bits(unsigned long long u) { return *(double *)&u; }\n"
          "void tn_rt_load_f32(float *dst, const float *src, i64 stride, i64 n);\n"
          "void tn_rt_store_f32(float *dst, i64 stride, const float *src, i64 n);\n"
          "void tn_rt_load_f16(float *dst, const unsigned short *src, i64 stride, i64 n);\n"
@@ -641,6 +877,32 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_unary_f64(int op, double *dst, const double *a, i64 n);\n"
          "void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, i64 n);\n"
          "void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, i64 n);\n"
+         "void tn_rt_load_i64(i64 *dst, const i64 *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_i64(i64 *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_load_i32(i64 *dst, const int *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_i32(int *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_load_i16(i64 *dst, const short *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_i16(short *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_load_i8(i64 *dst, const signed char *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_i8(signed char *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_load_u8(i64 *dst, const unsigned char *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_u8(unsigned char *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_load_b8(i64 *dst, const unsigned char *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_b8(unsigned char *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_fill_i64(i64 *dst, i64 v, i64 n);\n"
+         "void tn_rt_unary_i64(int op, i64 *dst, const i64 *a, i64 n);\n"
+         "void tn_rt_binary_i64(int op, i64 *dst, const i64 *a, const i64 *b, i64 n);\n"
+         "void tn_rt_binary_s_i64(int op, i64 *dst, const i64 *a, i64 s, i64 n);\n"
+         "void tn_rt_compare_f32(int op, i64 *dst, const float *a, const float *b, i64 n);\n"
+         "void tn_rt_compare_s_f32(int op, i64 *dst, const float *a, float s, i64 n);\n"
+         "void tn_rt_compare_f64(int op, i64 *dst, const double *a, const double *b, i64 n);\n"
+         "void tn_rt_compare_s_f64(int op, i64 *dst, const double *a, double s, i64 n);\n"
+         "void tn_rt_compare_i64(int op, i64 *dst, const i64 *a, const i64 *b, i64 n);\n"
+         "void tn_rt_compare_s_i64(int op, i64 *dst, const i64 *a, i64 s, i64 n);\n"
+         "void tn_rt_where_f32(float *dst, const i64 *c, const float *a, const float *b, i64 n);\n"
+         "void tn_rt_where_f64(double *dst, const i64 *c, const double *a, const double *b, i64 n);\n"
+         "void tn_rt_where_i64(i64 *dst, const i64 *c, const i64 *a, const i64 *b, i64 n);\n"
+         "void tn_rt_cast(int to, int from, void *dst, const void *src, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
          "double tn_rt_combine(int op, double acc, double part);\n"
          "void tn_rt_load2d_f32(float *dst, const float *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"

@@ -26,11 +26,14 @@
 #define TN_RT_UNARY_DEF(_) \
   _(NEG, 1) _(ABS, 2) _(EXP, 3) _(LOG, 4) _(LOG1P, 5) _(EXPM1, 6) _(SQRT, 7) _(RSQRT, 8) \
   _(RELU, 9) _(SIGMOID, 10) _(TANH, 11) _(SILU, 12) _(ERF, 13) _(SIN, 14) _(COS, 15) \
-  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18)
+  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18) _(LNOT, 19) _(BNOT, 20)
 
 #define TN_RT_BINARY_DEF(_) \
   _(ADD, 1) _(SUB, 2) _(MUL, 3) _(DIV, 4) _(MAXIMUM, 5) _(MINIMUM, 6) _(POW, 7) \
-  _(CLAMP_MIN, 8) _(CLAMP_MAX, 9)
+  _(CLAMP_MIN, 8) _(CLAMP_MAX, 9) _(LAND, 10) _(LOR, 11) _(BAND, 12) _(BOR, 13) _(BXOR, 14)
+
+/* Comparisons: 1 where a[i] op b[i] holds, else 0 (NaN compares unequal). */
+#define TN_RT_COMPARE_DEF(_) _(EQ, 1) _(NE, 2) _(LT, 3) _(LE, 4) _(GT, 5) _(GE, 6)
 
 enum {
 #define TN_RT_U(name, num) TN_RT_##name = num,
@@ -41,6 +44,11 @@ enum {
 #define TN_RT_B(name, num) TN_RT_B_##name = num,
   TN_RT_BINARY_DEF(TN_RT_B)
 #undef TN_RT_B
+};
+enum {
+#define TN_RT_C(name, num) TN_RT_C_##name = num,
+  TN_RT_COMPARE_DEF(TN_RT_C)
+#undef TN_RT_C
 };
 
 /* Reductions of a row: sum, and max/min that propagate NaN (as eager's
@@ -84,6 +92,58 @@ void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n);
 void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, int64_t n);
 void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t n);
 
+/* Integer and bool blocks: every integer dtype and bool compute in int64
+** (bool as 0 or 1), wrapping as two's complement; a store wraps to the
+** tensor's width (bool stores x != 0). Unary ops: NEG, ABS, RELU, LNOT,
+** BNOT (~x); binary: ADD, SUB, MUL, MAXIMUM, MINIMUM, CLAMP_MIN,
+** CLAMP_MAX, LAND, LOR (the logical ones give 0 or 1), BAND, BOR, BXOR. */
+void tn_rt_load_i64(int64_t *dst, const int64_t *src, int64_t stride, int64_t n);
+void tn_rt_store_i64(int64_t *dst, int64_t stride, const int64_t *src, int64_t n);
+void tn_rt_load_i32(int64_t *dst, const int32_t *src, int64_t stride, int64_t n);
+void tn_rt_store_i32(int32_t *dst, int64_t stride, const int64_t *src, int64_t n);
+void tn_rt_load_i16(int64_t *dst, const int16_t *src, int64_t stride, int64_t n);
+void tn_rt_store_i16(int16_t *dst, int64_t stride, const int64_t *src, int64_t n);
+void tn_rt_load_i8(int64_t *dst, const int8_t *src, int64_t stride, int64_t n);
+void tn_rt_store_i8(int8_t *dst, int64_t stride, const int64_t *src, int64_t n);
+void tn_rt_load_u8(int64_t *dst, const uint8_t *src, int64_t stride, int64_t n);
+void tn_rt_store_u8(uint8_t *dst, int64_t stride, const int64_t *src, int64_t n);
+void tn_rt_load_b8(int64_t *dst, const uint8_t *src, int64_t stride, int64_t n);
+void tn_rt_store_b8(uint8_t *dst, int64_t stride, const int64_t *src, int64_t n);
+void tn_rt_fill_i64(int64_t *dst, int64_t v, int64_t n);
+void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n);
+void tn_rt_binary_i64(int op, int64_t *dst, const int64_t *a, const int64_t *b, int64_t n);
+void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_t s, int64_t n);
+
+/* Comparisons (TN_RT_C_*) of float32, float64 or int64 blocks, and with a
+** scalar: dst[i] is 0 or 1. */
+void tn_rt_compare_f32(int op, int64_t *dst, const float *a, const float *b, int64_t n);
+void tn_rt_compare_s_f32(int op, int64_t *dst, const float *a, float s, int64_t n);
+void tn_rt_compare_f64(int op, int64_t *dst, const double *a, const double *b, int64_t n);
+void tn_rt_compare_s_f64(int op, int64_t *dst, const double *a, double s, int64_t n);
+void tn_rt_compare_i64(int op, int64_t *dst, const int64_t *a, const int64_t *b, int64_t n);
+void tn_rt_compare_s_i64(int op, int64_t *dst, const int64_t *a, int64_t s, int64_t n);
+
+/* dst[i] = c[i] ? a[i] : b[i] (c: a bool block); dst may alias a or b. */
+void tn_rt_where_f32(float *dst, const int64_t *c, const float *a, const float *b, int64_t n);
+void tn_rt_where_f64(double *dst, const int64_t *c, const double *a, const double *b, int64_t n);
+void tn_rt_where_i64(int64_t *dst, const int64_t *c, const int64_t *a, const int64_t *b, int64_t n);
+
+/* Converts a block holding values of dtype `from` (TN_DTYPE_*) to one of
+** dtype `to`, as eager's casts do: float16 and bfloat16 values (held as
+** float32, maybe unrounded) are rounded to their dtype first; floats go to
+** integers by truncation (NaN and out-of-range values as x86 gives them:
+** the most negative int64, or of int32 for narrower types, then wrapped);
+** to bool is x != 0 (NaN is true); integers wrap to their width. dst and
+** src are blocks of the dtypes' compute types (float, double or int64);
+** dst may alias src when those are the same. */
+void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t n);
+
+/* v as a value of dtype, as eager converts a scalar: rounded to float32,
+** float16 or bfloat16 (nearest even), an integer wrapped to an integer
+** dtype's width (bool: v != 0); float64 unchanged. For the constants of
+** generated code. */
+double tn_rt_round(int dtype, double v);
+
 /* The reduction op of a[0..n): sums (and MEAN, which is the sum here) are
 ** accumulated in double; n == 0 gives the identity (0, -inf, +inf). */
 double tn_rt_reduce_f32(int op, const float *a, int64_t n);
@@ -117,7 +177,7 @@ typedef struct tn_rt_symbol {
 const tn_rt_symbol *tn_rt_symbols(void);
 
 /* At least the number of entries tn_rt_symbols() lists. */
-#define TN_RT_MAX_SYMBOLS 64
+#define TN_RT_MAX_SYMBOLS 96
 
 /* The prototypes generated code declares (one C text). */
 const char *tn_rt_prototypes(void);
