@@ -1,12 +1,14 @@
 """Fused pointwise chains: eager vs torch.compile(backend="neuron"), same run.
 
-    python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024] [--dtype float64] [--no-inductor]
+    python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024] [--dtype float64|int32|...] [--no-inductor]
 
 For each chain and shape: median latency of eager, of
 torch.compile(backend="neuron") and of torch.compile(backend="inductor"),
 measured interleaved (eager, neuron, inductor, eager, ...) so machine drift
 hits all of them, and the ratios eager/neuron and inductor/neuron. Results differ from eager by at most
-torch's default tolerances (checked before timing).
+torch's default tolerances (checked before timing). With an integer
+dtype, inputs are random integers and chains that eager refuses for it
+(gelu of an integer) are skipped.
 """
 import argparse
 import statistics
@@ -20,6 +22,8 @@ CHAINS = {
     "arith": lambda x, y: ((x * 2 + y) * 0.5 - x).clamp_min(0) + x * y,
     "sigmoid_tanh": lambda x, y: torch.sigmoid(x * 1.702) * x + torch.tanh(y),
     "gelu_residual": lambda x, y: torch.nn.functional.gelu(x + y) * 0.5 + x,
+    "mask_select": lambda x, y: torch.where((x > 0) & (y < 1), x * y, 0.0),
+    "masked_fill": lambda x, y: (x - y).masked_fill(y > x, float("-inf")).clamp_min(-1e4),
 }
 
 
@@ -40,7 +44,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
     parser.add_argument("--shapes", default="64x256,256x1024,1024x1024")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16", "int64", "int32"])
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
@@ -50,8 +54,15 @@ def main():
           + f" {'eager/neuron':>13s}" + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
     for shape_text in args.shapes.split(","):
         shape = tuple(int(s) for s in shape_text.split("x"))
-        x, y = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+        if dtype.is_floating_point:
+            x, y = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
+        else:
+            x, y = torch.randint(-8, 8, shape, dtype=dtype), torch.randint(-8, 8, shape, dtype=dtype)
         for name, f in CHAINS.items():
+            try:
+                f(x, y)
+            except RuntimeError:
+                continue
             torch._dynamo.reset()
             fns = {"eager": f}
             for backend in cols[1:]:

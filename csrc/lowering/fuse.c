@@ -351,10 +351,11 @@ static int fusable(const tn_graph *g, const tn_node *n)
   }
   case FK_COMPARE: /* in their one dtype (mixed ones would need torch's promotion) */
     return arg_dtype(g, &n->no_args[0]) == arg_dtype(g, &n->no_args[1]);
-  case FK_COMPARE_S: { /* in the tensor's dtype: integers against integers only */
+  case FK_COMPARE_S: { /* in the tensor's dtype; an integer tensor against a float compares in the
+                       ** default float dtype (which the graph does not say): left to eager */
     double v;
     int t = arg_dtype(g, &n->no_args[0]);
-    return arg_scalar(&n->no_args[1], &v) && (dtype_class(t) != DC_INT || v == floor(v));
+    return arg_scalar(&n->no_args[1], &v) && (dtype_class(t) != DC_INT || n->no_args[1].ar_tag != TN_ARG_FLOAT);
   }
   case FK_WHERE:
     return arg_dtype(g, &n->no_args[0]) == TN_DTYPE_BOOL;
@@ -713,6 +714,8 @@ typedef struct prog_builder {
   uint8_t *pb_bdt;    /* dtype of each buffer's values */
   uint8_t *pb_exact;  /* whether a float16/bfloat16 buffer's values are rounded to it */
   uint32_t pb_bcap;
+  int32_t (*pb_casts)[3]; /* conversions made: source buffer, dtype, result buffer */
+  uint32_t pb_ncasts, pb_castcap;
   int pb_dtype;       /* row groups: the dtype of their splat row scalars */
   int pb_rc;
 } prog_builder;
@@ -798,13 +801,30 @@ static int32_t emit_cast(prog_builder *b, int32_t a, int to)
 }
 
 /* a as a value of dtype to: a itself where its values already are
-** (widens), else a cast. */
+** (widens), else a cast, made once per buffer and dtype. */
 static int32_t emit_convert(prog_builder *b, int32_t a, int to)
 {
   int from = buf_dtype(b, a);
   if (from == to || (b->pb_rc == TN_OK && b->pb_exact[a] && widens(to, from)))
     return a;
-  return emit_cast(b, a, to);
+  for (uint32_t i = 0; i < b->pb_ncasts; i++)
+    if (b->pb_casts[i][0] == a && b->pb_casts[i][1] == to)
+      return b->pb_casts[i][2];
+  int32_t dst = emit_cast(b, a, to);
+  if (b->pb_ncasts == b->pb_castcap) {
+    uint32_t cap = b->pb_castcap ? 2 * b->pb_castcap : 8;
+    int32_t(*c)[3] = mi_heap_reallocn(b->pb_f->fu_heap, b->pb_casts, cap, sizeof *c);
+    if (!c) {
+      b->pb_rc = TN_ENOMEM;
+      return dst;
+    }
+    b->pb_casts = c;
+    b->pb_castcap = cap;
+  }
+  b->pb_casts[b->pb_ncasts][0] = a;
+  b->pb_casts[b->pb_ncasts][1] = to;
+  b->pb_casts[b->pb_ncasts++][2] = dst;
+  return dst;
 }
 
 /* a with its values rounded to its float16/bfloat16 dtype (what eager
@@ -942,16 +962,22 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
   case FK_GELU:
     return emit_op_dt(b, TN_FI_UNARY, memcmp(n->no_args[1].u.ar_str, "tanh", 4) == 0 ? TN_RT_GELU_TANH : TN_RT_GELU,
                       emit_convert(b, x, dt), -1, dt);
-  case FK_BINARY:
-    x = emit_convert(b, x, dt);
-    y = emit_convert(b, bufof[n->no_args[1].u.ar_ref], dt);
+  case FK_BINARY: {
+    /* eager's float16/bfloat16 mul and div read a 0-dim operand of
+    ** another dtype at float32 precision; add and sub round it first */
+    int cdt = narrow_float(dt) && (r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_DIV) ? TN_DTYPE_FLOAT32 : dt;
+    x = emit_convert(b, x, cdt);
+    y = emit_convert(b, bufof[n->no_args[1].u.ar_ref], cdt);
     if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1)
       y = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha, dt), dt);
     return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, x, y, dt), r);
+  }
   case FK_SCALAR:
     arg_scalar(&n->no_args[1], &v);
+    if (narrow_float(dt) && (r.fr_op == TN_RT_B_ADD || r.fr_op == TN_RT_B_SUB))
+      v = tn_rt_round(dt, v); /* eager adds the scalar rounded to the tensor's dtype */
     if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha))
-      v *= alpha; /* add/sub.Scalar: other * alpha, as ATen computes it */
+      v = dtype_class(dt) == DC_FLOAT ? (double)((float)alpha * (float)v) : v * alpha; /* other * alpha, as ATen */
     return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, emit_convert(b, x, dt), emit_const(b, v, dt), dt), r);
   case FK_CLAMP:
     x = y = emit_convert(b, x, dt);
@@ -1024,7 +1050,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   const tn_graph *g = s->fs_g;
   tn_fusion *f = s->fs_f;
   uint32_t nn = (uint32_t)s->fs_count[k], nvals = tn_graph_num_values(g);
-  prog_builder b = {f, NULL, 0, 0, 0, 0, NULL, NULL, 0, TN_DTYPE_FLOAT32, TN_OK};
+  prog_builder b = {f, NULL, 0, 0, 0, 0, NULL, NULL, 0, NULL, 0, 0, TN_DTYPE_FLOAT32, TN_OK};
   int32_t anchor = s->fs_anchor[k];
   uint32_t maxargs = 0, maxouts = 0;
 

@@ -281,6 +281,663 @@ START_TEST(test_pool_runs_every_part_once)
 }
 END_TEST
 
+/* -- Integer, comparison, selection and cast primitives -------------------- */
+
+/* Blocks of 37: more than one vector width, so vector bodies and scalar
+** tails both run (the clones go up to AVX-512: 8 int64 or 16 float lanes). */
+enum { RN = 37 };
+
+/* int64 arithmetic as two's complement, computed here independently. */
+static int64_t wrap_add(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static int64_t wrap_sub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static int64_t wrap_mul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
+START_TEST(test_rt_int_loads_widen)
+{
+  static int64_t s64[3 * RN];
+  static int32_t s32[3 * RN];
+  static int16_t s16[3 * RN];
+  static int8_t s8[3 * RN];
+  static uint8_t su8[3 * RN], sb8[3 * RN];
+  int64_t d[RN];
+  for (int i = 0; i < 3 * RN; i++) {
+    s64[i] = i % 2 ? INT64_MIN + i : INT64_MAX - i;
+    s32[i] = i % 2 ? INT32_MIN + i : INT32_MAX - i;
+    s16[i] = (int16_t)(i % 2 ? INT16_MIN + i : INT16_MAX - i);
+    s8[i] = (int8_t)(i % 2 ? INT8_MIN + i : INT8_MAX - i);
+    su8[i] = (uint8_t)(255 - i);
+    sb8[i] = (uint8_t)(i % 3 == 0);
+  }
+  int64_t strides[3] = {1, 3, 0};
+  for (int k = 0; k < 3; k++) {
+    int64_t st = strides[k];
+#define CHECK_LOAD(fn, src, expr) \
+    do { \
+      for (int i = 0; i < RN; i++) \
+        d[i] = -7; \
+      fn(d, src, st, RN); \
+      for (int i = 0; i < RN; i++) { \
+        int64_t want = (expr); \
+        ck_assert_msg(d[i] == want, #fn " stride %lld at %d: %lld, want %lld", (long long)st, i, \
+                      (long long)d[i], (long long)want); \
+      } \
+    } while (0)
+    CHECK_LOAD(tn_rt_load_i64, s64, s64[i * st]);
+    CHECK_LOAD(tn_rt_load_i32, s32, (int64_t)s32[i * st]);
+    CHECK_LOAD(tn_rt_load_i16, s16, (int64_t)s16[i * st]);
+    CHECK_LOAD(tn_rt_load_i8, s8, (int64_t)s8[i * st]);
+    CHECK_LOAD(tn_rt_load_u8, su8, (int64_t)su8[i * st]);
+    CHECK_LOAD(tn_rt_load_b8, sb8, (int64_t)sb8[i * st]);
+#undef CHECK_LOAD
+  }
+  /* widening keeps the sign of narrow types and not of uint8 */
+  tn_rt_load_i8(d, s8 + 1, 0, 1);
+  ck_assert_int_eq(d[0], -127);
+  tn_rt_load_i32(d, s32 + 1, 0, 1);
+  ck_assert_int_eq(d[0], (int64_t)INT32_MIN + 1);
+  tn_rt_load_u8(d, su8, 0, 1);
+  ck_assert_int_eq(d[0], 255);
+}
+END_TEST
+
+START_TEST(test_rt_int_stores_wrap)
+{
+  static const int64_t pat[12] = {0, -1, 300, 70000, (int64_t)1 << 31, -129, 128, 256,
+                                  ((int64_t)1 << 40) + 3, INT64_MIN, INT64_MAX, 5};
+  int64_t src[RN];
+  for (int i = 0; i < RN; i++)
+    src[i] = pat[i % 12];
+  static int64_t d64[2 * RN];
+  static int32_t d32[2 * RN];
+  static int16_t d16[2 * RN];
+  static int8_t d8[2 * RN];
+  static uint8_t du8[2 * RN], db8[2 * RN];
+  for (int64_t st = 1; st <= 2; st++) {
+    memset(d64, 0x5a, sizeof d64);
+    memset(d32, 0x5a, sizeof d32);
+    memset(d16, 0x5a, sizeof d16);
+    memset(d8, 0x5a, sizeof d8);
+    memset(du8, 0x5a, sizeof du8);
+    memset(db8, 0x5a, sizeof db8);
+    tn_rt_store_i64(d64, st, src, RN);
+    tn_rt_store_i32(d32, st, src, RN);
+    tn_rt_store_i16(d16, st, src, RN);
+    tn_rt_store_i8(d8, st, src, RN);
+    tn_rt_store_u8(du8, st, src, RN);
+    tn_rt_store_b8(db8, st, src, RN);
+    for (int i = 0; i < RN; i++) {
+      int64_t x = src[i];
+      ck_assert_int_eq(d64[i * st], x);
+      ck_assert_int_eq(d32[i * st], (int32_t)(uint32_t)(uint64_t)x);
+      ck_assert_int_eq(d16[i * st], (int16_t)(uint16_t)(uint64_t)x);
+      ck_assert_int_eq(d8[i * st], (int8_t)(uint8_t)(uint64_t)x);
+      ck_assert_uint_eq(du8[i * st], (uint8_t)(uint64_t)x);
+      ck_assert_uint_eq(db8[i * st], x != 0); /* 256 (low byte 0) is true */
+      if (st == 2) { /* the skipped elements are untouched */
+        ck_assert_uint_eq(du8[i * st + 1], 0x5a);
+        ck_assert_uint_eq(db8[i * st + 1], 0x5a);
+        ck_assert_int_eq(d32[i * st + 1], 0x5a5a5a5a);
+      }
+    }
+  }
+  /* the values eager gives for these (int64 tensor .to(dtype)) */
+  ck_assert_int_eq(d32[8 * 2], 3);      /* 2^40 + 3 -> int32 */
+  ck_assert_int_eq(d16[3 * 2], 4464);   /* 70000 -> int16 */
+  ck_assert_int_eq(d8[2 * 2], 44);      /* 300 -> int8 */
+  ck_assert_int_eq(d8[5 * 2], 127);     /* -129 -> int8 */
+  ck_assert_int_eq(d8[6 * 2], -128);    /* 128 -> int8 */
+  ck_assert_uint_eq(du8[1 * 2], 255);   /* -1 -> uint8 */
+  ck_assert_int_eq(d32[4 * 2], INT32_MIN); /* 2^31 -> int32 */
+}
+END_TEST
+
+START_TEST(test_rt_int_fill_unary)
+{
+  static const int64_t pat[8] = {0, 5, -5, INT64_MIN, INT64_MAX, -1, 1, INT64_MIN + 1};
+  int64_t a[RN], r[RN];
+  tn_rt_fill_i64(r, INT64_MIN, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], INT64_MIN);
+  for (int i = 0; i < RN; i++)
+    a[i] = pat[i % 8];
+  tn_rt_unary_i64(TN_RT_NEG, r, a, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], wrap_sub(0, a[i]));
+  ck_assert_int_eq(r[3], INT64_MIN); /* -INT64_MIN wraps to itself */
+  ck_assert_int_eq(r[7], INT64_MAX);
+  tn_rt_unary_i64(TN_RT_ABS, r, a, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] < 0 ? wrap_sub(0, a[i]) : a[i]);
+  ck_assert_int_eq(r[2], 5);
+  ck_assert_int_eq(r[3], INT64_MIN); /* |INT64_MIN| wraps, as eager's abs */
+  tn_rt_unary_i64(TN_RT_RELU, r, a, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] < 0 ? 0 : a[i]);
+  tn_rt_unary_i64(TN_RT_LNOT, r, a, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] == 0);
+  /* in place */
+  memcpy(r, a, sizeof r);
+  tn_rt_unary_i64(TN_RT_NEG, r, r, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], wrap_sub(0, a[i]));
+}
+END_TEST
+
+START_TEST(test_rt_int_binary)
+{
+  static const int64_t pa[9] = {INT64_MAX, INT64_MIN, (int64_t)1 << 62, 3037000500, -7, 0, 5, -3, 0};
+  static const int64_t pb[9] = {1, 1, 4, 3037000500, 3, 0, -2, 0, 9};
+  int64_t a[RN], b[RN], r[RN];
+  for (int i = 0; i < RN; i++) {
+    a[i] = pa[i % 9];
+    b[i] = pb[i % 9];
+  }
+  struct { int op; int64_t (*ref)(int64_t, int64_t); } ring[] = {
+    {TN_RT_B_ADD, wrap_add}, {TN_RT_B_SUB, wrap_sub}, {TN_RT_B_MUL, wrap_mul},
+  };
+  for (int k = 0; k < 3; k++) {
+    tn_rt_binary_i64(ring[k].op, r, a, b, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(r[i] == ring[k].ref(a[i], b[i]), "op %d at %d: %lld", ring[k].op, i, (long long)r[i]);
+    for (int64_t s = -3; s <= 3; s += 3) {
+      tn_rt_binary_s_i64(ring[k].op, r, a, s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(r[i] == ring[k].ref(a[i], s), "op %d s %lld at %d", ring[k].op, (long long)s, i);
+    }
+  }
+  tn_rt_binary_i64(TN_RT_B_ADD, r, a, b, RN);
+  ck_assert_int_eq(r[0], INT64_MIN); /* INT64_MAX + 1 */
+  tn_rt_binary_i64(TN_RT_B_SUB, r, a, b, RN);
+  ck_assert_int_eq(r[1], INT64_MAX); /* INT64_MIN - 1 */
+  tn_rt_binary_i64(TN_RT_B_MUL, r, a, b, RN);
+  ck_assert_int_eq(r[2], 0);         /* 2^62 * 4 */
+  ck_assert_int_eq(r[3], wrap_mul(3037000500, 3037000500));
+  ck_assert_int_lt(r[3], 0);         /* past INT64_MAX: wrapped negative */
+
+  tn_rt_binary_i64(TN_RT_B_MAXIMUM, r, a, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] > b[i] ? a[i] : b[i]);
+  tn_rt_binary_i64(TN_RT_B_MINIMUM, r, a, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] < b[i] ? a[i] : b[i]);
+  tn_rt_binary_i64(TN_RT_B_CLAMP_MIN, r, a, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] < b[i] ? b[i] : a[i]);
+  tn_rt_binary_i64(TN_RT_B_CLAMP_MAX, r, a, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] > b[i] ? b[i] : a[i]);
+  tn_rt_binary_s_i64(TN_RT_B_CLAMP_MIN, r, a, -3, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] < -3 ? -3 : a[i]);
+  tn_rt_binary_s_i64(TN_RT_B_CLAMP_MAX, r, a, 5, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] > 5 ? 5 : a[i]);
+  tn_rt_binary_s_i64(TN_RT_B_MAXIMUM, r, a, 0, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] > 0 ? a[i] : 0);
+  tn_rt_binary_s_i64(TN_RT_B_MINIMUM, r, a, 0, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] < 0 ? a[i] : 0);
+
+  /* logical ops: 0 or 1 whatever the nonzero values */
+  tn_rt_binary_i64(TN_RT_B_LAND, r, a, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] != 0 && b[i] != 0);
+  tn_rt_binary_i64(TN_RT_B_LOR, r, a, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] != 0 || b[i] != 0);
+  ck_assert_int_eq(r[0], 1); /* INT64_MAX || 1 */
+  tn_rt_binary_s_i64(TN_RT_B_LAND, r, a, -2, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] != 0);
+  tn_rt_binary_s_i64(TN_RT_B_LAND, r, a, 0, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], 0);
+  tn_rt_binary_s_i64(TN_RT_B_LOR, r, a, 0, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], a[i] != 0);
+  tn_rt_binary_s_i64(TN_RT_B_LOR, r, a, INT64_MIN, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(r[i], 1);
+
+  /* dst aliasing a, then b */
+  int64_t c[RN];
+  memcpy(c, a, sizeof c);
+  tn_rt_binary_i64(TN_RT_B_ADD, c, c, b, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(c[i], wrap_add(a[i], b[i]));
+  memcpy(c, b, sizeof c);
+  tn_rt_binary_i64(TN_RT_B_SUB, c, a, c, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(c[i], wrap_sub(a[i], b[i]));
+  memcpy(c, a, sizeof c);
+  tn_rt_binary_s_i64(TN_RT_B_MUL, c, c, 3, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(c[i], wrap_mul(a[i], 3));
+}
+END_TEST
+
+/* Expected comparison of x and y under TN_RT_C_* op (NaN: only NE holds). */
+static int64_t cmp_ref(int op, double x, double y)
+{
+  if (x != x || y != y)
+    return op == TN_RT_C_NE;
+  switch (op) {
+  case TN_RT_C_EQ: return x == y;
+  case TN_RT_C_NE: return x != y;
+  case TN_RT_C_LT: return x < y;
+  case TN_RT_C_LE: return x <= y;
+  case TN_RT_C_GT: return x > y;
+  default: return x >= y;
+  }
+}
+
+START_TEST(test_rt_compare)
+{
+  static const float pa[8] = {NAN, 1.0f, -0.0f, INFINITY, -INFINITY, 2.5f, NAN, 3.0f};
+  static const float pb[8] = {NAN, 1.0f, 0.0f, INFINITY, 1.0f, -2.5f, 0.0f, NAN};
+  float a32[RN], b32[RN];
+  double a64[RN], b64[RN];
+  int64_t ai[RN], bi[RN], r[RN];
+  for (int i = 0; i < RN; i++) {
+    a32[i] = pa[i % 8];
+    b32[i] = pb[i % 8];
+    a64[i] = pa[i % 8];
+    b64[i] = pb[i % 8];
+    ai[i] = (int64_t)(i % 5) - 2 + (i % 7 == 0 ? INT64_MIN / 2 : 0);
+    bi[i] = (int64_t)(i % 3) - 1;
+  }
+  static const double scalars[4] = {1.0, 0.0, NAN, -INFINITY};
+  for (int op = TN_RT_C_EQ; op <= TN_RT_C_GE; op++) {
+    tn_rt_compare_f32(op, r, a32, b32, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(r[i] == cmp_ref(op, a32[i], b32[i]), "f32 op %d at %d: %lld", op, i, (long long)r[i]);
+    tn_rt_compare_f64(op, r, a64, b64, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(r[i] == cmp_ref(op, a64[i], b64[i]), "f64 op %d at %d: %lld", op, i, (long long)r[i]);
+    tn_rt_compare_i64(op, r, ai, bi, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(r[i] == cmp_ref(op, (double)ai[i], (double)bi[i]), "i64 op %d at %d", op, i);
+    for (int k = 0; k < 4; k++) {
+      double s = scalars[k];
+      tn_rt_compare_s_f32(op, r, a32, (float)s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(r[i] == cmp_ref(op, a32[i], s), "f32 op %d s %g at %d: %lld", op, s, i, (long long)r[i]);
+      tn_rt_compare_s_f64(op, r, a64, s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(r[i] == cmp_ref(op, a64[i], s), "f64 op %d s %g at %d: %lld", op, s, i, (long long)r[i]);
+    }
+    for (int64_t s = -1; s <= 1; s++) {
+      tn_rt_compare_s_i64(op, r, ai, s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(r[i] == cmp_ref(op, (double)ai[i], (double)s), "i64 op %d s %lld at %d", op,
+                      (long long)s, i);
+    }
+  }
+  /* spelled out: NaN against itself, -0 == +0, inf == inf */
+  tn_rt_compare_f32(TN_RT_C_NE, r, a32, b32, 8);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[6] == 1 && r[7] == 1);
+  tn_rt_compare_f32(TN_RT_C_EQ, r, a32, b32, 8);
+  ck_assert(r[0] == 0 && r[1] == 1 && r[2] == 1 && r[3] == 1 && r[6] == 0);
+  tn_rt_compare_f64(TN_RT_C_GE, r, a64, b64, 8);
+  ck_assert(r[0] == 0 && r[2] == 1 && r[4] == 0 && r[5] == 1 && r[6] == 0 && r[7] == 0);
+  /* int64 compares exactly (no detour through double) */
+  int64_t big[2] = {INT64_MAX, INT64_MAX - 1};
+  tn_rt_compare_s_i64(TN_RT_C_EQ, r, big, INT64_MAX, 2);
+  ck_assert(r[0] == 1 && r[1] == 0);
+  tn_rt_compare_s_i64(TN_RT_C_LT, r, big, INT64_MAX, 2);
+  ck_assert(r[0] == 0 && r[1] == 1);
+}
+END_TEST
+
+START_TEST(test_rt_where)
+{
+  int64_t c[RN], ai[RN], bi[RN], ri[RN];
+  float a32[RN], b32[RN], r32[RN];
+  double a64[RN], b64[RN], r64[RN];
+  for (int i = 0; i < RN; i++) {
+    c[i] = i % 3 == 1;
+    a32[i] = i == 4 ? NAN : i == 7 ? -0.0f : (float)i;
+    b32[i] = i == 5 ? NAN : i == 8 ? -0.0f : -(float)i - 100.0f;
+    a64[i] = a32[i] * 1.5;
+    b64[i] = b32[i] * 1.5;
+    ai[i] = i % 2 ? INT64_MIN + i : i;
+    bi[i] = INT64_MAX - i;
+  }
+  c[4] = 1; /* the NaN of a is chosen */
+  c[7] = 1; /* a's -0 is chosen */
+  c[8] = 0; /* b's -0 is chosen */
+#define CHECK_WHERE(r, a, b) \
+  for (int i = 0; i < RN; i++) \
+    ck_assert_msg(memcmp(&r[i], c[i] ? &a[i] : &b[i], sizeof r[i]) == 0, #r " at %d", i)
+  tn_rt_where_f32(r32, c, a32, b32, RN);
+  CHECK_WHERE(r32, a32, b32);
+  ck_assert(isnan(r32[4]) && r32[7] == 0.0f && signbit(r32[7]) && signbit(r32[8]));
+  tn_rt_where_f64(r64, c, a64, b64, RN);
+  CHECK_WHERE(r64, a64, b64);
+  tn_rt_where_i64(ri, c, ai, bi, RN);
+  CHECK_WHERE(ri, ai, bi);
+  /* dst aliasing a, then b */
+  float t32[RN];
+  double t64[RN];
+  int64_t ti[RN];
+  memcpy(t32, a32, sizeof t32);
+  tn_rt_where_f32(t32, c, t32, b32, RN);
+  CHECK_WHERE(t32, a32, b32);
+  memcpy(t32, b32, sizeof t32);
+  tn_rt_where_f32(t32, c, a32, t32, RN);
+  CHECK_WHERE(t32, a32, b32);
+  memcpy(t64, a64, sizeof t64);
+  tn_rt_where_f64(t64, c, t64, b64, RN);
+  CHECK_WHERE(t64, a64, b64);
+  memcpy(t64, b64, sizeof t64);
+  tn_rt_where_f64(t64, c, a64, t64, RN);
+  CHECK_WHERE(t64, a64, b64);
+  memcpy(ti, ai, sizeof ti);
+  tn_rt_where_i64(ti, c, ti, bi, RN);
+  CHECK_WHERE(ti, ai, bi);
+  memcpy(ti, bi, sizeof ti);
+  tn_rt_where_i64(ti, c, ai, ti, RN);
+  CHECK_WHERE(ti, ai, bi);
+#undef CHECK_WHERE
+}
+END_TEST
+
+/* Floats to integers: eager's values (torch 2.13, CPU) for
+** [nan, inf, -inf, 3e9, -3e9, 1e20, 300.5, -1.5, 70000.7, -129.9] of each
+** source dtype .to() each integer dtype. */
+#define I64MIN INT64_MIN
+#define I32MIN INT32_MIN
+static const double cast_src[10] = {NAN, INFINITY, -INFINITY, 3e9, -3e9, 1e20, 300.5, -1.5, 70000.7, -129.9};
+static const int cast_to[6] = {TN_DTYPE_INT64, TN_DTYPE_INT32, TN_DTYPE_INT16, TN_DTYPE_INT8, TN_DTYPE_UINT8,
+                               TN_DTYPE_BOOL};
+/* float32 and float64 sources */
+static const int64_t cast_want_f[6][10] = {
+  {I64MIN, I64MIN, I64MIN, 3000000000, -3000000000, I64MIN, 300, -1, 70000, -129},
+  {I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, 300, -1, 70000, -129},
+  {0, 0, 0, 0, 0, 0, 300, -1, 4464, -129},
+  {0, 0, 0, 0, 0, 0, 44, -1, 112, 127},
+  {0, 0, 0, 0, 0, 0, 44, 255, 112, 127},
+  {1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+};
+/* float16 sources (3e9 and 70000.7 are inf in float16) */
+static const int64_t cast_want_f16[6][10] = {
+  {I64MIN, I64MIN, I64MIN, I64MIN, I64MIN, I64MIN, 300, -1, I64MIN, -129},
+  {I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, 300, -1, I32MIN, -129},
+  {0, 0, 0, 0, 0, 0, 300, -1, 0, -129},
+  {0, 0, 0, 0, 0, 0, 44, -1, 0, 127},
+  {0, 0, 0, 0, 0, 0, 44, 255, 0, 127},
+  {1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+};
+/* bfloat16 sources (3e9 -> 3003121664, 70000.7 -> 70144, -129.9 -> -130) */
+static const int64_t cast_want_bf16[6][10] = {
+  {I64MIN, I64MIN, I64MIN, 3003121664, -3003121664, I64MIN, 300, -1, 70144, -130},
+  {I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, I32MIN, 300, -1, 70144, -130},
+  {0, 0, 0, 0, 0, 0, 300, -1, 4608, -130},
+  {0, 0, 0, 0, 0, 0, 44, -1, 0, 126},
+  {0, 0, 0, 0, 0, 0, 44, 255, 0, 126},
+  {1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+};
+
+START_TEST(test_rt_cast_float_to_int)
+{
+  float s32[RN];
+  double s64[RN];
+  int64_t d[RN];
+  for (int i = 0; i < RN; i++) {
+    s32[i] = (float)cast_src[i % 10];
+    s64[i] = cast_src[i % 10];
+  }
+  struct { int from; const void *src; const int64_t (*want)[10]; } froms[4] = {
+    {TN_DTYPE_FLOAT32, s32, cast_want_f}, {TN_DTYPE_FLOAT64, s64, cast_want_f},
+    {TN_DTYPE_FLOAT16, s32, cast_want_f16}, {TN_DTYPE_BFLOAT16, s32, cast_want_bf16},
+  };
+  int bad = 0;
+  char msg[2048] = "";
+  size_t len = 0;
+  for (int f = 0; f < 4; f++)
+    for (int t = 0; t < 6; t++) {
+      for (int i = 0; i < RN; i++)
+        d[i] = 12345;
+      tn_rt_cast(cast_to[t], froms[f].from, d, froms[f].src, RN);
+      for (int i = 0; i < RN; i++) {
+        int64_t want = froms[f].want[t][i % 10];
+        if (d[i] != want) {
+          if (bad++ < 12 && len < sizeof msg - 200)
+            len += (size_t)snprintf(msg + len, sizeof msg - len, "\n  cast(%s <- %s) of %.9g at %d: got %lld, want %lld",
+                                    tn_dtype_name(cast_to[t]), tn_dtype_name(froms[f].from), cast_src[i % 10], i,
+                                    (long long)d[i], (long long)want);
+        }
+      }
+    }
+  ck_assert_msg(bad == 0, "%d wrong elements:%s", bad, msg);
+}
+END_TEST
+
+/* Truncation toward zero of values rounded to float16 / bfloat16 first,
+** and float -> bool as x != 0. */
+START_TEST(test_rt_cast_rounds_half_sources)
+{
+  float s[4] = {255.9f, 2047.9f, 2.99f, -1.7f};
+  int64_t d[4];
+  tn_rt_cast(TN_DTYPE_INT64, TN_DTYPE_BFLOAT16, d, s, 4);
+  ck_assert_int_eq(d[0], 256);  /* bf16(255.9) = 256 */
+  ck_assert_int_eq(d[2], 2);    /* bf16(2.99) = 2.984375 */
+  ck_assert_int_eq(d[3], -1);
+  tn_rt_cast(TN_DTYPE_INT64, TN_DTYPE_FLOAT16, d, s, 4);
+  ck_assert_int_eq(d[1], 2048); /* f16(2047.9) = 2048 */
+  ck_assert_int_eq(d[2], 2);
+  tn_rt_cast(TN_DTYPE_INT64, TN_DTYPE_FLOAT32, d, s, 4);
+  ck_assert(d[0] == 255 && d[1] == 2047 && d[2] == 2 && d[3] == -1);
+
+  float b[6] = {NAN, 0.0f, -0.0f, 0.5f, -INFINITY, 1e-30f};
+  double b64[6] = {NAN, 0.0, -0.0, 0.5, -INFINITY, 1e-300};
+  int64_t r[6];
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT32, r, b, 6);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 1 && r[4] == 1 && r[5] == 1);
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT64, r, b64, 6);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 1 && r[4] == 1 && r[5] == 1);
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT16, r, b, 6);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 1 && r[4] == 1);
+  ck_assert_int_eq(r[5], 0); /* 1e-30 is 0 in float16 */
+}
+END_TEST
+
+START_TEST(test_rt_cast_int_and_float)
+{
+  /* int -> int wraps; eager's int64 tensor .to(dtype) */
+  static const int64_t pat[8] = {((int64_t)1 << 40) + 3, 300, -1, 70000, -129, 256, 0, INT64_MIN};
+  int64_t src[RN], d[RN];
+  for (int i = 0; i < RN; i++)
+    src[i] = pat[i % 8];
+  static const int64_t want[6][8] = {
+    {((int64_t)1 << 40) + 3, 300, -1, 70000, -129, 256, 0, INT64_MIN},
+    {3, 300, -1, 70000, -129, 256, 0, 0},
+    {3, 300, -1, 4464, -129, 256, 0, 0},
+    {3, 44, -1, 112, 127, 0, 0, 0},
+    {3, 44, 255, 112, 127, 0, 0, 0},
+    {1, 1, 1, 1, 1, 1, 0, 1},
+  };
+  for (int t = 0; t < 6; t++) {
+    tn_rt_cast(cast_to[t], TN_DTYPE_INT64, d, src, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(d[i] == want[t][i % 8], "cast(%s <- int64) of %lld: got %lld, want %lld",
+                    tn_dtype_name(cast_to[t]), (long long)src[i], (long long)d[i], (long long)want[t][i % 8]);
+  }
+  /* in place (int64 blocks both) */
+  memcpy(d, src, sizeof d);
+  tn_rt_cast(TN_DTYPE_INT8, TN_DTYPE_INT32, d, d, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(d[i], want[3][i % 8]);
+
+  /* int -> float: float16 and bfloat16 through float32, as eager
+  ** (2^24 + 2^16 + 1 -> float32 2^24 + 2^16 -> bfloat16 2^24 by ties-to-even;
+  ** straight to bfloat16 it would be 2^24 + 2^17) */
+  static const int64_t ip[6] = {((int64_t)1 << 24) + (1 << 16) + 1, 65519, 65520, -7, 300, ((int64_t)1 << 40) + 3};
+  static const float want_f32[6] = {16842752.0f, 65519.0f, 65520.0f, -7.0f, 300.0f, 1099511627776.0f};
+  static const float want_f16[6] = {INFINITY, 65504.0f, INFINITY, -7.0f, 300.0f, INFINITY};
+  static const float want_bf16[6] = {16777216.0f, 65536.0f, 65536.0f, -7.0f, 300.0f, 1099511627776.0f};
+  float fd[RN];
+  double dd[RN];
+  for (int i = 0; i < RN; i++)
+    src[i] = ip[i % 6];
+  tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_INT64, fd, src, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_float_eq(fd[i], want_f32[i % 6]);
+  tn_rt_cast(TN_DTYPE_FLOAT16, TN_DTYPE_INT64, fd, src, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_msg(fd[i] == want_f16[i % 6], "cast(float16 <- int64) of %lld: %g", (long long)src[i], fd[i]);
+  tn_rt_cast(TN_DTYPE_BFLOAT16, TN_DTYPE_INT64, fd, src, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_msg(fd[i] == want_bf16[i % 6], "cast(bfloat16 <- int64) of %lld: %g", (long long)src[i], fd[i]);
+  tn_rt_cast(TN_DTYPE_FLOAT64, TN_DTYPE_INT64, dd, src, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(dd[i] == (double)src[i]);
+  int64_t bsrc[3] = {1, 0, 1};
+  tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_BOOL, fd, bsrc, 3);
+  ck_assert(fd[0] == 1.0f && fd[1] == 0.0f && fd[2] == 1.0f);
+
+  /* float -> float: half sources rounded first; same-dtype float16 rounds */
+  float fs[RN];
+  for (int i = 0; i < RN; i++)
+    fs[i] = i % 3 == 0 ? 1.0001f : i % 3 == 1 ? 0.1f : NAN;
+  tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_FLOAT16, fd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 0 ? fd[i] == 1.0f : i % 3 == 1 ? fd[i] == 0.0999755859375f : isnan(fd[i]));
+  tn_rt_cast(TN_DTYPE_FLOAT16, TN_DTYPE_FLOAT16, fd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 0 ? fd[i] == 1.0f : i % 3 == 1 ? fd[i] == 0.0999755859375f : isnan(fd[i]));
+  tn_rt_cast(TN_DTYPE_FLOAT16, TN_DTYPE_FLOAT32, fd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 0 ? fd[i] == 1.0f : i % 3 == 1 ? fd[i] == 0.0999755859375f : isnan(fd[i]));
+  tn_rt_cast(TN_DTYPE_BFLOAT16, TN_DTYPE_FLOAT32, fd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 0 ? fd[i] == 1.0f : i % 3 == 1 ? fd[i] == 0.10009765625f : isnan(fd[i]));
+  tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_FLOAT32, fd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(memcmp(&fd[i], &fs[i], 4) == 0);
+  tn_rt_cast(TN_DTYPE_FLOAT64, TN_DTYPE_BFLOAT16, dd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 0 ? dd[i] == 1.0 : i % 3 == 1 ? dd[i] == 0.10009765625 : isnan(dd[i]));
+  tn_rt_cast(TN_DTYPE_FLOAT64, TN_DTYPE_FLOAT32, dd, fs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 2 ? isnan(dd[i]) : dd[i] == (double)fs[i]);
+  double ds[RN];
+  for (int i = 0; i < RN; i++)
+    ds[i] = i % 2 ? 0.1 : 1e300;
+  tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_FLOAT64, fd, ds, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 2 ? fd[i] == 0.1f : fd[i] == INFINITY);
+  tn_rt_cast(TN_DTYPE_FLOAT64, TN_DTYPE_FLOAT64, dd, ds, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(dd[i] == ds[i]);
+  /* in place, float blocks both */
+  memcpy(fd, fs, sizeof fd);
+  tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_FLOAT16, fd, fd, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert(i % 3 == 0 ? fd[i] == 1.0f : i % 3 == 1 ? fd[i] == 0.0999755859375f : isnan(fd[i]));
+}
+END_TEST
+
+START_TEST(test_rt_round)
+{
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT32, 0.1) == (double)0.1f);
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT16, 0.1) == 0.0999755859375);
+  ck_assert(tn_rt_round(TN_DTYPE_BFLOAT16, 0.1) == 0.10009765625);
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT16, 1.0001) == 1.0);
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT16, 70000.0) == INFINITY);
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT32, 1e300) == INFINITY);
+  ck_assert(isnan(tn_rt_round(TN_DTYPE_FLOAT16, NAN)));
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT64, 0.1) == 0.1);
+  ck_assert(tn_rt_round(TN_DTYPE_FLOAT64, 1e300) == 1e300);
+  ck_assert(tn_rt_round(TN_DTYPE_UINT8, 300) == 44);
+  ck_assert(tn_rt_round(TN_DTYPE_UINT8, -1) == 255);
+  ck_assert(tn_rt_round(TN_DTYPE_INT8, 300) == 44);
+  ck_assert(tn_rt_round(TN_DTYPE_INT8, -129) == 127);
+  ck_assert(tn_rt_round(TN_DTYPE_INT16, 70000) == 4464);
+  ck_assert(tn_rt_round(TN_DTYPE_INT32, 1099511627779.0) == 3); /* 2^40 + 3 */
+  ck_assert(tn_rt_round(TN_DTYPE_INT64, 1099511627779.0) == 1099511627779.0);
+  ck_assert(tn_rt_round(TN_DTYPE_INT64, -5) == -5);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, 5) == 1);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, -1) == 1);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, 0) == 0);
+}
+END_TEST
+
+/* End to end: x[3,40] and y[40] float32 (y broadcast over rows);
+** m = x > 0.5; w = where(m, x, y); o = w.to(int32). One group of three
+** nodes: inputs x, y (float32), output o (int32). */
+START_TEST(test_compare_where_cast_kernel)
+{
+  enum { R = 3, C = 40 };
+  static const tn_sint XS[2] = {{R, -1}, {C, -1}}, XST[2] = {{C, -1}, {1, -1}};
+  static const tn_sint YS[1] = {{C, -1}}, YST[1] = {{1, -1}};
+  tn_meta fx = {TN_DTYPE_FLOAT32, 2, XS, XST}, fy = {TN_DTYPE_FLOAT32, 1, YS, YST};
+  tn_meta bm = {TN_DTYPE_BOOL, 2, XS, XST}, im = {TN_DTYPE_INT32, 2, XS, XST};
+  tn_graph *g;
+  tn_fusion *f;
+  tn_tcc_unit *u;
+  int32_t x, y, m, w, o;
+  init_tcc();
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, fx};
+  tn_input_desc iy = {TN_VALUE_ARG, 1, NULL, fy};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &iy, &y), TN_OK);
+  tn_arg ag[2] = {T(x), F(0.5)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_gt_Scalar, NULL, ag, 2, &bm, 1, &m), TN_OK);
+  tn_arg aw[3] = {T(m), T(x), T(y)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_where_self, NULL, aw, 3, &fx, 1, &w), TN_OK);
+  tn_arg none = {TN_ARG_NONE, 0, {0}};
+  tn_arg ac[7] = {T(w), {TN_ARG_DTYPE, 0, {.ar_int = TN_DTYPE_INT32}}, none, none, none,
+                  {TN_ARG_BOOL, 0, {.ar_int = 0}}, none};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_to_copy, NULL, ac, 7, &im, 1, &o), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &o, 1), TN_OK);
+
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 1);
+  const tn_fgroup *grp = tn_fusion_group(f, 0);
+  ck_assert_uint_eq(grp->fg_nnodes, 3);
+  ck_assert_int_eq(grp->fg_reduce_dims, 0);
+  ck_assert_uint_eq(grp->fg_ninputs, 2);
+  ck_assert_uint_eq(grp->fg_noutputs, 1);
+  ck_assert_int_eq(grp->fg_inputs[0], x);
+  ck_assert_int_eq(grp->fg_inputs[1], y);
+  ck_assert_int_eq(grp->fg_outputs[0], o);
+  ck_assert_int_eq(grp->fg_odtypes[0], TN_DTYPE_FLOAT32);
+  ck_assert_int_eq(grp->fg_odtypes[1], TN_DTYPE_FLOAT32);
+  ck_assert_int_eq(grp->fg_odtypes[2], TN_DTYPE_INT32);
+  kfn fn = compile_group(grp, &u);
+
+  static const float xp[8] = {0.5f, 0.51f, 2.7f, -3.0f, NAN, 3e9f, 70000.7f, INFINITY};
+  static const float yp[10] = {-1.5f, 3e9f, -129.9f, 70000.7f, NAN, -INFINITY, 0.0f, -0.99f, 1e20f, 42.9f};
+  float xs[R * C], ys[C];
+  int32_t out[R * C];
+  for (int i = 0; i < R * C; i++)
+    xs[i] = xp[(i * 3) % 8] * (i % 5 == 4 ? -1.0f : 1.0f);
+  for (int j = 0; j < C; j++)
+    ys[j] = yp[j % 10];
+  memset(out, 0x5a, sizeof out);
+  int64_t sizes[2] = {R, C};
+  int64_t st[6] = {C, 1, /* y */ 0, 1, /* o */ C, 1};
+  void *ptrs[3] = {xs, ys, out};
+  fn(2, sizes, ptrs, st, 1, NULL);
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < C; j++) {
+      float xv = xs[i * C + j];
+      double v = xv > 0.5f ? xv : ys[j];
+      /* float -> int32 as eager: truncation, INT32_MIN for NaN and out of range */
+      int32_t want = v == v && v > -2147483649.0 && v < 2147483648.0 ? (int32_t)v : INT32_MIN;
+      ck_assert_msg(out[i * C + j] == want, "(%d, %d): x %g y %g: got %d, want %d", i, j, xv, ys[j],
+                    out[i * C + j], want);
+    }
+  tn_tcc_free(u);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fuse");
@@ -291,6 +948,17 @@ int main(void)
   tcase_add_test(tc, test_vector_math_accuracy);
   tcase_add_test(tc, test_pool_runs_every_part_once);
   tcase_add_test(tc, test_row_kernels);
+  tcase_add_test(tc, test_rt_int_loads_widen);
+  tcase_add_test(tc, test_rt_int_stores_wrap);
+  tcase_add_test(tc, test_rt_int_fill_unary);
+  tcase_add_test(tc, test_rt_int_binary);
+  tcase_add_test(tc, test_rt_compare);
+  tcase_add_test(tc, test_rt_where);
+  tcase_add_test(tc, test_rt_cast_float_to_int);
+  tcase_add_test(tc, test_rt_cast_rounds_half_sources);
+  tcase_add_test(tc, test_rt_cast_int_and_float);
+  tcase_add_test(tc, test_rt_round);
+  tcase_add_test(tc, test_compare_where_cast_kernel);
   suite_add_tcase(s, tc);
   return tn_check_run(s);
 }
