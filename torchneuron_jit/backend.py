@@ -281,6 +281,11 @@ def _static_val(node):
     return val
 
 
+# Copies _drop_copies may remove: clones, and the copies aot_autograd makes
+# of tensor constants (torch.tensor(...) in the traced code).
+_COPIES = (aten.clone.default, aten.lift_fresh_copy.default)
+
+
 def _drop_copies(graph):
     """Removes the clones whose copy nobody can observe: in a graph that
     mutates nothing, a clone that preserves layout (or one to contiguous
@@ -303,7 +308,7 @@ def _drop_copies(graph):
             todo.append(n.args[0])
     dropped = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten.clone.default or node in escapes:
+        if node.op != "call_function" or node.target not in _COPIES or node in escapes:
             continue
         fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
         src = node.args[0]

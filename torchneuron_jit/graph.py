@@ -70,7 +70,8 @@ def op_name(target):
 class Imported:
     """The result of :func:`from_fx`."""
     graph: object                      # _C.Graph
-    inputs: list                       # per placeholder: ("arg", index, path) | ("param", name) | ("const", index)
+    inputs: list                       # per placeholder, then per get_attr constant: ("arg", index, path) |
+                                       # ("param", name) | ("const", index)
     fallback_ops: list = field(default_factory=list)   # qualified names, one per fallback node
     lowered_nodes: int = 0             # nodes whose op is in the op table
     symbols: dict = field(default_factory=dict)        # expression text -> symbol id
@@ -196,6 +197,14 @@ class _Importer:
         return out
 
 
+def _fetch_attr(gm, target):
+    """The attribute of gm that a get_attr node names (a dotted path)."""
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
 def from_fx(gm, roles=None):
     """Imports an ATen-level FX GraphModule (or Graph) into a ``_C.Graph``.
 
@@ -229,8 +238,23 @@ def from_fx(gm, roles=None):
 
     result = Imported(graph=imp.g, inputs=list(roles), symbols=imp.symbols)
     for node in graph.nodes:
+        if node.op != "get_attr":
+            continue
+        # a tensor constant of the module (torch.tensor(...) in the traced
+        # code): an input of the graph, which reads it from the module
+        where = f"constant {node.name} ({node.target})"
+        value = node.meta.get("val", _fetch_attr(gm, node.target) if hasattr(gm, "graph") else None)
+        if not isinstance(value, torch.Tensor):
+            raise Unsupported(f"{where}: a {type(value).__name__}, not a tensor")
+        dtype, sizes, strides = imp.meta(value, where)
+        role = ("const", sum(r[0] == "const" for r in result.inputs))
+        imp.ids[node] = imp.g.add_input("const", dtype, sizes, strides, index=role[1])
+        result.inputs.append(role)
+    for node in graph.nodes:
         where = f"node {node.name} ({node.target})"
         if node.op == "placeholder":
+            continue
+        if node.op == "get_attr":
             continue
         if node.op == "output":
             outs = node.args[0]

@@ -966,8 +966,9 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
     /* eager's float16/bfloat16 mul and div read a 0-dim operand of
     ** another dtype at float32 precision; add and sub round it first */
     int cdt = narrow_float(dt) && (r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_DIV) ? TN_DTYPE_FLOAT32 : dt;
-    x = emit_convert(b, x, cdt);
-    y = emit_convert(b, bufof[n->no_args[1].u.ar_ref], cdt);
+    y = bufof[n->no_args[1].u.ar_ref];
+    x = buf_dtype(b, x) == dt ? x : emit_convert(b, x, cdt);
+    y = buf_dtype(b, y) == dt ? y : emit_convert(b, y, cdt);
     if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1)
       y = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha, dt), dt);
     return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, x, y, dt), r);

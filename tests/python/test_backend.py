@@ -253,3 +253,22 @@ def test_a_copy_returned_through_unsafe_view_is_kept():
     x = torch.randn(2, 3)
     (out,) = gm(x)
     assert out.data_ptr() != x.data_ptr()
+
+
+def test_tensor_constants_are_graph_inputs():
+    """torch.tensor(...) inside compiled code becomes a get_attr constant:
+    it is read from the module (the graph still compiles and fuses), and a
+    constant returned to the caller is a copy the caller may mutate."""
+    def f(x):
+        return (x + torch.tensor(0.1)) * torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0])
+
+    x = torch.randn(3)
+    with torch.no_grad():
+        c = torch.compile(f, backend="neuron")
+        first = c(x)
+        first[1].add_(1)
+        got, want = c(x), f(x)
+    torch.testing.assert_close(got, want)
+    st = torchneuron_jit.stats()
+    assert st["eager_fallbacks"] == 0
+    assert st["kernels_compiled"] >= 1
