@@ -488,6 +488,9 @@ typedef struct fuse_state {
   int32_t *fs_anchor;       /* group -> its reduction node, or -1 (pointwise) */
   int8_t *fs_rdims;         /* group -> reduced trailing dims (row groups), -1 for GEMM groups */
   uint32_t fs_ngroups;
+  uint32_t *fs_seen;        /* node -> stamp of the last search that visited it */
+  int32_t *fs_stack;        /* that search's nodes to visit */
+  uint32_t fs_stamp;
 } fuse_state;
 
 static int32_t producer(const tn_graph *g, int32_t v)
@@ -495,36 +498,58 @@ static int32_t producer(const tn_graph *g, int32_t v)
   return tn_graph_value(g, v)->va_node;
 }
 
-/* Whether node p, outside every group, reads no tensor (a factory): it
-** can run anywhere, so it is ready for every group (the back end puts
-** nodes back in a topological order after fusion). */
-static int hoistable(fuse_state *s, int32_t p)
+/* Whether node p is in group k or h. */
+static int in_groups(const fuse_state *s, int32_t p, int32_t k, int32_t h)
 {
-  const tn_node *n = tn_graph_node(s->fs_g, p);
-  if (s->fs_group_of[p] >= 0)
-    return 0;
-  for (uint32_t i = 0; i < n->no_nargs; i++)
-    if (n->no_args[i].ar_tag == TN_ARG_TENSOR || n->no_args[i].ar_tag == TN_ARG_TENSOR_LIST)
-      return 0;
-  return 1;
+  return s->fs_group_of[p] == k || (h >= 0 && s->fs_group_of[p] == h);
 }
 
-/* Whether every input node n takes from outside group k (or from group
-** also, when also >= 0) exists before k's first node. */
-static int inputs_ready(fuse_state *s, const tn_node *n, int32_t k, int32_t also)
+/* Pushes the producers of node i's tensor inputs that lie outside groups
+** k and h, from node lo on, not yet seen by this search. Returns whether
+** one of them is in k or h (only when members is set: for nodes outside). */
+static int push_inputs(fuse_state *s, int32_t i, int32_t k, int32_t h, int32_t lo, uint32_t *top, int members)
 {
-  for (uint32_t i = 0; i < n->no_nargs; i++) {
-    if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
-      continue;
-    int32_t p = producer(s->fs_g, n->no_args[i].u.ar_ref);
-    if (p >= 0 && s->fs_group_of[p] != k && s->fs_group_of[p] != also && p >= s->fs_first[k] && !hoistable(s, p))
-      return 0;
+  const tn_node *n = tn_graph_node(s->fs_g, i);
+  for (uint32_t a = 0; a < n->no_nargs; a++) {
+    const tn_arg *arg = &n->no_args[a];
+    uint32_t cnt = arg->ar_tag == TN_ARG_TENSOR ? 1 : arg->ar_tag == TN_ARG_TENSOR_LIST ? arg->ar_len : 0;
+    for (uint32_t e = 0; e < cnt; e++) {
+      int32_t p = producer(s->fs_g, arg->ar_tag == TN_ARG_TENSOR ? arg->u.ar_ref : arg->u.ar_refs[e]);
+      if (p < lo || s->fs_seen[p] == s->fs_stamp)
+        continue;
+      if (in_groups(s, p, k, h)) {
+        if (members)
+          return 1;
+        continue;
+      }
+      s->fs_seen[p] = s->fs_stamp;
+      s->fs_stack[(*top)++] = p;
+    }
   }
-  return 1;
+  return 0;
 }
 
-/* Whether group h can run inside group k (k starts first): same shape, and
-** what h reads from outside both exists before k's first node. */
+/* Whether a tensor that groups k and h (h may be -1) read from outside
+** themselves depends on one of their nodes: as one kernel, they would then
+** need their own result first. Anything else may run before the kernel:
+** the back end puts the nodes back in a topological order after fusion,
+** so a group need not start after all its inputs in the graph's order. */
+static int reaches(fuse_state *s, int32_t k, int32_t h)
+{
+  uint32_t nn = tn_graph_num_nodes(s->fs_g), top = 0;
+  int32_t lo = h >= 0 && s->fs_first[h] < s->fs_first[k] ? s->fs_first[h] : s->fs_first[k];
+  s->fs_stamp++;
+  for (uint32_t i = (uint32_t)lo; i < nn; i++)
+    if (in_groups(s, (int32_t)i, k, h))
+      push_inputs(s, (int32_t)i, k, h, lo, &top, 0);
+  while (top > 0)
+    if (push_inputs(s, s->fs_stack[--top], k, h, lo, &top, 1))
+      return 1;
+  return 0;
+}
+
+/* Whether group h can run inside group k (k starts first): same shape,
+** and no cycle through the two. */
 static int may_merge(fuse_state *s, int32_t h, int32_t k)
 {
   const tn_graph *g = s->fs_g;
@@ -532,10 +557,7 @@ static int may_merge(fuse_state *s, int32_t h, int32_t k)
       !same_space(&tn_graph_value(g, tn_graph_node(g, s->fs_first[h])->no_out[0])->va_meta,
                    &tn_graph_value(g, tn_graph_node(g, s->fs_first[k])->no_out[0])->va_meta))
     return 0;
-  for (uint32_t i = (uint32_t)s->fs_first[h]; i < tn_graph_num_nodes(g); i++)
-    if (s->fs_group_of[i] == h && !inputs_ready(s, tn_graph_node(g, (int32_t)i), k, h))
-      return 0;
-  return 1;
+  return !reaches(s, k, h);
 }
 
 /* Moves every node of group h into group k. */
@@ -550,26 +572,30 @@ static void move_group(fuse_state *s, int32_t h, int32_t k)
     s->fs_first[k] = s->fs_first[h];
 }
 
-/* Whether node n may join group k, merging into k the groups that hold
-** inputs n needs from after k's start when they can run inside k. */
-static int may_join(fuse_state *s, const tn_node *n, int32_t k)
+/* Whether node i may join group k (and then puts it there): same shape,
+** and no cycle. First merges into k the groups of i's inputs that can
+** run inside it. */
+static int may_join(fuse_state *s, uint32_t i, int32_t k)
 {
   const tn_graph *g = s->fs_g;
+  const tn_node *n = tn_graph_node(g, (int32_t)i);
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
   const tn_node *first = tn_graph_node(g, s->fs_first[k]);
   if (!same_space(out, &tn_graph_value(g, first->no_out[0])->va_meta))
     return 0;
-  for (uint32_t i = 0; i < n->no_nargs; i++) {
-    if (n->no_args[i].ar_tag != TN_ARG_TENSOR)
+  for (uint32_t a = 0; a < n->no_nargs; a++) {
+    if (n->no_args[a].ar_tag != TN_ARG_TENSOR)
       continue;
-    int32_t p = producer(g, n->no_args[i].u.ar_ref);
-    if (p < 0 || s->fs_group_of[p] == k || p < s->fs_first[k] || hoistable(s, p))
-      continue;
-    int32_t h = s->fs_group_of[p];
-    if (h < 0 || !may_merge(s, h, k))
-      return 0;
-    move_group(s, h, k);
+    int32_t p = producer(g, n->no_args[a].u.ar_ref), h = p >= 0 ? s->fs_group_of[p] : -1;
+    if (h >= 0 && h != k && may_merge(s, h, k))
+      move_group(s, h, k);
   }
+  s->fs_group_of[i] = k;
+  if (reaches(s, k, -1)) {
+    s->fs_group_of[i] = -1;
+    return 0;
+  }
+  s->fs_count[k]++;
   return 1;
 }
 
@@ -622,8 +648,8 @@ static void form_row_group(fuse_state *s, uint32_t i, int k)
 
   int32_t p = producer(g, n->no_args[0].u.ar_ref);
   int32_t pro = p >= 0 ? s->fs_group_of[p] : -1;
-  if (pro >= 0 && pro != r && s->fs_anchor[pro] < 0 && inputs_ready(s, n, pro, pro) &&
-      uniform_group(s, pro, tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta.me_dtype))
+  if (pro >= 0 && pro != r && s->fs_anchor[pro] < 0 &&
+      uniform_group(s, pro, tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta.me_dtype) && !reaches(s, pro, r))
     move_group(s, pro, r);
   if (tn_op_class(n->no_op) == TN_OPC_NORM)
     absorb_consumers(s, r, i);
@@ -1160,37 +1186,37 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
   }
   f->fu_heap = heap;
   fuse_state s = {f, g, heap_ids(f, nn), heap_ids(f, nn), heap_ids(f, nn), heap_ids(f, nn),
-                  mi_heap_zalloc(heap, nn ? nn : 1), 0};
+                  mi_heap_zalloc(heap, nn ? nn : 1), 0, mi_heap_calloc(heap, nn ? nn : 1, sizeof(uint32_t)),
+                  heap_ids(f, nn), 0};
   int32_t *bufof = heap_ids(f, nv), *sof = heap_ids(f, nv);
   int32_t *renum = heap_ids(f, nn);
   uint8_t *needed = mi_heap_zalloc(heap, nv ? nv : 1);
-  if (!s.fs_group_of || !s.fs_first || !s.fs_count || !s.fs_anchor || !s.fs_rdims || !bufof || !sof || !renum ||
-      !needed) {
+  if (!s.fs_group_of || !s.fs_first || !s.fs_count || !s.fs_anchor || !s.fs_rdims || !s.fs_seen || !s.fs_stack ||
+      !bufof || !sof || !renum || !needed) {
     mi_heap_destroy(heap);
     return TN_ENOMEM;
   }
 
+  for (uint32_t i = 0; i < nn; i++)
+    s.fs_group_of[i] = -1;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, (int32_t)i);
-    s.fs_group_of[i] = -1;
     if (!fusable(g, n))
       continue;
-    int32_t join = -1;
-    for (uint32_t a = 0; a < n->no_nargs && join < 0; a++) {
+    for (uint32_t a = 0; a < n->no_nargs && s.fs_group_of[i] < 0; a++) {
       if (n->no_args[a].ar_tag != TN_ARG_TENSOR)
         continue;
       int32_t p = producer(g, n->no_args[a].u.ar_ref);
-      if (p >= 0 && s.fs_group_of[p] >= 0 && may_join(&s, n, s.fs_group_of[p]))
-        join = s.fs_group_of[p];
+      if (p >= 0 && s.fs_group_of[p] >= 0)
+        may_join(&s, i, s.fs_group_of[p]);
     }
-    if (join < 0) {
-      join = (int32_t)s.fs_ngroups++;
-      s.fs_first[join] = (int32_t)i;
-      s.fs_count[join] = 0;
-      s.fs_anchor[join] = -1;
+    if (s.fs_group_of[i] < 0) {
+      int32_t k = (int32_t)s.fs_ngroups++;
+      s.fs_first[k] = (int32_t)i;
+      s.fs_count[k] = 1;
+      s.fs_anchor[k] = -1;
+      s.fs_group_of[i] = k;
     }
-    s.fs_group_of[i] = join;
-    s.fs_count[join]++;
   }
   for (uint32_t i = 0; (flags & TN_FUSE_ROWS) && i < nn; i++) {
     int k;

@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import torchneuron_jit
-from torchneuron_jit import _C, backend
+from torchneuron_jit import _C, backend, config
 from torchneuron_jit.graph import from_fx
 
 
@@ -364,3 +364,29 @@ def test_bfloat16_rounding_and_nan_on_store():
     with torch.no_grad():
         got = torch.compile(f, backend="neuron")(x)
     torch.testing.assert_close(got, f(x), equal_nan=True)
+
+
+def test_group_takes_inputs_computed_after_its_first_node(compiled):
+    """A group may read a tensor the graph computes after the group's first
+    node when that tensor does not depend on the group: the broadcast mask
+    (computed after the scaling) joins the scale, masked_fill and add in one
+    kernel; its comparison, of another shape, stays with eager."""
+    config.log = "compile"
+    f = lambda s, m: (s * 0.125).masked_fill(m == 0, float("-inf")) + 1  # noqa: E731
+    s, m = torch.randn(2, 4, 8, 8), (torch.rand(2, 1, 8, 8) > 0.3).long()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(s, m), f(s, m))
+    groups = compiled.assert_lowered("aten.mul.Tensor", "aten.masked_fill.Scalar", "aten.add.Tensor")
+    assert ["aten.mul.Tensor", "aten.masked_fill.Scalar", "aten.add.Tensor"] in groups
+
+
+def test_no_group_reads_its_own_result(compiled):
+    """cumsum (eager) reads the group's result and the group's last add
+    reads cumsum: that add must not join (it would wait for itself)."""
+    config.log = "compile"
+    f = lambda x: (lambda a: a.cumsum(-1) + a * 3)(x * 2 + 1)  # noqa: E731
+    x = torch.randn(4, 33)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(x), f(x))
+    for grp in compiled.groups():
+        assert not ("aten.mul.Tensor" in grp and grp.count("aten.add.Tensor") == 2), grp
