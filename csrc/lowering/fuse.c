@@ -158,6 +158,44 @@ static int meta_contiguous(const tn_meta *m)
   return 1;
 }
 
+int tn_fuse_contiguous(const tn_meta *m)
+{
+  return meta_contiguous(m);
+}
+
+/* Whether m is dense and non-overlapping in some order of its dims (a
+** permuted layout, as eager's pointwise ops give a transposed input's
+** result), its sizes and strides concrete: a kernel can write it in place. */
+static int meta_dense(const tn_meta *m)
+{
+  int64_t need = 1;
+  uint64_t used = 0;
+  for (int d = 0; d < m->me_rank; d++)
+    if (m->me_sizes[d].si_sym >= 0 || m->me_strides[d].si_sym >= 0)
+      return 0;
+  for (int d = 0; d < m->me_rank; d++)
+    if (m->me_sizes[d].si_val == 0)
+      return 1;
+  /* the dims with more than one element, innermost first, each stepping
+  ** over exactly the ones inside it */
+  for (;;) {
+    int best = -1;
+    for (int d = 0; d < m->me_rank; d++)
+      if (!(used >> d & 1) && m->me_sizes[d].si_val > 1 && m->me_strides[d].si_val == need)
+        best = d;
+    if (best < 0)
+      break;
+    used |= 1ull << best;
+    if (need > INT64_MAX / m->me_sizes[best].si_val)
+      return 0;
+    need *= m->me_sizes[best].si_val;
+  }
+  for (int d = 0; d < m->me_rank; d++)
+    if (!(used >> d & 1) && m->me_sizes[d].si_val > 1)
+      return 0;
+  return 1;
+}
+
 /* Whether a and b have the same sizes (the same iteration space). */
 static int same_space(const tn_meta *a, const tn_meta *b)
 {
@@ -332,7 +370,7 @@ static int fusable(const tn_graph *g, const tn_node *n)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
   int dt = out->me_dtype;
-  if (!dtype_class(dt) || !meta_contiguous(out) || !rule_fits_dtype(r, dt))
+  if (!dtype_class(dt) || !(meta_contiguous(out) || meta_dense(out)) || !rule_fits_dtype(r, dt))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++)
     if (n->no_args[i].ar_tag == TN_ARG_TENSOR && !dtype_class(arg_dtype(g, &n->no_args[i])))
@@ -374,13 +412,15 @@ static int fusable(const tn_graph *g, const tn_node *n)
 }
 
 /* Whether node n computes in one float dtype dt throughout (what row and
-** GEMM groups take in: every tensor it reads and writes is of dt). */
+** GEMM groups take in: every tensor it reads and writes is of dt, its
+** result contiguous). */
 static int uniform_node(const tn_graph *g, const tn_node *n, int dt)
 {
   int k = fuse_rule_of(n->no_op).fr_kind;
   if (k != FK_UNARY && k != FK_BINARY && k != FK_SCALAR && k != FK_GELU && k != FK_CLAMP)
     return 0;
-  if (tn_graph_value(g, n->no_out[0])->va_meta.me_dtype != dt)
+  const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
+  if (out->me_dtype != dt || !meta_contiguous(out))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++)
     if (n->no_args[i].ar_tag == TN_ARG_TENSOR && arg_dtype(g, &n->no_args[i]) != dt)

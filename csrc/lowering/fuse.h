@@ -4,7 +4,8 @@
 ** turns into C. Two kinds of group:
 **
 ** Pointwise groups. A node is fusable when its op has a runtime primitive
-** for its dtypes, its output is contiguous and its scalar arguments fit
+** for its dtypes, its output is contiguous (or densely permuted, of
+** concrete sizes: tn_fuse_contiguous) and its scalar arguments fit
 ** its dtype. Dtypes: float32, float64 (computed in double), float16 and
 ** bfloat16 (computed in float32, rounded when stored, cast or compared),
 ** integers and bool (computed in int64, wrapped to their width after each
@@ -101,6 +102,13 @@ typedef struct tn_fusion tn_fusion;
 /* Whether the lowering turns op into generated code (else its nodes run
 ** through PyTorch): the registry behind torchneuron_jit.lowered_ops(). */
 int tn_fuse_lowers(int op);
+
+/* Whether m is row-major contiguous (a stride tracked as a constant
+** times at most one symbol; one that cannot be verified is not). Group
+** outputs that are not are dense in a permuted order with concrete strides
+** (a transposed input's elementwise result), which the kernel's caller
+** allocates as the graph says. */
+int tn_fuse_contiguous(const tn_meta *m);
 
 /* Flags of tn_fuse_graph. */
 #define TN_FUSE_ROWS 1  /* form row groups (else reductions stay with eager) */

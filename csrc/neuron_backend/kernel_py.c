@@ -45,6 +45,9 @@ typedef struct {
   PyObject *ke_empty;    /* torch.empty */
   PyObject *ke_dtypes;   /* tuple: each operand's torch dtype */
   PyObject *ke_empty_kws; /* tuple: {"dtype": d} of each output, for ke_empty */
+  PyObject *ke_out_strides; /* tuple: per output, None (contiguous) or its strides (pointwise kernels) */
+  PyObject *ke_empty_strided; /* torch.empty_strided, when some output has strides */
+  int ke_strided;         /* whether some output has strides */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -148,18 +151,39 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
       else
         PyList_SET_ITEM(dts, o, name);
     }
+    /* outputs laid out otherwise than contiguous: their strides (else None) */
+    PyObject *ostr = dts ? PyList_New(grp->fg_noutputs) : NULL;
+    for (uint32_t o = 0; ostr && o < grp->fg_noutputs; o++) {
+      const tn_meta *m = &tn_graph_value(g, grp->fg_outputs[o])->va_meta;
+      PyObject *t = tn_fuse_contiguous(m) ? Py_NewRef(Py_None) : PyTuple_New(m->me_rank);
+      for (int dd = 0; t && t != Py_None && dd < m->me_rank; dd++) {
+        PyObject *v = PyLong_FromLongLong(m->me_strides[dd].si_val);
+        if (!v)
+          Py_CLEAR(t);
+        else
+          PyTuple_SET_ITEM(t, dd, v);
+      }
+      if (!t)
+        Py_CLEAR(ostr);
+      else
+        PyList_SET_ITEM(ostr, o, t);
+    }
+    if (dts && !ostr)
+      Py_CLEAR(dts);
     PyObject *d = kinds && ins && dts
-                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
+                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
                                     tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
                                     tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
+                                    "out_strides", ostr,
                                     "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
                                     grp->fg_nonempty ? Py_True : Py_False, "gemm", gemm_grp ? Py_True : Py_False,
                                     "epilogue", epilogue ? Py_True : Py_False)
                     : NULL;
-    if (!kinds || !ins || !dts) { /* Py_BuildValue, when called, consumed all three */
+    if (!kinds || !ins || !dts) { /* Py_BuildValue, when called, consumed all four */
       Py_XDECREF(kinds);
       Py_XDECREF(ins);
       Py_XDECREF(dts);
+      Py_XDECREF(ostr);
     }
     free(src);
     if (!d || PyList_Append(res, d) < 0)
@@ -175,8 +199,10 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", "epilogue", NULL};
+                           "nonempty", "gemm", "epilogue", "out_strides", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
+  PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL;
+  int strided = 0;
   int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
   uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
@@ -184,8 +210,8 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOppp:Kernel", kwlist, &source, &nin, &nout, &empty, &dtypes_arg,
-                                   &rdims, &kinds_arg, &nonempty, &gemm, &epilogue))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppO:Kernel", kwlist, &source, &nin, &nout, &empty, &dtypes_arg,
+                                   &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
@@ -216,10 +242,47 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
     return NULL;
-  if (!(dtypes = PySequence_Tuple(dtypes_arg)))
+  /* out_strides: None, or per output None or a tuple of ints (pointwise kernels only) */
+  if (strides_arg == Py_None) {
+    ostrides = PyTuple_New(nout);
+    for (int j = 0; ostrides && j < nout; j++)
+      PyTuple_SET_ITEM(ostrides, j, Py_NewRef(Py_None));
+  } else {
+    ostrides = PySequence_Tuple(strides_arg);
+  }
+  if (!ostrides)
     return NULL;
+  for (int j = 0; j < nout && PyTuple_GET_SIZE(ostrides) == nout; j++) {
+    PyObject *t = PyTuple_GET_ITEM(ostrides, j);
+    if (t != Py_None && (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > TN_MAX_RANK || rdims || gemm)) {
+      Py_DECREF(ostrides);
+      return PyErr_Format(PyExc_ValueError, "out_strides[%d] must be None or a tuple of at most %d ints "
+                                            "(pointwise kernels only)", j, TN_MAX_RANK);
+    }
+    strided |= t != Py_None;
+  }
+  if (PyTuple_GET_SIZE(ostrides) != nout) {
+    Py_DECREF(ostrides);
+    return PyErr_Format(PyExc_ValueError, "out_strides must give one entry per output (%d)", nout);
+  }
+  if (strided) {
+    PyObject *torch = PyImport_ImportModule("torch");
+    empty_strided = torch ? PyObject_GetAttrString(torch, "empty_strided") : NULL;
+    Py_XDECREF(torch);
+    if (!empty_strided) {
+      Py_DECREF(ostrides);
+      return NULL;
+    }
+  }
+  if (!(dtypes = PySequence_Tuple(dtypes_arg))) {
+    Py_DECREF(ostrides);
+    Py_XDECREF(empty_strided);
+    return NULL;
+  }
   if (PyTuple_GET_SIZE(dtypes) != nin + nout) {
     Py_DECREF(dtypes);
+    Py_DECREF(ostrides);
+    Py_XDECREF(empty_strided);
     return PyErr_Format(PyExc_ValueError, "dtypes must give one dtype per operand (%d), got %zd", nin + nout,
                         PyTuple_GET_SIZE(dtypes));
   }
@@ -245,6 +308,8 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   }
   if (!kws) {
     Py_DECREF(dtypes);
+    Py_DECREF(ostrides);
+    Py_XDECREF(empty_strided);
     return NULL;
   }
   tn_tcc_symbol syms[TN_RT_MAX_SYMBOLS];
@@ -263,10 +328,15 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
       PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
     Py_DECREF(dtypes);
     Py_DECREF(kws);
+    Py_DECREF(ostrides);
+    Py_XDECREF(empty_strided);
     tn_tcc_free(u);
     return NULL;
   }
   k->ke_empty_kws = kws;
+  k->ke_out_strides = ostrides;
+  k->ke_empty_strided = empty_strided;
+  k->ke_strided = strided;
   k->ke_dtypes = dtypes;
   k->ke_unit = u;
   k->ke_fn = fn;
@@ -292,6 +362,8 @@ static void Kernel_dealloc(PyObject *o)
   Py_XDECREF(k->ke_empty);
   Py_XDECREF(k->ke_dtypes);
   Py_XDECREF(k->ke_empty_kws);
+  Py_XDECREF(k->ke_out_strides);
+  Py_XDECREF(k->ke_empty_strided);
   Py_XDECREF(k->ke_source);
   tp->tp_free(o);
   Py_DECREF(tp);
@@ -381,6 +453,34 @@ static int64_t run_stride(const int64_t *st, const int64_t *shape, int from, int
   return first;
 }
 
+/* Reorders the dims of a pointwise launch (shape and every operand's
+** strides) so that the first output's strides decrease: a transposed
+** result is then written, and its transposed inputs read, at unit stride.
+** key holds that output's strides (a row of bst, copied first). */
+static void iteration_order(int64_t *shape, int64_t (*bst)[TN_MAX_RANK], int nops, int rank, const int64_t *key)
+{
+  int perm[TN_MAX_RANK];
+  int64_t k[TN_MAX_RANK], tmp[TN_MAX_RANK];
+  for (int d = 0; d < rank; d++) {
+    perm[d] = d;
+    k[d] = shape[d] == 1 ? INT64_MAX : key[d]; /* size-1 dims go outermost, where they cost nothing */
+  }
+  for (int i = 1; i < rank; i++) /* stable insertion sort, by stride decreasing */
+    for (int j = i; j > 0 && k[perm[j - 1]] < k[perm[j]]; j--) {
+      int t = perm[j];
+      perm[j] = perm[j - 1];
+      perm[j - 1] = t;
+    }
+  for (int d = 0; d < rank; d++)
+    tmp[d] = shape[perm[d]];
+  memcpy(shape, tmp, sizeof(int64_t) * (size_t)rank);
+  for (int p = 0; p < nops; p++) {
+    for (int d = 0; d < rank; d++)
+      tmp[d] = bst[p][perm[d]];
+    memcpy(bst[p], tmp, sizeof(int64_t) * (size_t)rank);
+  }
+}
+
 /* A launch, ready to run: its operands read, its outputs allocated. */
 typedef struct prepared {
   launch pr_la;
@@ -468,9 +568,17 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
     goto error;
   for (int j = 0; j < k->ke_noutputs; j++) {
     int kind = k->ke_out_kinds[j];
+    PyObject *ost = PyTuple_GET_ITEM(k->ke_out_strides, j);
+    if (ost != Py_None && PyTuple_GET_SIZE(ost) != rank) {
+      PyErr_Format(PyExc_ValueError, "kernel output %d: %zd strides for a rank-%d result", j, PyTuple_GET_SIZE(ost),
+                   rank);
+      goto error;
+    }
     PyObject *shp = kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);
-    PyObject *eargs = shp ? PyTuple_Pack(1, shp) : NULL;
-    PyObject *t = eargs ? PyObject_Call(k->ke_empty, eargs, PyTuple_GET_ITEM(k->ke_empty_kws, j)) : NULL;
+    PyObject *eargs = shp ? (ost == Py_None ? PyTuple_Pack(1, shp) : PyTuple_Pack(2, shp, ost)) : NULL;
+    PyObject *t = eargs ? PyObject_Call(ost == Py_None ? k->ke_empty : k->ke_empty_strided, eargs,
+                                        PyTuple_GET_ITEM(k->ke_empty_kws, j))
+                        : NULL;
     Py_XDECREF(shp);
     Py_XDECREF(eargs);
     if (!t)
@@ -483,13 +591,19 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
     Py_DECREF(ptr);
     int64_t step = 1;
     for (int d = rank - 1; d >= 0; d--) {
-      if (kind == TN_FO_FULL || d < rrank) {
+      if (ost != Py_None) {
+        bst[k->ke_ninputs + j][d] = PyLong_AsLongLong(PyTuple_GET_ITEM(ost, d));
+      } else if (kind == TN_FO_FULL || d < rrank) {
         bst[k->ke_ninputs + j][d] = step;
         step *= shape[d];
       }
     }
+    if (PyErr_Occurred())
+      goto error;
     cst[k->ke_ninputs + j] = kind == TN_FO_FULL ? 1 : 0;
   }
+  if (k->ke_strided)
+    iteration_order(shape, bst, nops, rank, bst[k->ke_ninputs]);
 
   /* coalesce the rows' dims: merge dim d into d+1 when every operand steps
   ** through both as one */

@@ -390,3 +390,23 @@ def test_no_group_reads_its_own_result(compiled):
         torch.testing.assert_close(torch.compile(f, backend="neuron")(x), f(x))
     for grp in compiled.groups():
         assert not ("aten.mul.Tensor" in grp and grp.count("aten.add.Tensor") == 2), grp
+
+
+@pytest.mark.parametrize("case", ["t", "permute3", "t_with_contiguous", "t_of_int"])
+def test_permuted_layouts_fuse_with_eager_strides(compiled, case):
+    """Elementwise results of transposed or permuted inputs keep eager's
+    (permuted) strides, and the chain still fuses into one kernel."""
+    config.log = "compile"
+    a, b = torch.randn(33, 70), torch.randn(70, 33)
+    f, args = {
+        "t": (lambda a: (a.t() * 2) * 3 + 1, (a,)),
+        "permute3": (lambda x: torch.sigmoid(x.permute(2, 0, 1)) * 2 - x.permute(2, 0, 1),
+                     (torch.randn(5, 6, 7),)),
+        "t_with_contiguous": (lambda a, b: (a.t() + b) * 2, (a, b)),
+        "t_of_int": (lambda a: ((a.t() * 3) > 4) & (a.t() < 50), (torch.randint(-99, 99, (33, 70)),)),
+    }[case]
+    with torch.no_grad():
+        got, want = torch.compile(f, backend="neuron")(*args), f(*args)
+    torch.testing.assert_close(got, want)
+    assert got.stride() == want.stride()
+    compiled.assert_lowered("aten.mul.Tensor")
