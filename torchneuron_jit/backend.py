@@ -194,7 +194,7 @@ def _fuse(graph, imported, groups):
         kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
                            [getattr(torch, d) for d in grp["dtypes"]],
                            grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"],
-                           grp["out_strides"])
+                           grp["out_strides"], grp["gathers"])
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
             for i, old in enumerate(outputs):

@@ -29,6 +29,7 @@ struct tn_fusion {
 #define FK_MASKED 9    /* masked_fill.Scalar / .Tensor(self, mask, value) */
 #define FK_CAST 10     /* _to_copy: a cast (or a copy) */
 #define FK_FACTORY 11  /* scalar_tensor / full of a 0-dim tensor: a constant */
+#define FK_GATHER 12   /* embedding / index_select(dim 0): rows of a table picked by an index tensor */
 
 typedef struct fuse_rule {
   int fr_kind;
@@ -95,6 +96,7 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_masked_fill_Scalar: case TN_OP_masked_fill_Tensor: return (fuse_rule){FK_MASKED, 0};
   case TN_OP_to_copy: return (fuse_rule){FK_CAST, 0};
   case TN_OP_scalar_tensor: case TN_OP_full: return (fuse_rule){FK_FACTORY, 0};
+  case TN_OP_embedding: case TN_OP_index_select: return (fuse_rule){FK_GATHER, 0};
   default: return (fuse_rule){FK_NONE, 0};
   }
 }
@@ -328,7 +330,7 @@ static int rule_fits_dtype(fuse_rule r, int dt)
                                    r.fr_op == TN_RT_B_CLAMP_MIN || r.fr_op == TN_RT_B_CLAMP_MAX);
   case FK_CLAMP:
     return dt != TN_DTYPE_BOOL;
-  case FK_WHERE: case FK_MASKED: case FK_CAST: case FK_FACTORY:
+  case FK_WHERE: case FK_MASKED: case FK_CAST: case FK_FACTORY: case FK_GATHER:
     return 1;
   default: /* gelu */
     return 0;
@@ -361,6 +363,14 @@ static int factory_value(const tn_graph *g, const tn_node *n, double *v)
     return 0;
   *v = tn_rt_round(dt, *v);
   return 1;
+}
+
+/* The table and index arguments of gather node n (embedding(weight,
+** indices), index_select(self, 0, index)). */
+static void gather_args(const tn_node *n, int *table, int *index)
+{
+  *table = 0;
+  *index = n->no_op == TN_OP_embedding ? 1 : 2;
 }
 
 static int fusable(const tn_graph *g, const tn_node *n)
@@ -403,6 +413,16 @@ static int fusable(const tn_graph *g, const tn_node *n)
     if (n->no_op == TN_OP_masked_fill_Tensor) /* eager raises unless value is 0-dim */
       return tn_graph_value(g, n->no_args[2].u.ar_ref)->va_meta.me_rank == 0;
     return dt == TN_DTYPE_BOOL ? arg_fits(&n->no_args[2], TN_DTYPE_BOOL, 0, 0) : arg_fits(&n->no_args[2], dt, 1, 0);
+  case FK_GATHER: { /* whole rows of a table of rank >= 2 (a row per outer position of the kernel) */
+    int t, i;
+    gather_args(n, &t, &i);
+    const tn_meta *tm = &tn_graph_value(g, n->no_args[t].u.ar_ref)->va_meta;
+    int idt = arg_dtype(g, &n->no_args[i]);
+    if (n->no_op == TN_OP_index_select &&
+        (n->no_args[1].u.ar_int != 0 || tn_graph_value(g, n->no_args[2].u.ar_ref)->va_meta.me_rank != 1))
+      return 0;
+    return tm->me_rank >= 2 && (idt == TN_DTYPE_INT64 || idt == TN_DTYPE_INT32) && meta_contiguous(out);
+  }
   case FK_CAST: /* a plain strided CPU tensor: no layout, device or pinning */
     return n->no_args[2].ar_tag == TN_ARG_NONE && n->no_args[3].ar_tag == TN_ARG_NONE &&
            (n->no_args[4].ar_tag == TN_ARG_NONE || n->no_args[4].u.ar_int == 0);
@@ -588,6 +608,25 @@ static int reaches(fuse_state *s, int32_t k, int32_t h)
   return 0;
 }
 
+/* Whether every gather in groups k and h (h may be -1) reads its table and
+** index from outside them (a kernel picks rows of a tensor it is given,
+** not of one it computes). */
+static int gathers_outside(fuse_state *s, int32_t k, int32_t h)
+{
+  const tn_graph *g = s->fs_g;
+  for (uint32_t i = 0; i < tn_graph_num_nodes(g); i++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    int t, x;
+    if (!in_groups(s, (int32_t)i, k, h) || fuse_rule_of(n->no_op).fr_kind != FK_GATHER)
+      continue;
+    gather_args(n, &t, &x);
+    int32_t pt = producer(g, n->no_args[t].u.ar_ref), px = producer(g, n->no_args[x].u.ar_ref);
+    if ((pt >= 0 && in_groups(s, pt, k, h)) || (px >= 0 && in_groups(s, px, k, h)))
+      return 0;
+  }
+  return 1;
+}
+
 /* Whether group h can run inside group k (k starts first): same shape,
 ** and no cycle through the two. */
 static int may_merge(fuse_state *s, int32_t h, int32_t k)
@@ -597,7 +636,7 @@ static int may_merge(fuse_state *s, int32_t h, int32_t k)
       !same_space(&tn_graph_value(g, tn_graph_node(g, s->fs_first[h])->no_out[0])->va_meta,
                    &tn_graph_value(g, tn_graph_node(g, s->fs_first[k])->no_out[0])->va_meta))
     return 0;
-  return !reaches(s, k, h);
+  return !reaches(s, k, h) && gathers_outside(s, k, h);
 }
 
 /* Moves every node of group h into group k. */
@@ -631,7 +670,7 @@ static int may_join(fuse_state *s, uint32_t i, int32_t k)
       move_group(s, h, k);
   }
   s->fs_group_of[i] = k;
-  if (reaches(s, k, -1)) {
+  if (reaches(s, k, -1) || !gathers_outside(s, k, -1)) {
     s->fs_group_of[i] = -1;
     return 0;
   }
@@ -1093,6 +1132,8 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
   case FK_FACTORY:
     factory_value(g, n, &v);
     return emit_const(b, v, dt);
+  case FK_GATHER: /* its rows were loaded with the inputs */
+    return bufof[n->no_out[0]];
   default:
     return x;
   }
@@ -1101,14 +1142,6 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
 static int32_t *heap_ids(tn_fusion *f, uint32_t n)
 {
   return mi_heap_calloc(f->fu_heap, n ? n : 1, sizeof(int32_t));
-}
-
-static int list_has(const int32_t *l, uint32_t n, int32_t v)
-{
-  for (uint32_t i = 0; i < n; i++)
-    if (l[i] == v)
-      return 1;
-  return 0;
 }
 
 /* Builds group k's node list, operands and program. */
@@ -1149,23 +1182,51 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     grp->fg_inputs[grp->fg_ninputs++] = an->no_out[0];
   }
 
-  /* external inputs, first use order; each gets a buffer and a load */
+  /* external inputs, first use order; each gets a buffer and a load. A
+  ** gather's table and index are operands of their own (never shared):
+  ** the table loaded from the row the index picks, the index not loaded */
+  grp->fg_gather = heap_ids(f, maxargs);
+  int32_t *gather_op = heap_ids(f, nn); /* node (position in the group) -> its table's operand */
+  if (!grp->fg_gather || !gather_op)
+    return TN_ENOMEM;
+  for (uint32_t i = 0; i < maxargs; i++)
+    grp->fg_gather[i] = -1;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
+    int gat = fuse_rule_of(n->no_op).fr_kind == FK_GATHER, t = -1, x = -1;
+    if (gat) {
+      gather_args(n, &t, &x);
+      gather_op[i] = (int32_t)grp->fg_ninputs;
+      grp->fg_gather[grp->fg_ninputs] = (int32_t)grp->fg_ninputs + 1;
+      grp->fg_gather[grp->fg_ninputs + 1] = TN_FG_INDEX;
+      grp->fg_inputs[grp->fg_ninputs++] = n->no_args[t].u.ar_ref;
+      grp->fg_inputs[grp->fg_ninputs++] = n->no_args[x].u.ar_ref;
+    }
     for (uint32_t a = 0; a < n->no_nargs; a++) {
-      if (n->no_args[a].ar_tag != TN_ARG_TENSOR ||
+      if (n->no_args[a].ar_tag != TN_ARG_TENSOR || (int)a == t || (int)a == x ||
           (gemm && grp->fg_nodes[i] == anchor && a >= (an->no_op == TN_OP_addmm ? 1u : 0u)))
         continue;
-      int32_t v = n->no_args[a].u.ar_ref, p = producer(g, v);
-      if ((p < 0 || s->fs_group_of[p] != k) && !list_has(grp->fg_inputs, grp->fg_ninputs, v))
+      int32_t v = n->no_args[a].u.ar_ref, p = producer(g, v), seen = 0;
+      for (uint32_t o = 0; o < grp->fg_ninputs && !seen; o++)
+        seen = grp->fg_inputs[o] == v && grp->fg_gather[o] == -1;
+      if ((p < 0 || s->fs_group_of[p] != k) && !seen)
         grp->fg_inputs[grp->fg_ninputs++] = v;
     }
   }
   for (uint32_t v = 0; v < nvals; v++)
     bufof[v] = sof[v] = -1;
   for (uint32_t i = 0; i < grp->fg_ninputs; i++) {
-    bufof[grp->fg_inputs[i]] = new_buf(&b, tn_graph_value(g, grp->fg_inputs[i])->va_meta.me_dtype, 1);
-    emit(&b, inst(TN_FI_LOAD, 0, bufof[grp->fg_inputs[i]], (int32_t)i, -1, 0));
+    int32_t buf = -1;
+    if (grp->fg_gather[i] != TN_FG_INDEX) {
+      buf = new_buf(&b, tn_graph_value(g, grp->fg_inputs[i])->va_meta.me_dtype, 1);
+      emit(&b, inst(TN_FI_LOAD, 0, buf, (int32_t)i, grp->fg_gather[i], 0));
+    }
+    if (grp->fg_gather[i] == -1)
+      bufof[grp->fg_inputs[i]] = buf;
+    else if (grp->fg_gather[i] >= 0) /* the gathered rows are the result of the gather node */
+      for (uint32_t j = 0; j < nn; j++)
+        if (gather_op[j] == (int32_t)i && fuse_rule_of(tn_graph_node(g, grp->fg_nodes[j])->no_op).fr_kind == FK_GATHER)
+          bufof[tn_graph_node(g, grp->fg_nodes[j])->no_out[0]] = buf;
   }
   int xrank = anchor >= 0 ? tn_graph_value(g, tn_graph_node(g, anchor)->no_args[0].u.ar_ref)->va_meta.me_rank : 0;
   for (uint32_t i = 0; i < nn; i++) {

@@ -12,7 +12,13 @@
 ** op that can leave it). A node computes in its output's dtype (its inputs
 ** cast to it, as torch's promotion did; the graph says which), comparisons
 ** in their inputs' one dtype. A 0-dim factory (scalar_tensor, full([]))
-** whose users are all in one group becomes a constant of that group. It
+** whose users are all in one group becomes a constant of that group. A
+** gather (embedding, index_select along dim 0) of whole rows of a table of
+** rank >= 2 by an int64/int32 index becomes a load of those rows: the
+** table and the index are operands of the kernel (never computed in the
+** group), the row of each outer position picked when the kernel gets
+** there; the caller checks the indices first and gives the operands'
+** shapes as the broadcast needs them (tn_codegen_kernel documents it). It
 ** joins the group of one of its producers when it has that group's
 ** iteration shape and every input it takes from outside the group exists
 ** before the group's first node: a group then runs as one unit at the place
@@ -45,7 +51,8 @@
 #include "../graph/graph.h"
 
 /* Instruction kinds of a kernel program. */
-#define TN_FI_LOAD   1  /* buf[dst] <- external input fi_a */
+#define TN_FI_LOAD   1  /* buf[dst] <- external input fi_a; with fi_b >= 0, from the rows that
+                         ** index operand fi_b picks (a gather) */
 #define TN_FI_CONST  2  /* buf[dst] <- fi_value in every lane (once per kernel) */
 #define TN_FI_UNARY  3  /* buf[dst] <- op(buf[a]) */
 #define TN_FI_BINARY 4  /* buf[dst] <- op(buf[a], buf[b]) */
@@ -62,6 +69,9 @@
 #define TN_FI_COMPARE 13 /* buf[dst] (bool) <- comparison fi_op (TN_RT_C_*) of buf[a] and buf[b] */
 #define TN_FI_WHERE   14 /* buf[dst] <- buf[a] (bool) ? buf[b] : buf[c] */
 #define TN_FI_CAST    15 /* buf[dst] <- buf[a] converted from its dtype to buf[dst]'s (tn_rt_cast) */
+
+/* fg_gather of an index operand. */
+#define TN_FG_INDEX (-2)
 
 /* Shapes of a group's outputs. */
 #define TN_FO_FULL    0  /* the iteration shape */
@@ -80,6 +90,8 @@ typedef struct tn_fgroup {
   uint32_t fg_nnodes;
   int32_t *fg_inputs;      /* external tensor values, operand order */
   uint32_t fg_ninputs;
+  int32_t *fg_gather;      /* per input: -1, or for a gather's table the operand of its index (the
+                           ** next one), or TN_FG_INDEX for that index (not loaded as a block) */
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
   uint8_t *fg_out_kinds;   /* TN_FO_* per output */

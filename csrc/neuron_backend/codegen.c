@@ -323,6 +323,12 @@ static void cg_places(cg_buf *b, const tn_fgroup *grp, const char *ind, const ch
   out(b, "%s  i64 off = %s;\n", ind, extra);
   out(b, "%s  for (d = 0; d < %s; d++) off += idx[d] * st[k * rank + d];\n", ind, upto);
   out(b, "%s  p[k] = (char *)ptrs[k] + off * isz[k];\n%s}\n", ind, ind);
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* gathers: the row the index picks */
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_LOAD && fi->fi_b >= 0)
+      out(b, "%sp[%d] += (i64)*(%s *)p[%d] * cst[%d] * isz[%d];\n", ind, fi->fi_a,
+          cg_otype(grp, (uint32_t)fi->fi_b)->cd_elem, fi->fi_b, fi->fi_a, fi->fi_a);
+  }
 }
 
 static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)

@@ -2,14 +2,20 @@
 ** C code generation for fused kernel programs (csrc/lowering/fuse.h).
 **
 ** A kernel is `void tn_kernel(i64 rank, const i64 *sizes, void **ptrs,
-** const i64 *strides, i64 cols, const i64 *cstrides)`: operands (of the
-** group's dtype) are the group's inputs then its outputs; operand k's
+** const i64 *strides, i64 cols, const i64 *cstrides)`: operands (of their
+** dtypes, fg_odtypes) are the group's inputs then its outputs; operand k's
 ** stride of dimension d (in elements, 0 where it broadcasts) is
 ** strides[k * rank + d].
 **
-** Pointwise kernels ignore cols and cstrides: the body walks the outer
-** dimensions with an odometer and the innermost in TN_RT_BLOCK blocks,
-** calling the runtime's primitives. Row kernels (fg_reduce_dims > 0) take
+** Pointwise kernels ignore cols, and cstrides but for gathers: the body
+** walks the outer dimensions with an odometer and the innermost in
+** TN_RT_BLOCK blocks, calling the runtime's primitives. A gathered table
+** (fg_gather) is given with strides 0 over the index's dims and its own
+** over the rest, its index with the index's strides over its dims and 0
+** over the rest (so both broadcast to the result), and cstrides[k] the
+** table's row stride: at each outer position the kernel moves the table's
+** pointer to the row the index there picks (rows must be whole: the
+** index's dims are all outer ones; the caller has checked every index). Row kernels (fg_reduce_dims > 0) take
 ** sizes and strides of the rows' space, and each row is cols elements at
 ** stride cstrides[k] for operand k (per-row outputs are written at the
 ** row's base); each phase of the program is one blocked pass over the row. The text depends only on the program, never on shapes, so

@@ -48,6 +48,8 @@ typedef struct {
   PyObject *ke_out_strides; /* tuple: per output, None (contiguous) or its strides (pointwise kernels) */
   PyObject *ke_empty_strided; /* torch.empty_strided, when some output has strides */
   int ke_strided;         /* whether some output has strides */
+  int ke_ngathers;        /* gathered tables: (table operand, index operand) pairs */
+  int ke_gather[KERNEL_MAX_OPERANDS][2];
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -168,22 +170,33 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
       else
         PyList_SET_ITEM(ostr, o, t);
     }
+    /* gathers: [table operand, index operand] pairs */
+    PyObject *gat = ostr ? PyList_New(0) : NULL;
+    for (uint32_t o = 0; gat && o < grp->fg_ninputs; o++) {
+      PyObject *pair = grp->fg_gather[o] >= 0 ? Py_BuildValue("[ii]", (int)o, grp->fg_gather[o]) : NULL;
+      if (grp->fg_gather[o] >= 0 && (!pair || PyList_Append(gat, pair) < 0))
+        Py_CLEAR(gat);
+      Py_XDECREF(pair);
+    }
+    if (ostr && !gat)
+      Py_CLEAR(ostr);
     if (dts && !ostr)
       Py_CLEAR(dts);
     PyObject *d = kinds && ins && dts
-                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
+                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
                                     tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
                                     tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
-                                    "out_strides", ostr,
+                                    "out_strides", ostr, "gathers", gat,
                                     "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
                                     grp->fg_nonempty ? Py_True : Py_False, "gemm", gemm_grp ? Py_True : Py_False,
                                     "epilogue", epilogue ? Py_True : Py_False)
                     : NULL;
-    if (!kinds || !ins || !dts) { /* Py_BuildValue, when called, consumed all four */
+    if (!kinds || !ins || !dts) { /* Py_BuildValue, when called, consumed all five */
       Py_XDECREF(kinds);
       Py_XDECREF(ins);
       Py_XDECREF(dts);
       Py_XDECREF(ostr);
+      Py_XDECREF(gat);
     }
     free(src);
     if (!d || PyList_Append(res, d) < 0)
@@ -199,10 +212,10 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", "epilogue", "out_strides", NULL};
+                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
-  PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL;
-  int strided = 0;
+  PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
+  int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][2];
   int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
   uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
@@ -210,8 +223,8 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppO:Kernel", kwlist, &source, &nin, &nout, &empty, &dtypes_arg,
-                                   &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOO:Kernel", kwlist, &source, &nin, &nout, &empty, &dtypes_arg,
+                                   &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg, &gathers_arg))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
@@ -238,6 +251,30 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
       return PyErr_Occurred() ? NULL
                               : PyErr_Format(PyExc_ValueError, "out_kinds must give one of 0, 1, 2 per output "
                                                                "(1 and 2 only with reduce_dims > 0)");
+  }
+  if (gathers_arg != Py_None) { /* [(table, index), ...]: distinct input operands, pointwise kernels only */
+    PyObject *fast = PySequence_Fast(gathers_arg, "gathers must be a sequence of (table, index) pairs");
+    if (!fast)
+      return NULL;
+    uint64_t used = 0;
+    Py_ssize_t npairs = PySequence_Fast_GET_SIZE(fast);
+    int ok = npairs == 0 || (!rdims && !gemm && npairs <= nin / 2);
+    ngathers = ok ? (int)npairs : 0;
+    for (int i = 0; ok && i < ngathers; i++)
+      for (int j = 0; ok && j < 2; j++) {
+        PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *v = PySequence_Check(pair) && PySequence_Size(pair) == 2 ? PySequence_GetItem(pair, j) : NULL;
+        long x = v ? PyLong_AsLong(v) : -1;
+        Py_XDECREF(v);
+        ok = x >= 0 && x < nin && !(used >> x & 1);
+        used |= ok ? 1ull << x : 0;
+        gathers[i][j] = (int)x;
+      }
+    Py_DECREF(fast);
+    if (!ok)
+      return PyErr_Occurred() ? NULL
+                              : PyErr_Format(PyExc_ValueError, "gathers must pair distinct input operands "
+                                                               "(pointwise kernels only)");
   }
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
@@ -337,6 +374,8 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_out_strides = ostrides;
   k->ke_empty_strided = empty_strided;
   k->ke_strided = strided;
+  k->ke_ngathers = ngathers;
+  memcpy(k->ke_gather, gathers, sizeof(int) * 2 * (size_t)ngathers);
   k->ke_dtypes = dtypes;
   k->ke_unit = u;
   k->ke_fn = fn;
@@ -481,6 +520,63 @@ static void iteration_order(int64_t *shape, int64_t (*bst)[TN_MAX_RANK], int nop
   }
 }
 
+/* Whether every element of an index tensor (sizes, strides in elements,
+** elements of isz bytes: int64 or int32) lies in [0, n). */
+static int indices_in_range(const void *data, const int64_t *sizes, const int64_t *strides, int rank, int isz,
+                            int64_t n)
+{
+  int64_t idx[TN_MAX_RANK] = {0}, total = 1;
+  for (int d = 0; d < rank; d++)
+    total *= sizes[d];
+  for (int64_t e = 0; e < total; e++) {
+    int64_t off = 0, v;
+    for (int d = 0; d < rank; d++)
+      off += idx[d] * strides[d];
+    v = isz == 8 ? ((const int64_t *)data)[off] : ((const int32_t *)data)[off];
+    if (v < 0 || v >= n)
+      return 0;
+    for (int d = rank - 1; d >= 0; d--) {
+      if (++idx[d] < sizes[d])
+        break;
+      idx[d] = 0;
+    }
+  }
+  return 1;
+}
+
+/* Gather gi of k: checks its indices (IndexError, as eager) and gives its
+** table and index the shapes they broadcast with: table sizes = index
+** sizes + the table's row sizes, at strides 0 over the index's dims (the
+** kernel adds the row offset); index sizes = its own + ones. Sets *rowst
+** to the table's row stride. */
+static int gather_operands(KernelObject *k, int gi, int64_t (*sizes)[TN_MAX_RANK], int64_t (*strides)[TN_MAX_RANK],
+                           int *rank, void **ptrs, int64_t *rowst)
+{
+  int t = k->ke_gather[gi][0], q = k->ke_gather[gi][1], ir = rank[q], tr = rank[t];
+  int64_t ts[TN_MAX_RANK], tst[TN_MAX_RANK];
+  if (tr < 2 || ir + tr - 1 > TN_MAX_RANK) {
+    PyErr_Format(PyExc_ValueError, "kernel gather %d: a table of rank %d indexed by rank %d", gi, tr, ir);
+    return -1;
+  }
+  if (!indices_in_range(ptrs[q], sizes[q], strides[q], ir, k->ke_isz[q], sizes[t][0])) {
+    PyErr_SetString(PyExc_IndexError, "index out of range in self");
+    return -1;
+  }
+  *rowst = strides[t][0];
+  memcpy(ts, sizes[t], sizeof ts);
+  memcpy(tst, strides[t], sizeof tst);
+  for (int d = 0; d < ir + tr - 1; d++) {
+    sizes[t][d] = d < ir ? sizes[q][d] : ts[d - ir + 1];
+    strides[t][d] = d < ir ? 0 : tst[d - ir + 1];
+  }
+  for (int d = ir; d < ir + tr - 1; d++) {
+    sizes[q][d] = 1;
+    strides[q][d] = 0;
+  }
+  rank[t] = rank[q] = ir + tr - 1;
+  return 0;
+}
+
 /* A launch, ready to run: its operands read, its outputs allocated. */
 typedef struct prepared {
   launch pr_la;
@@ -501,6 +597,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
 {
   int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims;
   int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
+  int64_t rowst[KERNEL_MAX_OPERANDS];
   int in_rank[KERNEL_MAX_OPERANDS];
   int64_t *shape = p->pr_shape;
   int64_t bst[KERNEL_MAX_OPERANDS][TN_MAX_RANK]; /* per operand, per dim of the iteration space */
@@ -511,12 +608,15 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   p->pr_held = NULL;
   p->pr_run = 0;
 
-  for (int i = 0; i < k->ke_ninputs; i++) {
+  for (int i = 0; i < k->ke_ninputs; i++)
     if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
       return NULL;
+  for (int gi = 0; gi < k->ke_ngathers; gi++)
+    if (gather_operands(k, gi, in_sizes, in_strides, in_rank, ptrs, &rowst[gi]) < 0)
+      return NULL;
+  for (int i = 0; i < k->ke_ninputs; i++)
     if (in_rank[i] > rank)
       rank = in_rank[i];
-  }
   /* the iteration shape: the broadcast of the inputs */
   for (int d = 0; d < rank; d++) {
     shape[d] = 1;
@@ -563,6 +663,9 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
     }
   }
 
+  for (int gi = 0; gi < k->ke_ngathers; gi++)
+    cst[k->ke_gather[gi][0]] = rowst[gi];
+
   /* outputs: contiguous, of the iteration shape or the rows' shape */
   if (!(outs = PyTuple_New(k->ke_noutputs)))
     goto error;
@@ -602,7 +705,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
       goto error;
     cst[k->ke_ninputs + j] = kind == TN_FO_FULL ? 1 : 0;
   }
-  if (k->ke_strided)
+  if (k->ke_strided && !k->ke_ngathers) /* gathers need their index's dims outermost */
     iteration_order(shape, bst, nops, rank, bst[k->ke_ninputs]);
 
   /* coalesce the rows' dims: merge dim d into d+1 when every operand steps
@@ -610,7 +713,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   int crank = 0;
   int64_t cstr[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
   for (int d = 0; d < rrank; d++) {
-    if (shape[d] == 1 && rrank > 1)
+    if (shape[d] == 1 && rrank > 1 && !k->ke_ngathers) /* a gather's rows stay innermost, even of 1 */
       continue;
     if (crank > 0) {
       int merge = 1;
