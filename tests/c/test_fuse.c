@@ -938,6 +938,345 @@ START_TEST(test_compare_where_cast_kernel)
 }
 END_TEST
 
+/* -- Gathers, cycles, permuted outputs, mixed dtypes ----------------------- */
+
+static const tn_arg NONE_ARG = {TN_ARG_NONE, 0, {0}};
+static tn_arg B(int v) { tn_arg a = {TN_ARG_BOOL, 0, {.ar_int = v}}; return a; }
+
+/* The group holding node id nd, or -1. */
+static int group_of_node(const tn_fusion *f, int32_t nd)
+{
+  for (uint32_t k = 0; k < tn_fusion_count(f); k++) {
+    const tn_fgroup *grp = tn_fusion_group(f, k);
+    for (uint32_t i = 0; i < grp->fg_nnodes; i++)
+      if (grp->fg_nodes[i] == nd)
+        return (int)k;
+  }
+  return -1;
+}
+
+/* The node that produces value v. */
+static int32_t node_of(const tn_graph *g, int32_t v)
+{
+  return tn_graph_value(g, v)->va_node;
+}
+
+/* W[6,4] float32, ids[3] int64, bias[4] float32: e = embedding(W, ids);
+** m = e * 2; a = m + bias. One group: the table and its index are operands
+** 0 and 1 (a gather), bias operand 2. Run with the ABI of codegen.h. */
+START_TEST(test_gather_embedding_group)
+{
+  static const tn_sint WS[2] = {{6, -1}, {4, -1}}, WST[2] = {{4, -1}, {1, -1}};
+  static const tn_sint IS[1] = {{3, -1}}, IST[1] = {{1, -1}};
+  static const tn_sint BS[1] = {{4, -1}}, BST[1] = {{1, -1}};
+  static const tn_sint OS[2] = {{3, -1}, {4, -1}}, OST[2] = {{4, -1}, {1, -1}};
+  tn_meta mw = {TN_DTYPE_FLOAT32, 2, WS, WST}, mi = {TN_DTYPE_INT64, 1, IS, IST};
+  tn_meta mb = {TN_DTYPE_FLOAT32, 1, BS, BST}, mo = {TN_DTYPE_FLOAT32, 2, OS, OST};
+  tn_graph *g;
+  tn_fusion *f;
+  tn_tcc_unit *u;
+  int32_t w, ids, bias, e, m, a;
+  init_tcc();
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc iw = {TN_VALUE_ARG, 0, NULL, mw}, ii = {TN_VALUE_ARG, 1, NULL, mi}, ib = {TN_VALUE_ARG, 2, NULL, mb};
+  ck_assert_int_eq(tn_graph_add_input(g, &iw, &w), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &ii, &ids), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &ib, &bias), TN_OK);
+  tn_arg ae[5] = {T(w), T(ids), I(-1), B(0), B(0)};
+  ck_assert_msg(tn_graph_add_node(g, TN_OP_embedding, NULL, ae, 5, &mo, 1, &e) == TN_OK, "%s", tn_graph_errmsg(g));
+  tn_arg am[2] = {T(e), F(2.0)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &mo, 1, &m), TN_OK);
+  tn_arg aa[3] = {T(m), T(bias), I(1)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, aa, 3, &mo, 1, &a), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &a, 1), TN_OK);
+
+  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 1);
+  const tn_fgroup *grp = tn_fusion_group(f, 0);
+  ck_assert_uint_eq(grp->fg_nnodes, 3);
+  ck_assert_int_eq(grp->fg_reduce_dims, 0);
+  ck_assert_uint_eq(grp->fg_ninputs, 3);
+  ck_assert_uint_eq(grp->fg_noutputs, 1);
+  ck_assert_int_eq(grp->fg_inputs[0], w);
+  ck_assert_int_eq(grp->fg_inputs[1], ids);
+  ck_assert_int_eq(grp->fg_inputs[2], bias);
+  ck_assert_int_eq(grp->fg_outputs[0], a);
+  ck_assert_int_eq(grp->fg_gather[0], 1);
+  ck_assert_int_eq(grp->fg_gather[1], TN_FG_INDEX);
+  ck_assert_int_eq(grp->fg_gather[2], -1);
+  ck_assert_int_eq(grp->fg_odtypes[0], TN_DTYPE_FLOAT32);
+  ck_assert_int_eq(grp->fg_odtypes[1], TN_DTYPE_INT64);
+  ck_assert_int_eq(grp->fg_odtypes[2], TN_DTYPE_FLOAT32);
+  ck_assert_int_eq(grp->fg_odtypes[3], TN_DTYPE_FLOAT32);
+  kfn fn = compile_group(grp, &u);
+
+  float W[24], bv[4], out[12];
+  int64_t iv[3] = {5, 0, 3};
+  for (int r = 0; r < 6; r++)
+    for (int c = 0; c < 4; c++)
+      W[r * 4 + c] = (float)(r * 10 + c) + 0.25f * (float)c - 7.5f;
+  for (int c = 0; c < 4; c++)
+    bv[c] = 0.5f - (float)c * 1.75f;
+  memset(out, 0x5a, sizeof out);
+  /* iteration space [3, 4] (index sizes + row sizes); the table 0 over the
+  ** index dim, the index 0 over the row dim; cstrides[0] the table's row stride */
+  int64_t sizes[2] = {3, 4};
+  int64_t st[8] = {/* W */ 0, 1, /* ids */ 1, 0, /* bias */ 0, 1, /* a */ 4, 1};
+  int64_t cst[4] = {4, 0, 0, 0};
+  void *ptrs[4] = {W, iv, bv, out};
+  fn(2, sizes, ptrs, st, 0, cst);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) {
+      float want = W[iv[i] * 4 + j] * 2.0f + bv[j];
+      ck_assert_msg(out[i * 4 + j] == want, "a[%d][%d] (ids %lld): got %g, want %g", i, j, (long long)iv[i],
+                    out[i * 4 + j], want);
+    }
+  tn_tcc_free(u);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
+/* x[3,4], idx[3] int64: t = x * 2; s = index_select(t, 0, idx); u = s + x.
+** The gather's table t is computed by the graph: t and s must not share a
+** group (a kernel picks rows of a tensor it is given). */
+START_TEST(test_gather_table_not_computed_in_group)
+{
+  static const tn_sint XS[2] = {{3, -1}, {4, -1}}, XST[2] = {{4, -1}, {1, -1}};
+  static const tn_sint IS[1] = {{3, -1}}, IST[1] = {{1, -1}};
+  tn_meta mx = {TN_DTYPE_FLOAT32, 2, XS, XST}, mi = {TN_DTYPE_INT64, 1, IS, IST};
+  for (int variant = 0; variant < 2; variant++) {
+    tn_graph *g;
+    tn_fusion *f;
+    int32_t x, idx, t, s, uu;
+    ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+    tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, mx}, ii = {TN_VALUE_ARG, 1, NULL, mi};
+    ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+    ck_assert_int_eq(tn_graph_add_input(g, &ii, &idx), TN_OK);
+    tn_arg am[2] = {T(x), F(2.0)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &mx, 1, &t), TN_OK);
+    tn_arg as[3] = {T(t), I(0), T(idx)};
+    ck_assert_msg(tn_graph_add_node(g, TN_OP_index_select, NULL, as, 3, &mx, 1, &s) == TN_OK, "%s",
+                  tn_graph_errmsg(g));
+    /* variant 1: u = s + t also reads the table as a plain operand */
+    tn_arg aa[3] = {T(s), T(variant ? t : x), I(1)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, aa, 3, &mx, 1, &uu), TN_OK);
+    ck_assert_int_eq(tn_graph_set_outputs(g, &uu, 1), TN_OK);
+
+    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    int gt = group_of_node(f, node_of(g, t)), gs = group_of_node(f, node_of(g, s));
+    ck_assert_msg(gt < 0 || gt != gs, "variant %d: t and its gather s in group %d", variant, gt);
+    for (uint32_t k = 0; k < tn_fusion_count(f); k++) {
+      const tn_fgroup *grp = tn_fusion_group(f, k);
+      for (uint32_t i = 0; i < grp->fg_ninputs; i++) /* a gathered table is an input of the group */
+        if (grp->fg_gather[i] >= 0) {
+          int32_t p = node_of(g, grp->fg_inputs[i]);
+          ck_assert(p < 0 || group_of_node(f, p) != (int)k);
+        }
+    }
+    tn_fusion_free(f);
+    tn_graph_free(g);
+  }
+}
+END_TEST
+
+/* Adds a fallback aten::cumsum(src, 0) of meta m; returns its value. */
+static int32_t add_cumsum(tn_graph *g, int32_t src, const tn_meta *m)
+{
+  int32_t v;
+  tn_arg acs[3] = {T(src), I(0), NONE_ARG};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_fallback, "aten::cumsum", acs, 3, m, 1, &v), TN_OK);
+  return v;
+}
+
+/* x[4,5]: a = x * 2; b = cumsum(a) (eager); c = a + b; d = -c. c reads b,
+** which depends on a: a and c in one kernel would need the kernel's own
+** result first. Positive case: q = cumsum(y) does not depend on p = x * 2,
+** so r = p + q joins p's group (q may run before the kernel). */
+START_TEST(test_cycle_rule)
+{
+  tn_meta f2 = {TN_DTYPE_FLOAT32, 2, S2, ST2};
+  tn_graph *g;
+  tn_fusion *f;
+  int32_t x, y, a, b, c, d, p, q, r;
+
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, f2};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  tn_arg am[2] = {T(x), F(2.0)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &f2, 1, &a), TN_OK);
+  b = add_cumsum(g, a, &f2);
+  tn_arg ac[3] = {T(a), T(b), I(1)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, ac, 3, &f2, 1, &c), TN_OK);
+  tn_arg an[1] = {T(c)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_neg, NULL, an, 1, &f2, 1, &d), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &d, 1), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  int ga = group_of_node(f, node_of(g, a)), gc = group_of_node(f, node_of(g, c));
+  ck_assert_msg(ga < 0 || ga != gc, "a and c (which reads cumsum(a)) in group %d", ga);
+  ck_assert_int_eq(group_of_node(f, node_of(g, b)), -1);
+  ck_assert_int_ge(gc, 0); /* c and d still fuse */
+  ck_assert_int_eq(group_of_node(f, node_of(g, d)), gc);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc iy = {TN_VALUE_ARG, 1, NULL, f2};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &iy, &y), TN_OK);
+  tn_arg ap[2] = {T(x), F(2.0)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, ap, 2, &f2, 1, &p), TN_OK);
+  q = add_cumsum(g, y, &f2);
+  tn_arg ar[3] = {T(p), T(q), I(1)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, ar, 3, &f2, 1, &r), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &r, 1), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  int gp = group_of_node(f, node_of(g, p)), gr = group_of_node(f, node_of(g, r));
+  ck_assert_msg(gp >= 0 && gp == gr, "p in group %d, r in group %d: want one group", gp, gr);
+  const tn_fgroup *grp = tn_fusion_group(f, (uint32_t)gp);
+  ck_assert_uint_eq(grp->fg_nnodes, 2);
+  ck_assert_uint_eq(grp->fg_ninputs, 2);
+  ck_assert_int_eq(grp->fg_inputs[0], x);
+  ck_assert_int_eq(grp->fg_inputs[1], q);
+  ck_assert_int_eq(grp->fg_outputs[0], r);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
+/* x[4,5] with strides (1, 4) (a transpose): a = x * 2, b = a + 1, both
+** results laid out as x. Densely permuted: one group. Not dense (strides
+** (10, 2)): no group. */
+START_TEST(test_permuted_output)
+{
+  static const tn_sint PST[2] = {{1, -1}, {4, -1}}, GST[2] = {{10, -1}, {2, -1}};
+  tn_meta pm = {TN_DTYPE_FLOAT32, 2, S2, PST}, cm = {TN_DTYPE_FLOAT32, 2, S2, ST2};
+  tn_meta gm = {TN_DTYPE_FLOAT32, 2, S2, GST};
+  tn_tcc_unit *u;
+  init_tcc();
+  ck_assert_int_eq(tn_fuse_contiguous(&pm), 0);
+  ck_assert_int_eq(tn_fuse_contiguous(&cm), 1);
+  ck_assert_int_eq(tn_fuse_contiguous(&gm), 0);
+  for (int dense = 1; dense >= 0; dense--) {
+    const tn_meta *m = dense ? &pm : &gm;
+    tn_graph *g;
+    tn_fusion *f;
+    int32_t x, a, b;
+    ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+    tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, *m};
+    ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+    tn_arg am[2] = {T(x), F(2.0)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, m, 1, &a), TN_OK);
+    tn_arg ab[3] = {T(a), F(1.0), I(1)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Scalar, NULL, ab, 3, m, 1, &b), TN_OK);
+    ck_assert_int_eq(tn_graph_set_outputs(g, &b, 1), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    if (!dense) {
+      ck_assert_uint_eq(tn_fusion_count(f), 0);
+    } else {
+      ck_assert_uint_eq(tn_fusion_count(f), 1);
+      const tn_fgroup *grp = tn_fusion_group(f, 0);
+      ck_assert_uint_eq(grp->fg_nnodes, 2);
+      ck_assert_int_eq(grp->fg_outputs[0], b);
+      ck_assert_int_eq(tn_fuse_contiguous(&tn_graph_value(g, b)->va_meta), 0);
+      /* run: the caller gives the output in its permuted layout */
+      kfn fn = compile_group(grp, &u);
+      float xs[20], out[20];
+      for (int i = 0; i < 20; i++)
+        xs[i] = (float)i * 0.3f - 2.0f;
+      memset(out, 0x5a, sizeof out);
+      int64_t sizes[2] = {4, 5}, st[4] = {1, 4, 1, 4};
+      void *ptrs[2] = {xs, out};
+      fn(2, sizes, ptrs, st, 0, NULL);
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 5; j++)
+          ck_assert_float_eq(out[j * 4 + i], xs[j * 4 + i] * 2.0f + 1.0f);
+      tn_tcc_free(u);
+    }
+    tn_fusion_free(f);
+    tn_graph_free(g);
+  }
+}
+END_TEST
+
+/* x int32[8], y, y2 float32[8]: c = x > 3; w = where(c, y, y2);
+** o = w.to(int16). One group over three dtypes: x loads as int32 values in
+** int64 blocks, the comparison is an integer one, the cast float32 ->
+** int16 truncates and wraps as eager (NaN, inf and out of int32: 0). */
+START_TEST(test_mixed_dtype_group)
+{
+  enum { N = 8 };
+  static const tn_sint VS[1] = {{N, -1}}, VST[1] = {{1, -1}};
+  tn_meta mx = {TN_DTYPE_INT32, 1, VS, VST}, mf = {TN_DTYPE_FLOAT32, 1, VS, VST};
+  tn_meta mc = {TN_DTYPE_BOOL, 1, VS, VST}, mo = {TN_DTYPE_INT16, 1, VS, VST};
+  tn_graph *g;
+  tn_fusion *f;
+  tn_tcc_unit *u;
+  int32_t x, y, y2, c, w, o;
+  init_tcc();
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, mx}, iy = {TN_VALUE_ARG, 1, NULL, mf}, iy2 = {TN_VALUE_ARG, 2, NULL, mf};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &iy, &y), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &iy2, &y2), TN_OK);
+  tn_arg ag[2] = {T(x), I(3)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_gt_Scalar, NULL, ag, 2, &mc, 1, &c), TN_OK);
+  tn_arg aw[3] = {T(c), T(y), T(y2)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_where_self, NULL, aw, 3, &mf, 1, &w), TN_OK);
+  tn_arg ac[7] = {T(w), {TN_ARG_DTYPE, 0, {.ar_int = TN_DTYPE_INT16}}, NONE_ARG, NONE_ARG, NONE_ARG, B(0), NONE_ARG};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_to_copy, NULL, ac, 7, &mo, 1, &o), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &o, 1), TN_OK);
+
+  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 1);
+  const tn_fgroup *grp = tn_fusion_group(f, 0);
+  ck_assert_uint_eq(grp->fg_nnodes, 3);
+  ck_assert_uint_eq(grp->fg_ninputs, 3);
+  ck_assert_uint_eq(grp->fg_noutputs, 1);
+  ck_assert_int_eq(grp->fg_inputs[0], x);
+  ck_assert_int_eq(grp->fg_inputs[1], y);
+  ck_assert_int_eq(grp->fg_inputs[2], y2);
+  ck_assert_int_eq(grp->fg_outputs[0], o);
+  ck_assert_int_eq(grp->fg_odtypes[0], TN_DTYPE_INT32);
+  ck_assert_int_eq(grp->fg_odtypes[1], TN_DTYPE_FLOAT32);
+  ck_assert_int_eq(grp->fg_odtypes[2], TN_DTYPE_FLOAT32);
+  ck_assert_int_eq(grp->fg_odtypes[3], TN_DTYPE_INT16);
+  /* x's load: a buffer of int32 values (int64 blocks) */
+  int xload = -1;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++)
+    if (grp->fg_prog[i].fi_kind == TN_FI_LOAD && grp->fg_prog[i].fi_a == 0)
+      xload = grp->fg_prog[i].fi_dst;
+  ck_assert_int_ge(xload, 0);
+  ck_assert_int_eq(grp->fg_bdtypes[xload], TN_DTYPE_INT32);
+
+  char *src;
+  ck_assert_int_eq(tn_codegen_kernel(grp, &src), TN_OK);
+  ck_assert_msg(strstr(src, "tn_rt_compare_s_i64(") != NULL, "no integer compare in:\n%s", src);
+  ck_assert_msg(strstr(src, "tn_rt_where_f32(") != NULL, "no float32 where in:\n%s", src);
+  ck_assert_msg(strstr(src, "tn_rt_cast(2, 6") != NULL, "no int16 <- float32 cast in:\n%s", src);
+  free(src);
+
+  kfn fn = compile_group(grp, &u);
+  static const int32_t xs[N] = {-5, 0, 3, 4, 100, 70000, 2, -70000};
+  static const float ys[N] = {1.0f, 2.0f, 3.0f, 70000.7f, -129.9f, 65535.9f, 7.0f, 8.0f};
+  static const float y2s[N] = {-32769.2f, NAN, 300.5f, 9.0f, 9.0f, 9.0f, 3e9f, -1.5f};
+  /* x > 3 picks y at 3, 4, 5; by hand: -32769 -> 32767, NaN -> 0, 300,
+  ** 70000 -> 4464, -129, 65535 -> -1, 3e9 (out of int32) -> 0, -1 */
+  static const int16_t want[N] = {32767, 0, 300, 4464, -129, -1, 0, -1};
+  int16_t out[N];
+  memset(out, 0x5a, sizeof out);
+  int64_t sizes[1] = {N}, st[4] = {1, 1, 1, 1};
+  void *ptrs[4] = {(void *)xs, (void *)ys, (void *)y2s, out};
+  fn(1, sizes, ptrs, st, 0, NULL);
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(out[i] == want[i], "o[%d] (x %d, y %.9g, y2 %.9g): got %d, want %d", i, xs[i], ys[i], y2s[i],
+                  out[i], want[i]);
+  tn_tcc_free(u);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("fuse");
@@ -959,6 +1298,11 @@ int main(void)
   tcase_add_test(tc, test_rt_cast_int_and_float);
   tcase_add_test(tc, test_rt_round);
   tcase_add_test(tc, test_compare_where_cast_kernel);
+  tcase_add_test(tc, test_gather_embedding_group);
+  tcase_add_test(tc, test_gather_table_not_computed_in_group);
+  tcase_add_test(tc, test_cycle_rule);
+  tcase_add_test(tc, test_permuted_output);
+  tcase_add_test(tc, test_mixed_dtype_group);
   suite_add_tcase(s, tc);
   return tn_check_run(s);
 }
