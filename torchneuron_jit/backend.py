@@ -47,34 +47,12 @@ compile_seconds = 0.0                      # time spent in compile_inference
 fallback_ops = collections.Counter()       # ATen op -> nodes run through PyTorch
 
 
-def _batch_norm_eval(x, weight, bias, running_mean, running_var, momentum, eps):
-    """Eval-mode batch norm, elementwise per channel (dim 1), so that it
-    fuses with what follows (relu): (x - mean) * rsqrt(var + eps) * weight
-    + bias, computed in float32 for half inputs, as eager; the two saved
-    statistics are empty on CPU, as eager's."""
-    del momentum  # eval mode: the running statistics stay as they are
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    scale = torch.rsqrt(running_var.to(acc) + eps)
-    if weight is not None:
-        scale = scale * weight.to(acc)
-    out = (x.to(acc) - running_mean.to(acc).reshape(shape)) * scale.reshape(shape)
-    if bias is not None:
-        out = out + bias.to(acc).reshape(shape)
-    return out.to(x.dtype), x.new_zeros((0,)), x.new_zeros((0,))
-
-
-# Ops Core ATen keeps whole that we take apart (our decompositions).
-DECOMPOSE_MORE = {aten._native_batch_norm_legit_no_training.default: _batch_norm_eval}
-
-
 def decompositions():
-    """Core ATen decompositions, minus the ops in KEEP_WHOLE, plus DECOMPOSE_MORE."""
+    """Core ATen decompositions, minus the ops in KEEP_WHOLE."""
     table = dict(core_aten_decompositions())
     for packet in KEEP_WHOLE:
         for overload in packet.overloads():
             table.pop(getattr(packet, overload), None)
-    table.update(DECOMPOSE_MORE)
     return table
 
 

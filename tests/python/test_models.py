@@ -1,5 +1,4 @@
 """Whole models through torch.compile(backend="neuron"), compared with eager."""
-import copy
 import math
 
 import pytest
@@ -230,39 +229,3 @@ def test_models_as_shapes_change(name, row_fusion):
         torch.backends.mha.set_fastpath_enabled(fastpath)
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
 
-
-@pytest.mark.parametrize("kind", ["bn2d_relu", "bn1d_no_affine", "bn1d_seq", "bn2d_half", "bn2d_train"])
-def test_batch_norm_in_eval_fuses_with_relu(compiled, kind):
-    """Eval-mode batch norm is taken apart into per-channel arithmetic that
-    fuses with the relu after it; results match eager's native kernel."""
-    from torchneuron_jit import config
-    config.log = "compile"
-    torch.manual_seed(0)
-    bn, x = {
-        "bn2d_relu": (torch.nn.BatchNorm2d(8), torch.randn(2, 8, 5, 6)),
-        "bn1d_no_affine": (torch.nn.BatchNorm1d(8, affine=False), torch.randn(4, 8)),
-        "bn1d_seq": (torch.nn.BatchNorm1d(8), torch.randn(4, 8, 7)),
-        "bn2d_half": (torch.nn.BatchNorm2d(8), torch.randn(2, 8, 5, 6)),
-        "bn2d_train": (torch.nn.BatchNorm2d(8), torch.randn(2, 8, 5, 6)),
-    }[kind]
-    with torch.no_grad():  # running statistics that are not 0 and 1
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
-        if bn.affine:
-            bn.weight.uniform_(0.5, 1.5)
-            bn.bias.uniform_(-1, 1)
-    m = torch.nn.Sequential(bn, torch.nn.ReLU())
-    if kind == "bn2d_half":
-        m, x = m.half(), x.half()
-    if kind == "bn2d_train":  # training mode: statistics of the batch, running ones updated, as eager
-        ref = copy.deepcopy(m).train()
-        m.train()
-        got, want = torch.compile(m, backend="neuron")(x), ref(x)
-        torch.testing.assert_close(got, want)
-        torch.testing.assert_close(m[0].running_mean, ref[0].running_mean)
-        return
-    m.eval()
-    with torch.no_grad():
-        got, want = torch.compile(m, backend="neuron")(x), m(x)
-    torch.testing.assert_close(got, want)
-    compiled.assert_lowered("aten.relu.default")

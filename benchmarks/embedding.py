@@ -1,0 +1,87 @@
+"""Token embedding lookups fused with what follows: eager vs
+torch.compile(backend="neuron") (and Inductor), same run.
+
+    python benchmarks/embedding.py [--iters N] [--no-inductor]
+
+The model is a transformer's input layer, emb(ids) * sqrt(d) + position
+rows, at a few sizes; and, for comparison, batch norm + relu of a CNN layer
+(eval), which we leave to eager's native kernels. Eager runs without
+Dynamo, the compiled columns with it (about 12-15 us a call here). Medians
+of interleaved runs (eager, neuron, inductor, eager, ...); results are
+checked against eager before timing.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
+
+
+class Embed(torch.nn.Module):
+    def __init__(self, vocab, d, positions):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(torch.randn(positions, d))
+        self.scale = d ** 0.5
+
+    def forward(self, ids):
+        return self.tok(ids) * self.scale + self.pos[: ids.shape[1]]
+
+
+def bn_relu(channels):
+    m = torch.nn.Sequential(torch.nn.BatchNorm2d(channels), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        m[0].running_mean.uniform_(-1, 1)
+        m[0].running_var.uniform_(0.5, 2)
+    return m
+
+
+def measure(fns, args, iters):
+    samples = {name: [] for name in fns}
+    with torch.no_grad():
+        for fn in fns.values():
+            fn(*args)
+        for _ in range(iters):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn(*args)
+                samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=100)
+    parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    cases = [
+        ("embed 1x32 d256", Embed(30000, 256, 512).eval(), torch.randint(0, 30000, (1, 32))),
+        ("embed 8x128 d256", Embed(30000, 256, 512).eval(), torch.randint(0, 30000, (8, 128))),
+        ("embed 8x128 d768", Embed(30000, 768, 512).eval(), torch.randint(0, 30000, (8, 128))),
+        ("bn+relu 1x16x32x32", bn_relu(16), torch.randn(1, 16, 32, 32)),
+        ("bn+relu 8x64x56x56", bn_relu(64), torch.randn(8, 64, 56, 56)),
+    ]
+    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'case':20s} " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
+          + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    for name, model, x in cases:
+        torch._dynamo.reset()
+        fns = {"eager": model}
+        for backend in cols[1:]:
+            fns[backend] = torch.compile(model, backend=backend)
+            with torch.no_grad():
+                torch.testing.assert_close(fns[backend](x), model(x))
+        med = measure(fns, (x,), args.iters)
+        row = f"{name:20s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
+        row += f" {med['eager'] / med['neuron']:13.2f}"
+        if not args.no_inductor:
+            row += f" {med['inductor'] / med['neuron']:16.2f}"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()
