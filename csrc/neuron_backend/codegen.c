@@ -315,14 +315,11 @@ static void cg_consts(cg_buf *b, const tn_fgroup *grp)
   }
 }
 
-/* Sets p[k] to operand k's place at the odometer idx (dims [0, upto) of
-** rank, plus `extra` elements times stride `xs`); ind indents. */
-static void cg_places(cg_buf *b, const tn_fgroup *grp, const char *ind, const char *upto, const char *extra)
+/* Sets p[k] to operand k's place at this outer position, q[k] (the
+** odometer's), moved for gathers to the row their index picks. */
+static void cg_places(cg_buf *b, const tn_fgroup *grp, const char *ind)
 {
-  out(b, "%sfor (k = 0; k < %u; k++) {\n", ind, grp->fg_ninputs + grp->fg_noutputs);
-  out(b, "%s  i64 off = %s;\n", ind, extra);
-  out(b, "%s  for (d = 0; d < %s; d++) off += idx[d] * st[k * rank + d];\n", ind, upto);
-  out(b, "%s  p[k] = (char *)ptrs[k] + off * isz[k];\n%s}\n", ind, ind);
+  out(b, "%sfor (k = 0; k < %u; k++) p[k] = q[k];\n", ind, grp->fg_ninputs + grp->fg_noutputs);
   for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* gathers: the row the index picks */
     const tn_finst *fi = &grp->fg_prog[i];
     if (fi->fi_kind == TN_FI_LOAD && fi->fi_b >= 0)
@@ -342,20 +339,26 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
   out(b, "%s", cg_signature);
   cg_buffers(b, grp, def);
   cg_operands(b, grp);
-  out(b, "  i64 s[%u];\n  i64 idx[64];\n", nops);
+  out(b, "  char *q[%u];\n  i64 s[%u];\n  i64 idx[64];\n", nops, nops);
   out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   out(b, "  if (inner == 0 || outer == 0) return;\n");
   cg_consts(b, grp);
-  out(b, "  for (k = 0; k < %u; k++) s[k] = rank ? st[k * rank + rank - 1] : 0;\n", nops);
+  out(b, "  for (k = 0; k < %u; k++) { s[k] = rank ? st[k * rank + rank - 1] : 0; q[k] = (char *)ptrs[k]; }\n",
+      nops);
   out(b, "  for (o = 0; o < outer; o++) {\n");
-  cg_places(b, grp, "    ", "rank - 1", "0");
+  cg_places(b, grp, "    ");
   out(b, "    for (j = 0; j < inner; j += %d) {\n", TN_RT_BLOCK);
   out(b, "      n = inner - j < %d ? inner - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
   for (uint32_t i = 0; i < grp->fg_nprog; i++)
     cg_block_inst(b, grp, def, &grp->fg_prog[i], "s");
   out(b, "    }\n");
-  out(b, "    for (d = rank - 2; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
+  /* the odometer moves the places by the strides, instead of recomputing them */
+  out(b, "    for (d = rank - 2; d >= 0; d--) {\n");
+  out(b, "      for (k = 0; k < %u; k++) q[k] += st[k * rank + d] * isz[k];\n", nops);
+  out(b, "      if (++idx[d] < sizes[d]) break;\n");
+  out(b, "      for (k = 0; k < %u; k++) q[k] -= st[k * rank + d] * isz[k] * sizes[d];\n", nops);
+  out(b, "      idx[d] = 0;\n    }\n");
   out(b, "  }\n}\n");
   free(def);
 }
