@@ -11,12 +11,11 @@ of interleaved runs (eager, neuron, inductor, eager, ...); results are
 checked against eager before timing.
 """
 import argparse
-import statistics
-import time
 
 import torch
 
 import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
+from pointwise import measure
 
 
 class Embed(torch.nn.Module):
@@ -36,19 +35,6 @@ def bn_relu(channels):
         m[0].running_mean.uniform_(-1, 1)
         m[0].running_var.uniform_(0.5, 2)
     return m
-
-
-def measure(fns, args, iters):
-    samples = {name: [] for name in fns}
-    with torch.no_grad():
-        for fn in fns.values():
-            fn(*args)
-        for _ in range(iters):
-            for name, fn in fns.items():
-                t0 = time.perf_counter()
-                fn(*args)
-                samples[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def main():
