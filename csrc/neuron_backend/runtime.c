@@ -380,8 +380,8 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_B_MINIMUM: BINARY_LOOP(Y, RT_MIN(x, y)); \
   case TN_RT_B_POW: BINARY_LOOP(Y, POW(x, y)); \
   /* clamp_min(x, lo): NaN in x stays, a NaN bound gives NaN */ \
-  case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x < y ? y : x))); \
-  case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, y != y ? y : (x != x ? x : (x > y ? y : x)));
+  case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, (x < y || y != y) ? y : x); \
+  case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, (x > y || y != y) ? y : x);
 
 /* The binary primitives of one type T (suffix SUF): pow's vector body
 ** through VMATH, its scalar tail and every other op through BINARY_CASES. */
@@ -404,6 +404,11 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   \
   RT_CLONES void tn_rt_binary_s_##SUF(int op, T *dst, const T *a, T s, int64_t n) \
   { \
+    if ((op == TN_RT_B_CLAMP_MIN || op == TN_RT_B_CLAMP_MAX) && s == s) { /* a number bound: one compare */ \
+      for (int64_t i = 0; i < n; i++) \
+        dst[i] = (op == TN_RT_B_CLAMP_MIN ? a[i] < s : a[i] > s) ? s : a[i]; \
+      return; \
+    } \
     if (op == TN_RT_B_POW) { /* through the vector pow, a block at a time */ \
       T b[256]; \
       for (int i = 0; i < 256; i++) \
