@@ -212,11 +212,12 @@ static int same_space(const tn_meta *a, const tn_meta *b)
 /* -- Dtypes --------------------------------------------------------------- */
 
 /* What a dtype's blocks hold: float (float32, float16, bfloat16), double,
-** int64 (integers and bool), or nothing we compute (DC_NONE). */
+** int64 (integers), bytes (bool), or nothing we compute (DC_NONE). */
 #define DC_NONE 0
 #define DC_FLOAT 1
 #define DC_DOUBLE 2
 #define DC_INT 3
+#define DC_BOOL 4
 
 static int dtype_class(int dt)
 {
@@ -224,7 +225,8 @@ static int dtype_class(int dt)
   case TN_DTYPE_FLOAT32: case TN_DTYPE_FLOAT16: case TN_DTYPE_BFLOAT16: return DC_FLOAT;
   case TN_DTYPE_FLOAT64: return DC_DOUBLE;
   case TN_DTYPE_UINT8: case TN_DTYPE_INT8: case TN_DTYPE_INT16: case TN_DTYPE_INT32: case TN_DTYPE_INT64:
-  case TN_DTYPE_BOOL: return DC_INT;
+    return DC_INT;
+  case TN_DTYPE_BOOL: return DC_BOOL;
   default: return DC_NONE;
   }
 }
@@ -256,7 +258,7 @@ static void int_range(int dt, double *lo, double *hi)
 
 /* Whether every value of dtype `from` is one of dtype `to` in the same
 ** blocks (so a conversion is no work): float16/bfloat16 to float32,
-** narrower integers (and bool) to wider ones. */
+** narrower integers to wider ones. */
 static int widens(int to, int from)
 {
   double flo, fhi, tlo, thi;
@@ -288,7 +290,7 @@ static int arg_scalar(const tn_arg *a, double *out)
 static int scalar_fits(int dt, double v, int nonfinite)
 {
   double lo, hi;
-  if (dtype_class(dt) != DC_INT)
+  if (dtype_class(dt) != DC_INT && dt != TN_DTYPE_BOOL)
     return nonfinite ? !(isfinite(v) && !isfinite(tn_rt_round(dt, v))) : isfinite(v);
   int_range(dt, &lo, &hi);
   return v == floor(v) && v >= lo && v <= hi;
@@ -317,19 +319,22 @@ static int rule_fits_dtype(fuse_rule r, int dt)
   if (logical || r.fr_kind == FK_COMPARE || r.fr_kind == FK_COMPARE_S)
     return dt == TN_DTYPE_BOOL;
   if (bitwise) /* integers and bool (torch has no float bitwise ops) */
-    return dtype_class(dt) == DC_INT;
+    return dtype_class(dt) == DC_INT || dt == TN_DTYPE_BOOL;
+  if (dt == TN_DTYPE_BOOL) /* max / min, selections, casts, constants, gathers */
+    return r.fr_kind == FK_WHERE || r.fr_kind == FK_MASKED || r.fr_kind == FK_CAST || r.fr_kind == FK_FACTORY ||
+           r.fr_kind == FK_GATHER ||
+           (r.fr_kind == FK_BINARY && (r.fr_op == TN_RT_B_MAXIMUM || r.fr_op == TN_RT_B_MINIMUM));
   if (dtype_class(dt) != DC_INT)
     return 1;
   switch (r.fr_kind) {
   case FK_UNARY:
-    return dt != TN_DTYPE_BOOL && (r.fr_op == TN_RT_NEG || r.fr_op == TN_RT_ABS || r.fr_op == TN_RT_RELU);
+    return r.fr_op == TN_RT_NEG || r.fr_op == TN_RT_ABS || r.fr_op == TN_RT_RELU;
   case FK_BINARY: case FK_SCALAR:
-    if (r.fr_op == TN_RT_B_MAXIMUM || r.fr_op == TN_RT_B_MINIMUM)
-      return 1;
-    return dt != TN_DTYPE_BOOL && (r.fr_op == TN_RT_B_ADD || r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_MUL ||
-                                   r.fr_op == TN_RT_B_CLAMP_MIN || r.fr_op == TN_RT_B_CLAMP_MAX);
+    return r.fr_op == TN_RT_B_MAXIMUM || r.fr_op == TN_RT_B_MINIMUM || r.fr_op == TN_RT_B_ADD ||
+           r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_CLAMP_MIN ||
+           r.fr_op == TN_RT_B_CLAMP_MAX;
   case FK_CLAMP:
-    return dt != TN_DTYPE_BOOL;
+    return 1;
   case FK_WHERE: case FK_MASKED: case FK_CAST: case FK_FACTORY: case FK_GATHER:
     return 1;
   default: /* gelu */
@@ -403,7 +408,8 @@ static int fusable(const tn_graph *g, const tn_node *n)
                        ** default float dtype (which the graph does not say): left to eager */
     double v;
     int t = arg_dtype(g, &n->no_args[0]);
-    return arg_scalar(&n->no_args[1], &v) && (dtype_class(t) != DC_INT || n->no_args[1].ar_tag != TN_ARG_FLOAT);
+    return arg_scalar(&n->no_args[1], &v) &&
+           ((dtype_class(t) != DC_INT && t != TN_DTYPE_BOOL) || n->no_args[1].ar_tag != TN_ARG_FLOAT);
   }
   case FK_WHERE:
     return arg_dtype(g, &n->no_args[0]) == TN_DTYPE_BOOL;

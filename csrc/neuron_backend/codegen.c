@@ -44,8 +44,8 @@ static void out(cg_buf *b, const char *fmt, ...)
 
 /* -- Types ------------------------------------------------------------------
 ** Operands are tensors of any dtype we compute; buffers are blocks of its
-** compute type: float (float32, float16, bfloat16), double (float64) or
-** i64 (integers and bool). */
+** compute type: float (float32, float16, bfloat16), double (float64), i64
+** (integers) or unsigned char (bool). */
 
 typedef struct cg_dtype {
   int cd_dtype;
@@ -66,7 +66,7 @@ static const cg_dtype cg_dtypes[] = {
   {TN_DTYPE_INT16, "short", "i16", "i64", "i64", 2},
   {TN_DTYPE_INT8, "signed char", "i8", "i64", "i64", 1},
   {TN_DTYPE_UINT8, "unsigned char", "u8", "i64", "i64", 1},
-  {TN_DTYPE_BOOL, "unsigned char", "b8", "i64", "i64", 1},
+  {TN_DTYPE_BOOL, "unsigned char", "b8", "unsigned char", "b8", 1},
 };
 
 /* The entry of dtype dt (fusion makes groups of these dtypes only). */
@@ -90,7 +90,7 @@ static const cg_dtype *cg_btype(const tn_fgroup *grp, int32_t v)
 }
 
 /* Whether operand k is read and written in place: its elements are its
-** blocks' type (float32, float64, int64). */
+** blocks' type (float32, float64, int64, bool). */
 static int cg_native(const tn_fgroup *grp, uint32_t k)
 {
   const cg_dtype *t = cg_otype(grp, k);

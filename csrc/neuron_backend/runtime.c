@@ -471,14 +471,14 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 
 RT_BINARY_FNS(f64, double, rt_vmath_f64, pow)
 
-/* -- Integers and bool: int64 blocks ---------------------------------------
+/* -- Integers: int64 blocks -------------------------------------------------
 ** Arithmetic goes through uint64_t, so it wraps (as eager's integer
 ** kernels do) instead of overflowing. */
 
 RT_LOAD_STORE_FNS(i64, int64_t)
 
-/* Loads widen to int64; stores wrap to the width (bool: x != 0). */
-#define RT_INT_IO(SUF, T, STORE) \
+/* Loads widen to int64; stores wrap to the width. */
+#define RT_INT_IO(SUF, T) \
   RT_CLONES void tn_rt_load_##SUF(int64_t *dst, const T *src, int64_t stride, int64_t n) \
   { \
     for (int64_t i = 0; i < n; i++) \
@@ -486,17 +486,14 @@ RT_LOAD_STORE_FNS(i64, int64_t)
   } \
   RT_CLONES void tn_rt_store_##SUF(T *dst, int64_t stride, const int64_t *src, int64_t n) \
   { \
-    for (int64_t i = 0; i < n; i++) { \
-      int64_t x = src[i]; \
-      dst[i * stride] = (STORE); \
-    } \
+    for (int64_t i = 0; i < n; i++) \
+      dst[i * stride] = (T)(uint64_t)src[i]; \
   }
 
-RT_INT_IO(i32, int32_t, (int32_t)(uint32_t)(uint64_t)x)
-RT_INT_IO(i16, int16_t, (int16_t)(uint16_t)(uint64_t)x)
-RT_INT_IO(i8, int8_t, (int8_t)(uint8_t)(uint64_t)x)
-RT_INT_IO(u8, uint8_t, (uint8_t)(uint64_t)x)
-RT_INT_IO(b8, uint8_t, (uint8_t)(x != 0))
+RT_INT_IO(i32, int32_t)
+RT_INT_IO(i16, int16_t)
+RT_INT_IO(i8, int8_t)
+RT_INT_IO(u8, uint8_t)
 
 RT_CLONES void tn_rt_fill_i64(int64_t *dst, int64_t v, int64_t n)
 {
@@ -512,7 +509,6 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
   case TN_RT_NEG: UNARY_LOOP(RT_WRAP(0 - (uint64_t)x));
   case TN_RT_ABS: UNARY_LOOP(x < 0 ? RT_WRAP(0 - (uint64_t)x) : x);
   case TN_RT_RELU: UNARY_LOOP(x < 0 ? 0 : x);
-  case TN_RT_LNOT: UNARY_LOOP(x == 0);
   case TN_RT_BNOT: UNARY_LOOP(~x);
   default:
     break;
@@ -526,8 +522,6 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
   case TN_RT_B_MUL: BINARY_LOOP(Y, RT_WRAP((uint64_t)x * (uint64_t)y)); \
   case TN_RT_B_MAXIMUM: case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, x > y ? x : y); \
   case TN_RT_B_MINIMUM: case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, x < y ? x : y); \
-  case TN_RT_B_LAND: BINARY_LOOP(Y, (x != 0) & (y != 0)); \
-  case TN_RT_B_LOR: BINARY_LOOP(Y, (x != 0) | (y != 0)); \
   case TN_RT_B_BAND: BINARY_LOOP(Y, x & y); \
   case TN_RT_B_BOR: BINARY_LOOP(Y, x | y); \
   case TN_RT_B_BXOR: BINARY_LOOP(Y, x ^ y);
@@ -550,6 +544,48 @@ RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_
   }
 }
 
+/* -- Bool: blocks of bytes, 0 or 1, as bool tensors hold them ---------------- */
+
+RT_LOAD_STORE_FNS(b8, uint8_t)
+
+RT_CLONES void tn_rt_fill_b8(uint8_t *dst, uint8_t v, int64_t n)
+{
+  for (int64_t i = 0; i < n; i++)
+    dst[i] = v;
+}
+
+RT_CLONES void tn_rt_unary_b8(int op, uint8_t *dst, const uint8_t *a, int64_t n)
+{
+  if (op == TN_RT_LNOT)
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = a[i] ^ 1;
+}
+
+/* The bool binary ops: on 0 and 1, and / or / xor are the logical ones and
+** max / min are or / and. */
+#define BOOL_BINARY_CASES(Y) \
+  case TN_RT_B_LAND: case TN_RT_B_BAND: case TN_RT_B_MINIMUM: BINARY_LOOP(Y, x & y); \
+  case TN_RT_B_LOR: case TN_RT_B_BOR: case TN_RT_B_MAXIMUM: BINARY_LOOP(Y, x | y); \
+  case TN_RT_B_BXOR: BINARY_LOOP(Y, x ^ y);
+
+RT_CLONES void tn_rt_binary_b8(int op, uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n)
+{
+  switch (op) {
+  BOOL_BINARY_CASES(b[i])
+  default:
+    break;
+  }
+}
+
+RT_CLONES void tn_rt_binary_s_b8(int op, uint8_t *dst, const uint8_t *a, uint8_t s, int64_t n)
+{
+  switch (op) {
+  BOOL_BINARY_CASES(s)
+  default:
+    break;
+  }
+}
+
 /* -- Comparisons and selection --------------------------------------------- */
 
 #define RT_COMPARE_LOOP(Y, cmp) \
@@ -566,7 +602,7 @@ RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_
   case TN_RT_C_GE: RT_COMPARE_LOOP(Y, >=);
 
 #define RT_SELECT_FNS(SUF, T) \
-  RT_CLONES void tn_rt_compare_##SUF(int op, int64_t *dst, const T *a, const T *b, int64_t n) \
+  RT_CLONES void tn_rt_compare_##SUF(int op, uint8_t *dst, const T *a, const T *b, int64_t n) \
   { \
     switch (op) { \
     RT_COMPARE_CASES(b[i]) \
@@ -574,7 +610,7 @@ RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_
       break; \
     } \
   } \
-  RT_CLONES void tn_rt_compare_s_##SUF(int op, int64_t *dst, const T *a, T s, int64_t n) \
+  RT_CLONES void tn_rt_compare_s_##SUF(int op, uint8_t *dst, const T *a, T s, int64_t n) \
   { \
     switch (op) { \
     RT_COMPARE_CASES(s) \
@@ -582,7 +618,7 @@ RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_
       break; \
     } \
   } \
-  RT_CLONES void tn_rt_where_##SUF(T *dst, const int64_t *c, const T *a, const T *b, int64_t n) \
+  RT_CLONES void tn_rt_where_##SUF(T *dst, const uint8_t *c, const T *a, const T *b, int64_t n) \
   { \
     for (int64_t i = 0; i < n; i++) \
       dst[i] = c[i] ? a[i] : b[i]; \
@@ -591,20 +627,21 @@ RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_
 RT_SELECT_FNS(f32, float)
 RT_SELECT_FNS(f64, double)
 RT_SELECT_FNS(i64, int64_t)
+RT_SELECT_FNS(b8, uint8_t)
 
 /* -- Casts ------------------------------------------------------------------ */
 
+/* Integer dtypes (held in int64 blocks; bool is not one of them). */
 static int rt_is_int(int dt)
 {
   return dt == TN_DTYPE_UINT8 || dt == TN_DTYPE_INT8 || dt == TN_DTYPE_INT16 || dt == TN_DTYPE_INT32 ||
-         dt == TN_DTYPE_INT64 || dt == TN_DTYPE_BOOL;
+         dt == TN_DTYPE_INT64;
 }
 
-/* An int64 wrapped to integer dtype `to`'s width (bool: x != 0). */
+/* An int64 wrapped to integer dtype `to`'s width. */
 static inline int64_t rt_wrap_int(int to, int64_t x)
 {
   switch (to) {
-  case TN_DTYPE_BOOL: return x != 0;
   case TN_DTYPE_UINT8: return (uint8_t)(uint64_t)x;
   case TN_DTYPE_INT8: return (int8_t)(uint8_t)(uint64_t)x;
   case TN_DTYPE_INT16: return (int16_t)(uint16_t)(uint64_t)x;
@@ -618,8 +655,6 @@ static inline int64_t rt_wrap_int(int to, int64_t x)
 ** 64 bits eager converts through int32, then wraps to the width). */
 static inline int64_t rt_float_to_int(int to, double x)
 {
-  if (to == TN_DTYPE_BOOL)
-    return x != 0;
   if (to == TN_DTYPE_INT64)
     return x == x && x > -0x1p63 - 1 && x < 0x1p63 ? (int64_t)x : INT64_MIN;
   return rt_wrap_int(to, x == x && x > -0x1p31 - 1 && x < 0x1p31 ? (int64_t)(int32_t)x : INT32_MIN);
@@ -651,7 +686,21 @@ static inline __attribute__((always_inline)) void rt_cast(int to, int from, void
 {
   int fi = rt_is_int(from), ti = rt_is_int(to);
   int tf64 = to == TN_DTYPE_FLOAT64;
-  if (fi && ti)
+  if (from == TN_DTYPE_BOOL && to == TN_DTYPE_BOOL)
+    RT_CAST_LOOP(uint8_t, uint8_t, x);
+  else if (from == TN_DTYPE_BOOL && ti)
+    RT_CAST_LOOP(int64_t, uint8_t, (int64_t)x);
+  else if (from == TN_DTYPE_BOOL && tf64)
+    RT_CAST_LOOP(double, uint8_t, (double)x);
+  else if (from == TN_DTYPE_BOOL) /* 0 and 1 are exact in every float type */
+    RT_CAST_LOOP(float, uint8_t, (float)x);
+  else if (to == TN_DTYPE_BOOL && fi)
+    RT_CAST_LOOP(uint8_t, int64_t, x != 0);
+  else if (to == TN_DTYPE_BOOL && from == TN_DTYPE_FLOAT64)
+    RT_CAST_LOOP(uint8_t, double, x != 0);
+  else if (to == TN_DTYPE_BOOL) /* NaN is true; a float16 value rounds first */
+    RT_CAST_LOOP(uint8_t, float, rt_round_f32(from, x) != 0);
+  else if (fi && ti)
     RT_CAST_LOOP(int64_t, int64_t, rt_wrap_int(to, x));
   else if (fi && tf64)
     RT_CAST_LOOP(double, int64_t, (double)x);
@@ -704,6 +753,8 @@ double tn_rt_round(int dtype, double v)
 {
   if (dtype == TN_DTYPE_FLOAT32 || dtype == TN_DTYPE_FLOAT16 || dtype == TN_DTYPE_BFLOAT16)
     return (double)rt_round_f32(dtype, (float)v);
+  if (dtype == TN_DTYPE_BOOL)
+    return v != 0;
   if (rt_is_int(dtype) && v == v && v >= -0x1p63 && v < 0x1p63)
     return (double)rt_wrap_int(dtype, (int64_t)v);
   return v;
@@ -860,6 +911,13 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_store_u8", (const void *)tn_rt_store_u8},
   {"tn_rt_load_b8", (const void *)tn_rt_load_b8},
   {"tn_rt_store_b8", (const void *)tn_rt_store_b8},
+  {"tn_rt_fill_b8", (const void *)tn_rt_fill_b8},
+  {"tn_rt_unary_b8", (const void *)tn_rt_unary_b8},
+  {"tn_rt_binary_b8", (const void *)tn_rt_binary_b8},
+  {"tn_rt_binary_s_b8", (const void *)tn_rt_binary_s_b8},
+  {"tn_rt_compare_b8", (const void *)tn_rt_compare_b8},
+  {"tn_rt_compare_s_b8", (const void *)tn_rt_compare_s_b8},
+  {"tn_rt_where_b8", (const void *)tn_rt_where_b8},
   {"tn_rt_fill_i64", (const void *)tn_rt_fill_i64},
   {"tn_rt_unary_i64", (const void *)tn_rt_unary_i64},
   {"tn_rt_binary_i64", (const void *)tn_rt_binary_i64},
@@ -924,21 +982,28 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_store_i8(signed char *dst, i64 stride, const i64 *src, i64 n);\n"
          "void tn_rt_load_u8(i64 *dst, const unsigned char *src, i64 stride, i64 n);\n"
          "void tn_rt_store_u8(unsigned char *dst, i64 stride, const i64 *src, i64 n);\n"
-         "void tn_rt_load_b8(i64 *dst, const unsigned char *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_b8(unsigned char *dst, i64 stride, const i64 *src, i64 n);\n"
+         "void tn_rt_load_b8(unsigned char *dst, const unsigned char *src, i64 stride, i64 n);\n"
+         "void tn_rt_store_b8(unsigned char *dst, i64 stride, const unsigned char *src, i64 n);\n"
+         "void tn_rt_fill_b8(unsigned char *dst, unsigned char v, i64 n);\n"
+         "void tn_rt_unary_b8(int op, unsigned char *dst, const unsigned char *a, i64 n);\n"
+         "void tn_rt_binary_b8(int op, unsigned char *dst, const unsigned char *a, const unsigned char *b, i64 n);\n"
+         "void tn_rt_binary_s_b8(int op, unsigned char *dst, const unsigned char *a, unsigned char s, i64 n);\n"
+         "void tn_rt_compare_b8(int op, unsigned char *dst, const unsigned char *a, const unsigned char *b, i64 n);\n"
+         "void tn_rt_compare_s_b8(int op, unsigned char *dst, const unsigned char *a, unsigned char s, i64 n);\n"
+         "void tn_rt_where_b8(unsigned char *dst, const unsigned char *c, const unsigned char *a, const unsigned char *b, i64 n);\n"
          "void tn_rt_fill_i64(i64 *dst, i64 v, i64 n);\n"
          "void tn_rt_unary_i64(int op, i64 *dst, const i64 *a, i64 n);\n"
          "void tn_rt_binary_i64(int op, i64 *dst, const i64 *a, const i64 *b, i64 n);\n"
          "void tn_rt_binary_s_i64(int op, i64 *dst, const i64 *a, i64 s, i64 n);\n"
-         "void tn_rt_compare_f32(int op, i64 *dst, const float *a, const float *b, i64 n);\n"
-         "void tn_rt_compare_s_f32(int op, i64 *dst, const float *a, float s, i64 n);\n"
-         "void tn_rt_compare_f64(int op, i64 *dst, const double *a, const double *b, i64 n);\n"
-         "void tn_rt_compare_s_f64(int op, i64 *dst, const double *a, double s, i64 n);\n"
-         "void tn_rt_compare_i64(int op, i64 *dst, const i64 *a, const i64 *b, i64 n);\n"
-         "void tn_rt_compare_s_i64(int op, i64 *dst, const i64 *a, i64 s, i64 n);\n"
-         "void tn_rt_where_f32(float *dst, const i64 *c, const float *a, const float *b, i64 n);\n"
-         "void tn_rt_where_f64(double *dst, const i64 *c, const double *a, const double *b, i64 n);\n"
-         "void tn_rt_where_i64(i64 *dst, const i64 *c, const i64 *a, const i64 *b, i64 n);\n"
+         "void tn_rt_compare_f32(int op, unsigned char *dst, const float *a, const float *b, i64 n);\n"
+         "void tn_rt_compare_s_f32(int op, unsigned char *dst, const float *a, float s, i64 n);\n"
+         "void tn_rt_compare_f64(int op, unsigned char *dst, const double *a, const double *b, i64 n);\n"
+         "void tn_rt_compare_s_f64(int op, unsigned char *dst, const double *a, double s, i64 n);\n"
+         "void tn_rt_compare_i64(int op, unsigned char *dst, const i64 *a, const i64 *b, i64 n);\n"
+         "void tn_rt_compare_s_i64(int op, unsigned char *dst, const i64 *a, i64 s, i64 n);\n"
+         "void tn_rt_where_f32(float *dst, const unsigned char *c, const float *a, const float *b, i64 n);\n"
+         "void tn_rt_where_f64(double *dst, const unsigned char *c, const double *a, const double *b, i64 n);\n"
+         "void tn_rt_where_i64(i64 *dst, const unsigned char *c, const i64 *a, const i64 *b, i64 n);\n"
          "void tn_rt_cast(int to, int from, void *dst, const void *src, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
          "double tn_rt_combine(int op, double acc, double part);\n"

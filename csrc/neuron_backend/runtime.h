@@ -92,11 +92,10 @@ void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n);
 void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, int64_t n);
 void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t n);
 
-/* Integer and bool blocks: every integer dtype and bool compute in int64
-** (bool as 0 or 1), wrapping as two's complement; a store wraps to the
-** tensor's width (bool stores x != 0). Unary ops: NEG, ABS, RELU, LNOT,
-** BNOT (~x); binary: ADD, SUB, MUL, MAXIMUM, MINIMUM, CLAMP_MIN,
-** CLAMP_MAX, LAND, LOR (the logical ones give 0 or 1), BAND, BOR, BXOR. */
+/* Integer blocks: every integer dtype computes in int64, wrapping as two's
+** complement; a store wraps to the tensor's width. Unary ops: NEG, ABS,
+** RELU, BNOT (~x); binary: ADD, SUB, MUL, MAXIMUM, MINIMUM, CLAMP_MIN,
+** CLAMP_MAX, BAND, BOR, BXOR. */
 void tn_rt_load_i64(int64_t *dst, const int64_t *src, int64_t stride, int64_t n);
 void tn_rt_store_i64(int64_t *dst, int64_t stride, const int64_t *src, int64_t n);
 void tn_rt_load_i32(int64_t *dst, const int32_t *src, int64_t stride, int64_t n);
@@ -107,26 +106,37 @@ void tn_rt_load_i8(int64_t *dst, const int8_t *src, int64_t stride, int64_t n);
 void tn_rt_store_i8(int8_t *dst, int64_t stride, const int64_t *src, int64_t n);
 void tn_rt_load_u8(int64_t *dst, const uint8_t *src, int64_t stride, int64_t n);
 void tn_rt_store_u8(uint8_t *dst, int64_t stride, const int64_t *src, int64_t n);
-void tn_rt_load_b8(int64_t *dst, const uint8_t *src, int64_t stride, int64_t n);
-void tn_rt_store_b8(uint8_t *dst, int64_t stride, const int64_t *src, int64_t n);
 void tn_rt_fill_i64(int64_t *dst, int64_t v, int64_t n);
 void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n);
 void tn_rt_binary_i64(int op, int64_t *dst, const int64_t *a, const int64_t *b, int64_t n);
 void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_t s, int64_t n);
 
-/* Comparisons (TN_RT_C_*) of float32, float64 or int64 blocks, and with a
-** scalar: dst[i] is 0 or 1. */
-void tn_rt_compare_f32(int op, int64_t *dst, const float *a, const float *b, int64_t n);
-void tn_rt_compare_s_f32(int op, int64_t *dst, const float *a, float s, int64_t n);
-void tn_rt_compare_f64(int op, int64_t *dst, const double *a, const double *b, int64_t n);
-void tn_rt_compare_s_f64(int op, int64_t *dst, const double *a, double s, int64_t n);
-void tn_rt_compare_i64(int op, int64_t *dst, const int64_t *a, const int64_t *b, int64_t n);
-void tn_rt_compare_s_i64(int op, int64_t *dst, const int64_t *a, int64_t s, int64_t n);
+/* Bool blocks: bytes, 0 or 1, as a bool tensor holds them (read and
+** written in place). Unary: LNOT; binary: LAND, LOR, BAND, BOR, BXOR,
+** MAXIMUM, MINIMUM (on 0 and 1: and, or, xor, or, and). */
+void tn_rt_load_b8(uint8_t *dst, const uint8_t *src, int64_t stride, int64_t n);
+void tn_rt_store_b8(uint8_t *dst, int64_t stride, const uint8_t *src, int64_t n);
+void tn_rt_fill_b8(uint8_t *dst, uint8_t v, int64_t n);
+void tn_rt_unary_b8(int op, uint8_t *dst, const uint8_t *a, int64_t n);
+void tn_rt_binary_b8(int op, uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n);
+void tn_rt_binary_s_b8(int op, uint8_t *dst, const uint8_t *a, uint8_t s, int64_t n);
+
+/* Comparisons (TN_RT_C_*) of float32, float64, int64 or bool blocks, and
+** with a scalar: dst[i] is 0 or 1 (a bool block). */
+void tn_rt_compare_f32(int op, uint8_t *dst, const float *a, const float *b, int64_t n);
+void tn_rt_compare_s_f32(int op, uint8_t *dst, const float *a, float s, int64_t n);
+void tn_rt_compare_f64(int op, uint8_t *dst, const double *a, const double *b, int64_t n);
+void tn_rt_compare_s_f64(int op, uint8_t *dst, const double *a, double s, int64_t n);
+void tn_rt_compare_i64(int op, uint8_t *dst, const int64_t *a, const int64_t *b, int64_t n);
+void tn_rt_compare_s_i64(int op, uint8_t *dst, const int64_t *a, int64_t s, int64_t n);
+void tn_rt_compare_b8(int op, uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n);
+void tn_rt_compare_s_b8(int op, uint8_t *dst, const uint8_t *a, uint8_t s, int64_t n);
 
 /* dst[i] = c[i] ? a[i] : b[i] (c: a bool block); dst may alias a or b. */
-void tn_rt_where_f32(float *dst, const int64_t *c, const float *a, const float *b, int64_t n);
-void tn_rt_where_f64(double *dst, const int64_t *c, const double *a, const double *b, int64_t n);
-void tn_rt_where_i64(int64_t *dst, const int64_t *c, const int64_t *a, const int64_t *b, int64_t n);
+void tn_rt_where_f32(float *dst, const uint8_t *c, const float *a, const float *b, int64_t n);
+void tn_rt_where_f64(double *dst, const uint8_t *c, const double *a, const double *b, int64_t n);
+void tn_rt_where_i64(int64_t *dst, const uint8_t *c, const int64_t *a, const int64_t *b, int64_t n);
+void tn_rt_where_b8(uint8_t *dst, const uint8_t *c, const uint8_t *a, const uint8_t *b, int64_t n);
 
 /* Converts a block holding values of dtype `from` (TN_DTYPE_*) to one of
 ** dtype `to`, as eager's casts do: float16 and bfloat16 values (held as
@@ -134,7 +144,8 @@ void tn_rt_where_i64(int64_t *dst, const int64_t *c, const int64_t *a, const int
 ** integers by truncation (NaN and out-of-range values as x86 gives them:
 ** the most negative int64, or of int32 for narrower types, then wrapped);
 ** to bool is x != 0 (NaN is true); integers wrap to their width. dst and
-** src are blocks of the dtypes' compute types (float, double or int64);
+** src are blocks of the dtypes' compute types (float, double, int64 or
+** bytes for bool);
 ** dst may alias src when those are the same. */
 void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t n);
 

@@ -298,7 +298,7 @@ START_TEST(test_rt_int_loads_widen)
   static int32_t s32[3 * RN];
   static int16_t s16[3 * RN];
   static int8_t s8[3 * RN];
-  static uint8_t su8[3 * RN], sb8[3 * RN];
+  static uint8_t su8[3 * RN];
   int64_t d[RN];
   for (int i = 0; i < 3 * RN; i++) {
     s64[i] = i % 2 ? INT64_MIN + i : INT64_MAX - i;
@@ -306,7 +306,6 @@ START_TEST(test_rt_int_loads_widen)
     s16[i] = (int16_t)(i % 2 ? INT16_MIN + i : INT16_MAX - i);
     s8[i] = (int8_t)(i % 2 ? INT8_MIN + i : INT8_MAX - i);
     su8[i] = (uint8_t)(255 - i);
-    sb8[i] = (uint8_t)(i % 3 == 0);
   }
   int64_t strides[3] = {1, 3, 0};
   for (int k = 0; k < 3; k++) {
@@ -327,7 +326,6 @@ START_TEST(test_rt_int_loads_widen)
     CHECK_LOAD(tn_rt_load_i16, s16, (int64_t)s16[i * st]);
     CHECK_LOAD(tn_rt_load_i8, s8, (int64_t)s8[i * st]);
     CHECK_LOAD(tn_rt_load_u8, su8, (int64_t)su8[i * st]);
-    CHECK_LOAD(tn_rt_load_b8, sb8, (int64_t)sb8[i * st]);
 #undef CHECK_LOAD
   }
   /* widening keeps the sign of narrow types and not of uint8 */
@@ -351,20 +349,18 @@ START_TEST(test_rt_int_stores_wrap)
   static int32_t d32[2 * RN];
   static int16_t d16[2 * RN];
   static int8_t d8[2 * RN];
-  static uint8_t du8[2 * RN], db8[2 * RN];
+  static uint8_t du8[2 * RN];
   for (int64_t st = 1; st <= 2; st++) {
     memset(d64, 0x5a, sizeof d64);
     memset(d32, 0x5a, sizeof d32);
     memset(d16, 0x5a, sizeof d16);
     memset(d8, 0x5a, sizeof d8);
     memset(du8, 0x5a, sizeof du8);
-    memset(db8, 0x5a, sizeof db8);
     tn_rt_store_i64(d64, st, src, RN);
     tn_rt_store_i32(d32, st, src, RN);
     tn_rt_store_i16(d16, st, src, RN);
     tn_rt_store_i8(d8, st, src, RN);
     tn_rt_store_u8(du8, st, src, RN);
-    tn_rt_store_b8(db8, st, src, RN);
     for (int i = 0; i < RN; i++) {
       int64_t x = src[i];
       ck_assert_int_eq(d64[i * st], x);
@@ -372,10 +368,8 @@ START_TEST(test_rt_int_stores_wrap)
       ck_assert_int_eq(d16[i * st], (int16_t)(uint16_t)(uint64_t)x);
       ck_assert_int_eq(d8[i * st], (int8_t)(uint8_t)(uint64_t)x);
       ck_assert_uint_eq(du8[i * st], (uint8_t)(uint64_t)x);
-      ck_assert_uint_eq(db8[i * st], x != 0); /* 256 (low byte 0) is true */
       if (st == 2) { /* the skipped elements are untouched */
         ck_assert_uint_eq(du8[i * st + 1], 0x5a);
-        ck_assert_uint_eq(db8[i * st + 1], 0x5a);
         ck_assert_int_eq(d32[i * st + 1], 0x5a5a5a5a);
       }
     }
@@ -413,9 +407,6 @@ START_TEST(test_rt_int_fill_unary)
   tn_rt_unary_i64(TN_RT_RELU, r, a, RN);
   for (int i = 0; i < RN; i++)
     ck_assert_int_eq(r[i], a[i] < 0 ? 0 : a[i]);
-  tn_rt_unary_i64(TN_RT_LNOT, r, a, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], a[i] == 0);
   /* in place */
   memcpy(r, a, sizeof r);
   tn_rt_unary_i64(TN_RT_NEG, r, r, RN);
@@ -480,27 +471,6 @@ START_TEST(test_rt_int_binary)
   for (int i = 0; i < RN; i++)
     ck_assert_int_eq(r[i], a[i] < 0 ? a[i] : 0);
 
-  /* logical ops: 0 or 1 whatever the nonzero values */
-  tn_rt_binary_i64(TN_RT_B_LAND, r, a, b, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], a[i] != 0 && b[i] != 0);
-  tn_rt_binary_i64(TN_RT_B_LOR, r, a, b, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], a[i] != 0 || b[i] != 0);
-  ck_assert_int_eq(r[0], 1); /* INT64_MAX || 1 */
-  tn_rt_binary_s_i64(TN_RT_B_LAND, r, a, -2, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], a[i] != 0);
-  tn_rt_binary_s_i64(TN_RT_B_LAND, r, a, 0, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], 0);
-  tn_rt_binary_s_i64(TN_RT_B_LOR, r, a, 0, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], a[i] != 0);
-  tn_rt_binary_s_i64(TN_RT_B_LOR, r, a, INT64_MIN, RN);
-  for (int i = 0; i < RN; i++)
-    ck_assert_int_eq(r[i], 1);
-
   /* dst aliasing a, then b */
   int64_t c[RN];
   memcpy(c, a, sizeof c);
@@ -515,6 +485,121 @@ START_TEST(test_rt_int_binary)
   tn_rt_binary_s_i64(TN_RT_B_MUL, c, c, 3, RN);
   for (int i = 0; i < RN; i++)
     ck_assert_int_eq(c[i], wrap_mul(a[i], 3));
+}
+END_TEST
+
+/* Bool blocks: bytes holding 0 or 1, as bool tensors do. Loads and stores
+** are byte copies (with a stride); nothing is written past n. */
+START_TEST(test_rt_bool_load_store)
+{
+  static uint8_t src[3 * RN], dst[2 * RN + 16];
+  uint8_t d[RN + 16];
+  for (int i = 0; i < 3 * RN; i++)
+    src[i] = (uint8_t)(i % 3 == 0 || i % 7 == 2);
+  int64_t strides[3] = {1, 3, 0};
+  for (int k = 0; k < 3; k++) {
+    int64_t st = strides[k];
+    memset(d, 0x5a, sizeof d);
+    tn_rt_load_b8(d, src, st, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(d[i] == src[i * st], "load_b8 stride %lld at %d: %d, want %d", (long long)st, i, d[i],
+                    src[i * st]);
+    for (int i = RN; i < RN + 16; i++)
+      ck_assert_msg(d[i] == 0x5a, "load_b8 stride %lld wrote d[%d] past n", (long long)st, i);
+  }
+  uint8_t blk[RN];
+  for (int i = 0; i < RN; i++)
+    blk[i] = (uint8_t)(i % 4 == 1 || i % 5 == 0);
+  for (int64_t st = 1; st <= 2; st++) {
+    memset(dst, 0x5a, sizeof dst);
+    tn_rt_store_b8(dst, st, blk, RN);
+    for (int i = 0; i < RN; i++) {
+      ck_assert_msg(dst[i * st] == blk[i], "store_b8 stride %lld at %d: %d, want %d", (long long)st, i,
+                    dst[i * st], blk[i]);
+      if (st == 2) /* the skipped elements are untouched */
+        ck_assert_uint_eq(dst[i * st + 1], 0x5a);
+    }
+    for (int64_t i = (RN - 1) * st + 1; i < (int64_t)sizeof dst; i++)
+      ck_assert_msg(dst[i] == 0x5a, "store_b8 stride %lld wrote dst[%lld] past the last element", (long long)st,
+                    (long long)i);
+  }
+}
+END_TEST
+
+START_TEST(test_rt_bool_ops)
+{
+  uint8_t a[RN], b[RN], r[RN + 16], t[RN];
+  for (int i = 0; i < RN; i++) { /* every pair (a, b) occurs, in body and tail */
+    a[i] = (uint8_t)(i % 2);
+    b[i] = (uint8_t)((i / 2) % 2);
+  }
+  for (int v = 1; v >= 0; v--) {
+    memset(r, 0x5a, sizeof r);
+    tn_rt_fill_b8(r, (uint8_t)v, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_int_eq(r[i], v);
+    for (int i = RN; i < RN + 16; i++)
+      ck_assert_int_eq(r[i], 0x5a);
+  }
+
+  memset(r, 0x5a, sizeof r);
+  tn_rt_unary_b8(TN_RT_LNOT, r, a, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_msg(r[i] == !a[i], "lnot at %d: %d of %d", i, r[i], a[i]);
+  for (int i = RN; i < RN + 16; i++)
+    ck_assert_int_eq(r[i], 0x5a);
+  memcpy(t, a, sizeof t); /* in place */
+  tn_rt_unary_b8(TN_RT_LNOT, t, t, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(t[i], !a[i]);
+
+  /* on 0 and 1: LAND, BAND and MINIMUM are and; LOR, BOR and MAXIMUM are or */
+  enum { AND, OR, XOR };
+  struct { int op, fn; const char *name; } ops[7] = {
+    {TN_RT_B_LAND, AND, "land"}, {TN_RT_B_BAND, AND, "band"}, {TN_RT_B_MINIMUM, AND, "minimum"},
+    {TN_RT_B_LOR, OR, "lor"}, {TN_RT_B_BOR, OR, "bor"}, {TN_RT_B_MAXIMUM, OR, "maximum"},
+    {TN_RT_B_BXOR, XOR, "bxor"},
+  };
+#define BOOL_REF(fn, x, y) ((fn) == AND ? ((x) && (y)) : (fn) == OR ? ((x) || (y)) : ((x) != (y)))
+  for (int k = 0; k < 7; k++) {
+    int fn = ops[k].fn;
+    memset(r, 0x5a, sizeof r);
+    tn_rt_binary_b8(ops[k].op, r, a, b, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(r[i] == BOOL_REF(fn, a[i], b[i]), "%s(%d, %d) at %d: %d", ops[k].name, a[i], b[i], i, r[i]);
+    for (int i = RN; i < RN + 16; i++)
+      ck_assert_msg(r[i] == 0x5a, "%s wrote r[%d] past n", ops[k].name, i);
+    for (int s = 0; s <= 1; s++) {
+      memset(r, 0x5a, sizeof r);
+      tn_rt_binary_s_b8(ops[k].op, r, a, (uint8_t)s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(r[i] == BOOL_REF(fn, a[i], s), "%s(%d, s %d) at %d: %d", ops[k].name, a[i], s, i, r[i]);
+      for (int i = RN; i < RN + 16; i++)
+        ck_assert_msg(r[i] == 0x5a, "%s (scalar) wrote r[%d] past n", ops[k].name, i);
+      memcpy(t, a, sizeof t); /* dst aliasing a */
+      tn_rt_binary_s_b8(ops[k].op, t, t, (uint8_t)s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(t[i] == BOOL_REF(fn, a[i], s), "%s(%d, s %d) in place at %d: %d", ops[k].name, a[i], s, i,
+                      t[i]);
+    }
+    /* dst aliasing a, then b */
+    memcpy(t, a, sizeof t);
+    tn_rt_binary_b8(ops[k].op, t, t, b, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(t[i] == BOOL_REF(fn, a[i], b[i]), "%s into a at %d: %d", ops[k].name, i, t[i]);
+    memcpy(t, b, sizeof t);
+    tn_rt_binary_b8(ops[k].op, t, a, t, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(t[i] == BOOL_REF(fn, a[i], b[i]), "%s into b at %d: %d", ops[k].name, i, t[i]);
+  }
+#undef BOOL_REF
+  /* spelled out on the four pairs (0,0) (1,0) (0,1) (1,1) */
+  tn_rt_binary_b8(TN_RT_B_LAND, r, a, b, 4);
+  ck_assert(r[0] == 0 && r[1] == 0 && r[2] == 0 && r[3] == 1);
+  tn_rt_binary_b8(TN_RT_B_LOR, r, a, b, 4);
+  ck_assert(r[0] == 0 && r[1] == 1 && r[2] == 1 && r[3] == 1);
+  tn_rt_binary_b8(TN_RT_B_BXOR, r, a, b, 4);
+  ck_assert(r[0] == 0 && r[1] == 1 && r[2] == 1 && r[3] == 0);
 }
 END_TEST
 
@@ -539,8 +624,12 @@ START_TEST(test_rt_compare)
   static const float pb[8] = {NAN, 1.0f, 0.0f, INFINITY, 1.0f, -2.5f, 0.0f, NAN};
   float a32[RN], b32[RN];
   double a64[RN], b64[RN];
-  int64_t ai[RN], bi[RN], r[RN];
+  int64_t ai[RN], bi[RN];
+  uint8_t ab[RN], bb[RN], r[RN + 16]; /* results are bool blocks: bytes, 0 or 1 */
+  memset(r, 0x5a, sizeof r);
   for (int i = 0; i < RN; i++) {
+    ab[i] = (uint8_t)(i % 2);
+    bb[i] = (uint8_t)(i % 4 < 2);
     a32[i] = pa[i % 8];
     b32[i] = pb[i % 8];
     a64[i] = pa[i % 8];
@@ -559,6 +648,9 @@ START_TEST(test_rt_compare)
     tn_rt_compare_i64(op, r, ai, bi, RN);
     for (int i = 0; i < RN; i++)
       ck_assert_msg(r[i] == cmp_ref(op, (double)ai[i], (double)bi[i]), "i64 op %d at %d", op, i);
+    tn_rt_compare_b8(op, r, ab, bb, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(r[i] == cmp_ref(op, ab[i], bb[i]), "b8 op %d (%d, %d) at %d: %d", op, ab[i], bb[i], i, r[i]);
     for (int k = 0; k < 4; k++) {
       double s = scalars[k];
       tn_rt_compare_s_f32(op, r, a32, (float)s, RN);
@@ -574,6 +666,13 @@ START_TEST(test_rt_compare)
         ck_assert_msg(r[i] == cmp_ref(op, (double)ai[i], (double)s), "i64 op %d s %lld at %d", op,
                       (long long)s, i);
     }
+    for (int s = 0; s <= 1; s++) {
+      tn_rt_compare_s_b8(op, r, ab, (uint8_t)s, RN);
+      for (int i = 0; i < RN; i++)
+        ck_assert_msg(r[i] == cmp_ref(op, ab[i], s), "b8 op %d (%d, s %d) at %d: %d", op, ab[i], s, i, r[i]);
+    }
+    for (int i = RN; i < RN + 16; i++) /* bytes: nothing written past n */
+      ck_assert_msg(r[i] == 0x5a, "op %d wrote r[%d] past n = %d", op, i, RN);
   }
   /* spelled out: NaN against itself, -0 == +0, inf == inf */
   tn_rt_compare_f32(TN_RT_C_NE, r, a32, b32, 8);
@@ -588,12 +687,21 @@ START_TEST(test_rt_compare)
   ck_assert(r[0] == 1 && r[1] == 0);
   tn_rt_compare_s_i64(TN_RT_C_LT, r, big, INT64_MAX, 2);
   ck_assert(r[0] == 0 && r[1] == 1);
+  /* bool order: false < true */
+  static const uint8_t bf[4] = {0, 0, 1, 1}, bt[4] = {0, 1, 0, 1};
+  tn_rt_compare_b8(TN_RT_C_LT, r, bf, bt, 4);
+  ck_assert(r[0] == 0 && r[1] == 1 && r[2] == 0 && r[3] == 0);
+  tn_rt_compare_b8(TN_RT_C_GE, r, bf, bt, 4);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 1 && r[3] == 1);
+  tn_rt_compare_s_b8(TN_RT_C_NE, r, bt, 1, 4);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 1 && r[3] == 0);
 }
 END_TEST
 
 START_TEST(test_rt_where)
 {
-  int64_t c[RN], ai[RN], bi[RN], ri[RN];
+  uint8_t c[RN], ab[RN], bb[RN], rb[RN];
+  int64_t ai[RN], bi[RN], ri[RN];
   float a32[RN], b32[RN], r32[RN];
   double a64[RN], b64[RN], r64[RN];
   for (int i = 0; i < RN; i++) {
@@ -604,6 +712,8 @@ START_TEST(test_rt_where)
     b64[i] = b32[i] * 1.5;
     ai[i] = i % 2 ? INT64_MIN + i : i;
     bi[i] = INT64_MAX - i;
+    ab[i] = (uint8_t)(i % 2);
+    bb[i] = (uint8_t)(i % 5 < 3);
   }
   c[4] = 1; /* the NaN of a is chosen */
   c[7] = 1; /* a's -0 is chosen */
@@ -618,10 +728,13 @@ START_TEST(test_rt_where)
   CHECK_WHERE(r64, a64, b64);
   tn_rt_where_i64(ri, c, ai, bi, RN);
   CHECK_WHERE(ri, ai, bi);
+  tn_rt_where_b8(rb, c, ab, bb, RN);
+  CHECK_WHERE(rb, ab, bb);
   /* dst aliasing a, then b */
   float t32[RN];
   double t64[RN];
   int64_t ti[RN];
+  uint8_t tb[RN];
   memcpy(t32, a32, sizeof t32);
   tn_rt_where_f32(t32, c, t32, b32, RN);
   CHECK_WHERE(t32, a32, b32);
@@ -640,13 +753,20 @@ START_TEST(test_rt_where)
   memcpy(ti, bi, sizeof ti);
   tn_rt_where_i64(ti, c, ai, ti, RN);
   CHECK_WHERE(ti, ai, bi);
+  memcpy(tb, ab, sizeof tb);
+  tn_rt_where_b8(tb, c, tb, bb, RN);
+  CHECK_WHERE(tb, ab, bb);
+  memcpy(tb, bb, sizeof tb);
+  tn_rt_where_b8(tb, c, ab, tb, RN);
+  CHECK_WHERE(tb, ab, bb);
 #undef CHECK_WHERE
 }
 END_TEST
 
 /* Floats to integers: eager's values (torch 2.13, CPU) for
 ** [nan, inf, -inf, 3e9, -3e9, 1e20, 300.5, -1.5, 70000.7, -129.9] of each
-** source dtype .to() each integer dtype. */
+** source dtype .to() each integer dtype, and bool (whose blocks are bytes:
+** checked as such, then widened here). */
 #define I64MIN INT64_MIN
 #define I32MIN INT32_MIN
 static const double cast_src[10] = {NAN, INFINITY, -INFINITY, 3e9, -3e9, 1e20, 300.5, -1.5, 70000.7, -129.9};
@@ -685,6 +805,7 @@ START_TEST(test_rt_cast_float_to_int)
   float s32[RN];
   double s64[RN];
   int64_t d[RN];
+  uint8_t db[RN + 16];
   for (int i = 0; i < RN; i++) {
     s32[i] = (float)cast_src[i % 10];
     s64[i] = cast_src[i % 10];
@@ -698,9 +819,18 @@ START_TEST(test_rt_cast_float_to_int)
   size_t len = 0;
   for (int f = 0; f < 4; f++)
     for (int t = 0; t < 6; t++) {
-      for (int i = 0; i < RN; i++)
-        d[i] = 12345;
-      tn_rt_cast(cast_to[t], froms[f].from, d, froms[f].src, RN);
+      if (cast_to[t] == TN_DTYPE_BOOL) {
+        memset(db, 0x5a, sizeof db);
+        tn_rt_cast(TN_DTYPE_BOOL, froms[f].from, db, froms[f].src, RN);
+        for (int i = RN; i < RN + 16; i++)
+          ck_assert_msg(db[i] == 0x5a, "cast(bool <- %s) wrote past n at %d", tn_dtype_name(froms[f].from), i);
+        for (int i = 0; i < RN; i++)
+          d[i] = db[i];
+      } else {
+        for (int i = 0; i < RN; i++)
+          d[i] = 12345;
+        tn_rt_cast(cast_to[t], froms[f].from, d, froms[f].src, RN);
+      }
       for (int i = 0; i < RN; i++) {
         int64_t want = froms[f].want[t][i % 10];
         if (d[i] != want) {
@@ -733,7 +863,7 @@ START_TEST(test_rt_cast_rounds_half_sources)
 
   float b[6] = {NAN, 0.0f, -0.0f, 0.5f, -INFINITY, 1e-30f};
   double b64[6] = {NAN, 0.0, -0.0, 0.5, -INFINITY, 1e-300};
-  int64_t r[6];
+  uint8_t r[6];
   tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT32, r, b, 6);
   ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 1 && r[4] == 1 && r[5] == 1);
   tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT64, r, b64, 6);
@@ -741,6 +871,9 @@ START_TEST(test_rt_cast_rounds_half_sources)
   tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT16, r, b, 6);
   ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 1 && r[4] == 1);
   ck_assert_int_eq(r[5], 0); /* 1e-30 is 0 in float16 */
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_BFLOAT16, r, b, 6);
+  ck_assert(r[0] == 1 && r[1] == 0 && r[2] == 0 && r[3] == 1 && r[4] == 1);
+  ck_assert_int_eq(r[5], 1); /* but not in bfloat16 (float32's exponent range) */
 }
 END_TEST
 
@@ -760,7 +893,14 @@ START_TEST(test_rt_cast_int_and_float)
     {1, 1, 1, 1, 1, 1, 0, 1},
   };
   for (int t = 0; t < 6; t++) {
-    tn_rt_cast(cast_to[t], TN_DTYPE_INT64, d, src, RN);
+    if (cast_to[t] == TN_DTYPE_BOOL) { /* bytes */
+      uint8_t db[RN];
+      tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_INT64, db, src, RN);
+      for (int i = 0; i < RN; i++)
+        d[i] = db[i];
+    } else {
+      tn_rt_cast(cast_to[t], TN_DTYPE_INT64, d, src, RN);
+    }
     for (int i = 0; i < RN; i++)
       ck_assert_msg(d[i] == want[t][i % 8], "cast(%s <- int64) of %lld: got %lld, want %lld",
                     tn_dtype_name(cast_to[t]), (long long)src[i], (long long)d[i], (long long)want[t][i % 8]);
@@ -794,7 +934,7 @@ START_TEST(test_rt_cast_int_and_float)
   tn_rt_cast(TN_DTYPE_FLOAT64, TN_DTYPE_INT64, dd, src, RN);
   for (int i = 0; i < RN; i++)
     ck_assert(dd[i] == (double)src[i]);
-  int64_t bsrc[3] = {1, 0, 1};
+  uint8_t bsrc[3] = {1, 0, 1};
   tn_rt_cast(TN_DTYPE_FLOAT32, TN_DTYPE_BOOL, fd, bsrc, 3);
   ck_assert(fd[0] == 1.0f && fd[1] == 0.0f && fd[2] == 1.0f);
 
@@ -840,6 +980,120 @@ START_TEST(test_rt_cast_int_and_float)
 }
 END_TEST
 
+/* Casts from and to bool: bool blocks are bytes (0 or 1). To bool is
+** x != 0 (NaN true; int64 values whose low byte is 0 true; float16 and
+** bfloat16 sources rounded to their dtype first); from bool 0 / 1 in the
+** target's compute type. Expected values: eager's (torch 2.13, CPU). */
+START_TEST(test_rt_cast_bool)
+{
+  uint8_t bs[RN], bd[RN + 16];
+  for (int i = 0; i < RN; i++)
+    bs[i] = (uint8_t)(i % 3 != 1);
+
+  /* bool -> integers: 0 / 1 in int64 blocks */
+  static const int int_to[5] = {TN_DTYPE_INT64, TN_DTYPE_INT32, TN_DTYPE_INT16, TN_DTYPE_INT8, TN_DTYPE_UINT8};
+  int64_t d[RN + 4];
+  for (int t = 0; t < 5; t++) {
+    for (int i = 0; i < RN + 4; i++)
+      d[i] = 12345;
+    tn_rt_cast(int_to[t], TN_DTYPE_BOOL, d, bs, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(d[i] == bs[i], "cast(%s <- bool) of %d at %d: got %lld", tn_dtype_name(int_to[t]), bs[i], i,
+                    (long long)d[i]);
+    for (int i = RN; i < RN + 4; i++)
+      ck_assert_int_eq(d[i], 12345);
+  }
+  /* bool -> floats: 0.0 / 1.0 (float blocks; float64: double blocks) */
+  static const int float_to[3] = {TN_DTYPE_FLOAT32, TN_DTYPE_FLOAT16, TN_DTYPE_BFLOAT16};
+  float fd[RN];
+  for (int t = 0; t < 3; t++) {
+    for (int i = 0; i < RN; i++)
+      fd[i] = -7.0f;
+    tn_rt_cast(float_to[t], TN_DTYPE_BOOL, fd, bs, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(fd[i] == (bs[i] ? 1.0f : 0.0f) && !signbit(fd[i]), "cast(%s <- bool) of %d at %d: got %g",
+                    tn_dtype_name(float_to[t]), bs[i], i, fd[i]);
+  }
+  double dd[RN];
+  for (int i = 0; i < RN; i++)
+    dd[i] = -7.0;
+  tn_rt_cast(TN_DTYPE_FLOAT64, TN_DTYPE_BOOL, dd, bs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_msg(dd[i] == (bs[i] ? 1.0 : 0.0) && !signbit(dd[i]), "cast(float64 <- bool) at %d: got %g", i, dd[i]);
+  /* bool -> bool: a copy; in place (byte blocks both) */
+  memset(bd, 0x5a, sizeof bd);
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_BOOL, bd, bs, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(bd[i], bs[i]);
+  for (int i = RN; i < RN + 16; i++)
+    ck_assert_int_eq(bd[i], 0x5a);
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_BOOL, bd, bd, RN);
+  for (int i = 0; i < RN; i++)
+    ck_assert_int_eq(bd[i], bs[i]);
+
+  /* integers -> bool (int64 blocks of each dtype's values) */
+  static const int64_t i64v[8] = {0, 1, -1, 256, ((int64_t)1 << 40) + 3, INT64_MIN, INT64_MAX, -256};
+  static const int64_t i32v[8] = {0, 1, -1, 256, INT32_MIN, INT32_MAX, -256, 65536};
+  static const int64_t i8v[8] = {0, 1, -1, 127, -128, 0, 64, -2};
+  static const int64_t u8v[8] = {0, 1, 255, 128, 0, 2, 0, 254};
+  struct { int from; const int64_t *v; } ints[5] = {
+    {TN_DTYPE_INT64, i64v}, {TN_DTYPE_INT32, i32v}, {TN_DTYPE_INT16, i8v}, {TN_DTYPE_INT8, i8v},
+    {TN_DTYPE_UINT8, u8v},
+  };
+  int64_t is[RN];
+  for (int f = 0; f < 5; f++) {
+    for (int i = 0; i < RN; i++)
+      is[i] = ints[f].v[i % 8];
+    memset(bd, 0x5a, sizeof bd);
+    tn_rt_cast(TN_DTYPE_BOOL, ints[f].from, bd, is, RN);
+    for (int i = 0; i < RN; i++)
+      ck_assert_msg(bd[i] == (is[i] != 0), "cast(bool <- %s) of %lld at %d: got %d", tn_dtype_name(ints[f].from),
+                    (long long)is[i], i, bd[i]);
+    for (int i = RN; i < RN + 16; i++)
+      ck_assert_msg(bd[i] == 0x5a, "cast(bool <- %s) wrote past n at %d", tn_dtype_name(ints[f].from), i);
+  }
+
+  /* floats -> bool: values held as float32 for float32 / float16 /
+  ** bfloat16 sources (the half ones rounded first: 1e-8, 2^-25 (a tie to
+  ** 0) and 1e-40 are 0 in float16; 1e-45 is 0 in bfloat16; 3e-8 rounds up
+  ** to float16's smallest subnormal) */
+  enum { NF = 14 };
+  static const float fv[NF] = {NAN, 0.0f, -0.0f, 0.5f, -INFINITY, 1e-30f, 1e-8f, 3e-8f,
+                               0x1p-25f, -1e-8f, 1e-40f, 1e-45f, 65520.0f, -3e38f};
+  static const uint8_t want_f32[NF] = {1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const uint8_t want_f16[NF] = {1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 1};
+  static const uint8_t want_bf16[NF] = {1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1};
+  float fs[RN];
+  double ds[RN];
+  for (int i = 0; i < RN; i++) {
+    fs[i] = fv[i % NF];
+    ds[i] = fv[i % NF];
+  }
+  struct { int from; const void *src; const uint8_t *want; } fl[4] = {
+    {TN_DTYPE_FLOAT32, fs, want_f32}, {TN_DTYPE_FLOAT64, ds, want_f32},
+    {TN_DTYPE_FLOAT16, fs, want_f16}, {TN_DTYPE_BFLOAT16, fs, want_bf16},
+  };
+  int bad = 0;
+  char msg[2048] = "";
+  size_t len = 0;
+  for (int f = 0; f < 4; f++) {
+    memset(bd, 0x5a, sizeof bd);
+    tn_rt_cast(TN_DTYPE_BOOL, fl[f].from, bd, fl[f].src, RN);
+    for (int i = 0; i < RN + 16; i++) {
+      int want = i < RN ? fl[f].want[i % NF] : 0x5a;
+      if (bd[i] != want && bad++ < 12 && len < sizeof msg - 200)
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "\n  cast(bool <- %s) of %.9g at %d: got %d, want %d",
+                                tn_dtype_name(fl[f].from), i < RN ? (double)fs[i] : 0.0, i, bd[i], want);
+    }
+  }
+  ck_assert_msg(bad == 0, "%d wrong elements:%s", bad, msg);
+  /* float64: its own tiny values are not 0 */
+  double tiny[3] = {1e-300, 5e-324, -0.0};
+  tn_rt_cast(TN_DTYPE_BOOL, TN_DTYPE_FLOAT64, bd, tiny, 3);
+  ck_assert(bd[0] == 1 && bd[1] == 1 && bd[2] == 0);
+}
+END_TEST
+
 START_TEST(test_rt_round)
 {
   ck_assert(tn_rt_round(TN_DTYPE_FLOAT32, 0.1) == (double)0.1f);
@@ -862,6 +1116,11 @@ START_TEST(test_rt_round)
   ck_assert(tn_rt_round(TN_DTYPE_BOOL, 5) == 1);
   ck_assert(tn_rt_round(TN_DTYPE_BOOL, -1) == 1);
   ck_assert(tn_rt_round(TN_DTYPE_BOOL, 0) == 0);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, 0.5) == 1);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, -0.0) == 0);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, 256) == 1); /* not wrapped to a byte */
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, NAN) == 1);
+  ck_assert(tn_rt_round(TN_DTYPE_BOOL, 1e300) == 1);
 }
 END_TEST
 
@@ -1291,11 +1550,14 @@ int main(void)
   tcase_add_test(tc, test_rt_int_stores_wrap);
   tcase_add_test(tc, test_rt_int_fill_unary);
   tcase_add_test(tc, test_rt_int_binary);
+  tcase_add_test(tc, test_rt_bool_load_store);
+  tcase_add_test(tc, test_rt_bool_ops);
   tcase_add_test(tc, test_rt_compare);
   tcase_add_test(tc, test_rt_where);
   tcase_add_test(tc, test_rt_cast_float_to_int);
   tcase_add_test(tc, test_rt_cast_rounds_half_sources);
   tcase_add_test(tc, test_rt_cast_int_and_float);
+  tcase_add_test(tc, test_rt_cast_bool);
   tcase_add_test(tc, test_rt_round);
   tcase_add_test(tc, test_compare_where_cast_kernel);
   tcase_add_test(tc, test_gather_embedding_group);
