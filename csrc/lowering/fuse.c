@@ -823,7 +823,8 @@ typedef struct prog_builder {
   uint32_t pb_n, pb_cap;
   uint32_t pb_nbufs, pb_nscalars;
   uint8_t *pb_bdt;    /* dtype of each buffer's values */
-  uint8_t *pb_exact;  /* whether a float16/bfloat16 buffer's values are rounded to it */
+  uint8_t *pb_exact;  /* whether a buffer's values are rounded (float16/bfloat16) or wrapped (narrow
+                      ** integers) to its dtype */
   uint32_t pb_bcap;
   int32_t (*pb_casts)[3]; /* conversions made: source buffer, dtype, result buffer */
   uint32_t pb_ncasts, pb_castcap;
@@ -853,7 +854,8 @@ static tn_finst inst(int kind, int op, int32_t dst, int32_t a, int32_t c, double
   return (tn_finst){kind, op, dst, a, c, -1, v};
 }
 
-/* A new buffer holding values of dtype dt (exact: rounded to it). */
+/* A new buffer holding values of dtype dt (exact: rounded to a float16 /
+** bfloat16 dtype, wrapped to an integer one; other dtypes always are). */
 static int32_t new_buf(prog_builder *b, int dt, int exact)
 {
   uint32_t k = b->pb_nbufs++;
@@ -873,7 +875,7 @@ static int32_t new_buf(prog_builder *b, int dt, int exact)
     b->pb_bcap = cap;
   }
   b->pb_bdt[k] = (uint8_t)dt;
-  b->pb_exact[k] = (uint8_t)(exact || !narrow_float(dt));
+  b->pb_exact[k] = (uint8_t)(exact || !(narrow_float(dt) || (dtype_class(dt) == DC_INT && dt != TN_DTYPE_INT64)));
   return (int32_t)k;
 }
 
@@ -893,7 +895,7 @@ static int32_t emit_const(prog_builder *b, double v, int dt)
 ** rounded to float16/bfloat16 only by a later cast or store). */
 static int32_t emit_op_dt(prog_builder *b, int kind, int op, int32_t a, int32_t c, int dt)
 {
-  int32_t dst = new_buf(b, dt, 0);
+  int32_t dst = new_buf(b, dt, !narrow_float(dt)); /* integers: emit_wrap says otherwise */
   emit(b, inst(kind, op, dst, a, c, 0));
   return dst;
 }
@@ -938,8 +940,8 @@ static int32_t emit_convert(prog_builder *b, int32_t a, int to)
   return dst;
 }
 
-/* a with its values rounded to its float16/bfloat16 dtype (what eager
-** compares). */
+/* a with its values rounded to its float16/bfloat16 dtype, or wrapped to
+** its integer width (what eager compares, or takes the max of). */
 static int32_t emit_exact(prog_builder *b, int32_t a)
 {
   return b->pb_rc != TN_OK || b->pb_exact[a] ? a : emit_cast(b, a, b->pb_bdt[a]);
@@ -1042,20 +1044,37 @@ static void emit_row(prog_builder *b, const tn_node *n, int32_t *bufof, int32_t 
       bufof[n->no_out[o]] = emit_splat(b, sof[n->no_out[o]]);
 }
 
-/* r (an integer op's result) wrapped to its dtype's width, as eager's
-** kernels of that width compute it: sums, differences and products wrap
-** the same whenever it is done, so once per op is enough, and only for
-** ops that can leave the range (neg, abs, ~ of uint8; not max, min,
-** clamps, relu, &, |, ^). */
+/* Whether the integer op of rule r gives a result that depends only on the
+** low bits of its operands (sums, differences, products, bitwise ops): an
+** operand not yet wrapped to its width gives the same low bits. */
+static int low_bits_op(fuse_rule r)
+{
+  if (r.fr_kind == FK_UNARY)
+    return r.fr_op == TN_RT_NEG || r.fr_op == TN_RT_BNOT;
+  return r.fr_op == TN_RT_B_ADD || r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_BAND ||
+         r.fr_op == TN_RT_B_BOR || r.fr_op == TN_RT_B_BXOR;
+}
+
+/* r, the result of an integer op of rule r narrower than int64, marked
+** "not wrapped" when the op can leave its dtype's range (neg, abs, ~, +,
+** -, *): it is wrapped, as eager's kernels of that width compute it, only
+** where a reader needs the value (emit_exact: abs, relu, max, min, clamps,
+** comparisons), by a cast, or by the store. Wrapping later is the same as
+** wrapping after every op for the low-bits ops between. */
 static int32_t emit_wrap(prog_builder *b, int32_t r, fuse_rule rule)
 {
   int dt = buf_dtype(b, r);
-  int leaves = rule.fr_kind == FK_UNARY ? rule.fr_op == TN_RT_NEG || rule.fr_op == TN_RT_ABS || rule.fr_op == TN_RT_BNOT
-                                        : rule.fr_op == TN_RT_B_ADD || rule.fr_op == TN_RT_B_SUB ||
-                                            rule.fr_op == TN_RT_B_MUL;
-  if (dtype_class(dt) != DC_INT || dt == TN_DTYPE_INT64 || dt == TN_DTYPE_BOOL || !leaves)
-    return r;
-  return emit_cast(b, r, dt);
+  if (dtype_class(dt) == DC_INT && dt != TN_DTYPE_INT64 && b->pb_rc == TN_OK &&
+      (low_bits_op(rule) || (rule.fr_kind == FK_UNARY && rule.fr_op == TN_RT_ABS)))
+    b->pb_exact[r] = 0;
+  return r;
+}
+
+/* a as its reader needs it: wrapped when the rule's op reads more than the
+** low bits of an integer operand (emit_exact). */
+static int32_t emit_operand(prog_builder *b, int32_t a, fuse_rule rule)
+{
+  return dtype_class(buf_dtype(b, a)) == DC_INT && !low_bits_op(rule) ? emit_exact(b, a) : a;
 }
 
 /* Emits node n of graph g; bufof maps value ids to buffers. Every input
@@ -1069,7 +1088,7 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
   switch (r.fr_kind) {
   case FK_UNARY: /* on bool, ~x is logical not */
     return emit_wrap(b, emit_op_dt(b, TN_FI_UNARY, r.fr_op == TN_RT_BNOT && dt == TN_DTYPE_BOOL ? TN_RT_LNOT : r.fr_op,
-                                   emit_convert(b, x, dt), -1, dt), r);
+                                   emit_operand(b, emit_convert(b, x, dt), r), -1, dt), r);
   case FK_GELU:
     return emit_op_dt(b, TN_FI_UNARY, memcmp(n->no_args[1].u.ar_str, "tanh", 4) == 0 ? TN_RT_GELU_TANH : TN_RT_GELU,
                       emit_convert(b, x, dt), -1, dt);
@@ -1078,10 +1097,11 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
     ** another dtype at float32 precision; add and sub round it first */
     int cdt = narrow_float(dt) && (r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_DIV) ? TN_DTYPE_FLOAT32 : dt;
     y = bufof[n->no_args[1].u.ar_ref];
-    x = buf_dtype(b, x) == dt ? x : emit_convert(b, x, cdt);
-    y = buf_dtype(b, y) == dt ? y : emit_convert(b, y, cdt);
+    x = emit_operand(b, buf_dtype(b, x) == dt ? x : emit_convert(b, x, cdt), r);
+    y = emit_operand(b, buf_dtype(b, y) == dt ? y : emit_convert(b, y, cdt), r);
     if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1)
-      y = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha, dt), dt);
+      y = emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha, dt), dt),
+                    (fuse_rule){FK_BINARY, TN_RT_B_MUL});
     return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, x, y, dt), r);
   }
   case FK_SCALAR:
@@ -1090,9 +1110,10 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
       v = tn_rt_round(dt, v); /* eager adds the scalar rounded to the tensor's dtype */
     if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha))
       v = dtype_class(dt) == DC_FLOAT ? (double)((float)alpha * (float)v) : v * alpha; /* other * alpha, as ATen */
-    return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, emit_convert(b, x, dt), emit_const(b, v, dt), dt), r);
+    return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, emit_operand(b, emit_convert(b, x, dt), r),
+                                   emit_const(b, v, dt), dt), r);
   case FK_CLAMP:
-    x = y = emit_convert(b, x, dt);
+    x = y = emit_operand(b, emit_convert(b, x, dt), r);
     if (arg_scalar(&n->no_args[1], &v))
       x = emit_op_dt(b, TN_FI_BINARY, TN_RT_B_CLAMP_MIN, x, emit_const(b, v, dt), dt);
     if (arg_scalar(&n->no_args[2], &v))

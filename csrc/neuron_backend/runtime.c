@@ -695,17 +695,17 @@ static inline __attribute__((always_inline)) void rt_cast(int to, int from, void
   else if (from == TN_DTYPE_BOOL) /* 0 and 1 are exact in every float type */
     RT_CAST_LOOP(float, uint8_t, (float)x);
   else if (to == TN_DTYPE_BOOL && fi)
-    RT_CAST_LOOP(uint8_t, int64_t, x != 0);
+    RT_CAST_LOOP(uint8_t, int64_t, rt_wrap_int(from, x) != 0);
   else if (to == TN_DTYPE_BOOL && from == TN_DTYPE_FLOAT64)
     RT_CAST_LOOP(uint8_t, double, x != 0);
   else if (to == TN_DTYPE_BOOL) /* NaN is true; a float16 value rounds first */
     RT_CAST_LOOP(uint8_t, float, rt_round_f32(from, x) != 0);
   else if (fi && ti)
-    RT_CAST_LOOP(int64_t, int64_t, rt_wrap_int(to, x));
+    RT_CAST_LOOP(int64_t, int64_t, rt_wrap_int(to, rt_wrap_int(from, x)));
   else if (fi && tf64)
-    RT_CAST_LOOP(double, int64_t, (double)x);
+    RT_CAST_LOOP(double, int64_t, (double)rt_wrap_int(from, x));
   else if (fi) /* through float32, as eager (int64 -> float -> half) */
-    RT_CAST_LOOP(float, int64_t, rt_round_f32(to, (float)x));
+    RT_CAST_LOOP(float, int64_t, rt_round_f32(to, (float)rt_wrap_int(from, x)));
   else if (from == TN_DTYPE_FLOAT64 && ti)
     RT_CAST_LOOP(int64_t, double, rt_float_to_int(to, x));
   else if (from == TN_DTYPE_FLOAT64 && tf64)
@@ -720,15 +720,25 @@ static inline __attribute__((always_inline)) void rt_cast(int to, int from, void
     RT_CAST_LOOP(float, float, rt_round_f32(to, rt_round_f32(from, x)));
 }
 
-/* One copy per target dtype T and source rounding. */
+/* One copy per target dtype T and per source whose values are rounded or
+** wrapped first (the rest differ outside the loop only). */
+#define RT_CAST_FROM(T, F) \
+  case F: \
+    rt_cast(T, F, dst, src, n); \
+    break;
 #define RT_CAST_TO(T) \
   case T: \
-    if (from == TN_DTYPE_FLOAT16) \
-      rt_cast(T, TN_DTYPE_FLOAT16, dst, src, n); \
-    else if (from == TN_DTYPE_BFLOAT16) \
-      rt_cast(T, TN_DTYPE_BFLOAT16, dst, src, n); \
-    else \
+    switch (from) { \
+    RT_CAST_FROM(T, TN_DTYPE_FLOAT16) \
+    RT_CAST_FROM(T, TN_DTYPE_BFLOAT16) \
+    RT_CAST_FROM(T, TN_DTYPE_INT32) \
+    RT_CAST_FROM(T, TN_DTYPE_INT16) \
+    RT_CAST_FROM(T, TN_DTYPE_INT8) \
+    RT_CAST_FROM(T, TN_DTYPE_UINT8) \
+    default: \
       rt_cast(T, from, dst, src, n); \
+      break; \
+    } \
     break;
 
 RT_CLONES void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t n)

@@ -140,7 +140,8 @@ void tn_rt_where_b8(uint8_t *dst, const uint8_t *c, const uint8_t *a, const uint
 
 /* Converts a block holding values of dtype `from` (TN_DTYPE_*) to one of
 ** dtype `to`, as eager's casts do: float16 and bfloat16 values (held as
-** float32, maybe unrounded) are rounded to their dtype first; floats go to
+** float32, maybe unrounded) are rounded to their dtype first, and values of
+** an integer dtype (maybe not yet wrapped) are wrapped to it first; floats go to
 ** integers by truncation (NaN and out-of-range values as x86 gives them:
 ** the most negative int64, or of int32 for narrower types, then wrapped);
 ** to bool is x != 0 (NaN is true); integers wrap to their width. dst and

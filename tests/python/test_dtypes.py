@@ -576,3 +576,19 @@ def test_signed_zero_in_where_and_masked_fill(check, dtype):
     got, want = check(f, x, m, z, exact=True)
     for i, (g, w) in enumerate(zip(got, want)):
         assert torch.equal(torch.signbit(g), torch.signbit(w)), (i, g, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32], ids=_name)
+def test_wraps_deferred_through_sums_and_products(check, dtype):
+    """Narrow integers are wrapped only where a reader needs the value: after
+    several sums, products and bitwise ops, max, abs, clamp, comparisons,
+    casts and stores all see eager's wrapped values."""
+    info = torch.iinfo(dtype)
+    x = torch.randint(info.min, info.max, (4, 37), dtype=torch.int64).to(dtype)
+    y = torch.randint(info.min, info.max, (4, 37), dtype=torch.int64).to(dtype)
+
+    def f(x, y):
+        s = (x * 3 + y) * 5 - (x ^ y)
+        return (torch.maximum(s, y), s.abs(), s.clamp(-40, 50), s > 0, s.float(), s.to(torch.int64),
+                torch.where(s < y, s, y * 7), -s | 5, s)
+    check(f, x, y, exact=True)
