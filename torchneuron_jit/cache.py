@@ -98,8 +98,10 @@ def stats():
 
     Keys: ``path``, ``enabled``, ``entries``, ``bytes`` (pages in use),
     ``file_bytes``, ``map_bytes``, ``max_bytes``, and this process's ``hits``,
-    ``misses``, ``puts``, ``evictions``, ``corrupt_dropped``, ``map_grows``;
-    ``reason`` when disabled.
+    ``misses``, ``puts``, ``evictions``, ``corrupt_dropped``, ``map_grows``,
+    ``probes`` (crash-isolated checks of the file run on open: none when the
+    file is as this library last checked or wrote it); ``reason`` when
+    disabled.
     """
     handle = _open()
     if handle is not None:
@@ -113,7 +115,7 @@ def stats():
     else:
         reason = _disabled[1] if _disabled else "unavailable"
     zero = dict.fromkeys(("entries", "bytes", "file_bytes", "map_bytes", "hits", "misses", "puts",
-                          "evictions", "corrupt_dropped", "map_grows"), 0)
+                          "evictions", "corrupt_dropped", "map_grows", "probes"), 0)
     return dict(zero, path=os.path.join(directory(), "cache.mdb"), enabled=False,
                 max_bytes=config.cache_max_bytes, reason=reason)
 

@@ -65,7 +65,7 @@ struct tn_cache {
   int ca_ntouch;
   uint64_t ca_last_time;
   /* statistics (atomics) */
-  uint64_t ca_hits, ca_misses, ca_puts, ca_evictions, ca_corrupt, ca_grows;
+  uint64_t ca_hits, ca_misses, ca_puts, ca_evictions, ca_corrupt, ca_grows, ca_probes;
 };
 
 /* -- Registry of open handles, fork handling ------------------------------- */
@@ -114,7 +114,7 @@ static void atfork_child(void)
     c->ca_env = NULL;
     c->ca_reopen = 1;
     c->ca_ntouch = 0;
-    c->ca_hits = c->ca_misses = c->ca_puts = c->ca_evictions = c->ca_corrupt = c->ca_grows = 0;
+    c->ca_hits = c->ca_misses = c->ca_puts = c->ca_evictions = c->ca_corrupt = c->ca_grows = c->ca_probes = 0;
   }
 }
 
@@ -319,13 +319,71 @@ static void probe_child(const char *path, uint64_t mapsize)
   _exit(code);
 }
 
+/* -- The verified stamp -------------------------------------------------------
+** A probe is a fork, about 15 ms in a process that has PyTorch loaded. After
+** a probe passes, and after each write of ours commits, <path>.verified
+** records the data file's identity and times (device, inode, size, mtime,
+** ctime); an open whose file still matches them skips the probe. Damage
+** from outside changes them (ctime cannot be set back); a stale stamp only
+** costs a probe. */
+
+/* The stamp's text for path's file now; -1 if there is no file. */
+static int stamp_text(const char *path, char *buf, size_t n)
+{
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return -1;
+  snprintf(buf, n, "%llu %llu %lld %lld.%09ld %lld.%09ld\n", (unsigned long long)st.st_dev,
+           (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+           (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+  return 0;
+}
+
+/* Whether path's stamp vouches for its file as it is now. */
+static int stamp_matches(const char *path)
+{
+  char want[160], have[160], sp[PATH_MAX + 16];
+  if (stamp_text(path, want, sizeof want) != 0)
+    return 0;
+  snprintf(sp, sizeof sp, "%s.verified", path);
+  int fd = open(sp, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t r = read(fd, have, sizeof have - 1);
+  close(fd);
+  if (r <= 0)
+    return 0;
+  have[r] = 0;
+  return strcmp(have, want) == 0;
+}
+
+/* Records path's file as it is now as sound (written whole, then renamed
+** into place: a reader never sees half a stamp). */
+static void stamp_write(const char *path)
+{
+  char text[160], sp[PATH_MAX + 16], tmp[PATH_MAX + 64];
+  if (stamp_text(path, text, sizeof text) != 0)
+    return;
+  snprintf(sp, sizeof sp, "%s.verified", path);
+  snprintf(tmp, sizeof tmp, "%s.%d.%lx", sp, (int)getpid(), (unsigned long)pthread_self());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return;
+  ssize_t n = write(fd, text, strlen(text));
+  close(fd);
+  if (n != (ssize_t)strlen(text) || rename(tmp, sp) != 0)
+    unlink(tmp);
+}
+
 /* Runs probe_child on path in a forked child. Returns 1 if the file looks
 ** sound (or cannot be probed: no file, fork failed), 0 with a reason in why
-** if the child found damage or died. */
-static int cache_probe(const char *path, uint64_t mapsize, char *why, size_t whylen)
+** if the child found damage or died. A file that passes is stamped;
+** *probed says whether a child ran. */
+static int cache_probe(const char *path, uint64_t mapsize, char *why, size_t whylen, int *probed)
 {
   struct stat st;
   int status;
+  *probed = 0;
   if (stat(path, &st) != 0 || st.st_size == 0)
     return 1;
   if ((uint64_t)st.st_size > mapsize)
@@ -335,12 +393,15 @@ static int cache_probe(const char *path, uint64_t mapsize, char *why, size_t why
     return 1;
   if (pid == 0)
     probe_child(path, mapsize);
+  *probed = 1;
   while (waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR)
       return 1;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    stamp_write(path);
     return 1;
+  }
   if (WIFSIGNALED(status))
     snprintf(why, whylen, "reading it %s (signal %d)",
              WTERMSIG(status) == SIGALRM ? "did not finish" : "crashed a check process", WTERMSIG(status));
@@ -447,8 +508,10 @@ static int env_open_once(tn_cache *c, char *why, size_t whylen)
 static int env_open(tn_cache *c, char *err, size_t errlen)
 {
   char why[200];
-  if (c->ca_verify && !cache_probe(c->ca_path, c->ca_initial, why, sizeof why))
+  int probed = 0;
+  if (c->ca_verify && !stamp_matches(c->ca_path) && !cache_probe(c->ca_path, c->ca_initial, why, sizeof why, &probed))
     cache_quarantine(c, why);
+  STAT_ADD(c, ca_probes, (uint64_t)probed);
   int mrc = env_open_once(c, why, sizeof why);
   if (mrc != 0 && (mdb_is_damage(mrc) || mrc == MDB_INCOMPATIBLE)) {
     cache_quarantine(c, why);
@@ -697,8 +760,11 @@ static int cache_write(tn_cache *c, write_fn fn, void *ctx, int may_evict, uint6
     }
     uint64_t mapsize = mrc == MDB_MAP_FULL ? cache_mapsize(c) : 0;
     pthread_rwlock_unlock(&c->ca_lock);
-    if (mrc == 0)
+    if (mrc == 0) {
+      if (c->ca_verify) /* our own commit: the next process need not probe */
+        stamp_write(c->ca_path);
       return TN_OK;
+    }
     touches_restore(c, pending, npending);
     if (npending && (mrc == MDB_MAP_FULL || mrc == CACHE_OVER_SOFT)) {
       with_touches = 0;
@@ -1156,6 +1222,7 @@ int tn_cache_stats(tn_cache *c, tn_cache_info *st)
   st->cs_evictions = STAT_GET(c, ca_evictions);
   st->cs_corrupt = STAT_GET(c, ca_corrupt);
   st->cs_map_grows = STAT_GET(c, ca_grows);
+  st->cs_probes = STAT_GET(c, ca_probes);
   return TN_OK;
 }
 

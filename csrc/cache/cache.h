@@ -24,7 +24,10 @@
 ** it read outside the file and crash the process. So, with co_verify, an
 ** existing file is first walked by a forked child (every table, every
 ** value's bounds, LMDB's free list); if the child dies, times out or finds
-** damage, the parent never maps the file. That file, an environment LMDB
+** damage, the parent never maps the file. A probe costs a fork, so a file
+** that passed one, or that this library last wrote, is stamped
+** (cache.mdb.verified: device, inode, size, mtime, ctime); an open whose
+** file still matches its stamp skips the probe. That file, an environment LMDB
 ** rejects on open (MDB_INVALID, MDB_CORRUPTED, MDB_PANIC,
 ** MDB_VERSION_MISMATCH) and one with another format version of ours are
 ** moved aside as cache.mdb.corrupt-<time> and a fresh store is created;
@@ -76,6 +79,7 @@ typedef struct tn_cache_info {
   uint64_t cs_evictions;
   uint64_t cs_corrupt;      /* records dropped for a bad header or checksum */
   uint64_t cs_map_grows;
+  uint64_t cs_probes;       /* probes of the file this handle's opens ran (none when its stamp vouched) */
 } tn_cache_info;
 
 /* Opens (creating if needed) the cache in directory dir. On error *out is

@@ -228,14 +228,14 @@ static PyObject *Cache_stats(PyObject *o, PyObject *unused)
   rc = tn_cache_stats(c, &st);
   Py_END_ALLOW_THREADS
   PyObject *res = rc != TN_OK ? cache_raise_handle(self, rc) : Py_BuildValue(
-      "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
       "path", tn_cache_path(c),
       "entries", (unsigned long long)st.cs_entries, "bytes", (unsigned long long)st.cs_bytes,
       "map_bytes", (unsigned long long)st.cs_map_bytes, "file_bytes", (unsigned long long)st.cs_file_bytes,
       "max_bytes", (unsigned long long)st.cs_max_bytes, "hits", (unsigned long long)st.cs_hits,
       "misses", (unsigned long long)st.cs_misses, "puts", (unsigned long long)st.cs_puts,
       "evictions", (unsigned long long)st.cs_evictions, "corrupt_dropped", (unsigned long long)st.cs_corrupt,
-      "map_grows", (unsigned long long)st.cs_map_grows);
+      "map_grows", (unsigned long long)st.cs_map_grows, "probes", (unsigned long long)st.cs_probes);
   cache_end(self);
   return res;
 }

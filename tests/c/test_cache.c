@@ -421,6 +421,67 @@ START_TEST(test_damaged_pages_never_crash)
 }
 END_TEST
 
+/* Probes of the file the last open ran. */
+static uint64_t probes_of(tn_cache *c)
+{
+  tn_cache_info st;
+  ck_assert_int_eq(tn_cache_stats(c, &st), TN_OK);
+  return st.cs_probes;
+}
+
+/* The probe's fork is skipped while the file is as this library last
+** probed or wrote it (its stamp matches); any change from outside, even
+** one that puts the mtime back, brings the probe back, and it still
+** catches damage. */
+START_TEST(test_probe_skipped_while_stamp_matches)
+{
+  char stamp[320];
+  tn_cache *c = open_cache(0, 0);
+  ck_assert_uint_eq(probes_of(c), 0); /* a new file: nothing to probe */
+  for (uint32_t i = 0; i < 20; i++)
+    put_n(c, 21, i, 100);
+  tn_cache_close(c);
+  snprintf(stamp, sizeof stamp, "%s.verified", data_path());
+  ck_assert_int_eq(access(stamp, F_OK), 0);
+
+  c = open_cache(0, 0); /* written by us last: the stamp vouches */
+  ck_assert_uint_eq(probes_of(c), 0);
+  ck_assert(has(c, 21, 7));
+  tn_cache_close(c);
+
+  struct timespec times[2] = {{1000000000, 0}, {1000000000, 0}}; /* another mtime */
+  ck_assert_int_eq(utimensat(AT_FDCWD, data_path(), times, 0), 0);
+  c = open_cache(0, 0);
+  ck_assert_uint_eq(probes_of(c), 1);
+  tn_cache_close(c);
+  c = open_cache(0, 0); /* probed and sound: stamped again */
+  ck_assert_uint_eq(probes_of(c), 0);
+  tn_cache_close(c);
+
+  ck_assert_int_eq(unlink(stamp), 0);
+  c = open_cache(0, 0);
+  ck_assert_uint_eq(probes_of(c), 1);
+  tn_cache_close(c);
+
+  /* damage with the stamped mtime put back: ctime still moves */
+  struct stat st;
+  ck_assert_int_eq(stat(data_path(), &st), 0);
+  int fd = open(data_path(), O_WRONLY);
+  uint8_t junk[8192];
+  memset(junk, 0xA5, sizeof junk);
+  ck_assert_int_eq(pwrite(fd, junk, sizeof junk, 0), (ssize_t)sizeof junk);
+  close(fd);
+  struct timespec back[2] = {st.st_atim, st.st_mtim};
+  ck_assert_int_eq(utimensat(AT_FDCWD, data_path(), back, 0), 0);
+  c = open_cache(0, 0);
+  char notice[8192];
+  tn_cache_take_notice(c, notice, sizeof notice);
+  ck_assert_msg(strstr(notice, "moved it aside") != NULL, "notice: %s", notice);
+  ck_assert(!has(c, 21, 7));
+  tn_cache_close(c);
+}
+END_TEST
+
 /* -- Processes -------------------------------------------------------------------- */
 
 START_TEST(test_fork_child_reopens)
@@ -517,6 +578,7 @@ static Suite *cache_suite(void)
   tcase_add_test(tc, test_truncated_file_moved_aside);
   tcase_add_test(tc, test_other_format_version_moved_aside);
   tcase_add_test(tc, test_damaged_pages_never_crash);
+  tcase_add_test(tc, test_probe_skipped_while_stamp_matches);
   tcase_add_test(tc, test_fork_child_reopens);
   tcase_add_test(tc, test_concurrent_processes_no_loss);
   tcase_add_test(tc, test_malloc_not_overridden);

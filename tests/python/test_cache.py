@@ -11,7 +11,7 @@ import pytest
 from torchneuron_jit import _C, cache, config
 
 STATS_KEYS = {"path", "enabled", "entries", "bytes", "file_bytes", "map_bytes", "max_bytes", "hits",
-              "misses", "puts", "evictions", "corrupt_dropped", "map_grows"}
+              "misses", "puts", "evictions", "corrupt_dropped", "map_grows", "probes"}
 
 
 def key(n, prefix=b""):

@@ -5,7 +5,7 @@ import os
 from torchneuron_jit import _C, config
 
 STATS_KEYS = {"path", "enabled", "entries", "bytes", "file_bytes", "map_bytes", "max_bytes", "hits",
-              "misses", "puts", "evictions", "corrupt_dropped", "map_grows"}
+              "misses", "puts", "evictions", "corrupt_dropped", "map_grows", "probes"}
 
 
 def cli(run_python, *args, **env):
