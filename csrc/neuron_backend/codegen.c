@@ -202,6 +202,30 @@ static void cg_dst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def, 
 
 static int cg_second_only(const tn_fgroup *grp, int32_t v);
 
+/* Whether buffer v, loaded from a pointwise kernel's native operand, is
+** read only as the second operand of binary ops and comparisons: where the
+** operand's innermost stride is 0 (a value per outer position: a bias per
+** channel, a row's scalar) they take it as a scalar and the block is never
+** filled. */
+static int cg_row_scalar(const tn_fgroup *grp, const tn_finst *const *def, int32_t v)
+{
+  if (!def[v] || def[v]->fi_kind != TN_FI_LOAD || def[v]->fi_b >= 0 || !cg_native(grp, (uint32_t)def[v]->fi_a) ||
+      grp->fg_reduce_dims > 0)
+    return 0;
+  int any = 0;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    int second = (fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_COMPARE) && fi->fi_b == v;
+    int other = (fi->fi_kind == TN_FI_UNARY || fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_COMPARE ||
+                 fi->fi_kind == TN_FI_CAST || fi->fi_kind == TN_FI_STORE || fi->fi_kind == TN_FI_REDUCE) &&
+                fi->fi_a == v;
+    if (other || (fi->fi_kind == TN_FI_WHERE && (fi->fi_a == v || fi->fi_b == v || fi->fi_c == v)))
+      return 0;
+    any |= second;
+  }
+  return any;
+}
+
 /* A computing instruction over a block (n elements, row scalars r<k>) or,
 ** with tile, over a tile of tn rows of cols (row scalars R<k>[], and a
 ** weight row G-flagged as broadcast over the tile). ind indents; a result
@@ -229,17 +253,24 @@ static void cg_arith(cg_buf *b, const tn_fgroup *grp, const tn_finst *const *def
         cg_ref(grp, def, fi->fi_c, t4), n);
     return;
   case TN_FI_COMPARE:
-    if (bdef && bdef->fi_kind == TN_FI_CONST)
+    if (bdef && bdef->fi_kind == TN_FI_CONST) {
       out(b, "%stn_rt_compare_s_%s(%d, %s, %s, %s, %s);\n", ind, at_->cd_fn, fi->fi_op, t3, t1,
           cg_lit(at_, bdef->fi_value, lit), n);
-    else
-      out(b, "%stn_rt_compare_%s(%d, %s, %s, %s, %s);\n", ind, at_->cd_fn, fi->fi_op, t3, t1,
-          cg_ref(grp, def, fi->fi_b, t2), n);
+      return;
+    }
+    if (!tile && cg_row_scalar(grp, def, fi->fi_b))
+      out(b, "%sif (s[%d] == 0) tn_rt_compare_s_%s(%d, %s, %s, *(%s *)p[%d], %s); else ", ind, bdef->fi_a,
+          at_->cd_fn, fi->fi_op, t3, t1, at_->cd_ctype, bdef->fi_a, n);
+    out(b, "%stn_rt_compare_%s(%d, %s, %s, %s, %s);\n", ind, at_->cd_fn, fi->fi_op, t3, t1,
+        cg_ref(grp, def, fi->fi_b, t2), n);
     return;
   default:
     break;
   }
   cg_ref(grp, def, fi->fi_b, t2);
+  if (!tile && cg_row_scalar(grp, def, fi->fi_b))
+    out(b, "%sif (s[%d] == 0) tn_rt_binary_s_%s(%d, %s, %s, *(%s *)p[%d], %s); else\n", ind, bdef->fi_a, dt->cd_fn,
+        fi->fi_op, t3, t1, dt->cd_ctype, bdef->fi_a, n);
   if (cg_scalar_buf(def, fi->fi_b) && bdef->fi_kind == TN_FI_CONST)
     out(b, "%stn_rt_binary_s_%s(%d, %s, %s, %s, %s);\n", ind, dt->cd_fn, fi->fi_op, t3, t1,
         cg_lit(dt, bdef->fi_value, lit), n);
@@ -267,6 +298,8 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
     cg_opnd(grp, (uint32_t)fi->fi_a, o);
     if (cg_native(grp, (uint32_t)fi->fi_a))
       out(b, "      if (%s[%d] == 1) L%d = %s + j; else ", stv, fi->fi_a, fi->fi_dst, o);
+    if (stv[0] == 's' && cg_row_scalar(grp, def, fi->fi_dst)) /* its readers take *p as a scalar */
+      out(b, "if (%s[%d] != 0) ", stv, fi->fi_a);
     out(b, "      { tn_rt_load_%s(b%d, %s + j * %s[%d], %s[%d], n); L%d = b%d; }\n",
         cg_otype(grp, (uint32_t)fi->fi_a)->cd_io, fi->fi_dst, o, stv, fi->fi_a, stv, fi->fi_a, fi->fi_dst,
         fi->fi_dst);

@@ -410,3 +410,29 @@ def test_permuted_layouts_fuse_with_eager_strides(compiled, case):
     torch.testing.assert_close(got, want)
     assert got.stride() == want.stride()
     compiled.assert_lowered("aten.mul.Tensor")
+
+
+def test_per_row_operands_are_scalars(compiled):
+    """An operand broadcast along the innermost dim (a per-channel bias, a
+    per-row threshold) is read as one scalar per row, never filled into a
+    block; results match eager, also where the same kernel meets it at
+    other strides."""
+    sources = []
+    real_kernel = _C.Kernel
+
+    def spy(*args, **kwargs):
+        sources.append(args[0])
+        return real_kernel(*args, **kwargs)
+
+    f = lambda x, m, s, t: torch.where(x > t, torch.relu((x - m) * s), x * 0.5)  # noqa: E731
+    _C.Kernel = spy
+    try:
+        c = torch.compile(f, backend="neuron", dynamic=False)
+        with torch.no_grad():
+            for x, m, s, t in [(torch.randn(2, 8, 5, 6), torch.randn(8, 1, 1), torch.rand(8, 1, 1), torch.randn(8, 1, 1)),
+                               (torch.randn(4, 33), torch.randn(4, 1), torch.rand(4, 1), torch.randn(33))]:
+                torch.testing.assert_close(c(x, m, s, t), f(x, m, s, t))
+    finally:
+        _C.Kernel = real_kernel
+    assert sources and any("tn_rt_binary_s_f32" in src and "*(float *)p[" in src for src in sources)
+    assert any("tn_rt_compare_s_f32" in src and "*(float *)p[" in src for src in sources)
