@@ -8,8 +8,8 @@
 ** concrete sizes: tn_fuse_contiguous) and its scalar arguments fit
 ** its dtype. Dtypes: float32, float64 (computed in double), float16 and
 ** bfloat16 (computed in float32, rounded when stored, cast or compared),
-** integers and bool (computed in int64, wrapped to their width after each
-** op that can leave it). A node computes in its output's dtype (its inputs
+** integers (computed in int64, wrapped to their width where a reader needs
+** the value: emit_wrap in fuse.c), bool (bytes of 0 or 1). A node computes in its output's dtype (its inputs
 ** cast to it, as torch's promotion did; the graph says which), comparisons
 ** in their inputs' one dtype. A 0-dim factory (scalar_tensor, full([]))
 ** whose users are all in one group becomes a constant of that group. A
@@ -98,7 +98,7 @@ typedef struct tn_fgroup {
   int fg_dtype;            /* row and GEMM groups: of every operand (float32, float16 or bfloat16) */
   uint8_t *fg_odtypes;     /* dtype of each operand (inputs, then outputs) */
   uint8_t *fg_bdtypes;     /* dtype of each buffer's values: its block holds them as float (float32,
-                           ** float16, bfloat16), double (float64) or int64 (integers and bool) */
+                           ** float16, bfloat16), double (float64), int64 (integers) or bytes (bool) */
   int fg_reduce_dims;      /* row groups: trailing dims that form a row; 0 for pointwise */
   int fg_nonempty;         /* rows must not be empty (amax/amin raise on empty in eager) */
   int32_t fg_gemm_a, fg_gemm_b; /* GEMM groups: the matrices (else -1); fg_inputs[0] is then their
