@@ -15,7 +15,7 @@ import argparse
 import torch
 
 import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
-from pointwise import measure
+from pointwise import format_row, measure
 
 
 class Embed(torch.nn.Module):
@@ -62,11 +62,7 @@ def main():
             with torch.no_grad():
                 torch.testing.assert_close(fns[backend](x), model(x))
         med = measure(fns, (x,), args.iters)
-        row = f"{name:20s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
-        row += f" {med['eager'] / med['neuron']:13.2f}"
-        if not args.no_inductor:
-            row += f" {med['inductor'] / med['neuron']:16.2f}"
-        print(row)
+        print(format_row(f"{name:20s}", med, cols))
 
 
 if __name__ == "__main__":

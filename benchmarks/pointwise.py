@@ -40,6 +40,16 @@ def measure(fns, args, iters):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def format_row(label, med, cols):
+    """label, then each column's median in us, then eager/neuron (and
+    inductor/neuron when Inductor ran)."""
+    row = label + " " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
+    row += f" {med['eager'] / med['neuron']:13.2f}"
+    if "inductor" in cols:
+        row += f" {med['inductor'] / med['neuron']:16.2f}"
+    return row
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=100)
@@ -70,11 +80,7 @@ def main():
                 with torch.no_grad():
                     torch.testing.assert_close(fns[backend](x, y), f(x, y))
             med = measure(fns, (x, y), args.iters)
-            row = f"{name:14s} {shape_text:>10s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
-            row += f" {med['eager'] / med['neuron']:13.2f}"
-            if not args.no_inductor:
-                row += f" {med['inductor'] / med['neuron']:16.2f}"
-            print(row)
+            print(format_row(f"{name:14s} {shape_text:>10s}", med, cols))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron_jit
-from pointwise import measure
+from pointwise import format_row, measure
 
 ROWS = {
     "softmax": (lambda x, w, b, y: torch.softmax(x, -1)),
@@ -44,11 +44,7 @@ def run(name, shape_text, f, args, cols, iters):
             ours, theirs = (got.double() - ref).abs().max(), (want.double() - ref).abs().max()
             assert ours <= 2 * theirs + 1e-6 * ref.abs().max(), (backend, name, float(ours), float(theirs))
     med = measure(fns, args, iters)
-    row = f"{name:16s} {shape_text:>14s} " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
-    row += f" {med['eager'] / med['neuron']:13.2f}"
-    if "inductor" in cols:
-        row += f" {med['inductor'] / med['neuron']:16.2f}"
-    print(row, flush=True)
+    print(format_row(f"{name:16s} {shape_text:>14s}", med, cols), flush=True)
 
 
 def main():
