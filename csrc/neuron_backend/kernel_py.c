@@ -432,12 +432,16 @@ static int read_ints(PyObject *seq, int64_t *out, int *rank)
   return 0;
 }
 
+/* Interned names of the tensor attributes a launch reads (made once, at
+** module init: a lookup by interned name skips building a string). */
+static PyObject *str_dtype, *str_shape, *str_stride, *str_data_ptr;
+
 /* Reads tensor t's shape, stride and data pointer; t is input i of the
 ** call and must be of the dtype of kernel operand op. */
 static int read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_t *sizes, int64_t *strides, int *rank,
                        void **data)
 {
-  PyObject *dtype = PyObject_GetAttrString(t, "dtype"), *want = PyTuple_GET_ITEM(k->ke_dtypes, op);
+  PyObject *dtype = PyObject_GetAttr(t, str_dtype), *want = PyTuple_GET_ITEM(k->ke_dtypes, op);
   if (!dtype)
     return -1;
   int ok = dtype == want;
@@ -446,9 +450,9 @@ static int read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_t *siz
     PyErr_Format(PyExc_TypeError, "kernel input %d: expected a tensor of dtype %R", i, want);
     return -1;
   }
-  PyObject *shape = PyObject_GetAttrString(t, "shape");
-  PyObject *stride = shape ? PyObject_CallMethod(t, "stride", NULL) : NULL;
-  PyObject *ptr = stride ? PyObject_CallMethod(t, "data_ptr", NULL) : NULL;
+  PyObject *shape = PyObject_GetAttr(t, str_shape);
+  PyObject *stride = shape ? PyObject_CallMethodNoArgs(t, str_stride) : NULL;
+  PyObject *ptr = stride ? PyObject_CallMethodNoArgs(t, str_data_ptr) : NULL;
   int rc = -1, srank;
   if (ptr && read_ints(shape, sizes, rank) == 0 && read_ints(stride, strides, &srank) == 0) {
     *data = PyLong_AsVoidPtr(ptr);
@@ -687,7 +691,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
     if (!t)
       goto error;
     PyTuple_SET_ITEM(outs, j, t);
-    PyObject *ptr = PyObject_CallMethod(t, "data_ptr", NULL);
+    PyObject *ptr = PyObject_CallMethodNoArgs(t, str_data_ptr);
     if (!ptr)
       goto error;
     ptrs[k->ke_ninputs + j] = PyLong_AsVoidPtr(ptr);
@@ -894,7 +898,7 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
   PyObject *shape = Py_BuildValue("((ii))", j->gj_m, j->gj_n);
   PyObject *res = shape ? PyObject_Call(k->ke_empty, shape, PyTuple_GET_ITEM(k->ke_empty_kws, 0)) : NULL;
   Py_XDECREF(shape);
-  PyObject *ptr = res ? PyObject_CallMethod(res, "data_ptr", NULL) : NULL;
+  PyObject *ptr = res ? PyObject_CallMethodNoArgs(res, str_data_ptr) : NULL;
   j->gj_c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
   Py_XDECREF(ptr);
   if (!ptr || PyErr_Occurred())
@@ -1084,6 +1088,10 @@ PyMethodDef tn_py_kernel_methods[] = {
 
 int tn_py_kernel_init(PyObject *m)
 {
+  if (!(str_dtype = PyUnicode_InternFromString("dtype")) || !(str_shape = PyUnicode_InternFromString("shape")) ||
+      !(str_stride = PyUnicode_InternFromString("stride")) ||
+      !(str_data_ptr = PyUnicode_InternFromString("data_ptr")))
+    return -1;
   PyObject *t = PyType_FromSpec(&Kernel_spec);
   if (!t)
     return -1;
