@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 11
+ARTIFACT_FORMAT = 12
 
 
 @functools.lru_cache(maxsize=None)
@@ -387,6 +387,32 @@ def _single_user_view(node, target):
             and len(node.users) == 1)
 
 
+# Arithmetic whose first operand may be a number in the graph (1.0 - x).
+_NUMBER_FIRST = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor)
+
+
+def _materialize_number_operands(graph):
+    """Gives a number that stands first where the schema says Tensor (aot
+    writes `1.0 - x` as sub.Tensor(1.0, x)) a 0-dim tensor of the result's
+    dtype, so that the op can fuse (the factory becomes a constant of the
+    kernel). Same values: eager converts such a number to the result's
+    dtype as well. Returns how many."""
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _NUMBER_FIRST or not node.args:
+            continue
+        first, val = node.args[0], node.meta.get("val")
+        if isinstance(first, bool) or not isinstance(first, (int, float)) or not isinstance(val, torch.Tensor) \
+                or not val.dtype.is_floating_point:
+            continue
+        with graph.inserting_before(node):
+            const = graph.call_function(aten.scalar_tensor.default, (first,), {"dtype": val.dtype})
+        const.meta["val"] = val.new_empty(())
+        node.args = (const,) + tuple(node.args[1:])
+        done += 1
+    return done
+
+
 def _recompose_linear(graph):
     """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
     become aten.linear(x, w[, b]), and, with static shapes, the views that
@@ -435,6 +461,7 @@ def _build(gm, example_inputs):
     _drop_copies(gm.graph)
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)
+    _materialize_number_operands(gm.graph)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()

@@ -139,7 +139,8 @@
   _(bitwise_not,           "aten::bitwise_not",         "T",        1, TN_OPC_POINTWISE) \
   _(bitwise_and_Scalar,    "aten::bitwise_and.Scalar",  "Ts",       1, TN_OPC_POINTWISE) \
   _(bitwise_or_Scalar,     "aten::bitwise_or.Scalar",   "Ts",       1, TN_OPC_POINTWISE) \
-  _(bitwise_xor_Scalar,    "aten::bitwise_xor.Scalar",  "Ts",       1, TN_OPC_POINTWISE)
+  _(bitwise_xor_Scalar,    "aten::bitwise_xor.Scalar",  "Ts",       1, TN_OPC_POINTWISE) \
+  _(reciprocal,            "aten::reciprocal",          "T",        1, TN_OPC_POINTWISE)
 
 typedef enum tn_op {
 #define TN_OP_ENUM(id, name, sig, nout, cls) TN_OP_##id,

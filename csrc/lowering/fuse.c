@@ -47,6 +47,7 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_expm1: return (fuse_rule){FK_UNARY, TN_RT_EXPM1};
   case TN_OP_sqrt: return (fuse_rule){FK_UNARY, TN_RT_SQRT};
   case TN_OP_rsqrt: return (fuse_rule){FK_UNARY, TN_RT_RSQRT};
+  case TN_OP_reciprocal: return (fuse_rule){FK_UNARY, TN_RT_RECIPROCAL};
   case TN_OP_relu: return (fuse_rule){FK_UNARY, TN_RT_RELU};
   case TN_OP_sigmoid: return (fuse_rule){FK_UNARY, TN_RT_SIGMOID};
   case TN_OP_tanh: return (fuse_rule){FK_UNARY, TN_RT_TANH};

@@ -338,6 +338,7 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_EXPM1: UNARY_LOOP(expm1f(x));
   case TN_RT_SQRT: UNARY_LOOP(sqrtf(x));
   case TN_RT_RSQRT: UNARY_LOOP(1.0f / sqrtf(x));
+  case TN_RT_RECIPROCAL: UNARY_LOOP(1.0f / x);
   /* relu propagates NaN and keeps -0, as eager's clamp_min(x, 0) does */
   case TN_RT_RELU: UNARY_LOOP(x < 0.0f ? 0.0f : x);
   case TN_RT_SIGMOID: UNARY_LOOP(rt_sigmoid(x));
@@ -454,6 +455,7 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
   case TN_RT_EXPM1: UNARY_LOOP(expm1(x));
   case TN_RT_SQRT: UNARY_LOOP(sqrt(x));
   case TN_RT_RSQRT: UNARY_LOOP(1.0 / sqrt(x));
+  case TN_RT_RECIPROCAL: UNARY_LOOP(1.0 / x);
   case TN_RT_RELU: UNARY_LOOP(x < 0.0 ? 0.0 : x);
   case TN_RT_SIGMOID: UNARY_LOOP(1.0 / (1.0 + exp(-x)));
   case TN_RT_TANH: UNARY_LOOP(tanh(x));

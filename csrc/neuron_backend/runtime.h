@@ -26,7 +26,7 @@
 #define TN_RT_UNARY_DEF(_) \
   _(NEG, 1) _(ABS, 2) _(EXP, 3) _(LOG, 4) _(LOG1P, 5) _(EXPM1, 6) _(SQRT, 7) _(RSQRT, 8) \
   _(RELU, 9) _(SIGMOID, 10) _(TANH, 11) _(SILU, 12) _(ERF, 13) _(SIN, 14) _(COS, 15) \
-  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18) _(LNOT, 19) _(BNOT, 20)
+  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18) _(LNOT, 19) _(BNOT, 20) _(RECIPROCAL, 21)
 
 #define TN_RT_BINARY_DEF(_) \
   _(ADD, 1) _(SUB, 2) _(MUL, 3) _(DIV, 4) _(MAXIMUM, 5) _(MINIMUM, 6) _(POW, 7) \

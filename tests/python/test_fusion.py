@@ -436,3 +436,25 @@ def test_per_row_operands_are_scalars(compiled):
         _C.Kernel = real_kernel
     assert sources and any("tn_rt_binary_s_f32" in src and "*(float *)p[" in src for src in sources)
     assert any("tn_rt_compare_s_f32" in src and "*(float *)p[" in src for src in sources)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_number_first_operands_fuse(compiled, dtype):
+    """`1.0 - mask` (aot: sub.Tensor(1.0, x)) fuses: the number becomes a
+    0-dim tensor of the result's dtype, a constant of the kernel; values as
+    eager's, for an attention mask made the way Hugging Face models make it."""
+    config.log = "compile"
+
+    def f(mask, x):
+        m = (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        return m, 2.5 / (x + 3.0) - 0.5 * x
+
+    mask, x = (torch.rand(2, 16) > 0.2).long(), torch.rand(4, 16).to(dtype)
+    with torch.no_grad():
+        got, want = torch.compile(f, backend="neuron")(mask, x), f(mask, x)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)  # 0 or the dtype's lowest
+    if dtype in (torch.float16, torch.bfloat16):  # rounded once, where eager rounds per op: near the exact value
+        torch.testing.assert_close(got[1].float(), f(mask, x.float())[1], rtol=2 * torch.finfo(dtype).eps, atol=1e-3)
+    else:
+        torch.testing.assert_close(got[1], want[1])
+    compiled.assert_lowered("aten.sub.Tensor", "aten._to_copy.default", "aten.reciprocal.default")
