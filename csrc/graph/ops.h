@@ -140,7 +140,12 @@
   _(bitwise_and_Scalar,    "aten::bitwise_and.Scalar",  "Ts",       1, TN_OPC_POINTWISE) \
   _(bitwise_or_Scalar,     "aten::bitwise_or.Scalar",   "Ts",       1, TN_OPC_POINTWISE) \
   _(bitwise_xor_Scalar,    "aten::bitwise_xor.Scalar",  "Ts",       1, TN_OPC_POINTWISE) \
-  _(reciprocal,            "aten::reciprocal",          "T",        1, TN_OPC_POINTWISE)
+  _(reciprocal,            "aten::reciprocal",          "T",        1, TN_OPC_POINTWISE) \
+  _(floor,                 "aten::floor",               "T",        1, TN_OPC_POINTWISE) \
+  _(ceil,                  "aten::ceil",                "T",        1, TN_OPC_POINTWISE) \
+  _(trunc,                 "aten::trunc",               "T",        1, TN_OPC_POINTWISE) \
+  _(round,                 "aten::round",               "T",        1, TN_OPC_POINTWISE) \
+  _(sign,                  "aten::sign",                "T",        1, TN_OPC_POINTWISE)
 
 typedef enum tn_op {
 #define TN_OP_ENUM(id, name, sig, nout, cls) TN_OP_##id,

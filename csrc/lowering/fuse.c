@@ -48,6 +48,11 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_sqrt: return (fuse_rule){FK_UNARY, TN_RT_SQRT};
   case TN_OP_rsqrt: return (fuse_rule){FK_UNARY, TN_RT_RSQRT};
   case TN_OP_reciprocal: return (fuse_rule){FK_UNARY, TN_RT_RECIPROCAL};
+  case TN_OP_floor: return (fuse_rule){FK_UNARY, TN_RT_FLOOR};
+  case TN_OP_ceil: return (fuse_rule){FK_UNARY, TN_RT_CEIL};
+  case TN_OP_trunc: return (fuse_rule){FK_UNARY, TN_RT_TRUNC};
+  case TN_OP_round: return (fuse_rule){FK_UNARY, TN_RT_ROUND};
+  case TN_OP_sign: return (fuse_rule){FK_UNARY, TN_RT_SIGN};
   case TN_OP_relu: return (fuse_rule){FK_UNARY, TN_RT_RELU};
   case TN_OP_sigmoid: return (fuse_rule){FK_UNARY, TN_RT_SIGMOID};
   case TN_OP_tanh: return (fuse_rule){FK_UNARY, TN_RT_TANH};
@@ -329,7 +334,8 @@ static int rule_fits_dtype(fuse_rule r, int dt)
     return 1;
   switch (r.fr_kind) {
   case FK_UNARY:
-    return r.fr_op == TN_RT_NEG || r.fr_op == TN_RT_ABS || r.fr_op == TN_RT_RELU;
+    return r.fr_op == TN_RT_NEG || r.fr_op == TN_RT_ABS || r.fr_op == TN_RT_RELU || r.fr_op == TN_RT_SIGN ||
+           r.fr_op == TN_RT_FLOOR || r.fr_op == TN_RT_CEIL || r.fr_op == TN_RT_TRUNC || r.fr_op == TN_RT_ROUND;
   case FK_BINARY: case FK_SCALAR:
     return r.fr_op == TN_RT_B_MAXIMUM || r.fr_op == TN_RT_B_MINIMUM || r.fr_op == TN_RT_B_ADD ||
            r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_CLAMP_MIN ||

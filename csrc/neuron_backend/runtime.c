@@ -339,6 +339,11 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_SQRT: UNARY_LOOP(sqrtf(x));
   case TN_RT_RSQRT: UNARY_LOOP(1.0f / sqrtf(x));
   case TN_RT_RECIPROCAL: UNARY_LOOP(1.0f / x);
+  case TN_RT_FLOOR: UNARY_LOOP(floorf(x));
+  case TN_RT_CEIL: UNARY_LOOP(ceilf(x));
+  case TN_RT_TRUNC: UNARY_LOOP(truncf(x));
+  case TN_RT_ROUND: UNARY_LOOP(rintf(x)); /* half to even, as eager */
+  case TN_RT_SIGN: UNARY_LOOP((float)((x > 0.0f) - (x < 0.0f))); /* NaN and -0 give +0, as eager */
   /* relu propagates NaN and keeps -0, as eager's clamp_min(x, 0) does */
   case TN_RT_RELU: UNARY_LOOP(x < 0.0f ? 0.0f : x);
   case TN_RT_SIGMOID: UNARY_LOOP(rt_sigmoid(x));
@@ -456,6 +461,11 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
   case TN_RT_SQRT: UNARY_LOOP(sqrt(x));
   case TN_RT_RSQRT: UNARY_LOOP(1.0 / sqrt(x));
   case TN_RT_RECIPROCAL: UNARY_LOOP(1.0 / x);
+  case TN_RT_FLOOR: UNARY_LOOP(floor(x));
+  case TN_RT_CEIL: UNARY_LOOP(ceil(x));
+  case TN_RT_TRUNC: UNARY_LOOP(trunc(x));
+  case TN_RT_ROUND: UNARY_LOOP(rint(x));
+  case TN_RT_SIGN: UNARY_LOOP((double)((x > 0.0) - (x < 0.0)));
   case TN_RT_RELU: UNARY_LOOP(x < 0.0 ? 0.0 : x);
   case TN_RT_SIGMOID: UNARY_LOOP(1.0 / (1.0 + exp(-x)));
   case TN_RT_TANH: UNARY_LOOP(tanh(x));
@@ -512,6 +522,8 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
   case TN_RT_ABS: UNARY_LOOP(x < 0 ? RT_WRAP(0 - (uint64_t)x) : x);
   case TN_RT_RELU: UNARY_LOOP(x < 0 ? 0 : x);
   case TN_RT_BNOT: UNARY_LOOP(~x);
+  case TN_RT_SIGN: UNARY_LOOP((int64_t)(x > 0) - (x < 0));
+  case TN_RT_FLOOR: case TN_RT_CEIL: case TN_RT_TRUNC: case TN_RT_ROUND: UNARY_LOOP(x);
   default:
     break;
   }

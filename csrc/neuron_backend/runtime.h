@@ -26,7 +26,8 @@
 #define TN_RT_UNARY_DEF(_) \
   _(NEG, 1) _(ABS, 2) _(EXP, 3) _(LOG, 4) _(LOG1P, 5) _(EXPM1, 6) _(SQRT, 7) _(RSQRT, 8) \
   _(RELU, 9) _(SIGMOID, 10) _(TANH, 11) _(SILU, 12) _(ERF, 13) _(SIN, 14) _(COS, 15) \
-  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18) _(LNOT, 19) _(BNOT, 20) _(RECIPROCAL, 21)
+  _(GELU, 16) _(GELU_TANH, 17) _(ZERO_INF, 18) _(LNOT, 19) _(BNOT, 20) _(RECIPROCAL, 21) \
+  _(FLOOR, 22) _(CEIL, 23) _(TRUNC, 24) _(ROUND, 25) _(SIGN, 26)
 
 #define TN_RT_BINARY_DEF(_) \
   _(ADD, 1) _(SUB, 2) _(MUL, 3) _(DIV, 4) _(MAXIMUM, 5) _(MINIMUM, 6) _(POW, 7) \
@@ -94,7 +95,7 @@ void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, int64_t 
 
 /* Integer blocks: every integer dtype computes in int64, wrapping as two's
 ** complement; a store wraps to the tensor's width. Unary ops: NEG, ABS,
-** RELU, BNOT (~x); binary: ADD, SUB, MUL, MAXIMUM, MINIMUM, CLAMP_MIN,
+** RELU, BNOT (~x), SIGN, and FLOOR / CEIL / TRUNC / ROUND (x itself); binary: ADD, SUB, MUL, MAXIMUM, MINIMUM, CLAMP_MIN,
 ** CLAMP_MAX, BAND, BOR, BXOR. */
 void tn_rt_load_i64(int64_t *dst, const int64_t *src, int64_t stride, int64_t n);
 void tn_rt_store_i64(int64_t *dst, int64_t stride, const int64_t *src, int64_t n);

@@ -592,3 +592,25 @@ def test_wraps_deferred_through_sums_and_products(check, dtype):
         return (torch.maximum(s, y), s.abs(), s.clamp(-40, 50), s > 0, s.float(), s.to(torch.int64),
                 torch.where(s < y, s, y * 7), -s | 5, s)
     check(f, x, y, exact=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                                   torch.int64, torch.int8], ids=_name)
+def test_rounding_and_sign(check, dtype):
+    """floor, ceil, trunc, round (half to even) and sign as eager gives them:
+    NaN and -0 kept by the roundings, sign(NaN) and sign(-0) are +0; on
+    integers the roundings are the value itself."""
+    if dtype.is_floating_point:
+        x = torch.tensor([float("nan"), -0.0, 0.0, -0.5, 0.5, 1.5, 2.5, -2.5, float("inf"), -float("inf"), 3.7,
+                          -3.7, 1e30, -1e-30] * 3, dtype=dtype)
+    else:
+        x = torch.tensor([-5, 0, 3, -1, 7, 100, -100, 1] * 3, dtype=torch.int64).to(dtype)
+
+    def f(x):
+        y = x * 1
+        return torch.floor(y) * 1, torch.ceil(y) * 1, torch.trunc(y) * 1, torch.round(y) * 1, torch.sign(y) * 1
+
+    got, want = check(f, x, exact=True, lowered=["aten.floor.default", "aten.round.default", "aten.sign.default"])
+    for g, w in zip(got, want):
+        if g.dtype.is_floating_point:
+            assert torch.equal(g.signbit() & ~g.isnan(), w.signbit() & ~w.isnan())
