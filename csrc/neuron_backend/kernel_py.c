@@ -279,6 +279,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
     return NULL;
+  /* from here on, one exit: what is still owned at `done` is released */
+  PyObject *res = NULL;
+  KernelObject *k = NULL;
   /* out_strides: None, or per output None or a tuple of ints (pointwise kernels only) */
   if (strides_arg == Py_None) {
     ostrides = PyTuple_New(nout);
@@ -288,66 +291,52 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     ostrides = PySequence_Tuple(strides_arg);
   }
   if (!ostrides)
-    return NULL;
-  for (int j = 0; j < nout && PyTuple_GET_SIZE(ostrides) == nout; j++) {
+    goto done;
+  if (PyTuple_GET_SIZE(ostrides) != nout) {
+    PyErr_Format(PyExc_ValueError, "out_strides must give one entry per output (%d)", nout);
+    goto done;
+  }
+  for (int j = 0; j < nout; j++) {
     PyObject *t = PyTuple_GET_ITEM(ostrides, j);
     if (t != Py_None && (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > TN_MAX_RANK || rdims || gemm)) {
-      Py_DECREF(ostrides);
-      return PyErr_Format(PyExc_ValueError, "out_strides[%d] must be None or a tuple of at most %d ints "
-                                            "(pointwise kernels only)", j, TN_MAX_RANK);
+      PyErr_Format(PyExc_ValueError, "out_strides[%d] must be None or a tuple of at most %d ints "
+                                     "(pointwise kernels only)", j, TN_MAX_RANK);
+      goto done;
     }
     strided |= t != Py_None;
-  }
-  if (PyTuple_GET_SIZE(ostrides) != nout) {
-    Py_DECREF(ostrides);
-    return PyErr_Format(PyExc_ValueError, "out_strides must give one entry per output (%d)", nout);
   }
   if (strided) {
     PyObject *torch = PyImport_ImportModule("torch");
     empty_strided = torch ? PyObject_GetAttrString(torch, "empty_strided") : NULL;
     Py_XDECREF(torch);
-    if (!empty_strided) {
-      Py_DECREF(ostrides);
-      return NULL;
-    }
+    if (!empty_strided)
+      goto done;
   }
-  if (!(dtypes = PySequence_Tuple(dtypes_arg))) {
-    Py_DECREF(ostrides);
-    Py_XDECREF(empty_strided);
-    return NULL;
-  }
+  if (!(dtypes = PySequence_Tuple(dtypes_arg)))
+    goto done;
   if (PyTuple_GET_SIZE(dtypes) != nin + nout) {
-    Py_DECREF(dtypes);
-    Py_DECREF(ostrides);
-    Py_XDECREF(empty_strided);
-    return PyErr_Format(PyExc_ValueError, "dtypes must give one dtype per operand (%d), got %zd", nin + nout,
-                        PyTuple_GET_SIZE(dtypes));
+    PyErr_Format(PyExc_ValueError, "dtypes must give one dtype per operand (%d), got %zd", nin + nout,
+                 PyTuple_GET_SIZE(dtypes));
+    goto done;
   }
-  kws = PyTuple_New(nout);
-  for (int i = 0; kws && i < nin + nout; i++) {
+  if (!(kws = PyTuple_New(nout)))
+    goto done;
+  for (int i = 0; i < nin + nout; i++) {
     PyObject *d = PyTuple_GET_ITEM(dtypes, i), *sz = PyObject_GetAttrString(d, "itemsize");
     long v = sz ? PyLong_AsLong(sz) : -1;
     Py_XDECREF(sz);
     if (v != 1 && v != 2 && v != 4 && v != 8) {
       if (!PyErr_Occurred())
         PyErr_Format(PyExc_ValueError, "kernel operand %d: dtype %R is not 1, 2, 4 or 8 bytes wide", i, d);
-      Py_CLEAR(kws);
-      break;
+      goto done;
     }
     isz[i] = (int)v;
-    PyObject *kw = i >= nin ? Py_BuildValue("{s:O}", "dtype", d) : NULL;
-    if (i >= nin && !kw) {
-      Py_CLEAR(kws);
-      break;
-    }
-    if (kw)
+    if (i >= nin) {
+      PyObject *kw = Py_BuildValue("{s:O}", "dtype", d);
+      if (!kw)
+        goto done;
       PyTuple_SET_ITEM(kws, i - nin, kw);
-  }
-  if (!kws) {
-    Py_DECREF(dtypes);
-    Py_DECREF(ostrides);
-    Py_XDECREF(empty_strided);
-    return NULL;
+    }
   }
   tn_tcc_symbol syms[TN_RT_MAX_SYMBOLS];
   size_t nsyms = 0;
@@ -356,28 +345,28 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   Py_BEGIN_ALLOW_THREADS
   rc = tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);
   Py_END_ALLOW_THREADS
-  kernel_fn fn = rc == TN_OK ? (kernel_fn)tn_tcc_get(u, "tn_kernel") : NULL;
-  KernelObject *k = fn ? (KernelObject *)type->tp_alloc(type, 0) : NULL;
-  if (!k) {
-    if (rc != TN_OK)
-      PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
-    else if (!fn)
-      PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
-    Py_DECREF(dtypes);
-    Py_DECREF(kws);
-    Py_DECREF(ostrides);
-    Py_XDECREF(empty_strided);
-    tn_tcc_free(u);
-    return NULL;
+  if (rc != TN_OK) {
+    PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
+    goto done;
   }
+  kernel_fn fn = (kernel_fn)tn_tcc_get(u, "tn_kernel");
+  if (!fn) {
+    PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
+    goto done;
+  }
+  if (!(k = (KernelObject *)type->tp_alloc(type, 0)))
+    goto done;
+  /* the kernel takes over what it holds */
   k->ke_empty_kws = kws;
   k->ke_out_strides = ostrides;
   k->ke_empty_strided = empty_strided;
+  k->ke_dtypes = dtypes;
+  k->ke_unit = u;
+  kws = ostrides = empty_strided = dtypes = NULL;
+  u = NULL;
   k->ke_strided = strided;
   k->ke_ngathers = ngathers;
   memcpy(k->ke_gather, gathers, sizeof(int) * 2 * (size_t)ngathers);
-  k->ke_dtypes = dtypes;
-  k->ke_unit = u;
   k->ke_fn = fn;
   k->ke_ninputs = nin;
   k->ke_noutputs = nout;
@@ -390,7 +379,14 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_empty = Py_NewRef(empty);
   k->ke_source = Py_NewRef(source);
   tn_stat_add(TN_STAT_kernels_compiled, 1);
-  return (PyObject *)k;
+  res = (PyObject *)k;
+done:
+  Py_XDECREF(dtypes);
+  Py_XDECREF(kws);
+  Py_XDECREF(ostrides);
+  Py_XDECREF(empty_strided);
+  tn_tcc_free(u);
+  return res;
 }
 
 static void Kernel_dealloc(PyObject *o)
