@@ -312,9 +312,11 @@ static int arg_fits(const tn_arg *a, int dt, int nonfinite, int optional)
   return arg_scalar(a, &v) && scalar_fits(dt, v, nonfinite);
 }
 
-/* Whether the op of rule r computes in dtype dt: floats have every op;
-** integers the ring ops, abs, relu, max/min and clamps; bool the logical
-** ops, max/min, selections and casts. Comparisons give bool. */
+/* Whether the op of rule r computes in dtype dt: floats have every op but
+** the bitwise ones; integers the ring and bitwise ops, abs, relu, sign,
+** the roundings, max/min and clamps; bool the logical and bitwise ops,
+** max/min. Every dtype has selections, casts, constants and gathers;
+** comparisons give bool. */
 static int rule_fits_dtype(fuse_rule r, int dt)
 {
   int logical = (r.fr_kind == FK_UNARY && r.fr_op == TN_RT_LNOT) ||
@@ -340,9 +342,7 @@ static int rule_fits_dtype(fuse_rule r, int dt)
     return r.fr_op == TN_RT_B_MAXIMUM || r.fr_op == TN_RT_B_MINIMUM || r.fr_op == TN_RT_B_ADD ||
            r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_CLAMP_MIN ||
            r.fr_op == TN_RT_B_CLAMP_MAX;
-  case FK_CLAMP:
-    return 1;
-  case FK_WHERE: case FK_MASKED: case FK_CAST: case FK_FACTORY: case FK_GATHER:
+  case FK_CLAMP: case FK_WHERE: case FK_MASKED: case FK_CAST: case FK_FACTORY: case FK_GATHER:
     return 1;
   default: /* gelu */
     return 0;
@@ -1064,7 +1064,8 @@ static int low_bits_op(fuse_rule r)
 
 /* r, the result of an integer op of rule r narrower than int64, marked
 ** "not wrapped" when the op can leave its dtype's range (neg, abs, ~, +,
-** -, *): it is wrapped, as eager's kernels of that width compute it, only
+** -, *) or passes an operand's unwrapped low bits on (&, |, ^): it is
+** wrapped, as eager's kernels of that width compute it, only
 ** where a reader needs the value (emit_exact: abs, relu, max, min, clamps,
 ** comparisons), by a cast, or by the store. Wrapping later is the same as
 ** wrapping after every op for the low-bits ops between. */
@@ -1220,17 +1221,17 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   ** gather's table and index are operands of their own (never shared):
   ** the table loaded from the row the index picks, the index not loaded */
   grp->fg_gather = heap_ids(f, maxargs);
-  int32_t *gather_op = heap_ids(f, nn); /* node (position in the group) -> its table's operand */
-  if (!grp->fg_gather || !gather_op)
+  int32_t *gathered = heap_ids(f, maxargs); /* a gathered table's operand -> the gather node's result */
+  if (!grp->fg_gather || !gathered)
     return TN_ENOMEM;
   for (uint32_t i = 0; i < maxargs; i++)
     grp->fg_gather[i] = -1;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
-    int gat = fuse_rule_of(n->no_op).fr_kind == FK_GATHER, t = -1, x = -1;
-    if (gat) {
+    int t = -1, x = -1;
+    if (fuse_rule_of(n->no_op).fr_kind == FK_GATHER) {
       gather_args(n, &t, &x);
-      gather_op[i] = (int32_t)grp->fg_ninputs;
+      gathered[grp->fg_ninputs] = n->no_out[0];
       grp->fg_gather[grp->fg_ninputs] = (int32_t)grp->fg_ninputs + 1;
       grp->fg_gather[grp->fg_ninputs + 1] = TN_FG_INDEX;
       grp->fg_inputs[grp->fg_ninputs++] = n->no_args[t].u.ar_ref;
@@ -1258,9 +1259,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     if (grp->fg_gather[i] == -1)
       bufof[grp->fg_inputs[i]] = buf;
     else if (grp->fg_gather[i] >= 0) /* the gathered rows are the result of the gather node */
-      for (uint32_t j = 0; j < nn; j++)
-        if (gather_op[j] == (int32_t)i && fuse_rule_of(tn_graph_node(g, grp->fg_nodes[j])->no_op).fr_kind == FK_GATHER)
-          bufof[tn_graph_node(g, grp->fg_nodes[j])->no_out[0]] = buf;
+      bufof[gathered[i]] = buf;
   }
   int xrank = anchor >= 0 ? tn_graph_value(g, tn_graph_node(g, anchor)->no_args[0].u.ar_ref)->va_meta.me_rank : 0;
   for (uint32_t i = 0; i < nn; i++) {
