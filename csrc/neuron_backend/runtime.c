@@ -38,8 +38,14 @@ double cos(double);
 /* x86-64-v4: AVX-512 F, BW, DQ, VL (DQ converts int64 <-> float in vectors). */
 #define RT_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 
-/* Strided block loads and stores of type T (suffix SUF). */
+/* Strided block loads, stores and fills of type T (suffix SUF). */
 #define RT_LOAD_STORE_FNS(SUF, T) \
+  RT_CLONES void tn_rt_fill_##SUF(T *dst, T v, int64_t n) \
+  { \
+    for (int64_t i = 0; i < n; i++) \
+      dst[i] = v; \
+  } \
+  \
   RT_CLONES void tn_rt_load_##SUF(T *dst, const T *src, int64_t stride, int64_t n) \
   { \
     if (stride == 1) { \
@@ -118,12 +124,6 @@ static inline uint16_t rt_to_bf16(float f)
 
 RT_CONVERT_PAIR(f16, rt_from_f16, rt_to_f16)
 RT_CONVERT_PAIR(bf16, rt_from_bf16, rt_to_bf16)
-
-RT_CLONES void tn_rt_fill_f32(float *dst, float v, int64_t n)
-{
-  for (int64_t i = 0; i < n; i++)
-    dst[i] = v;
-}
 
 /* -- exp, log, log1p, expm1, pow: explicit libmvec calls --------------------
 ** GCC vectorises calls through their OpenMP SIMD declarations only for some
@@ -436,12 +436,6 @@ RT_BINARY_FNS(f32, float, rt_vmath, powf)
 ** functions (libmvec's where the CPU has AVX2 or AVX-512); special values
 ** follow eager's float64 kernels (which, unlike its float32 exact gelu,
 ** give gelu(+inf) = +inf and gelu(-inf) = NaN, as the formula does). */
-RT_CLONES void tn_rt_fill_f64(double *dst, double v, int64_t n)
-{
-  for (int64_t i = 0; i < n; i++)
-    dst[i] = v;
-}
-
 RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 {
   int f = rt_vmath_unary(op);
@@ -507,12 +501,6 @@ RT_INT_IO(i16, int16_t)
 RT_INT_IO(i8, int8_t)
 RT_INT_IO(u8, uint8_t)
 
-RT_CLONES void tn_rt_fill_i64(int64_t *dst, int64_t v, int64_t n)
-{
-  for (int64_t i = 0; i < n; i++)
-    dst[i] = v;
-}
-
 #define RT_WRAP(expr) ((int64_t)(expr))
 
 RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n)
@@ -540,33 +528,31 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
   case TN_RT_B_BOR: BINARY_LOOP(Y, x | y); \
   case TN_RT_B_BXOR: BINARY_LOOP(Y, x ^ y);
 
-RT_CLONES void tn_rt_binary_i64(int op, int64_t *dst, const int64_t *a, const int64_t *b, int64_t n)
-{
-  switch (op) {
-  INT_BINARY_CASES(b[i])
-  default:
-    break;
+/* The binary primitives of type T (suffix SUF) whose ops are all CASES
+** (a macro of the second operand), elementwise and with a scalar. */
+#define RT_CASE_BINARY_FNS(SUF, T, CASES) \
+  RT_CLONES void tn_rt_binary_##SUF(int op, T *dst, const T *a, const T *b, int64_t n) \
+  { \
+    switch (op) { \
+    CASES(b[i]) \
+    default: \
+      break; \
+    } \
+  } \
+  RT_CLONES void tn_rt_binary_s_##SUF(int op, T *dst, const T *a, T s, int64_t n) \
+  { \
+    switch (op) { \
+    CASES(s) \
+    default: \
+      break; \
+    } \
   }
-}
 
-RT_CLONES void tn_rt_binary_s_i64(int op, int64_t *dst, const int64_t *a, int64_t s, int64_t n)
-{
-  switch (op) {
-  INT_BINARY_CASES(s)
-  default:
-    break;
-  }
-}
+RT_CASE_BINARY_FNS(i64, int64_t, INT_BINARY_CASES)
 
 /* -- Bool: blocks of bytes, 0 or 1, as bool tensors hold them ---------------- */
 
 RT_LOAD_STORE_FNS(b8, uint8_t)
-
-RT_CLONES void tn_rt_fill_b8(uint8_t *dst, uint8_t v, int64_t n)
-{
-  for (int64_t i = 0; i < n; i++)
-    dst[i] = v;
-}
 
 RT_CLONES void tn_rt_unary_b8(int op, uint8_t *dst, const uint8_t *a, int64_t n)
 {
@@ -582,23 +568,7 @@ RT_CLONES void tn_rt_unary_b8(int op, uint8_t *dst, const uint8_t *a, int64_t n)
   case TN_RT_B_LOR: case TN_RT_B_BOR: case TN_RT_B_MAXIMUM: BINARY_LOOP(Y, x | y); \
   case TN_RT_B_BXOR: BINARY_LOOP(Y, x ^ y);
 
-RT_CLONES void tn_rt_binary_b8(int op, uint8_t *dst, const uint8_t *a, const uint8_t *b, int64_t n)
-{
-  switch (op) {
-  BOOL_BINARY_CASES(b[i])
-  default:
-    break;
-  }
-}
-
-RT_CLONES void tn_rt_binary_s_b8(int op, uint8_t *dst, const uint8_t *a, uint8_t s, int64_t n)
-{
-  switch (op) {
-  BOOL_BINARY_CASES(s)
-  default:
-    break;
-  }
-}
+RT_CASE_BINARY_FNS(b8, uint8_t, BOOL_BINARY_CASES)
 
 /* -- Comparisons and selection --------------------------------------------- */
 
