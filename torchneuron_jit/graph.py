@@ -243,7 +243,9 @@ def from_fx(gm, roles=None):
         # a tensor constant of the module (torch.tensor(...) in the traced
         # code): an input of the graph, which reads it from the module
         where = f"constant {node.name} ({node.target})"
-        value = node.meta.get("val", _fetch_attr(gm, node.target) if hasattr(gm, "graph") else None)
+        value = node.meta.get("val")
+        if value is None and hasattr(gm, "graph"):
+            value = _fetch_attr(gm, node.target)
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"{where}: a {type(value).__name__}, not a tensor")
         dtype, sizes, strides = imp.meta(value, where)
@@ -252,9 +254,7 @@ def from_fx(gm, roles=None):
         result.inputs.append(role)
     for node in graph.nodes:
         where = f"node {node.name} ({node.target})"
-        if node.op == "placeholder":
-            continue
-        if node.op == "get_attr":
+        if node.op in ("placeholder", "get_attr"):  # inputs, added above
             continue
         if node.op == "output":
             outs = node.args[0]
