@@ -37,6 +37,10 @@
     "Run float32 mm/addmm through torch's own BLAS sgemm with their pointwise epilogue (bias, " \
     "activation, residual) fused into one kernel. Correct, but measured 5-20% slower than eager's addmm " \
     "on 2 threads today, so off by default.") \
+  _(onednn_linear, TN_CFG_BOOL, 1, NULL, \
+    "Run float32 linear layers that stay in PyTorch through oneDNN, with the op after each (a separate " \
+    "bias add, relu, gelu or a residual add) in the same call, wherever a measurement when the graph is " \
+    "lowered finds that faster than aten.linear; the choices are cached with the graph.") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

@@ -25,8 +25,8 @@ from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from . import _C, _log, cache, config
-from .graph import from_fx
+from . import _C, _log, cache, config, gemm
+from .graph import from_fx, static_val
 
 aten = torch.ops.aten
 
@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 13
+ARTIFACT_FORMAT = 14
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,50 +102,101 @@ def _gemm_fusion():
     return bool(config.gemm_fusion) and _gemm_available()
 
 
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
 def _key_context():
+    """Everything besides the graph that the artifact depends on. The GEMM
+    choices are measured, so the host's CPU and thread count are in it."""
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
-            f"row_fusion {bool(config.row_fusion)}; gemm {_gemm_fusion()}").encode()
+            f"row_fusion {bool(config.row_fusion)}; gemm {_gemm_fusion()}; "
+            f"onednn_linear {_onednn_linear()}; cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
 
 
-def _lowered_groups(imported):
-    """The fused groups of a graph, in the ids of imported.graph.
+def _onednn_linear():
+    return bool(config.onednn_linear) and gemm.available()
 
-    They come from the persistent cache when an earlier process lowered the
-    same graph; otherwise the canonical form of the graph is lowered and the
-    result stored. Cached groups are in canonical ids, so a graph built in
-    another insertion order maps them correctly. Returns (groups, lowered).
+
+class _Lowering:
+    """The lowered plan of one graph: fused groups and GEMM choices.
+
+    It comes from the persistent cache when an earlier process lowered the
+    same graph; otherwise the canonical form of the graph is lowered here
+    and :meth:`store` saves it once the GEMM choices are measured. Cached
+    node ids are canonical, so a graph built in another insertion order maps
+    them correctly.
     """
-    g = imported.graph
-    key = g.key(_key_context())
-    order, vmap = g.canonical_ids()
-    t0 = time.perf_counter()
-    payload = cache.get(cache.ARTIFACTS, key)
-    groups = None
-    if payload is not None:
-        try:
-            artifact = json.loads(payload)
-            if artifact.get("format") == ARTIFACT_FORMAT:
-                groups = artifact["groups"]
-        except ValueError:
-            groups = None
-    if groups is not None:
-        _C.stat_add("cache_hits")
-        _log.event("cache", f"hit {key.hex()} in {(time.perf_counter() - t0) * 1e3:.2f} ms")
-        lowered = False
-    else:
-        _C.stat_add("cache_misses")
-        groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion), gemm=_gemm_fusion())
-        stored = cache.put(cache.ARTIFACTS, key,
-                           json.dumps({"format": ARTIFACT_FORMAT, "groups": groups}).encode())
-        _log.event("cache", f"miss {key.hex()}: lowered in {(time.perf_counter() - t0) * 1e3:.2f} ms"
+
+    def __init__(self, imported):
+        g = imported.graph
+        self.key = g.key(_key_context())
+        self.order, vmap = g.canonical_ids()
+        t0 = time.perf_counter()
+        payload = cache.get(cache.ARTIFACTS, self.key)
+        self.artifact = None
+        if payload is not None:
+            try:
+                artifact = json.loads(payload)
+                if artifact.get("format") == ARTIFACT_FORMAT:
+                    self.artifact = artifact
+            except ValueError:
+                pass
+        self.lowered = self.artifact is None
+        if not self.lowered:
+            _C.stat_add("cache_hits")
+            _log.event("cache", f"hit {self.key.hex()} in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+        else:
+            _C.stat_add("cache_misses")
+            groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion), gemm=_gemm_fusion())
+            self.artifact = {"format": ARTIFACT_FORMAT, "groups": groups, "onednn": None}
+            self.seconds = time.perf_counter() - t0
+        order, value_of = self.order, {canon: v for v, canon in enumerate(vmap)}
+        self.groups = [dict(grp, nodes=[order[n] for n in grp["nodes"]],
+                            inputs=[value_of[v] for v in grp["inputs"]],
+                            outputs=[value_of[v] for v in grp["outputs"]]) for grp in self.artifact["groups"]]
+
+    def onednn_units(self, imported):
+        """The linear nodes whose units (gemm.find_unit) oneDNN runs: the
+        cached choice, or, in a graph lowered here, measured now."""
+        fused = {n for grp in self.groups for n in grp["nodes"]}
+        units = {}
+        for i, node in enumerate(imported.fx_nodes):
+            unit = None if i in fused else gemm.find_unit(node)
+            if unit is not None:
+                units[i] = unit
+        canon = {imp: c for c, imp in enumerate(self.order)}
+        if self.artifact["onednn"] is None:
+            listed = list(units.items())
+            chosen = gemm.choose([u for _, u in listed], _gemm_measured) if _onednn_linear() else []
+            self.artifact["onednn"] = sorted(canon[listed[k][0]] for k in chosen)
+        picked = [self.order[c] for c in self.artifact["onednn"]]
+        if any(i not in units for i in picked):
+            raise RuntimeError("a cached oneDNN choice names a node that is no linear layer")
+        return [units[i].nodes[0] for i in picked]
+
+    def store(self):
+        """Saves a plan lowered here in the persistent cache."""
+        if not self.lowered:
+            return
+        t0 = time.perf_counter()
+        stored = cache.put(cache.ARTIFACTS, self.key, json.dumps(self.artifact).encode())
+        _log.event("cache", f"miss {self.key.hex()}: lowered in {(self.seconds + time.perf_counter() - t0) * 1e3:.2f} ms"
                             + ("" if stored else " (not stored)"))
-        lowered = True
-    value_of = {canon: v for v, canon in enumerate(vmap)}
-    return [dict(grp, nodes=[order[n] for n in grp["nodes"]],
-                 inputs=[value_of[v] for v in grp["inputs"]],
-                 outputs=[value_of[v] for v in grp["outputs"]]) for grp in groups], lowered
+
+
+# GEMM signature -> whether oneDNN won, for graphs lowered in this process.
+_gemm_measured = {}
 
 
 def _stable_toposort(graph):
@@ -197,6 +248,7 @@ def _fuse(graph, imported, groups):
                            grp["out_strides"], grp["gathers"])
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
+            call.meta["neuron_kernel"] = True
             for i, old in enumerate(outputs):
                 item = graph.call_function(operator.getitem, (call, i))
                 item.meta = dict(old.meta)
@@ -272,16 +324,6 @@ def _aliases_input(node):
                 and not schema.returns[0].alias_info.is_write)
 
 
-def _static_val(node):
-    """node's example tensor when its sizes, strides and offset are ints."""
-    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-    if not isinstance(val, torch.Tensor):
-        return None
-    if not all(isinstance(d, int) for d in (*val.shape, *val.stride(), val.storage_offset())):
-        return None
-    return val
-
-
 # Copies _drop_copies may remove: clones, and the copies aot_autograd makes
 # of tensor constants (torch.tensor(...) in the traced code).
 _COPIES = (aten.clone.default, aten.lift_fresh_copy.default)
@@ -314,7 +356,7 @@ def _drop_copies(graph):
         fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
         src = node.args[0]
         if fmt not in (None, torch.preserve_format):
-            val = _static_val(src)
+            val = static_val(src)
             if not (fmt == torch.contiguous_format and val is not None and val.is_contiguous()):
                 continue
         node.replace_all_uses_with(src)
@@ -351,7 +393,7 @@ def _collapse_views(graph):
     went."""
     dropped = 0
     for node in list(graph.nodes):
-        if not _aliases_input(node) or node.target is operator.getitem or _static_val(node) is None:
+        if not _aliases_input(node) or node.target is operator.getitem or static_val(node) is None:
             continue
         # node ends a chain when its single user is not a view op that could extend it
         users = list(node.users)
@@ -368,7 +410,7 @@ def _collapse_views(graph):
         base = chain[-1].args[0]
         if len(chain) < 2 or not isinstance(base, torch.fx.Node) or not _dense_result(base):
             continue
-        out, src = _static_val(node), _static_val(base)
+        out, src = static_val(node), static_val(base)
         if src is None or src.storage_offset() != 0:
             continue
         _replace_by_call(graph, node, aten.as_strided.default,
@@ -438,7 +480,7 @@ def _recompose_linear(graph):
         user = next(iter(node.users)) if len(node.users) == 1 else None
         if _single_user_view(x, aten.view.default) and (_single_user_view(user, aten.view.default)
                                                          or _single_user_view(user, aten._unsafe_view.default)):
-            x3, res = _static_val(x.args[0]), _static_val(user)
+            x3, res = static_val(x.args[0]), static_val(user)
             if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
                 unflatten = user
         args = (x.args[0] if unflatten is not None else x, wt.args[0]) + (() if bias is None else (bias,))
@@ -467,17 +509,20 @@ def _build(gm, example_inputs):
     _share_torch_threads()
     imported = from_fx(gm)
     ops = len(imported.fx_nodes)
-    groups, lowered = _lowered_groups(imported)
-    fused = _fuse(gm.graph, imported, groups)
+    lowering = _Lowering(imported)
+    fused = _fuse(gm.graph, imported, lowering.groups)
+    for head in lowering.onednn_units(imported):
+        gemm.rewrite(gm.graph, head)
+    lowering.store()
     gm.graph.lint()
     gm.recompile()
     _C.stat_add("graphs_compiled")
-    if lowered:
+    if lowering.lowered:
         _C.stat_add("graphs_lowered")
     _C.stat_add("fallback_nodes", ops - fused)
-    fused_nodes = {n for grp in groups for n in grp["nodes"]}
-    for i, node in enumerate(imported.fx_nodes):
-        if i not in fused_nodes:
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem \
+                and not node.meta.get("neuron_kernel"):
             fallback_ops[str(node.target)] += 1
     for name in imported.fallback_ops:
         _log.event("fallback", f"{name}: no lowering")

@@ -60,6 +60,16 @@ def _is_size(node):
     return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
 
 
+def static_val(node):
+    """node's example tensor when its sizes, strides and offset are ints."""
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return None
+    if not all(isinstance(d, int) for d in (*val.shape, *val.stride(), val.storage_offset())):
+        return None
+    return val
+
+
 def op_name(target):
     """Qualified name of an OpOverload: 'aten::add.Tensor', 'aten::mm'."""
     schema = target._schema

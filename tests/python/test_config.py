@@ -7,7 +7,7 @@ import pytest
 from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
-         "gemm_fusion", "log"]
+         "gemm_fusion", "onednn_linear", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -17,11 +17,12 @@ DEFAULTS = {
     "kernel_threads": 0,
     "row_fusion": False,
     "gemm_fusion": False,
+    "onednn_linear": True,
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "bool",
-         "gemm_fusion": "bool", "log": "str"}
+         "gemm_fusion": "bool", "onednn_linear": "bool", "log": "str"}
 
 
 def parse_default(setting):

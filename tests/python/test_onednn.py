@@ -1,0 +1,295 @@
+"""Linear layers run by oneDNN (torchneuron_jit/gemm.py, backend._Lowering):
+a float32 aten.linear that stays in PyTorch, with the op after it (a bias
+added separately, relu, gelu, a residual add), becomes one
+mkldnn._linear_pointwise call where a measurement finds that faster.
+
+The measurement is replaced here (gemm.measure patched) so that each test
+decides the choice itself; one test runs the real measurement. Results are
+compared with eager: the sums run in another order, so within the float32
+tolerance of a GEMM (a float64 reference bounds ours by twice eager's
+error).
+"""
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron_jit
+from torchneuron_jit import backend, config, gemm
+
+pytestmark = [pytest.mark.usefixtures("fresh_backend"),
+              pytest.mark.skipif(not gemm.available(), reason="this torch has no oneDNN")]
+
+ONEDNN = "mkldnn._linear_pointwise.default"
+ONEDNN_ADD = "mkldnn._linear_pointwise.binary"
+LINEAR = "aten.linear.default"
+
+
+@pytest.fixture
+def choose(monkeypatch):
+    """choose(True|False): every unit measures as oneDNN faster (or slower);
+    returns the list of units measured."""
+    measured = []
+
+    def set_choice(onednn):
+        def fake(unit):
+            measured.append(unit.describe())
+            return (1.0, 0.5) if onednn else (0.5, 1.0)
+        monkeypatch.setattr(gemm, "measure", fake)
+        monkeypatch.setattr(backend, "_gemm_measured", {})
+        return measured
+
+    return set_choice
+
+
+@pytest.fixture
+def ops(compiled):
+    """ops() -> Counter of the ops run through PyTorch since the fixture
+    (or the last call)."""
+    def read():
+        got = compiled.fallbacks()
+        compiled.mark()
+        return got
+    return read
+
+
+def _t(shape, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g) * scale
+
+
+def _close_to_eager(got, f, *args):
+    """got matches f(*args) in eager, and is at most twice as far from a
+    float64 run of f as eager is (plus 1e-6 of the magnitude)."""
+    want = f(*args)
+    ref = f(*(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    ours, eagers = (got.double() - ref).abs().max().item(), (want.double() - ref).abs().max().item()
+    assert ours <= 2 * eagers + 1e-6 * ref.abs().max().item(), (ours, eagers)
+
+
+def _run(f, *args, dynamic=False):
+    with torch.no_grad():
+        return torch.compile(f, backend="neuron", dynamic=dynamic)(*args)
+
+
+x, w, b = _t((4, 64, 256)), _t((384, 256), 1, 0.06), _t((384,), 2)
+
+
+@pytest.mark.parametrize("name,f,folded", [
+    ("alone", lambda x, w, b: F.linear(x, w, b), []),
+    ("no_bias", lambda x, w, b: F.linear(x, w), []),
+    ("relu", lambda x, w, b: F.relu(F.linear(x, w, b)), ["aten.relu.default"]),
+    ("gelu", lambda x, w, b: F.gelu(F.linear(x, w, b)), ["aten.gelu.default"]),
+    ("gelu_tanh", lambda x, w, b: F.gelu(F.linear(x, w, b), approximate="tanh"), ["aten.gelu.default"]),
+    ("bias_added", lambda x, w, b: F.linear(x, w) + b, ["aten.add.Tensor"]),
+    ("bias_added_first", lambda x, w, b: b + F.linear(x, w), ["aten.add.Tensor"]),
+    ("bias_added_relu", lambda x, w, b: F.relu(F.linear(x, w) + b), ["aten.add.Tensor", "aten.relu.default"]),
+])
+def test_linear_and_its_epilogue_are_one_onednn_call(name, f, folded, choose, ops):
+    measured = choose(True)
+    got = _run(f, x, w, b)
+    _close_to_eager(got, f, x, w, b)
+    ran = ops()
+    assert ran[ONEDNN] == 1 and ran[LINEAR] == 0, dict(ran)
+    for op in folded:
+        assert ran[op] == 0, (op, dict(ran))
+    assert len(measured) == 1, measured
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("residual_first", [False, True])
+def test_residual_add_is_onednns_binary_post_op(residual_first, choose, ops):
+    choose(True)
+    y = _t((4, 64, 384), 3)
+
+    def f(x, w, b, y):
+        return y + F.linear(x, w, b) if residual_first else F.linear(x, w, b) + y
+
+    got = _run(f, x, w, b, y)
+    _close_to_eager(got, f, x, w, b, y)
+    ran = ops()
+    assert ran[ONEDNN_ADD] == 1 and ran[LINEAR] == 0 and ran["aten.add.Tensor"] == 0, dict(ran)
+    assert torch.equal(y, _t((4, 64, 384), 3))  # the residual is read, not written
+
+
+def test_measured_slower_keeps_aten_linear(choose, ops):
+    measured = choose(False)
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    got = _run(f, x, w, b)
+    torch.testing.assert_close(got, f(x, w, b))
+    ran = ops()
+    assert ran[LINEAR] == 1 and ran[ONEDNN] == 0 and ran["aten.relu.default"] == 1, dict(ran)
+    assert measured == ["linear 256x256->384 + bias + relu"]
+
+
+def test_each_shape_is_measured_once_per_process(choose, ops):
+    measured = choose(True)
+    w2, b2 = _t((256, 384), 4, 0.05), _t((256,), 5)
+
+    def f(x, w, b, w2, b2):  # two layers of one shape (their relus fuse with the add), a third of another
+        h = F.relu(F.linear(x, w, b))
+        h2 = F.relu(F.linear(x * 2, w, b))
+        return F.linear(h + h2, w2, b2)
+
+    got = _run(f, x, w, b, w2, b2)
+    torch.testing.assert_close(got, f(x, w, b, w2, b2), rtol=1e-4, atol=1e-4)
+    assert sorted(measured) == ["linear 256x256->384 + bias", "linear 256x384->256 + bias"]
+    assert ops()[ONEDNN] == 3
+
+
+def test_chained_units_rewrite_on_the_live_graph(choose, ops):
+    """The second layer's input is the first layer's folded relu: it must
+    read the oneDNN call that replaced it."""
+    choose(True)
+    w2 = _t((256, 384), 4, 0.05)
+
+    def f(x, w, b, w2):
+        return F.gelu(F.linear(F.relu(F.linear(x, w, b)), w2))
+
+    got = _run(f, x, w, b, w2)
+    torch.testing.assert_close(got, f(x, w, b, w2), rtol=1e-4, atol=1e-4)
+    ran = ops()
+    assert ran[ONEDNN] == 2 and ran[LINEAR] == 0 and ran["aten.relu.default"] == 0, dict(ran)
+
+
+def test_a_product_read_twice_folds_nothing(choose, ops):
+    choose(True)
+
+    def f(x, w, b):
+        h = F.linear(x, w, b)
+        return F.relu(h), h
+
+    got = _run(f, x, w, b)
+    for g, e in zip(got, f(x, w, b)):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    ran = ops()
+    assert ran[ONEDNN] == 1, dict(ran)
+
+
+@pytest.mark.parametrize("case", ["transposed_input", "sliced_input", "transposed_weight", "one_row"])
+def test_layouts_and_shapes(case, choose):
+    choose(True)
+    xx, ww = x, w
+    if case == "transposed_input":
+        xx = _t((64, 4, 256)).transpose(0, 1)
+    elif case == "sliced_input":
+        xx = _t((4, 64, 512))[..., ::2]
+    elif case == "transposed_weight":
+        ww = _t((256, 384), 1, 0.06).t()
+    else:
+        xx = _t((256,))
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    got = _run(f, xx, ww, b)
+    _close_to_eager(got, f, xx, ww, b)
+    assert got.shape == f(xx, ww, b).shape and got.is_contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_other_dtypes_keep_aten_linear(dtype, choose, ops):
+    measured = choose(True)
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    args = (x.to(dtype), w.to(dtype), b.to(dtype))
+    got = _run(f, *args)
+    torch.testing.assert_close(got, f(*args))
+    assert ops()[ONEDNN] == 0 and measured == []
+
+
+def test_dynamic_shapes_keep_aten_linear(choose, ops):
+    measured = choose(True)
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    for rows in (5, 7, 9):
+        xs = _t((rows, 256), rows)
+        torch.testing.assert_close(_run(f, xs, w, b, dynamic=True), f(xs, w, b))
+    assert measured == []
+    assert ops()[ONEDNN] == 0
+
+
+def test_setting_off_keeps_aten_linear(choose, ops):
+    measured = choose(True)
+    config.onednn_linear = False
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    torch.testing.assert_close(_run(f, x, w, b), f(x, w, b))
+    assert ops()[ONEDNN] == 0 and measured == []
+
+
+def test_in_place_change_of_a_weight_is_seen(choose):
+    """oneDNN reads the weight at every call: an update between calls
+    (a fine-tuning step, load_state_dict) shows in the next result."""
+    choose(True)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="neuron")
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+        model[0].weight.mul_(-1)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert backend.fallback_ops[ONEDNN] >= 1
+
+
+def test_real_measurement_decides_and_logs(capsys):
+    config.log = "compile"
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    torch.testing.assert_close(_run(f, x, w, b), f(x, w, b), rtol=1e-5, atol=1e-5)
+    err = capsys.readouterr().err
+    assert "linear 256x256->384 + bias + relu: aten " in err and " us -> " in err, err
+
+
+def test_a_second_process_reuses_the_choice_without_measuring(run_python):
+    script = textwrap.dedent("""
+        import json, sys
+        import torch
+        import torch.nn.functional as F
+        import torchneuron_jit
+        from torchneuron_jit import backend, gemm
+        measured = []
+        gemm.measure = lambda unit: measured.append(unit.describe()) or (1.0, 0.5)
+        g = torch.Generator().manual_seed(0)
+        x, w, b = torch.randn(64, 128, generator=g), torch.randn(96, 128, generator=g), torch.randn(96, generator=g)
+        f = lambda x, w, b: F.relu(F.linear(x, w, b))
+        with torch.no_grad():
+            got = torch.compile(f, backend="neuron")(x, w, b)
+        torch.testing.assert_close(got, f(x, w, b), rtol=1e-5, atol=1e-5)
+        st = torchneuron_jit.stats()
+        print(json.dumps({"measured": measured, "hits": st["cache_hits"], "lowered": st["graphs_lowered"],
+                          "onednn": backend.fallback_ops["mkldnn._linear_pointwise.default"]}))
+    """)
+    first = run_python("-c", script)
+    assert first.returncode == 0, first.stderr
+    import json
+    one = json.loads(first.stdout.strip().splitlines()[-1])
+    assert one["measured"] == ["linear 64x128->96 + bias + relu"] and one["onednn"] == 1 and one["lowered"] == 1
+    second = run_python("-c", script)
+    assert second.returncode == 0, second.stderr
+    two = json.loads(second.stdout.strip().splitlines()[-1])
+    assert two == {"measured": [], "hits": 1, "lowered": 0, "onednn": 1}, two
+
+
+def test_training_graphs_are_untouched(choose):
+    measured = choose(True)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU())
+    xs = x.clone().requires_grad_(True)
+    out = torch.compile(model, backend="neuron")(xs)
+    out.sum().backward()
+    ref = x.clone().requires_grad_(True)
+    model(ref).sum().backward()
+    torch.testing.assert_close(xs.grad, ref.grad)
+    assert measured == []

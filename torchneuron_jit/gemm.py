@@ -1,0 +1,197 @@
+"""Linear layers that stay in PyTorch: which of torch's own GEMMs runs each.
+
+A float32 ``aten.linear`` that no generated kernel absorbs runs through
+PyTorch, and torch has two kernels for it: ``aten.linear`` (MKL's sgemm in
+the CPU wheels) and oneDNN's ``mkldnn._linear_pointwise``, which also takes
+the op after the product into the same call: a bias added separately, relu,
+gelu, or an added residual. Neither wins everywhere (on a Zen 4 host oneDNN
+measured 15-25% faster from 256 rows up, MKL twice as fast at 4 rows), so
+each such unit is timed, both ways, when its graph is lowered, and oneDNN
+takes it only where it measured clearly faster. The choices are stored with
+the graph's artifact: a process that finds them in the cache measures
+nothing. Either way the numbers are eager's up to the order of the sums.
+"""
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.fx.node import map_arg
+
+from . import _log
+from .graph import static_val
+
+aten = torch.ops.aten
+
+# oneDNN must beat aten.linear by this factor (medians) to take a unit.
+MARGIN = 0.95
+
+# Measuring one unit: samples of each variant, and the time after which it
+# stops at MIN_SAMPLES.
+MIN_SAMPLES, MAX_SAMPLES, BUDGET_S = 5, 15, 0.025
+
+
+def available():
+    """Whether this torch has oneDNN's linear op."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+@dataclass
+class Unit:
+    """A linear layer and the ops folded into it."""
+    nodes: list            # the aten.linear node first, then the folded ops in order
+    x: torch.fx.Node
+    w: torch.fx.Node
+    b: object              # bias node or None
+    attr: str = "none"     # oneDNN post-op: none, relu, gelu, or add (with other)
+    algorithm: str = ""    # gelu's approximation
+    other: object = None   # the residual of attr "add"
+
+    def describe(self):
+        x, w = static_val(self.x), static_val(self.w)
+        rows = x.numel() // x.shape[-1]
+        extra = {"none": "", "add": " + residual"}.get(self.attr, f" + {self.attr}")
+        return f"linear {rows}x{w.shape[1]}->{w.shape[0]}{' + bias' if self.b is not None else ''}{extra}"
+
+    def signature(self):
+        def sig(n):
+            v = static_val(n)
+            return None if v is None else (tuple(v.shape), v.stride())
+        return (sig(self.x), sig(self.w), sig(self.b), self.attr, self.algorithm, sig(self.other),
+                torch.get_num_threads())
+
+
+def _f32(node, dims=None):
+    v = static_val(node)
+    return v is not None and v.dtype == torch.float32 and (dims is None or v.dim() == dims)
+
+
+def _only_user(node):
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _add_operand(add, node):
+    """The other operand of add.Tensor(node, c) or add.Tensor(c, node)
+    without alpha, or None."""
+    if add is None or add.target is not aten.add.Tensor or add.kwargs or len(add.args) != 2:
+        return None
+    a, c = add.args
+    if c is node:
+        a, c = c, a
+    return c if a is node and isinstance(c, torch.fx.Node) and c is not node else None
+
+
+def find_unit(node):
+    """The unit a float32 aten.linear node with static shapes heads, or None
+    when oneDNN cannot take it."""
+    if node.op != "call_function" or node.target is not aten.linear.default or node.kwargs:
+        return None
+    x, w, b = (*node.args, None)[:3]
+    out = static_val(node)
+    if not (_f32(x) and _f32(w, 2) and (b is None or _f32(b, 1)) and out is not None
+            and out.dtype == torch.float32 and out.numel() > 0):
+        return None
+    unit = Unit([node], x, w, b)
+    tail = node
+    c = _add_operand(_only_user(tail), tail)
+    if b is None and c is not None and _f32(c, 1) and static_val(c).shape[0] == out.shape[-1]:
+        tail = _only_user(tail)
+        unit.nodes.append(tail)
+        unit.b = c
+    user = _only_user(tail)
+    c = _add_operand(user, tail)
+    if user is None:
+        pass
+    elif user.target is aten.relu.default and len(user.args) == 1:
+        unit.attr = "relu"
+    elif user.target is aten.gelu.default and len(user.args) == 1 \
+            and user.kwargs.get("approximate", "none") in ("none", "tanh"):
+        unit.attr, unit.algorithm = "gelu", user.kwargs.get("approximate", "none")
+    elif c is not None and _f32(c) and static_val(c).shape == out.shape:
+        unit.attr, unit.other = "add", c
+    if unit.attr != "none":
+        unit.nodes.append(user)
+    last = static_val(unit.nodes[-1])
+    if last is None or last.dtype != torch.float32 or not last.is_contiguous():
+        return None  # oneDNN's result is contiguous: only where eager's is too
+    return unit
+
+
+def _onednn_call(unit):
+    """(target, args) of the one oneDNN call that replaces unit."""
+    if unit.attr == "add":
+        return torch.ops.mkldnn._linear_pointwise.binary, (unit.x, unit.other, unit.w, unit.b, "add")
+    return torch.ops.mkldnn._linear_pointwise.default, (unit.x, unit.w, unit.b, unit.attr, [], unit.algorithm)
+
+
+def _example(node):
+    """A random tensor laid out as node's example value."""
+    v = static_val(node)
+    return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype).normal_()
+
+
+def _median_seconds(fns):
+    """Median seconds of each of fns, run interleaved so drift hits all."""
+    samples = [[] for _ in fns]
+    for fn in fns:
+        fn()
+    deadline = time.perf_counter() + BUDGET_S
+    while len(samples[0]) < MAX_SAMPLES and (len(samples[0]) < MIN_SAMPLES or time.perf_counter() < deadline):
+        for fn, s in zip(fns, samples):
+            t0 = time.perf_counter()
+            fn()
+            s.append(time.perf_counter() - t0)
+    return [statistics.median(s) for s in samples]
+
+
+def measure(unit):
+    """(aten seconds, oneDNN seconds): medians of the unit run as the graph
+    has it and as one oneDNN call, on random inputs of its layouts."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily(), torch.no_grad():
+        leaves = {n: _example(n) for n in (unit.x, unit.w, unit.b, unit.other) if n is not None}
+
+        def as_graph():
+            values = dict(leaves)
+            for n in unit.nodes:
+                values[n] = n.target(*map_arg(n.args, values.__getitem__), **n.kwargs)
+            return values[unit.nodes[-1]]
+
+        target, args = _onednn_call(unit)
+        args = map_arg(args, leaves.__getitem__)
+        return _median_seconds([as_graph, lambda: target(*args)])
+
+
+def choose(graph_units, measured=None):
+    """The indices of graph_units that oneDNN should run, measuring each
+    distinct signature once (measured: signature -> choice, kept by the
+    caller across graphs of one process)."""
+    measured = {} if measured is None else measured
+    chosen = []
+    for i, unit in enumerate(graph_units):
+        sig = unit.signature()
+        if sig not in measured:
+            eager_s, onednn_s = measure(unit)
+            measured[sig] = onednn_s < MARGIN * eager_s
+            _log.event("compile", f"{unit.describe()}: aten {eager_s * 1e6:.0f} us, oneDNN {onednn_s * 1e6:.0f} us"
+                                  f" -> {'oneDNN' if measured[sig] else 'aten'}")
+        if measured[sig]:
+            chosen.append(i)
+    return chosen
+
+
+def rewrite(graph, head):
+    """Replaces the unit that the linear node head heads by its oneDNN call.
+    The unit is found again on the graph as it is now: an earlier rewrite
+    may have replaced one of its operands."""
+    unit = find_unit(head)
+    if unit is None:
+        raise RuntimeError(f"{head.name} no longer heads a linear unit")
+    target, args = _onednn_call(unit)
+    tail = unit.nodes[-1]
+    with graph.inserting_before(tail):
+        call = graph.call_function(target, args)
+    call.meta = dict(tail.meta)
+    tail.replace_all_uses_with(call)
+    for n in reversed(unit.nodes):
+        graph.erase_node(n)
