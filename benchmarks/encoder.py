@@ -1,0 +1,54 @@
+"""Transformer encoder layers (the `make demo` model at several shapes):
+eager vs torch.compile(backend="neuron") (and Inductor), same run.
+
+    python benchmarks/encoder.py [--iters N] [--no-inductor] [--layers L] [--d D]
+
+nn.TransformerEncoder with PyTorch's fused fast path off (so the layers
+reach the back ends as ATen ops, as a user's own modules do), eval mode,
+no grad; batch 1, 4 and 8 at sequence 32, 64 and 128. Medians of
+interleaved runs (eager, neuron, inductor, eager, ...); results are checked
+against eager (GEMMs sum in another order: float32 tolerance) before timing.
+"""
+import argparse
+
+import torch
+
+import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
+from pointwise import format_row, measure
+
+
+def encoder(layers, d):
+    torch.backends.mha.set_fastpath_enabled(False)
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=d, nhead=max(1, d // 64), dim_feedforward=4 * d,
+                                             batch_first=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False).eval()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--d", type=int, default=256)
+    parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
+    args = parser.parse_args()
+    model = encoder(args.layers, args.d)
+    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.layers} layers, d {args.d}")
+    print(f"{'batch x seq':20s} " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
+          + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    for batch, seq in ((1, 32), (4, 64), (8, 128)):
+        x = torch.randn(batch, seq, args.d)
+        torch._dynamo.reset()
+        fns = {"eager": model}
+        with torch.no_grad():
+            want = model(x)
+            for backend in cols[1:]:
+                fns[backend] = torch.compile(model, backend=backend)
+                torch.testing.assert_close(fns[backend](x), want, rtol=1e-4, atol=1e-4)
+            med = measure(fns, (x,), args.iters)
+        print(format_row(f"{f'{batch} x {seq}':20s}", med, cols))
+
+
+if __name__ == "__main__":
+    main()
