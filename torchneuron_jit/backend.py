@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 14
+ARTIFACT_FORMAT = 15
 
 
 @functools.lru_cache(maxsize=None)
@@ -455,6 +455,30 @@ def _materialize_number_operands(graph):
     return done
 
 
+def _full_like_as_full(graph):
+    """Writes full_like(x, v) (zeros_like, ones_like) as full(shape, v)
+    where the result's sizes are static and it is contiguous anyway (then
+    the two are the same tensor), so that it can become a constant of the
+    kernel that reads it. Returns how many."""
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.full_like.default or len(node.args) != 2:
+            continue
+        val = static_val(node)
+        if val is None or not val.is_contiguous() or node.kwargs.get("layout") not in (None, torch.strided) \
+                or node.kwargs.get("pin_memory") or val.device.type != "cpu":
+            continue
+        with graph.inserting_before(node):
+            full = graph.call_function(aten.full.default, (list(val.shape), node.args[1]),
+                                       {"dtype": val.dtype, "layout": torch.strided, "device": val.device,
+                                        "pin_memory": False})
+        full.meta = dict(node.meta)
+        node.replace_all_uses_with(full)
+        graph.erase_node(node)
+        done += 1
+    return done
+
+
 def _recompose_linear(graph):
     """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
     become aten.linear(x, w[, b]), and, with static shapes, the views that
@@ -504,6 +528,7 @@ def _build(gm, example_inputs):
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)
     _materialize_number_operands(gm.graph)
+    _full_like_as_full(gm.graph)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()

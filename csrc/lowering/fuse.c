@@ -28,7 +28,7 @@ struct tn_fusion {
 #define FK_WHERE 8     /* where.self(condition, self, other) */
 #define FK_MASKED 9    /* masked_fill.Scalar / .Tensor(self, mask, value) */
 #define FK_CAST 10     /* _to_copy: a cast (or a copy) */
-#define FK_FACTORY 11  /* scalar_tensor / full of a 0-dim tensor: a constant */
+#define FK_FACTORY 11  /* scalar_tensor / full: a constant */
 #define FK_GATHER 12   /* embedding / index_select(dim 0): rows of a table picked by an index tensor */
 
 typedef struct fuse_rule {
@@ -354,9 +354,10 @@ static int arg_dtype(const tn_graph *g, const tn_arg *a)
   return tn_graph_value(g, a->u.ar_ref)->va_meta.me_dtype;
 }
 
-/* Whether the 0-dim factory n (scalar_tensor, full([])) is a constant we
-** can make: an ordinary tensor of a dtype we compute, of a value that fits
-** it. Sets *v to that value, as the dtype holds it. */
+/* Whether the factory n (scalar_tensor, full of any shape) is a constant
+** we can make: an ordinary tensor of a dtype we compute, of a value that
+** fits it. Sets *v to that value, as the dtype holds it. Its shape needs
+** no operand: elementwise readers broadcast it into their own. */
 static int factory_value(const tn_graph *g, const tn_node *n, double *v)
 {
   if (fuse_rule_of(n->no_op).fr_kind != FK_FACTORY || n->no_nout != 1)
@@ -364,7 +365,7 @@ static int factory_value(const tn_graph *g, const tn_node *n, double *v)
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
   int full = n->no_op == TN_OP_full, dt = out->me_dtype;
   const tn_arg *val = &n->no_args[full ? 1 : 0], *layout = &n->no_args[full ? 3 : 2];
-  if (out->me_rank != 0 || !dtype_class(dt) || !arg_scalar(val, v) ||
+  if (!dtype_class(dt) || !arg_scalar(val, v) ||
       (layout->ar_tag != TN_ARG_NONE && layout->u.ar_int != 0))
     return 0;
   if (dt == TN_DTYPE_BOOL) {
@@ -787,7 +788,7 @@ static int32_t sole_reader_group(fuse_state *s, uint32_t i)
   return k;
 }
 
-/* Whether group k reads a tensor from outside that is not a 0-dim factory:
+/* Whether group k reads a tensor from outside that is not a factory:
 ** a kernel needs one input at least (its iteration space). */
 static int has_real_input(fuse_state *s, int32_t k)
 {
@@ -806,15 +807,41 @@ static int has_real_input(fuse_state *s, int32_t k)
   return 0;
 }
 
-/* Makes node i, when it is a 0-dim factory whose readers all lie in one
-** pointwise group, a constant of that group. */
+/* Whether every reader of the factory node i's value v takes its
+** result's shape from another tensor operand: a kernel's iteration shape is
+** the broadcast of its real inputs, which a constant must not enlarge. A
+** gather's index or table must be a real operand, so no gather qualifies. */
+static int factory_fits_readers(const tn_graph *g, uint32_t i)
+{
+  int32_t v = tn_graph_node(g, (int32_t)i)->no_out[0];
+  for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)j);
+    int reads = 0, covered = 0;
+    for (uint32_t a = 0; a < n->no_nargs; a++) {
+      const tn_arg *arg = &n->no_args[a];
+      if (arg->ar_tag != TN_ARG_TENSOR)
+        continue;
+      if (arg->u.ar_ref == v)
+        reads = 1;
+      else
+        covered |= same_space(&tn_graph_value(g, arg->u.ar_ref)->va_meta, &tn_graph_value(g, n->no_out[0])->va_meta);
+    }
+    if (reads && (!covered || fuse_rule_of(n->no_op).fr_kind == FK_GATHER))
+      return 0;
+  }
+  return 1;
+}
+
+/* Makes node i, when it is a factory whose readers all lie in one
+** pointwise group (and take their shape from elsewhere), a constant of
+** that group. */
 static void absorb_factory(fuse_state *s, uint32_t i)
 {
   double v;
   if (s->fs_group_of[i] >= 0 || !factory_value(s->fs_g, tn_graph_node(s->fs_g, (int32_t)i), &v))
     return;
   int32_t k = sole_reader_group(s, i);
-  if (k < 0 || !has_real_input(s, k))
+  if (k < 0 || !has_real_input(s, k) || !factory_fits_readers(s->fs_g, i))
     return;
   s->fs_group_of[i] = k;
   s->fs_count[k]++;

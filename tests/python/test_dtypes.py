@@ -417,6 +417,39 @@ def test_promotion_in_arithmetic(check, case):
     check(PROMOTION[case], *_promo_inputs())
 
 
+SHAPED_FACTORIES = {
+    "where_full": lambda f, i: torch.where(f > 0, f, torch.full((5, 6), -1.5)) * 2,
+    "ones_zeros_f64": lambda f, i: f * torch.ones(5, 6) + torch.zeros(5, 6, dtype=torch.float64),
+    "like": lambda f, i: torch.maximum(f, torch.zeros_like(f)) + torch.full_like(f, 0.5) - torch.ones_like(i),
+    "int_full": lambda f, i: (i + torch.full((5, 6), 70000, dtype=torch.int32)) * 3,
+    "int16_wraps": lambda f, i: i.to(torch.int16) * torch.full((5, 6), 300, dtype=torch.int16),
+    "bool_full": lambda f, i: torch.logical_and(f > 0, torch.ones(5, 6, dtype=torch.bool)) + 0,
+    "row_of_full": lambda f, i: (f + torch.full((6,), float("-inf"))) * 2,
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPED_FACTORIES))
+def test_factories_of_any_shape_are_kernel_constants(check, case):
+    """full / zeros / ones (and the *_like of a contiguous result) of a shape
+    the kernel's inputs already give become constants of the kernel."""
+    f, i, *_ = _promo_inputs()
+    check(SHAPED_FACTORIES[case], f, i, exact=True, lowered=["aten.full.default"])
+
+
+def test_a_factory_that_enlarges_the_result_stays_outside(check, compiled):
+    """x[6] + full((5, 6)): the kernel's shape comes from its inputs, so a
+    constant must not be what makes the result 5 x 6."""
+    f, i, *_ = _promo_inputs()
+    check(lambda x: (x * 2 + 1) + torch.full((5, 6), 2.0), f[0], exact=True)
+    assert compiled.fallbacks()["aten.full.default"] == 1
+
+
+def test_full_like_of_a_transposed_tensor_keeps_eagers_strides(check):
+    f, i, *_ = _promo_inputs()
+    got, want = check(lambda x: torch.full_like(x, 2.0) * x, f.t(), exact=True, kernels=False)
+    assert got.stride() == want.stride()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
 def test_half_op_with_scalar_operand_rounds_once_like_eager(check, dtype):
     """One float16/bfloat16 op with a Python scalar or a 0-dim float tensor,
