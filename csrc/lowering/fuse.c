@@ -102,7 +102,7 @@ static fuse_rule fuse_rule_of(int op)
   case TN_OP_masked_fill_Scalar: case TN_OP_masked_fill_Tensor: return (fuse_rule){FK_MASKED, 0};
   case TN_OP_to_copy: return (fuse_rule){FK_CAST, 0};
   case TN_OP_scalar_tensor: case TN_OP_full: return (fuse_rule){FK_FACTORY, 0};
-  case TN_OP_embedding: case TN_OP_index_select: return (fuse_rule){FK_GATHER, 0};
+  case TN_OP_embedding: case TN_OP_index_select: case TN_OP_gather: return (fuse_rule){FK_GATHER, 0};
   default: return (fuse_rule){FK_NONE, 0};
   }
 }
@@ -379,11 +379,22 @@ static int factory_value(const tn_graph *g, const tn_node *n, double *v)
 }
 
 /* The table and index arguments of gather node n (embedding(weight,
-** indices), index_select(self, 0, index)). */
+** indices), index_select(self, 0, index), gather(self, dim, index)). */
 static void gather_args(const tn_node *n, int *table, int *index)
 {
   *table = 0;
   *index = n->no_op == TN_OP_embedding ? 1 : 2;
+}
+
+/* The dim an element gather (aten.gather) n picks along, from 0; -1 for
+** gathers of whole rows. */
+static int gather_dim(const tn_graph *g, const tn_node *n)
+{
+  if (n->no_op != TN_OP_gather)
+    return -1;
+  int r = tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta.me_rank;
+  int64_t d = n->no_args[1].u.ar_int;
+  return (int)(d < 0 ? d + r : d);
 }
 
 static int fusable(const tn_graph *g, const tn_node *n)
@@ -432,6 +443,13 @@ static int fusable(const tn_graph *g, const tn_node *n)
     gather_args(n, &t, &i);
     const tn_meta *tm = &tn_graph_value(g, n->no_args[t].u.ar_ref)->va_meta;
     int idt = arg_dtype(g, &n->no_args[i]);
+    if (n->no_op == TN_OP_gather) { /* an element per index element, along one dim of a table of its rank */
+      int64_t d = n->no_args[1].u.ar_int;
+      const tn_meta *im = &tn_graph_value(g, n->no_args[2].u.ar_ref)->va_meta;
+      return tm->me_rank >= 1 && im->me_rank == tm->me_rank && d >= -tm->me_rank && d < tm->me_rank &&
+             idt == TN_DTYPE_INT64 && !(n->no_args[3].ar_tag == TN_ARG_BOOL && n->no_args[3].u.ar_int) &&
+             meta_contiguous(out);
+    }
     if (n->no_op == TN_OP_index_select &&
         (n->no_args[1].u.ar_int != 0 || tn_graph_value(g, n->no_args[2].u.ar_ref)->va_meta.me_rank != 1))
       return 0;
@@ -1248,17 +1266,19 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   ** gather's table and index are operands of their own (never shared):
   ** the table loaded from the row the index picks, the index not loaded */
   grp->fg_gather = heap_ids(f, maxargs);
+  grp->fg_gather_dim = heap_ids(f, maxargs);
   int32_t *gathered = heap_ids(f, maxargs); /* a gathered table's operand -> the gather node's result */
-  if (!grp->fg_gather || !gathered)
+  if (!grp->fg_gather || !grp->fg_gather_dim || !gathered)
     return TN_ENOMEM;
   for (uint32_t i = 0; i < maxargs; i++)
-    grp->fg_gather[i] = -1;
+    grp->fg_gather[i] = grp->fg_gather_dim[i] = -1;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
     int t = -1, x = -1;
     if (fuse_rule_of(n->no_op).fr_kind == FK_GATHER) {
       gather_args(n, &t, &x);
       gathered[grp->fg_ninputs] = n->no_out[0];
+      grp->fg_gather_dim[grp->fg_ninputs] = gather_dim(g, n);
       grp->fg_gather[grp->fg_ninputs] = (int32_t)grp->fg_ninputs + 1;
       grp->fg_gather[grp->fg_ninputs + 1] = TN_FG_INDEX;
       grp->fg_inputs[grp->fg_ninputs++] = n->no_args[t].u.ar_ref;

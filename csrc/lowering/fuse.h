@@ -11,14 +11,18 @@
 ** integers (computed in int64, wrapped to their width where a reader needs
 ** the value: emit_wrap in fuse.c), bool (bytes of 0 or 1). A node computes in its output's dtype (its inputs
 ** cast to it, as torch's promotion did; the graph says which), comparisons
-** in their inputs' one dtype. A 0-dim factory (scalar_tensor, full([]))
-** whose users are all in one group becomes a constant of that group. A
+** in their inputs' one dtype. A factory (scalar_tensor, full) whose users
+** are all in one group, and take their shape from other operands, becomes
+** a constant of that group. A
 ** gather (embedding, index_select along dim 0) of whole rows of a table of
 ** rank >= 2 by an int64/int32 index becomes a load of those rows: the
 ** table and the index are operands of the kernel (never computed in the
 ** group), the row of each outer position picked when the kernel gets
 ** there; the caller checks the indices first and gives the operands'
-** shapes as the broadcast needs them (tn_codegen_kernel documents it). It
+** shapes as the broadcast needs them (tn_codegen_kernel documents it). An
+** element gather (aten.gather(self, dim, index), int64 index of self's
+** rank) is a load too: each element from the place its index picks along
+** dim (fg_gather_dim), the table's stride there passed as its cst. It
 ** joins the group of one of its producers when it has that group's
 ** iteration shape and every input it takes from outside the group exists
 ** before the group's first node: a group then runs as one unit at the place
@@ -92,6 +96,8 @@ typedef struct tn_fgroup {
   uint32_t fg_ninputs;
   int32_t *fg_gather;      /* per input: -1, or for a gather's table the operand of its index (the
                            ** next one), or TN_FG_INDEX for that index (not loaded as a block) */
+  int32_t *fg_gather_dim;  /* per input: for the table of an element gather (aten.gather) the dim its
+                           ** index picks along; -1 otherwise (whole rows, or no gather) */
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
   uint8_t *fg_out_kinds;   /* TN_FO_* per output */

@@ -97,6 +97,13 @@ static int cg_native(const tn_fgroup *grp, uint32_t k)
   return strcmp(t->cd_elem, t->cd_ctype) == 0;
 }
 
+/* Whether load fi reads an element gather's table (aten.gather): each
+** element from the place its index picks, not whole rows. */
+static int cg_element_gather(const tn_fgroup *grp, const tn_finst *fi)
+{
+  return fi->fi_kind == TN_FI_LOAD && fi->fi_b >= 0 && grp->fg_gather_dim && grp->fg_gather_dim[fi->fi_a] >= 0;
+}
+
 /* Operand k's pointer, typed: "((float *)p[3])". */
 static const char *cg_opnd(const tn_fgroup *grp, uint32_t k, char *tmp)
 {
@@ -296,6 +303,20 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
   switch (fi->fi_kind) {
   case TN_FI_LOAD:
     cg_opnd(grp, (uint32_t)fi->fi_a, o);
+    if (cg_element_gather(grp, fi)) { /* each element from the place its index picks (then converted) */
+      int native = cg_native(grp, (uint32_t)fi->fi_a);
+      if (native)
+        snprintf(t1, sizeof t1, "b%d", fi->fi_dst);
+      out(b, "      tn_rt_gather(%s, p[%d] + j * %s[%d] * isz[%d], %s[%d] * isz[%d], p[%d] + j * %s[%d] * isz[%d], "
+          "%s[%d] * isz[%d], isz[%d], cst[%d] * isz[%d], isz[%d], n);\n", native ? t1 : "gt", fi->fi_a, stv, fi->fi_a,
+          fi->fi_a, stv, fi->fi_a, fi->fi_a, fi->fi_b, stv, fi->fi_b, fi->fi_b, stv, fi->fi_b, fi->fi_b, fi->fi_b,
+          fi->fi_a, fi->fi_a, fi->fi_a);
+      if (!native)
+        out(b, "      tn_rt_load_%s(b%d, (%s *)gt, 1, n);\n", cg_otype(grp, (uint32_t)fi->fi_a)->cd_io, fi->fi_dst,
+            cg_otype(grp, (uint32_t)fi->fi_a)->cd_elem);
+      out(b, "      L%d = b%d;\n", fi->fi_dst, fi->fi_dst);
+      break;
+    }
     if (cg_native(grp, (uint32_t)fi->fi_a))
       out(b, "      if (%s[%d] == 1) L%d = %s + j; else ", stv, fi->fi_a, fi->fi_dst, o);
     if (stv[0] == 's' && cg_row_scalar(grp, def, fi->fi_dst)) /* its readers take *p as a scalar */
@@ -349,13 +370,13 @@ static void cg_consts(cg_buf *b, const tn_fgroup *grp)
 }
 
 /* Sets p[k] to operand k's place at this outer position, q[k] (the
-** odometer's), moved for gathers to the row their index picks. */
+** odometer's), moved for gathers of rows to the row their index picks. */
 static void cg_places(cg_buf *b, const tn_fgroup *grp, const char *ind)
 {
   out(b, "%sfor (k = 0; k < %u; k++) p[k] = q[k];\n", ind, grp->fg_ninputs + grp->fg_noutputs);
   for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* gathers: the row the index picks */
     const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind == TN_FI_LOAD && fi->fi_b >= 0)
+    if (fi->fi_kind == TN_FI_LOAD && fi->fi_b >= 0 && !cg_element_gather(grp, fi))
       out(b, "%sp[%d] += (i64)*(%s *)p[%d] * cst[%d] * isz[%d];\n", ind, fi->fi_a,
           cg_otype(grp, (uint32_t)fi->fi_b)->cd_elem, fi->fi_b, fi->fi_a, fi->fi_a);
   }
@@ -373,6 +394,12 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
   cg_buffers(b, grp, def);
   cg_operands(b, grp);
   out(b, "  char *q[%u];\n  i64 s[%u];\n  i64 idx[64];\n", nops, nops);
+  for (uint32_t i = 0; i < grp->fg_nprog; i++)
+    if (cg_element_gather(grp, &grp->fg_prog[i]) && !cg_native(grp, (uint32_t)grp->fg_prog[i].fi_a)) {
+      /* gathered elements before their conversion */
+      out(b, "  i64 gt[%d];\n", TN_RT_BLOCK);
+      break;
+    }
   out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1, d, k, o, j, n;\n");
   out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
   out(b, "  if (inner == 0 || outer == 0) return;\n");

@@ -48,8 +48,8 @@ typedef struct {
   PyObject *ke_out_strides; /* tuple: per output, None (contiguous) or its strides (pointwise kernels) */
   PyObject *ke_empty_strided; /* torch.empty_strided, when some output has strides */
   int ke_strided;         /* whether some output has strides */
-  int ke_ngathers;        /* gathered tables: (table operand, index operand) pairs */
-  int ke_gather[KERNEL_MAX_OPERANDS][2];
+  int ke_ngathers;        /* gathered tables: (table operand, index operand, dim or -1 for rows) */
+  int ke_gather[KERNEL_MAX_OPERANDS][3];
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -170,10 +170,11 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
       else
         PyList_SET_ITEM(ostr, o, t);
     }
-    /* gathers: [table operand, index operand] pairs */
+    /* gathers: [table operand, index operand, dim (-1: whole rows)] */
     PyObject *gat = ostr ? PyList_New(0) : NULL;
     for (uint32_t o = 0; gat && o < grp->fg_ninputs; o++) {
-      PyObject *pair = grp->fg_gather[o] >= 0 ? Py_BuildValue("[ii]", (int)o, grp->fg_gather[o]) : NULL;
+      PyObject *pair = grp->fg_gather[o] >= 0 ? Py_BuildValue("[iii]", (int)o, grp->fg_gather[o], grp->fg_gather_dim[o])
+                                              : NULL;
       if (grp->fg_gather[o] >= 0 && (!pair || PyList_Append(gat, pair) < 0))
         Py_CLEAR(gat);
       Py_XDECREF(pair);
@@ -215,7 +216,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                            "nonempty", "gemm", "epilogue", "out_strides", "gathers", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
-  int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][2];
+  int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][3];
   int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
   uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
@@ -252,8 +253,8 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                               : PyErr_Format(PyExc_ValueError, "out_kinds must give one of 0, 1, 2 per output "
                                                                "(1 and 2 only with reduce_dims > 0)");
   }
-  if (gathers_arg != Py_None) { /* [(table, index), ...]: distinct input operands, pointwise kernels only */
-    PyObject *fast = PySequence_Fast(gathers_arg, "gathers must be a sequence of (table, index) pairs");
+  if (gathers_arg != Py_None) { /* [(table, index, dim), ...]: distinct input operands, pointwise kernels only */
+    PyObject *fast = PySequence_Fast(gathers_arg, "gathers must be a sequence of (table, index, dim) triples");
     if (!fast)
       return NULL;
     uint64_t used = 0;
@@ -261,20 +262,25 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int ok = npairs == 0 || (!rdims && !gemm && npairs <= nin / 2);
     ngathers = ok ? (int)npairs : 0;
     for (int i = 0; ok && i < ngathers; i++)
-      for (int j = 0; ok && j < 2; j++) {
+      for (int j = 0; ok && j < 3; j++) {
         PyObject *pair = PySequence_Fast_GET_ITEM(fast, i);
-        PyObject *v = PySequence_Check(pair) && PySequence_Size(pair) == 2 ? PySequence_GetItem(pair, j) : NULL;
-        long x = v ? PyLong_AsLong(v) : -1;
+        PyObject *v = PySequence_Check(pair) && PySequence_Size(pair) == 3 ? PySequence_GetItem(pair, j) : NULL;
+        long x = v ? PyLong_AsLong(v) : -2;
         Py_XDECREF(v);
-        ok = x >= 0 && x < nin && !(used >> x & 1);
-        used |= ok ? 1ull << x : 0;
+        if (j == 2) { /* the dim of an element gather, or -1 */
+          ok = x >= -1 && x < TN_MAX_RANK;
+        } else {
+          ok = x >= 0 && x < nin && !(used >> x & 1);
+          used |= ok ? 1ull << x : 0;
+        }
         gathers[i][j] = (int)x;
       }
     Py_DECREF(fast);
     if (!ok)
       return PyErr_Occurred() ? NULL
-                              : PyErr_Format(PyExc_ValueError, "gathers must pair distinct input operands "
-                                                               "(pointwise kernels only)");
+                              : PyErr_Format(PyExc_ValueError, "gathers must pair distinct input operands, with a "
+                                                               "dim of -1 to %d (pointwise kernels only)",
+                                             TN_MAX_RANK - 1);
   }
   const char *src = PyUnicode_AsUTF8(source);
   if (!src)
@@ -366,7 +372,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   u = NULL;
   k->ke_strided = strided;
   k->ke_ngathers = ngathers;
-  memcpy(k->ke_gather, gathers, sizeof(int) * 2 * (size_t)ngathers);
+  memcpy(k->ke_gather, gathers, sizeof(int) * 3 * (size_t)ngathers);
   k->ke_fn = fn;
   k->ke_ninputs = nin;
   k->ke_noutputs = nout;
@@ -520,45 +526,121 @@ static void iteration_order(int64_t *shape, int64_t (*bst)[TN_MAX_RANK], int nop
   }
 }
 
-/* Whether every element of an index tensor (sizes, strides in elements,
-** elements of isz bytes: int64 or int32) lies in [0, n). */
-static int indices_in_range(const void *data, const int64_t *sizes, const int64_t *strides, int rank, int isz,
-                            int64_t n)
+/* An index tensor being checked: the rows (all dims but the innermost)
+** split across threads; each part records its first bad row. */
+typedef struct index_check {
+  const char *ic_data;
+  const int64_t *ic_sizes, *ic_strides;
+  int ic_rank, ic_isz;
+  int64_t ic_lim, ic_outer, ic_inner;
+  int64_t ic_bad_row[64]; /* per part: the first row with a bad index, or -1 */
+} index_check;
+
+/* Byte offset of row o (an index over all dims but the innermost). */
+static int64_t check_row_offset(const index_check *c, int64_t o)
 {
-  int64_t idx[TN_MAX_RANK] = {0}, total = 1;
-  for (int d = 0; d < rank; d++)
-    total *= sizes[d];
-  for (int64_t e = 0; e < total; e++) {
-    int64_t off = 0, v;
-    for (int d = 0; d < rank; d++)
-      off += idx[d] * strides[d];
-    v = isz == 8 ? ((const int64_t *)data)[off] : ((const int32_t *)data)[off];
-    if (v < 0 || v >= n)
-      return 0;
-    for (int d = rank - 1; d >= 0; d--) {
-      if (++idx[d] < sizes[d])
-        break;
-      idx[d] = 0;
-    }
+  int64_t off = 0;
+  for (int d = c->ic_rank - 2; d >= 0; d--) {
+    off += o % c->ic_sizes[d] * c->ic_strides[d];
+    o /= c->ic_sizes[d];
   }
+  return off * c->ic_isz;
+}
+
+static void check_part(void *vctx, int part, int nparts)
+{
+  index_check *c = vctx;
+  int64_t chunk = (c->ic_outer + nparts - 1) / nparts, end = chunk * (part + 1);
+  int64_t ist = c->ic_rank ? c->ic_strides[c->ic_rank - 1] : 0;
+  c->ic_bad_row[part] = -1;
+  for (int64_t o = chunk * part; o < end && o < c->ic_outer; o++)
+    if (tn_rt_index_scan(c->ic_data + check_row_offset(c, o), ist, c->ic_isz, c->ic_lim, c->ic_inner) >= 0) {
+      c->ic_bad_row[part] = o;
+      return;
+    }
+}
+
+/* Whether every element of an index tensor (sizes, strides in elements,
+** elements of isz bytes: int64 or int32) lies in [0, n); if not, *bad is
+** the first that does not. Rows are scanned with the runtime's vectorised
+** tn_rt_index_scan, a large tensor's on the kernel threads, so that
+** checking costs a fraction of the kernel it guards. */
+static int indices_in_range(const void *data, const int64_t *sizes, const int64_t *strides, int rank, int isz,
+                            int64_t n, int64_t *bad)
+{
+  index_check c = {data, sizes, strides, rank, isz, n, 1, rank ? sizes[rank - 1] : 1, {0}};
+  for (int d = 0; d + 1 < rank; d++)
+    c.ic_outer *= sizes[d];
+  if (c.ic_inner == 0 || c.ic_outer == 0)
+    return 1;
+  int64_t parts = c.ic_outer * c.ic_inner / (4 * KERNEL_PART_ELEMENTS);
+  parts = parts > kernel_threads ? kernel_threads : parts > c.ic_outer ? c.ic_outer : parts < 1 ? 1 : parts;
+  if (parts > 1) {
+    Py_BEGIN_ALLOW_THREADS
+    parts = tn_pool_run(check_part, &c, (int)parts);
+    Py_END_ALLOW_THREADS
+  } else {
+    check_part(&c, 0, 1);
+  }
+  for (int part = 0; part < parts; part++)
+    if (c.ic_bad_row[part] >= 0) {
+      const char *row = c.ic_data + check_row_offset(&c, c.ic_bad_row[part]);
+      int64_t ist = rank ? strides[rank - 1] : 0, e = tn_rt_index_scan(row, ist, isz, n, c.ic_inner);
+      *bad = isz == 8 ? *(const int64_t *)(row + e * ist * isz) : *(const int32_t *)(row + e * ist * isz);
+      return 0;
+    }
   return 1;
+}
+
+/* Element gather gi of k (aten.gather along dim): checks its indices
+** (RuntimeError, as eager) and the table's sizes, then gives the table the
+** index's sizes, at stride 0 along dim (the kernel adds index * *rowst,
+** the table's stride there). */
+static int gather_elements(KernelObject *k, int gi, int64_t (*sizes)[TN_MAX_RANK], int64_t (*strides)[TN_MAX_RANK],
+                           const int *rank, void **ptrs, int64_t *rowst)
+{
+  int t = k->ke_gather[gi][0], q = k->ke_gather[gi][1], dim = k->ke_gather[gi][2], r = rank[q];
+  int64_t bad = 0;
+  if (rank[t] != r || dim >= r) {
+    PyErr_Format(PyExc_ValueError, "kernel gather %d: a table of rank %d, an index of rank %d, dim %d", gi, rank[t],
+                 r, dim);
+    return -1;
+  }
+  for (int d = 0; d < r; d++)
+    if (d != dim && sizes[q][d] > sizes[t][d]) {
+      PyErr_Format(PyExc_RuntimeError, "Size does not match at dimension %d expected index [%lld] to be no larger "
+                   "than self [%lld] apart from dimension %d", d, (long long)sizes[q][d], (long long)sizes[t][d], dim);
+      return -1;
+    }
+  if (!indices_in_range(ptrs[q], sizes[q], strides[q], r, k->ke_isz[q], sizes[t][dim], &bad)) {
+    PyErr_Format(PyExc_RuntimeError, "index %lld is out of bounds for dimension %d with size %lld", (long long)bad, dim,
+                 (long long)sizes[t][dim]);
+    return -1;
+  }
+  *rowst = strides[t][dim];
+  for (int d = 0; d < r; d++)
+    sizes[t][d] = sizes[q][d];
+  strides[t][dim] = 0;
+  return 0;
 }
 
 /* Gather gi of k: checks its indices (IndexError, as eager) and gives its
 ** table and index the shapes they broadcast with: table sizes = index
 ** sizes + the table's row sizes, at strides 0 over the index's dims (the
 ** kernel adds the row offset); index sizes = its own + ones. Sets *rowst
-** to the table's row stride. */
+** to the table's row stride. Element gathers: gather_elements. */
 static int gather_operands(KernelObject *k, int gi, int64_t (*sizes)[TN_MAX_RANK], int64_t (*strides)[TN_MAX_RANK],
                            int *rank, void **ptrs, int64_t *rowst)
 {
+  if (k->ke_gather[gi][2] >= 0)
+    return gather_elements(k, gi, sizes, strides, rank, ptrs, rowst);
   int t = k->ke_gather[gi][0], q = k->ke_gather[gi][1], ir = rank[q], tr = rank[t];
-  int64_t ts[TN_MAX_RANK], tst[TN_MAX_RANK];
+  int64_t ts[TN_MAX_RANK], tst[TN_MAX_RANK], bad = 0;
   if (tr < 2 || ir + tr - 1 > TN_MAX_RANK) {
     PyErr_Format(PyExc_ValueError, "kernel gather %d: a table of rank %d indexed by rank %d", gi, tr, ir);
     return -1;
   }
-  if (!indices_in_range(ptrs[q], sizes[q], strides[q], ir, k->ke_isz[q], sizes[t][0])) {
+  if (!indices_in_range(ptrs[q], sizes[q], strides[q], ir, k->ke_isz[q], sizes[t][0], &bad)) {
     PyErr_SetString(PyExc_IndexError, "index out of range in self");
     return -1;
   }

@@ -743,6 +743,68 @@ RT_CLONES void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t 
   }
 }
 
+/* One element gather loop, for element type T and index type I; the
+** innermost-dim case (st == 0, a contiguous index) separate, so that the
+** compiler can use vector gathers. */
+#define RT_GATHER(T, I)                                                                        \
+  do {                                                                                         \
+    if (st == 0 && ist == (int64_t)sizeof(I)) {                                                \
+      const I *ix = (const I *)idx;                                                            \
+      for (int64_t e = 0; e < n; e++)                                                          \
+        ((T *)dst)[e] = *(const T *)(base + ix[e] * dimst);                                    \
+    } else {                                                                                   \
+      for (int64_t e = 0; e < n; e++)                                                          \
+        ((T *)dst)[e] = *(const T *)(base + e * st + *(const I *)(idx + e * ist) * dimst);     \
+    }                                                                                          \
+  } while (0)
+#define RT_GATHER_T(T) \
+  do {                 \
+    if (isz == 8)      \
+      RT_GATHER(T, int64_t); \
+    else               \
+      RT_GATHER(T, int32_t); \
+  } while (0)
+
+RT_CLONES void tn_rt_gather(void *dst, const char *base, int64_t st, const char *idx, int64_t ist, int64_t isz,
+                            int64_t dimst, int64_t esz, int64_t n)
+{
+  switch (esz) {
+  case 8: RT_GATHER_T(uint64_t); break;
+  case 4: RT_GATHER_T(uint32_t); break;
+  case 2: RT_GATHER_T(uint16_t); break;
+  default: RT_GATHER_T(uint8_t); break;
+  }
+}
+#undef RT_GATHER_T
+#undef RT_GATHER
+
+#define RT_INDEX_SCAN(I)                                                 \
+  do {                                                                   \
+    const I *p = (const I *)idx;                                         \
+    uint64_t out = 0;                                                    \
+    if (stride == 1)                                                     \
+      for (int64_t e = 0; e < n; e++)                                    \
+        out |= (uint64_t)(int64_t)p[e] >= (uint64_t)lim;                 \
+    else                                                                 \
+      for (int64_t e = 0; e < n; e++)                                    \
+        out |= (uint64_t)(int64_t)p[e * stride] >= (uint64_t)lim;        \
+    if (!out)                                                            \
+      return -1;                                                         \
+    for (int64_t e = 0; e < n; e++)                                      \
+      if ((uint64_t)(int64_t)p[e * stride] >= (uint64_t)lim)             \
+        return e;                                                        \
+  } while (0)
+
+RT_CLONES int64_t tn_rt_index_scan(const void *idx, int64_t stride, int64_t isz, int64_t lim, int64_t n)
+{
+  if (isz == 8)
+    RT_INDEX_SCAN(int64_t);
+  else
+    RT_INDEX_SCAN(int32_t);
+  return -1;
+}
+#undef RT_INDEX_SCAN
+
 double tn_rt_round(int dtype, double v)
 {
   if (dtype == TN_DTYPE_FLOAT32 || dtype == TN_DTYPE_FLOAT16 || dtype == TN_DTYPE_BFLOAT16)
@@ -926,6 +988,7 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_where_f64", (const void *)tn_rt_where_f64},
   {"tn_rt_where_i64", (const void *)tn_rt_where_i64},
   {"tn_rt_cast", (const void *)tn_rt_cast},
+  {"tn_rt_gather", (const void *)tn_rt_gather},
   {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
   {"tn_rt_combine", (const void *)tn_rt_combine},
   {"tn_rt_load2d_f32", (const void *)tn_rt_load2d_f32},
@@ -999,6 +1062,8 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_where_f64(double *dst, const unsigned char *c, const double *a, const double *b, i64 n);\n"
          "void tn_rt_where_i64(i64 *dst, const unsigned char *c, const i64 *a, const i64 *b, i64 n);\n"
          "void tn_rt_cast(int to, int from, void *dst, const void *src, i64 n);\n"
+         "void tn_rt_gather(void *dst, const char *base, i64 st, const char *idx, i64 ist, i64 isz, i64 dimst, "
+         "i64 esz, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
          "double tn_rt_combine(int op, double acc, double part);\n"
          "void tn_rt_load2d_f32(float *dst, const float *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"

@@ -151,6 +151,17 @@ void tn_rt_where_b8(uint8_t *dst, const uint8_t *c, const uint8_t *a, const uint
 ** dst may alias src when those are the same. */
 void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t n);
 
+/* Element gather: dst (n contiguous elements of esz bytes: 1, 2, 4 or 8)
+** gets element e from base + e * st + index_e * dimst (byte offsets), where
+** index_e is the integer of isz bytes (8 or 4) at idx + e * ist. The
+** launcher has checked every index. */
+void tn_rt_gather(void *dst, const char *base, int64_t st, const char *idx, int64_t ist, int64_t isz,
+                  int64_t dimst, int64_t esz, int64_t n);
+
+/* The position of the first of n indices (integers of isz bytes, 8 or 4,
+** stride elements apart) outside [0, lim), or -1 when all lie inside. */
+int64_t tn_rt_index_scan(const void *idx, int64_t stride, int64_t isz, int64_t lim, int64_t n);
+
 /* v as a value of dtype, as eager converts a scalar: rounded to float32,
 ** float16 or bfloat16 (nearest even), an integer wrapped to an integer
 ** dtype's width (bool: v != 0); float64 unchanged. For the constants of

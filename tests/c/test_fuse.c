@@ -1296,6 +1296,65 @@ START_TEST(test_gather_embedding_group)
 }
 END_TEST
 
+/* x[3,5] float32, idx[3,2] int64: g = gather(x, 1, idx); a = g * 2 + 1.
+** One group; the table's operand records dim 1, and the kernel reads each
+** element at the column its index names (table stride 0 along dim 1, the
+** column stride in cst). */
+START_TEST(test_element_gather_group)
+{
+  static const tn_sint XS[2] = {{3, -1}, {5, -1}}, XST[2] = {{5, -1}, {1, -1}};
+  static const tn_sint IS[2] = {{3, -1}, {2, -1}}, IST[2] = {{2, -1}, {1, -1}};
+  tn_meta mx = {TN_DTYPE_FLOAT32, 2, XS, XST}, mi = {TN_DTYPE_INT64, 2, IS, IST};
+  tn_meta mo = {TN_DTYPE_FLOAT32, 2, IS, IST};
+  tn_graph *g;
+  tn_fusion *f;
+  tn_tcc_unit *u;
+  int32_t x, idx, ga, m, a;
+  init_tcc();
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, mx}, ii = {TN_VALUE_ARG, 1, NULL, mi};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &ii, &idx), TN_OK);
+  tn_arg ag[4] = {T(x), I(-1), T(idx), B(0)};
+  ck_assert_msg(tn_graph_add_node(g, TN_OP_gather, NULL, ag, 4, &mo, 1, &ga) == TN_OK, "%s", tn_graph_errmsg(g));
+  tn_arg am[2] = {T(ga), F(2.0)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &mo, 1, &m), TN_OK);
+  tn_arg aa[3] = {T(m), F(1.0), F(1.0)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Scalar, NULL, aa, 3, &mo, 1, &a), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &a, 1), TN_OK);
+
+  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 1);
+  const tn_fgroup *grp = tn_fusion_group(f, 0);
+  ck_assert_uint_eq(grp->fg_nnodes, 3);
+  ck_assert_uint_eq(grp->fg_ninputs, 2);
+  ck_assert_int_eq(grp->fg_gather[0], 1);
+  ck_assert_int_eq(grp->fg_gather[1], TN_FG_INDEX);
+  ck_assert_int_eq(grp->fg_gather_dim[0], 1); /* dim -1 of a rank-2 table */
+  ck_assert_int_eq(grp->fg_gather_dim[1], -1);
+  kfn fn = compile_group(grp, &u);
+
+  float X[15], out[6];
+  int64_t iv[6] = {4, 0, 2, 2, 1, 3};
+  for (int e = 0; e < 15; e++)
+    X[e] = (float)e * 1.5f - 4.0f;
+  memset(out, 0x5a, sizeof out);
+  int64_t sizes[2] = {3, 2};
+  int64_t st[6] = {/* x */ 5, 0, /* idx */ 2, 1, /* a */ 2, 1};
+  int64_t cst[3] = {1, 0, 0};
+  void *ptrs[3] = {X, iv, out};
+  fn(2, sizes, ptrs, st, 0, cst);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 2; j++) {
+      float want = X[i * 5 + iv[i * 2 + j]] * 2.0f + 1.0f;
+      ck_assert_msg(out[i * 2 + j] == want, "a[%d][%d]: got %g, want %g", i, j, out[i * 2 + j], want);
+    }
+  tn_tcc_free(u);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 /* x[3,4], idx[3] int64: t = x * 2; s = index_select(t, 0, idx); u = s + x.
 ** The gather's table t is computed by the graph: t and s must not share a
 ** group (a kernel picks rows of a tensor it is given). */
@@ -1561,6 +1620,7 @@ int main(void)
   tcase_add_test(tc, test_rt_round);
   tcase_add_test(tc, test_compare_where_cast_kernel);
   tcase_add_test(tc, test_gather_embedding_group);
+  tcase_add_test(tc, test_element_gather_group);
   tcase_add_test(tc, test_gather_table_not_computed_in_group);
   tcase_add_test(tc, test_cycle_rule);
   tcase_add_test(tc, test_permuted_output);
