@@ -122,7 +122,8 @@ static int row_op(int op)
 
 int tn_fuse_lowers(int op)
 {
-  return fuse_rule_of(op).fr_kind != FK_NONE || row_op(op) || op == TN_OP_mm || op == TN_OP_addmm;
+  return fuse_rule_of(op).fr_kind != FK_NONE || row_op(op) || op == TN_OP_mm || op == TN_OP_addmm ||
+         op == TN_OP_argmax || op == TN_OP_argmin;
 }
 
 /* A finite number argument, or NONE (for clamp's optional bounds). */
@@ -548,6 +549,22 @@ static int row_reducible(const tn_graph *g, const tn_node *n, int *k)
   default: /* sum.dim_IntList, mean.dim, amax, amin, logsumexp */
     return trailing_dims(&n->no_args[1], r, k);
   }
+}
+
+/* Whether n is an argmax or argmin a kernel of its own computes (eager's
+** is several times slower than its max): over the last dim, or all dims
+** (dim None), of an input of rank >= 1 of a dtype we compute, not bool.
+** Sets *k to the number of reduced dims. */
+static int argreduce_lowerable(const tn_graph *g, const tn_node *n, int *k)
+{
+  if ((n->no_op != TN_OP_argmax && n->no_op != TN_OP_argmin) || n->no_args[0].ar_tag != TN_ARG_TENSOR)
+    return 0;
+  const tn_meta *x = &tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta;
+  const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
+  int c = dtype_class(x->me_dtype);
+  if (x->me_rank < 1 || !c || c == DC_BOOL || out->me_dtype != TN_DTYPE_INT64 || !meta_contiguous(out))
+    return 0;
+  return trailing_dims(&n->no_args[1], x->me_rank, k) && *k >= 1;
 }
 
 /* Whether n is a GEMM the launcher computes: float32 mm, or addmm with
@@ -1070,6 +1087,10 @@ static void emit_row(prog_builder *b, const tn_node *n, int32_t *bufof, int32_t 
   case TN_OP_amax: case TN_OP_amin:
     sof[n->no_out[0]] = emit_scalar(b, TN_FI_REDUCE, n->no_op == TN_OP_amax ? TN_RT_R_MAX : TN_RT_R_MIN, x, -1, 0);
     break;
+  case TN_OP_argmax: case TN_OP_argmin: /* an index: the kernel's own body (codegen's cg_argreduce) */
+    sof[n->no_out[0]] = emit_scalar(b, TN_FI_REDUCE, n->no_op == TN_OP_argmax ? TN_RT_R_ARGMAX : TN_RT_R_ARGMIN, x,
+                                    -1, 0);
+    break;
   case TN_OP_var_correction: {
     int32_t ssq = emit_row_ssq(b, x, emit_row_mean(b, x), &d);
     if (!arg_number(&n->no_args[2], &v))
@@ -1253,7 +1274,8 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   int gemm = anchor >= 0 && s->fs_rdims[k] < 0;
   const tn_node *an = anchor >= 0 ? tn_graph_node(g, anchor) : NULL;
   grp->fg_reduce_dims = anchor >= 0 && !gemm ? s->fs_rdims[k] : 0;
-  grp->fg_nonempty = an && (an->no_op == TN_OP_amax || an->no_op == TN_OP_amin);
+  grp->fg_nonempty = an && (an->no_op == TN_OP_amax || an->no_op == TN_OP_amin || an->no_op == TN_OP_argmax ||
+                            an->no_op == TN_OP_argmin);
   grp->fg_gemm_a = grp->fg_gemm_b = -1;
   if (gemm) { /* the product is operand 0, in the place of the node's result */
     int m = an->no_op == TN_OP_addmm ? 1 : 0;
@@ -1408,6 +1430,18 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
   for (uint32_t i = 0; (flags & TN_FUSE_GEMM) && i < nn; i++)
     if (s.fs_group_of[i] < 0 && gemm_lowerable(g, tn_graph_node(g, (int32_t)i)))
       form_gemm_group(&s, i);
+
+  for (uint32_t i = 0; i < nn; i++) { /* argmax / argmin: a row kernel each, without row_fusion too */
+    int k;
+    if (s.fs_group_of[i] < 0 && argreduce_lowerable(g, tn_graph_node(g, (int32_t)i), &k)) {
+      int32_t r = (int32_t)s.fs_ngroups++;
+      s.fs_first[r] = (int32_t)i;
+      s.fs_count[r] = 1;
+      s.fs_anchor[r] = (int32_t)i;
+      s.fs_rdims[r] = (int8_t)k;
+      s.fs_group_of[i] = r;
+    }
+  }
 
   /* single-node pointwise groups stay with eager; number the rest */
   uint32_t kept = 0;

@@ -45,7 +45,10 @@
 ** before the group starts). The program's per-row scalars (REDUCE results
 ** and arithmetic on them) split it into phases, each one pass over the row
 ** in blocks; whatever a later pass needs is recomputed from the inputs, so
-** no row is ever held whole.
+** no row is ever held whole. argmax and argmin over the last dim (or all
+** dims) are row kernels of their own, also without row groups: eager's
+** are several times slower than its max (program LOAD, REDUCE ARGMAX or
+** ARGMIN, SSTORE of an int64 index; codegen gives them their own body).
 */
 #ifndef TN_FUSE_H
 #define TN_FUSE_H

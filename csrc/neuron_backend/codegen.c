@@ -725,6 +725,55 @@ done:
   free(r.cr_have);
 }
 
+/* The REDUCE of an argmax / argmin group's program, or NULL. */
+static const tn_finst *cg_argreduce_of(const tn_fgroup *grp)
+{
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_REDUCE && (fi->fi_op == TN_RT_R_ARGMAX || fi->fi_op == TN_RT_R_ARGMIN))
+      return fi;
+  }
+  return NULL;
+}
+
+/* An argmax / argmin kernel (program: LOAD, REDUCE, SSTORE of an int64
+** index per row): per row, the blocks' first extremes folded by
+** tn_rt_argreduce_*, read in place where the input is native and unit
+** strided. */
+static void cg_argreduce(cg_buf *b, const tn_fgroup *grp, const tn_finst *red)
+{
+  const tn_finst **def = cg_defs(grp);
+  if (!def) {
+    b->cb_rc = TN_ENOMEM;
+    return;
+  }
+  const tn_finst *load = def[red->fi_a];
+  const cg_dtype *t = cg_btype(grp, red->fi_a);
+  uint32_t x = (uint32_t)load->fi_a, nops = grp->fg_ninputs + grp->fg_noutputs, res = grp->fg_ninputs;
+  char o[48];
+  out(b, "%s", cg_signature);
+  out(b, "  %s b0[%d], best = 0, *L;\n  i64 at;\n", t->cd_ctype, TN_RT_BLOCK);
+  cg_operands(b, grp);
+  out(b, "  i64 idx[64], outer = 1, d, k, o, j, n;\n");
+  out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+  out(b, "  for (o = 0; o < outer; o++) {\n");
+  out(b, "    for (k = 0; k < %u; k++) {\n      i64 off = 0;\n", nops);
+  out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
+  out(b, "      p[k] = (char *)ptrs[k] + off * isz[k];\n    }\n");
+  out(b, "    at = -1;\n");
+  out(b, "    for (j = 0; j < cols; j += %d) {\n", TN_RT_BLOCK);
+  out(b, "      n = cols - j < %d ? cols - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
+  cg_opnd(grp, x, o);
+  if (cg_native(grp, x))
+    out(b, "      if (cst[%u] == 1) L = %s + j; else\n", x, o);
+  out(b, "      { tn_rt_load_%s(b0, %s + j * cst[%u], cst[%u], n); L = b0; }\n", cg_otype(grp, x)->cd_io, o, x, x);
+  out(b, "      tn_rt_argreduce_%s(%d, L, n, j, &best, &at);\n    }\n", t->cd_fn, red->fi_op);
+  out(b, "    *(i64 *)p[%u] = at;\n", res);
+  out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
+  out(b, "  }\n}\n");
+  free(def);
+}
+
 int tn_codegen_kernel(const tn_fgroup *grp, char **src)
 {
   cg_buf b = {malloc(4096), 0, 4096, TN_OK};
@@ -734,7 +783,10 @@ int tn_codegen_kernel(const tn_fgroup *grp, char **src)
     return TN_ENOMEM;
   b.cb_text[0] = 0;
   out(&b, "%s", tn_rt_prototypes());
-  if (grp->fg_reduce_dims > 0)
+  const tn_finst *arg = grp->fg_reduce_dims > 0 ? cg_argreduce_of(grp) : NULL;
+  if (arg)
+    cg_argreduce(&b, grp, arg);
+  else if (grp->fg_reduce_dims > 0)
     cg_rows_body(&b, grp);
   else
     cg_pointwise(&b, grp);

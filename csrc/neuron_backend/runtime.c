@@ -889,6 +889,77 @@ RT_CLONES double tn_rt_reduce_f32(int op, const float *a, int64_t n)
   return rt_combine(op, tail, acc[0]);
 }
 
+/* Folds a block's first extreme (v at column j) into the running one. */
+#define RT_ARG_TAKE(op, v, j, best, at, isnan_)                                                     \
+  do {                                                                                          \
+    if (*(at) < 0 || isnan_(v) || ((op) == TN_RT_R_ARGMAX ? (v) > *(best) : (v) < *(best))) {   \
+      *(best) = (v);                                                                            \
+      *(at) = (j);                                                                              \
+    }                                                                                           \
+  } while (0)
+#define RT_ISNAN(x) ((x) != (x))
+#define RT_NEVER_NAN(x) 0
+
+/* The first e in [0, n) where a[e] is m, or a NaN when m is one (a
+** vector compare per 16 elements, then the lanes one by one). */
+RT_CLONES static int64_t rt_find_f32(const float *a, int64_t n, float m)
+{
+  int64_t e = 0;
+  int nan = m != m;
+  for (; e + 16 <= n; e += 16) {
+    rt_v16 x;
+    __builtin_memcpy(&x, a + e, sizeof x);
+    rt_m16 hit = nan ? (x != x) : (x == m);
+    int any = 0;
+    for (int l = 0; l < 16; l++)
+      any |= hit[l];
+    if (any)
+      break;
+  }
+  while (e < n && !(nan ? a[e] != a[e] : a[e] == m))
+    e++;
+  return e;
+}
+
+void tn_rt_argreduce_f32(int op, const float *a, int64_t n, int64_t j0, float *best, int64_t *at)
+{
+  if (n <= 0 || (*at >= 0 && RT_ISNAN(*best)))
+    return;
+  /* the block's extreme, vectorised (a NaN propagates), then its first place */
+  float m = (float)tn_rt_reduce_f32(op == TN_RT_R_ARGMAX ? TN_RT_R_MAX : TN_RT_R_MIN, a, n);
+  if (*at >= 0 && !RT_ISNAN(m) && !(op == TN_RT_R_ARGMAX ? m > *best : m < *best))
+    return; /* no better than the blocks before: no need to find it */
+  RT_ARG_TAKE(op, m, j0 + rt_find_f32(a, n, m), best, at, RT_ISNAN);
+}
+
+#define RT_ARGREDUCE(T, isnan_)                                          \
+  do {                                                                   \
+    if (n <= 0 || (*at >= 0 && isnan_(*best)))                           \
+      return;                                                            \
+    T v = a[0];                                                          \
+    int64_t bi = 0;                                                      \
+    for (int64_t e = 1; e < n && !isnan_(v); e++)                        \
+      if (isnan_(a[e]) || (op == TN_RT_R_ARGMAX ? a[e] > v : a[e] < v)) { \
+        v = a[e];                                                        \
+        bi = e;                                                          \
+      }                                                                  \
+    RT_ARG_TAKE(op, v, j0 + bi, best, at, isnan_);                       \
+  } while (0)
+
+void tn_rt_argreduce_f64(int op, const double *a, int64_t n, int64_t j0, double *best, int64_t *at)
+{
+  RT_ARGREDUCE(double, RT_ISNAN);
+}
+
+RT_CLONES void tn_rt_argreduce_i64(int op, const int64_t *a, int64_t n, int64_t j0, int64_t *best, int64_t *at)
+{
+  RT_ARGREDUCE(int64_t, RT_NEVER_NAN);
+}
+#undef RT_ARGREDUCE
+#undef RT_ARG_TAKE
+#undef RT_ISNAN
+#undef RT_NEVER_NAN
+
 double tn_rt_combine(int op, double acc, double part)
 {
   return rt_combine(op, acc, part);
@@ -989,6 +1060,9 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_where_i64", (const void *)tn_rt_where_i64},
   {"tn_rt_cast", (const void *)tn_rt_cast},
   {"tn_rt_gather", (const void *)tn_rt_gather},
+  {"tn_rt_argreduce_f32", (const void *)tn_rt_argreduce_f32},
+  {"tn_rt_argreduce_f64", (const void *)tn_rt_argreduce_f64},
+  {"tn_rt_argreduce_i64", (const void *)tn_rt_argreduce_i64},
   {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
   {"tn_rt_combine", (const void *)tn_rt_combine},
   {"tn_rt_load2d_f32", (const void *)tn_rt_load2d_f32},
@@ -1065,6 +1139,9 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_gather(void *dst, const char *base, i64 st, const char *idx, i64 ist, i64 isz, i64 dimst, "
          "i64 esz, i64 n);\n"
          "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
+         "void tn_rt_argreduce_f32(int op, const float *a, i64 n, i64 j0, float *best, i64 *at);\n"
+         "void tn_rt_argreduce_f64(int op, const double *a, i64 n, i64 j0, double *best, i64 *at);\n"
+         "void tn_rt_argreduce_i64(int op, const i64 *a, i64 n, i64 j0, i64 *best, i64 *at);\n"
          "double tn_rt_combine(int op, double acc, double part);\n"
          "void tn_rt_load2d_f32(float *dst, const float *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
          "void tn_rt_store2d_f32(float *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"

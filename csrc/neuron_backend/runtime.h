@@ -59,6 +59,8 @@ enum {
 #define TN_RT_R_MAX 2
 #define TN_RT_R_MIN 3
 #define TN_RT_R_MEAN 4  /* accumulated as SUM; divided by the row's length (in double) when final */
+#define TN_RT_R_ARGMAX 5 /* index of the first maximum (tn_rt_argreduce_*) */
+#define TN_RT_R_ARGMIN 6 /* index of the first minimum */
 
 /* dst[i] = src[i * stride] for i < n (stride in elements; 0 broadcasts). */
 void tn_rt_load_f32(float *dst, const float *src, int64_t stride, int64_t n);
@@ -157,6 +159,16 @@ void tn_rt_cast(int to, int from, void *dst, const void *src, int64_t n);
 ** launcher has checked every index. */
 void tn_rt_gather(void *dst, const char *base, int64_t st, const char *idx, int64_t ist, int64_t isz,
                   int64_t dimst, int64_t esz, int64_t n);
+
+/* A row's argmax or argmin (op TN_RT_R_ARGMAX / ARGMIN), block by block:
+** a[0..n) is the block starting at column j0; *at (-1 before the first
+** block) and *best are the index and value of the first maximum (minimum)
+** so far. A NaN counts as both, the first NaN winning, and ties go to the
+** first, as eager's. Float blocks (float32, float16, bfloat16); _f64 and
+** _i64 for double and int64 blocks. */
+void tn_rt_argreduce_f32(int op, const float *a, int64_t n, int64_t j0, float *best, int64_t *at);
+void tn_rt_argreduce_f64(int op, const double *a, int64_t n, int64_t j0, double *best, int64_t *at);
+void tn_rt_argreduce_i64(int op, const int64_t *a, int64_t n, int64_t j0, int64_t *best, int64_t *at);
 
 /* The position of the first of n indices (integers of isz bytes, 8 or 4,
 ** stride elements apart) outside [0, lim), or -1 when all lie inside. */

@@ -1094,6 +1094,50 @@ START_TEST(test_rt_cast_bool)
 }
 END_TEST
 
+/* Running argmax / argmin over blocks: ties go to the first, the first NaN
+** wins over everything (also over a later larger block), int64 and double
+** the same way. */
+START_TEST(test_rt_argreduce)
+{
+  float a[40];
+  for (int i = 0; i < 40; i++)
+    a[i] = (float)(i % 7);
+  float best = 0;
+  int64_t at = -1;
+  tn_rt_argreduce_f32(TN_RT_R_ARGMAX, a, 20, 0, &best, &at);      /* first 6 at index 6 */
+  tn_rt_argreduce_f32(TN_RT_R_ARGMAX, a + 20, 20, 20, &best, &at); /* ties later: kept */
+  ck_assert_int_eq(at, 6);
+  ck_assert(best == 6.0f);
+  at = -1;
+  tn_rt_argreduce_f32(TN_RT_R_ARGMIN, a + 3, 37, 3, &best, &at);   /* first 0 at 7 */
+  ck_assert_int_eq(at, 7);
+  a[25] = NAN;
+  a[31] = NAN;
+  at = -1;
+  tn_rt_argreduce_f32(TN_RT_R_ARGMAX, a, 20, 0, &best, &at);
+  tn_rt_argreduce_f32(TN_RT_R_ARGMAX, a + 20, 20, 20, &best, &at);
+  ck_assert_int_eq(at, 25);
+  a[39] = INFINITY;
+  at = -1;
+  tn_rt_argreduce_f32(TN_RT_R_ARGMIN, a + 20, 20, 20, &best, &at);  /* NaN wins for argmin too */
+  ck_assert_int_eq(at, 25);
+  double d[5] = {1.0, -0.0, 0.0, NAN, -3.0};
+  double bd = 0;
+  at = -1;
+  tn_rt_argreduce_f64(TN_RT_R_ARGMIN, d, 3, 0, &bd, &at);
+  ck_assert_int_eq(at, 1);                                          /* -0.0 and 0.0 tie: the first */
+  tn_rt_argreduce_f64(TN_RT_R_ARGMIN, d + 3, 2, 3, &bd, &at);
+  ck_assert_int_eq(at, 3);
+  int64_t v[6] = {5, INT64_MIN, 9, 9, INT64_MAX, INT64_MAX}, bv = 0;
+  at = -1;
+  tn_rt_argreduce_i64(TN_RT_R_ARGMAX, v, 6, 100, &bv, &at);
+  ck_assert_int_eq(at, 104);
+  at = -1;
+  tn_rt_argreduce_i64(TN_RT_R_ARGMIN, v, 6, 0, &bv, &at);
+  ck_assert_int_eq(at, 1);
+}
+END_TEST
+
 START_TEST(test_rt_round)
 {
   ck_assert(tn_rt_round(TN_DTYPE_FLOAT32, 0.1) == (double)0.1f);
@@ -1618,6 +1662,7 @@ int main(void)
   tcase_add_test(tc, test_rt_cast_int_and_float);
   tcase_add_test(tc, test_rt_cast_bool);
   tcase_add_test(tc, test_rt_round);
+  tcase_add_test(tc, test_rt_argreduce);
   tcase_add_test(tc, test_compare_where_cast_kernel);
   tcase_add_test(tc, test_gather_embedding_group);
   tcase_add_test(tc, test_element_gather_group);
