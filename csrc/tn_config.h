@@ -41,6 +41,11 @@
     "Run float32 linear layers that stay in PyTorch through oneDNN, with the op after each (a separate " \
     "bias add, relu, gelu or a residual add) in the same call, wherever a measurement when the graph is " \
     "lowered finds that faster than aten.linear; the choices are cached with the graph.") \
+  _(onednn_packed_weights, TN_CFG_BOOL, 0, NULL, \
+    "With onednn_linear, also time oneDNN on a copy of each weight packed into its blocked layout, made on " \
+    "first use and again when the weight is another tensor or its version counter moved (in-place updates, " \
+    "load_state_dict). Fastest at small batches, but writes that bypass the version counter (through .data, " \
+    "numpy) are not seen, and each such weight is held twice: for weights that stay put while served.") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 18
+ARTIFACT_FORMAT = 19
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,7 +121,8 @@ def _key_context():
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
             f"row_fusion {bool(config.row_fusion)}; gemm {_gemm_fusion()}; "
-            f"onednn_linear {_onednn_linear()}; cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
+            f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
+            f"cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
 
 
 def _onednn_linear():
@@ -167,8 +168,8 @@ class _Lowering:
                             outputs=[value_of[v] for v in grp["outputs"]]) for grp in self.artifact["groups"]]
 
     def onednn_units(self, imported):
-        """The linear nodes whose units (gemm.find_unit) oneDNN runs: the
-        cached choice, or, in a graph lowered here, measured now."""
+        """[(linear node, kind)] for the units (gemm.find_unit) oneDNN runs:
+        the cached choice, or, in a graph lowered here, measured now."""
         fused = {n for grp in self.groups for n in grp["nodes"]}
         units = {}
         for i, node in enumerate(imported.fx_nodes):
@@ -178,12 +179,13 @@ class _Lowering:
         canon = {imp: c for c, imp in enumerate(self.order)}
         if self.artifact["onednn"] is None:
             listed = list(units.items())
-            chosen = gemm.choose([u for _, u in listed], _gemm_measured) if _onednn_linear() else []
-            self.artifact["onednn"] = sorted(canon[listed[k][0]] for k in chosen)
-        picked = [self.order[c] for c in self.artifact["onednn"]]
-        if any(i not in units for i in picked):
+            chosen = gemm.choose([u for _, u in listed], _gemm_measured,
+                                 packed=bool(config.onednn_packed_weights)) if _onednn_linear() else []
+            self.artifact["onednn"] = sorted([canon[listed[k][0]], kind] for k, kind in chosen)
+        picked = [(self.order[c], kind) for c, kind in self.artifact["onednn"]]
+        if any(i not in units or kind not in ("onednn", "packed") for i, kind in picked):
             raise RuntimeError("a cached oneDNN choice names a node that is no linear layer")
-        return [units[i].nodes[0] for i in picked]
+        return [(units[i].nodes[0], kind) for i, kind in picked]
 
     def store(self):
         """Saves a plan lowered here in the persistent cache."""
@@ -536,8 +538,8 @@ def _build(gm, example_inputs):
     ops = len(imported.fx_nodes)
     lowering = _Lowering(imported)
     fused = _fuse(gm.graph, imported, lowering.groups)
-    for head in lowering.onednn_units(imported):
-        gemm.rewrite(gm.graph, head)
+    for head, kind in lowering.onednn_units(imported):
+        gemm.rewrite(gm.graph, head, kind)
     lowering.store()
     gm.graph.lint()
     gm.recompile()

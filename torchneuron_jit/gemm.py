@@ -10,9 +10,16 @@ each such unit is timed, both ways, when its graph is lowered, and oneDNN
 takes it only where it measured clearly faster. The choices are stored with
 the graph's artifact: a process that finds them in the cache measures
 nothing. Either way the numbers are eager's up to the order of the sums.
+
+With config.onednn_packed_weights a third variant is timed: oneDNN on a
+copy of the weight packed into its blocked layout (PackedLinear), several
+times faster than both at a few rows. The copy is remade whenever the
+weight is another tensor or its version counter moved; writes that bypass
+the counter are not seen, hence the opt-in.
 """
 import statistics
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +35,7 @@ MARGIN = 0.95
 
 # Measuring one unit: samples of each variant, and the time after which it
 # stops at MIN_SAMPLES.
-MIN_SAMPLES, MAX_SAMPLES, BUDGET_S = 5, 15, 0.025
+MIN_SAMPLES, MAX_SAMPLES, BUDGET_S = 3, 15, 0.012
 
 
 def available():
@@ -117,8 +124,56 @@ def find_unit(node):
     return unit
 
 
-def _onednn_call(unit):
-    """(target, args) of the one oneDNN call that replaces unit."""
+class PackedLinear:
+    """A linear unit run by oneDNN from a packed copy of its weight.
+
+    The copy is made on the first call and again whenever the weight is
+    another tensor, was written in place (its version counter moved) or
+    now lives elsewhere (``.data`` replaced); the weight's old storage is
+    held meanwhile, so its address cannot be reused unnoticed. Writes that
+    bypass the version counter (through ``.data``, numpy views) are not
+    seen. Inference tensors have no version counter: they run unpacked.
+    """
+
+    __name__ = __qualname__ = "onednn_packed_linear"
+
+    def __init__(self, attr, algorithm, rows):
+        self.attr, self.algorithm, self.rows = attr, algorithm, rows
+        self._state = None  # (weakref to the weight, version, data_ptr, alias holding its storage, packed)
+
+    def packed(self, w):
+        try:
+            version = w._version
+        except RuntimeError:  # an inference tensor
+            return w
+        state = self._state
+        if state is not None and state[0]() is w and state[1] == version and state[2] == w.data_ptr():
+            return state[4]
+        alias = w.detach()
+        packed = torch.ops.mkldnn._reorder_linear_weight(alias, self.rows)
+        self._state = (weakref.ref(w), version, w.data_ptr(), alias, packed)
+        return packed
+
+    def __call__(self, x, w, b, other=None):
+        if other is not None:
+            return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed(w), b, "add")
+        return torch.ops.mkldnn._linear_pointwise.default(x, self.packed(w), b, self.attr, [], self.algorithm)
+
+    def __repr__(self):
+        return "oneDNN packed linear"
+
+
+def _rows(unit):
+    x = static_val(unit.x)
+    return x.numel() // x.shape[-1]
+
+
+def _onednn_call(unit, kind="onednn"):
+    """(target, args) of the one oneDNN call that replaces unit (kind
+    "onednn", or "packed" for a PackedLinear)."""
+    if kind == "packed":
+        call = PackedLinear(unit.attr, unit.algorithm, _rows(unit))
+        return call, (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
     if unit.attr == "add":
         return torch.ops.mkldnn._linear_pointwise.binary, (unit.x, unit.other, unit.w, unit.b, "add")
     return torch.ops.mkldnn._linear_pointwise.default, (unit.x, unit.w, unit.b, unit.attr, [], unit.algorithm)
@@ -144,9 +199,11 @@ def _median_seconds(fns):
     return [statistics.median(s) for s in samples]
 
 
-def measure(unit):
-    """(aten seconds, oneDNN seconds): medians of the unit run as the graph
-    has it and as one oneDNN call, on random inputs of its layouts."""
+def measure(unit, kinds=("onednn",)):
+    """{"aten": seconds, kind: seconds for each of kinds}: medians of the
+    unit run as the graph has it and as one oneDNN call of each kind
+    ("onednn", "packed": packed once beforehand, as in steady state), on
+    random inputs of its layouts."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily(), torch.no_grad():
         leaves = {n: _example(n) for n in (unit.x, unit.w, unit.b, unit.other) if n is not None}
@@ -157,37 +214,42 @@ def measure(unit):
                 values[n] = n.target(*map_arg(n.args, values.__getitem__), **n.kwargs)
             return values[unit.nodes[-1]]
 
-        target, args = _onednn_call(unit)
-        args = map_arg(args, leaves.__getitem__)
-        return _median_seconds([as_graph, lambda: target(*args)])
+        fns = [as_graph]
+        for kind in kinds:
+            target, args = _onednn_call(unit, kind)
+            fns.append(lambda target=target, args=map_arg(args, leaves.__getitem__): target(*args))
+        return dict(zip(("aten",) + tuple(kinds), _median_seconds(fns)))
 
 
-def choose(graph_units, measured=None):
-    """The indices of graph_units that oneDNN should run, measuring each
-    distinct signature once (measured: signature -> choice, kept by the
-    caller across graphs of one process)."""
+def choose(graph_units, measured=None, packed=False):
+    """[(index, kind)] for the units of graph_units that oneDNN should run
+    ("onednn", or "packed" when packed weights may be timed too), measuring
+    each distinct signature once (measured: (signature, packed) -> kind,
+    kept by the caller across graphs of one process)."""
     measured = {} if measured is None else measured
     chosen = []
     for i, unit in enumerate(graph_units):
-        sig = unit.signature()
+        sig = (unit.signature(), packed)
         if sig not in measured:
-            eager_s, onednn_s = measure(unit)
-            measured[sig] = onednn_s < MARGIN * eager_s
-            _log.event("compile", f"{unit.describe()}: aten {eager_s * 1e6:.0f} us, oneDNN {onednn_s * 1e6:.0f} us"
-                                  f" -> {'oneDNN' if measured[sig] else 'aten'}")
-        if measured[sig]:
-            chosen.append(i)
+            times = measure(unit, ("onednn", "packed") if packed else ("onednn",))
+            fastest = min(times, key=times.get)
+            measured[sig] = fastest if times[fastest] < MARGIN * times["aten"] else "aten"
+            _log.event("compile", f"{unit.describe()}: "
+                                  + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items())
+                                  + f" -> {measured[sig]}")
+        if measured[sig] != "aten":
+            chosen.append((i, measured[sig]))
     return chosen
 
 
-def rewrite(graph, head):
-    """Replaces the unit that the linear node head heads by its oneDNN call.
-    The unit is found again on the graph as it is now: an earlier rewrite
-    may have replaced one of its operands."""
+def rewrite(graph, head, kind="onednn"):
+    """Replaces the unit that the linear node head heads by its oneDNN call
+    of kind ("onednn" or "packed"). The unit is found again on the graph as
+    it is now: an earlier rewrite may have replaced one of its operands."""
     unit = find_unit(head)
     if unit is None:
         raise RuntimeError(f"{head.name} no longer heads a linear unit")
-    target, args = _onednn_call(unit)
+    target, args = _onednn_call(unit, kind)
     tail = unit.nodes[-1]
     with graph.inserting_before(tail):
         call = graph.call_function(target, args)

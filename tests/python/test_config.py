@@ -7,7 +7,7 @@ import pytest
 from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
-         "gemm_fusion", "onednn_linear", "log"]
+         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -18,11 +18,13 @@ DEFAULTS = {
     "row_fusion": False,
     "gemm_fusion": False,
     "onednn_linear": True,
+    "onednn_packed_weights": False,
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "bool",
-         "gemm_fusion": "bool", "onednn_linear": "bool", "log": "str"}
+         "gemm_fusion": "bool", "onednn_linear": "bool", "onednn_packed_weights": "bool",
+         "log": "str"}
 
 
 def parse_default(setting):
