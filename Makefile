@@ -33,7 +33,7 @@ deps:
 # package is missing or points at another checkout.
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
-	@cd / && $(PYTHON) -c "import os, sys, torchneuron_jit as t; sys.exit(os.path.dirname(t.__file__) != '$(CURDIR)/torchneuron_jit')" 2>/dev/null \
+	@(cd / && $(PYTHON) -c "import os, sys, torchneuron_jit as t; sys.exit(os.path.dirname(t.__file__) != '$(CURDIR)/torchneuron_jit')") 2>/dev/null \
 	  || $(PYTHON) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v -i warning || true
 
 build/tests/test_%: tests/c/test_%.c tests/c/tn_check.h $(CORE_SRC) $(CORE_HDR) | deps

@@ -481,6 +481,44 @@ def _full_like_as_full(graph):
     return done
 
 
+# arange of more elements than this stays an op at run time.
+_FOLD_ARANGE_MAX = 1 << 16
+
+
+def _fold_static_arange(gm):
+    """Computes each arange whose start, end and step are numbers (not
+    sizes that vary) once, here, with eager's own kernel, and makes it a
+    constant of the module: an input the kernels read like any other, so
+    the ops after it fuse (a position mask, an iota scaled). Up to
+    _FOLD_ARANGE_MAX elements. Returns how many."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    graph, done = gm.graph, 0
+    targets = (aten.arange.default, aten.arange.start, aten.arange.start_step)
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        val = static_val(node)
+        numbers = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in node.args)
+        if not numbers or val is None or val.numel() > _FOLD_ARANGE_MAX or val.device.type != "cpu" \
+                or node.kwargs.get("layout") not in (None, torch.strided) or node.kwargs.get("pin_memory"):
+            continue
+        with unset_fake_temporarily():
+            value = node.target(*node.args, **node.kwargs)
+        name = f"_neuron_arange_{done}"
+        while hasattr(gm, name):
+            name += "_"
+        setattr(gm, name, value)
+        with graph.inserting_before(node):
+            const = graph.get_attr(name)
+        const.meta = dict(node.meta)
+        node.replace_all_uses_with(const)
+        graph.erase_node(node)
+        done += 1
+    if done:
+        _log.event("compile", f"folded {done} arange into constants")
+    return done
+
+
 def _recompose_linear(graph):
     """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
     become aten.linear(x, w[, b]), and, with static shapes, the views that
@@ -531,6 +569,7 @@ def _build(gm, example_inputs):
     _collapse_views(gm.graph)
     _materialize_number_operands(gm.graph)
     _full_like_as_full(gm.graph)
+    _fold_static_arange(gm)
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()

@@ -444,6 +444,33 @@ def test_a_factory_that_enlarges_the_result_stays_outside(check, compiled):
     assert compiled.fallbacks()["aten.full.default"] == 1
 
 
+def test_static_arange_is_folded_and_what_follows_fuses(check, compiled):
+    """arange with number arguments becomes a constant at compile time (eager
+    computes it), so a position mask or a scaled ramp fuses with its users;
+    one as an embedding's positions feeds the gather."""
+    lengths = torch.tensor([1, 3, 5, 8])
+    x = torch.randn(4, 8)
+    emb = torch.randn(16, 6)
+
+    def f(x, n, emb):
+        mask = (torch.arange(8) < n[:, None]) & (x > 0)
+        ramp = torch.arange(2, 20, 3, dtype=torch.float32) * 0.1 + x[0, :6]
+        pos = torch.nn.functional.embedding(torch.arange(8), emb) * 2 + 1
+        return mask, ramp, pos
+
+    check(f, x, lengths, emb, exact=True, lowered=["aten.lt.Tensor", "aten.embedding.default"])
+    assert not any("arange" in op for op in compiled.fallbacks()), dict(compiled.fallbacks())
+
+
+def test_arange_of_a_dynamic_length_stays_an_op(check, compiled):
+    def f(x):
+        return (torch.arange(x.shape[1]) * 2 + x) > 0
+
+    calls = [(torch.randn(3, n).to(torch.int64),) for n in (5, 9, 12)]
+    check(f, *calls[0], exact=True, dynamic=True, calls=calls)
+    assert compiled.fallbacks()["aten.arange.default"] + compiled.fallbacks()["aten.arange.start_step"] >= 1
+
+
 def test_full_like_of_a_transposed_tensor_keeps_eagers_strides(check):
     f, i, *_ = _promo_inputs()
     got, want = check(lambda x: torch.full_like(x, 2.0) * x, f.t(), exact=True, kernels=False)
