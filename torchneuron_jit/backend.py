@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 19
+ARTIFACT_FORMAT = 20
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,7 +159,8 @@ class _Lowering:
             _log.event("cache", f"hit {self.key.hex()} in {(time.perf_counter() - t0) * 1e3:.2f} ms")
         else:
             _C.stat_add("cache_misses")
-            groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion), gemm=_gemm_fusion())
+            groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion), gemm=_gemm_fusion(),
+                             linear_act=_onednn_linear())
             self.artifact = {"format": ARTIFACT_FORMAT, "groups": groups, "onednn": None}
             self.seconds = time.perf_counter() - t0
         order, value_of = self.order, {canon: v for v, canon in enumerate(vmap)}

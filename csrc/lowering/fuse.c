@@ -1373,6 +1373,35 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   return b.pb_rc;
 }
 
+/* Whether n is a relu or gelu whose input is the float32 result of an
+** aten.linear (a fallback node) that n alone reads: the activation a
+** oneDNN linear takes as its post-op (TN_FUSE_LINEAR_ACT). */
+static int linear_activation(const tn_graph *g, const tn_node *n)
+{
+  if ((n->no_op != TN_OP_relu && n->no_op != TN_OP_gelu) || n->no_args[0].ar_tag != TN_ARG_TENSOR)
+    return 0;
+  int32_t v = n->no_args[0].u.ar_ref, p = producer(g, v), readers = 0;
+  if (p < 0)
+    return 0;
+  const tn_node *pn = tn_graph_node(g, p);
+  if (pn->no_op != TN_OP_fallback || !pn->no_target || strcmp(pn->no_target, "aten::linear") != 0 ||
+      tn_graph_value(g, v)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
+    return 0;
+  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
+    if (tn_graph_outputs(g)[o] == v)
+      return 0;
+  for (uint32_t j = (uint32_t)p + 1; j < tn_graph_num_nodes(g); j++) {
+    const tn_node *r = tn_graph_node(g, (int32_t)j);
+    for (uint32_t a = 0; a < r->no_nargs; a++) {
+      const tn_arg *arg = &r->no_args[a];
+      readers += arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v;
+      for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
+        readers += arg->u.ar_refs[e] == v;
+    }
+  }
+  return readers == 1;
+}
+
 int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
 {
   uint32_t nn = tn_graph_num_nodes(g), nv = tn_graph_num_values(g);
@@ -1404,7 +1433,7 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
     s.fs_group_of[i] = -1;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, (int32_t)i);
-    if (!fusable(g, n))
+    if (!fusable(g, n) || ((flags & TN_FUSE_LINEAR_ACT) && linear_activation(g, n)))
       continue;
     for (uint32_t a = 0; a < n->no_nargs && s.fs_group_of[i] < 0; a++) {
       if (n->no_args[a].ar_tag != TN_ARG_TENSOR)

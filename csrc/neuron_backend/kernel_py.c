@@ -106,18 +106,19 @@ static void launch_part(void *vctx, int part, int nparts)
 
 static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"graph", "rows", "gemm", NULL};
+  static char *kwlist[] = {"graph", "rows", "gemm", "linear_act", NULL};
   PyObject *arg;
-  int rows = 0, gemm = 0;
+  int rows = 0, gemm = 0, linear_act = 0;
   (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pp:fuse", kwlist, &arg, &rows, &gemm))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|ppp:fuse", kwlist, &arg, &rows, &gemm, &linear_act))
     return NULL;
   tn_graph *g = tn_py_graph_get(arg);
   tn_fusion *f = NULL;
   PyObject *res = NULL;
   if (!g)
     return NULL;
-  int rc = tn_fuse_graph(g, (rows ? TN_FUSE_ROWS : 0) | (gemm ? TN_FUSE_GEMM : 0), &f);
+  int rc = tn_fuse_graph(g, (rows ? TN_FUSE_ROWS : 0) | (gemm ? TN_FUSE_GEMM : 0) |
+                              (linear_act ? TN_FUSE_LINEAR_ACT : 0), &f);
   if (rc != TN_OK)
     return PyErr_NoMemory();
   res = PyList_New(0);
@@ -1159,7 +1160,7 @@ PyMethodDef tn_py_kernel_methods[] = {
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
   {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
-   "fuse(graph, rows=False, gemm=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtypes', 'reduce_dims', "
+   "fuse(graph, rows=False, gemm=False, linear_act=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtypes', 'reduce_dims', "
    "'out_kinds', 'nonempty', 'gemm', 'epilogue'}] for each fused group."},
   {NULL, NULL, 0, NULL},
 };

@@ -569,8 +569,14 @@ def test_gemm_fusion_off_by_default_keeps_gemm_eager(compiled):
     groups = assert_gemm_eager(compiled)
     # both recomposed, run by PyTorch (aten.linear or oneDNN's, whichever measured faster)
     assert compiled.fallbacks()[LINEAR] + compiled.fallbacks()[ONEDNN] == 2, dict(compiled.fallbacks())
-    # the epilogues still run as pointwise kernels of their own
-    assert sorted(groups) == sorted([[RELU, ADD], [MUL, ADD]]), groups
+    # the epilogues still run as pointwise kernels of their own, but for the
+    # relu that alone reads a linear: it is left to the linear (oneDNN's post-op)
+    assert sorted(groups) == sorted([[MUL, ADD]]), groups
+    with config.patch(onednn_linear=False):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            torch.compile(f, backend="neuron")(x, w, b, y)
+        assert sorted(compiled.groups()) == sorted([[RELU, ADD], [MUL, ADD]])
 
 
 def test_plain_mm_is_the_gemm_alone(compiled):

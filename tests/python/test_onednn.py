@@ -134,14 +134,14 @@ def test_each_shape_is_measured_once_per_process(choose, ops):
     measured = choose(True)
     w2, b2 = _t((256, 384), 4, 0.05), _t((256,), 5)
 
-    def f(x, w, b, w2, b2):  # two layers of one shape (their relus fuse with the add), a third of another
+    def f(x, w, b, w2, b2):  # two layers of one shape (with their relus), a third of another
         h = F.relu(F.linear(x, w, b))
         h2 = F.relu(F.linear(x * 2, w, b))
         return F.linear(h + h2, w2, b2)
 
     got = _run(f, x, w, b, w2, b2)
     torch.testing.assert_close(got, f(x, w, b, w2, b2), rtol=1e-4, atol=1e-4)
-    assert sorted(measured) == ["linear 256x256->384 + bias", "linear 256x384->256 + bias"]
+    assert sorted(measured) == ["linear 256x256->384 + bias + relu", "linear 256x384->256 + bias"]
     assert ops()[ONEDNN] == 3
 
 
@@ -369,3 +369,26 @@ def test_packed_is_only_timed_when_asked(choose, ops):
     _close_to_eager(_run(f, x, w, b), f, x, w, b)
     ran = ops()
     assert ran[ONEDNN] == 1 and ran[PACKED] == 0, dict(ran)
+
+
+def test_an_activation_chained_on_goes_to_onednn_not_to_a_kernel(choose, ops, compiled):
+    """linear -> gelu -> + x: the gelu is left out of pointwise kernels
+    (TN_FUSE_LINEAR_ACT) so that oneDNN takes it as its post-op; with the
+    setting off, gelu and the add are one generated kernel."""
+    choose(True)
+    x2 = _t((4, 64, 256), 5)
+    w2 = _t((256, 256), 6, 0.06)
+
+    def f(x, w, b):
+        return x + F.gelu(F.linear(x, w, b))
+
+    config.log = "compile"
+    got = _run(f, x2, w2, b[:256])
+    _close_to_eager(got, f, x2, w2, b[:256])
+    ran = ops()
+    assert ran[ONEDNN] == 1 and ran["aten.gelu.default"] == 0 and ran["aten.add.Tensor"] == 1, dict(ran)
+    torch._dynamo.reset()
+    config.onednn_linear = False
+    compiled.mark()
+    torch.testing.assert_close(_run(f, x2, w2, b[:256]), f(x2, w2, b[:256]))
+    assert ["aten.gelu.default", "aten.add.Tensor"] in compiled.groups()
