@@ -508,7 +508,7 @@ def _fold_static_arange(gm):
         name = f"_neuron_arange_{done}"
         while hasattr(gm, name):
             name += "_"
-        setattr(gm, name, value)
+        gm.register_buffer(name, value, persistent=False)
         with graph.inserting_before(node):
             const = graph.get_attr(name)
         const.meta = dict(node.meta)
