@@ -392,3 +392,32 @@ def test_an_activation_chained_on_goes_to_onednn_not_to_a_kernel(choose, ops, co
     compiled.mark()
     torch.testing.assert_close(_run(f, x2, w2, b[:256]), f(x2, w2, b[:256]))
     assert ["aten.gelu.default", "aten.add.Tensor"] in compiled.groups()
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_four_threads_share_one_compiled_model(choose, in_threads, packed):
+    """Concurrent calls of one compiled model: oneDNN linears (packed ones
+    racing to pack on the first call), an argmax kernel, eager's numbers."""
+    choose("packed" if packed else True)
+    config.onednn_packed_weights = packed
+    model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.GELU(), torch.nn.Linear(384, 64)).eval()
+    def f(t):
+        logits = model(t)
+        return logits, logits.argmax(-1)
+
+    compiled = torch.compile(f, backend="neuron")
+    inputs = [_t((32, 256), 10 + i) for i in range(4)]
+    with torch.no_grad():
+        want = [model(t) for t in inputs]
+
+    def body(i):
+        with torch.no_grad():
+            for _ in range(25):
+                logits, best = compiled(inputs[i])
+                torch.testing.assert_close(logits, want[i], rtol=1e-5, atol=1e-5)
+                assert torch.equal(best, logits.argmax(-1))  # the kernel's argmax of what it got
+
+    with torch.no_grad():
+        compiled(inputs[0])  # compiled once, on this thread
+    in_threads(body)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
