@@ -16,7 +16,7 @@ import math
 import torch
 
 import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
-from pointwise import format_row, measure
+from pointwise import columns, compare, header
 
 F = torch.nn.functional
 
@@ -74,6 +74,13 @@ class GPTBlock(torch.nn.Module):
         return logits, logits.argmax(-1)
 
 
+def _close(got, want):
+    """The first result (the logits of a model that returns two) within
+    float32 GEMM tolerance of eager's."""
+    first = (lambda r: r[0] if isinstance(r, tuple) else r)
+    torch.testing.assert_close(first(got), first(want), rtol=1e-4, atol=1e-4)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=50)
@@ -87,23 +94,11 @@ def main():
              ("TransformerEncoderLayer 4x64", torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True), x),
              ("GPT block 1x32", GPTBlock(), torch.randint(0, 1000, (1, 32))),
              ("GPT block 8x128", GPTBlock(), torch.randint(0, 1000, (8, 128)))]
-    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    cols = columns(args.no_inductor)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'model':30s} " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
-          + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    header(f"{'model':30s}", cols)
     for name, model, inp in cases:
-        model.eval()
-        torch._dynamo.reset()
-        fns = {"eager": model}
-        with torch.no_grad():
-            want = model(inp)
-            for backend in cols[1:]:
-                fns[backend] = torch.compile(model, backend=backend)
-                got = fns[backend](inp)
-                torch.testing.assert_close(got[0] if isinstance(got, tuple) else got,
-                                           want[0] if isinstance(want, tuple) else want, rtol=1e-4, atol=1e-4)
-        print(format_row(f"{name:30s}", measure(fns, (inp,), args.iters), cols), flush=True)
-
+        compare(f"{name:30s}", model.eval(), (inp,), cols, args.iters, check=_close)
 
 if __name__ == "__main__":
     main()

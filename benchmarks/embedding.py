@@ -15,7 +15,7 @@ import argparse
 import torch
 
 import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
-from pointwise import format_row, measure
+from pointwise import columns, compare, header
 
 
 class Embed(torch.nn.Module):
@@ -50,20 +50,11 @@ def main():
         ("bn+relu 1x16x32x32", bn_relu(16), torch.randn(1, 16, 32, 32)),
         ("bn+relu 8x64x56x56", bn_relu(64), torch.randn(8, 64, 56, 56)),
     ]
-    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    cols = columns(args.no_inductor)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'case':20s} " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
-          + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    header(f"{'case':20s}", cols)
     for name, model, x in cases:
-        torch._dynamo.reset()
-        fns = {"eager": model}
-        for backend in cols[1:]:
-            fns[backend] = torch.compile(model, backend=backend)
-            with torch.no_grad():
-                torch.testing.assert_close(fns[backend](x), model(x))
-        med = measure(fns, (x,), args.iters)
-        print(format_row(f"{name:20s}", med, cols))
-
+        compare(f"{name:20s}", model, (x,), cols, args.iters)
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,7 @@ import argparse
 import torch
 
 import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
-from pointwise import format_row, measure
+from pointwise import columns, compare, header
 
 
 def encoder(layers, d):
@@ -33,22 +33,12 @@ def main():
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
     args = parser.parse_args()
     model = encoder(args.layers, args.d)
-    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    cols = columns(args.no_inductor)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.layers} layers, d {args.d}")
-    print(f"{'batch x seq':20s} " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
-          + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    header(f"{'batch x seq':20s}", cols)
     for batch, seq in ((1, 32), (4, 64), (8, 128)):
-        x = torch.randn(batch, seq, args.d)
-        torch._dynamo.reset()
-        fns = {"eager": model}
-        with torch.no_grad():
-            want = model(x)
-            for backend in cols[1:]:
-                fns[backend] = torch.compile(model, backend=backend)
-                torch.testing.assert_close(fns[backend](x), want, rtol=1e-4, atol=1e-4)
-            med = measure(fns, (x,), args.iters)
-        print(format_row(f"{f'{batch} x {seq}':20s}", med, cols))
-
+        compare(f"{f'{batch} x {seq}':20s}", model, (torch.randn(batch, seq, args.d),), cols, args.iters,
+                check=lambda got, want: torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4))
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ import argparse
 import torch
 
 import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
-from pointwise import format_row, measure
+from pointwise import columns, compare, header
 
 
 def argmax(x):
@@ -33,19 +33,12 @@ def main():
              for r, c in ((64, 1000), (8, 32000), (1024, 1024), (1, 50257))]
     cases += [(f"gather {r}x{c} k {k}", gather, (torch.randn(r, c), torch.randint(0, c, (r, k))))
               for r, c, k in ((64, 1000, 32), (512, 1000, 300), (2048, 512, 512))]
-    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
+    cols = columns(args.no_inductor)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'case':24s} " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
-          + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    header(f"{'case':24s}", cols)
     for name, f, xs in cases:
-        torch._dynamo.reset()
-        fns = {"eager": f}
-        for backend in cols[1:]:
-            fns[backend] = torch.compile(f, backend=backend)
-            with torch.no_grad():
-                torch.testing.assert_close(fns[backend](*xs), f(*xs), rtol=0, atol=0)
-        print(format_row(f"{name:24s}", measure(fns, xs, args.iters), cols))
-
+        compare(f"{name:24s}", f, xs, cols, args.iters, check=lambda got, want: torch.testing.assert_close(
+            got, want, rtol=0, atol=0))
 
 if __name__ == "__main__":
     main()

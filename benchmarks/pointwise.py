@@ -40,6 +40,31 @@ def measure(fns, args, iters):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def columns(no_inductor):
+    """The back ends timed: eager, neuron and (unless no_inductor) Inductor."""
+    return ["eager", "neuron"] + ([] if no_inductor else ["inductor"])
+
+
+def header(first, cols):
+    """The table's header line: first (a padded label), then the columns."""
+    print(first + " " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
+          + (f" {'inductor/neuron':>16s}" if "inductor" in cols else ""))
+
+
+def compare(label, f, args, cols, iters, check=torch.testing.assert_close):
+    """Compiles f with each back end of cols after eager (Dynamo's caches
+    reset first), checks each result against eager's with check(got, want),
+    then times them all interleaved and prints the row."""
+    torch._dynamo.reset()
+    fns = {"eager": f}
+    with torch.no_grad():
+        want = f(*args)
+        for backend in cols[1:]:
+            fns[backend] = torch.compile(f, backend=backend)
+            check(fns[backend](*args), want)
+    print(format_row(label, measure(fns, args, iters), cols), flush=True)
+
+
 def format_row(label, med, cols):
     """label, then each column's median in us, then eager/neuron (and
     inductor/neuron when Inductor ran)."""
@@ -59,9 +84,8 @@ def main():
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
-    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
-    print(f"{'chain':14s} {'shape':>10s} " + " ".join(f"{c + ' us':>12s}" for c in cols)
-          + f" {'eager/neuron':>13s}" + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    cols = columns(args.no_inductor)
+    header(f"{'chain':14s} {'shape':>10s}", cols)
     for shape_text in args.shapes.split(","):
         shape = tuple(int(s) for s in shape_text.split("x"))
         if dtype.is_floating_point:
@@ -73,14 +97,7 @@ def main():
                 f(x, y)
             except RuntimeError:
                 continue
-            torch._dynamo.reset()
-            fns = {"eager": f}
-            for backend in cols[1:]:
-                fns[backend] = torch.compile(f, backend=backend)
-                with torch.no_grad():
-                    torch.testing.assert_close(fns[backend](x, y), f(x, y))
-            med = measure(fns, (x, y), args.iters)
-            print(format_row(f"{name:14s} {shape_text:>10s}", med, cols))
+            compare(f"{name:14s} {shape_text:>10s}", f, (x, y), cols, args.iters)
 
 
 if __name__ == "__main__":

@@ -669,6 +669,34 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
   out(b, "    }\n    return;\n  }\n");
 }
 
+/* A row kernel's counters: outer (rows), the odometer idx[] over the
+** rows' dims, and the loop variables. */
+static void cg_rows_counters(cg_buf *b)
+{
+  out(b, "  i64 idx[64];\n");
+  out(b, "  i64 outer = 1, d, k, o, j, n;\n");
+  out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+}
+
+/* Opens the loop over rows: p[k] is each of the nops operands' place in
+** row o. */
+static void cg_row_places(cg_buf *b, uint32_t nops)
+{
+  out(b, "  for (o = 0; o < outer; o++) {\n");
+  out(b, "    for (k = 0; k < %u; k++) {\n", nops);
+  out(b, "      i64 off = 0;\n");
+  out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
+  out(b, "      p[k] = (char *)ptrs[k] + off * isz[k];\n    }\n");
+}
+
+/* Closes the loop over rows (the odometer moves to the next) and the
+** kernel. */
+static void cg_row_next(cg_buf *b)
+{
+  out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
+  out(b, "  }\n}\n");
+}
+
 static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
@@ -692,16 +720,10 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
   for (uint32_t k = 0; k < grp->fg_nscalars; k++)
     out(b, "  float r%u = 0, R%u[%d]; double a%u = 0;\n", k, k, TN_RT_TILE_ROWS, k);
   cg_operands(b, grp);
-  out(b, "  i64 idx[64];\n");
-  out(b, "  i64 outer = 1, d, k, o, j, n;\n");
-  out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+  cg_rows_counters(b);
   cg_consts(b, grp);
   cg_rows_tiles(b, &r, io);
-  out(b, "  for (o = 0; o < outer; o++) {\n");
-  out(b, "    for (k = 0; k < %u; k++) {\n", nops);
-  out(b, "      i64 off = 0;\n");
-  out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(b, "      p[k] = (char *)ptrs[k] + off * isz[k];\n    }\n");
+  cg_row_places(b, nops);
   for (int persist = 1; persist >= 0; persist--) {
     out(b, persist ? "    if (cols <= %d) {\n" : "    } else {\n", TN_RT_BLOCK);
     memset(r.cr_done, 0, n + 1);
@@ -713,8 +735,7 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
     cg_scalars(b, &r, phases, io);
   }
   out(b, "    }\n");
-  out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
-  out(b, "  }\n}\n");
+  cg_row_next(b);
 done:
   free(r.cr_blv);
   free(r.cr_slv);
@@ -754,12 +775,8 @@ static void cg_argreduce(cg_buf *b, const tn_fgroup *grp, const tn_finst *red)
   out(b, "%s", cg_signature);
   out(b, "  %s b0[%d], best = 0, *L;\n  i64 at;\n", t->cd_ctype, TN_RT_BLOCK);
   cg_operands(b, grp);
-  out(b, "  i64 idx[64], outer = 1, d, k, o, j, n;\n");
-  out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
-  out(b, "  for (o = 0; o < outer; o++) {\n");
-  out(b, "    for (k = 0; k < %u; k++) {\n      i64 off = 0;\n", nops);
-  out(b, "      for (d = 0; d < rank; d++) off += idx[d] * st[k * rank + d];\n");
-  out(b, "      p[k] = (char *)ptrs[k] + off * isz[k];\n    }\n");
+  cg_rows_counters(b);
+  cg_row_places(b, nops);
   out(b, "    at = -1;\n");
   out(b, "    for (j = 0; j < cols; j += %d) {\n", TN_RT_BLOCK);
   out(b, "      n = cols - j < %d ? cols - j : %d;\n", TN_RT_BLOCK, TN_RT_BLOCK);
@@ -769,8 +786,7 @@ static void cg_argreduce(cg_buf *b, const tn_fgroup *grp, const tn_finst *red)
   out(b, "      { tn_rt_load_%s(b0, %s + j * cst[%u], cst[%u], n); L = b0; }\n", cg_otype(grp, x)->cd_io, o, x, x);
   out(b, "      tn_rt_argreduce_%s(%d, L, n, j, &best, &at);\n    }\n", t->cd_fn, red->fi_op);
   out(b, "    *(i64 *)p[%u] = at;\n", res);
-  out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
-  out(b, "  }\n}\n");
+  cg_row_next(b);
   free(def);
 }
 
