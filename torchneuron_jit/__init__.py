@@ -37,11 +37,21 @@ def stats():
     return _C.stats()
 
 
+# View ops a kernel reads through (backend._input_view: any op whose schema
+# returns a view of its first argument qualifies; these are the ones aot
+# graphs hold): between a graph input, a constant or a kernel's result and a
+# pointwise kernel they do not run, the kernel reads the view's layout.
+_INPUT_VIEWS = ["aten::view", "aten::_unsafe_view", "aten::permute", "aten::transpose.int", "aten::t",
+                "aten::expand", "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::unsqueeze",
+                "aten::slice.Tensor", "aten::select.int", "aten::split_with_sizes"]
+
+
 def lowered_ops():
-    """The ATen overloads the back end turns into generated code (elementwise
-    ops on float32, float64, float16 and bfloat16 for now); every other op runs
-    through PyTorch."""
-    return _C.lowered_ops()
+    """The ATen overloads the back end turns into generated code or reads
+    through in it (views at a kernel's inputs); the linear layers oneDNN
+    runs are torch's own op and not listed. Every other op runs through
+    PyTorch."""
+    return sorted(set(_C.lowered_ops()) | set(_INPUT_VIEWS))
 
 
 def reset_stats():

@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 21
+ARTIFACT_FORMAT = 22
 
 
 @functools.lru_cache(maxsize=None)
@@ -230,6 +230,42 @@ def _stable_toposort(graph):
             prev.append(n)
 
 
+def _input_view(node):
+    """(root, view) for a pointwise kernel's input: when node is a chain of
+    view ops, each of its dtype and static layout, over a graph input, a
+    module constant or a kernel's result (layouts the compiled graph fixes:
+    Dynamo guards the inputs, kernels allocate theirs as the graph says),
+    the kernel reads root as the view (base sizes, base strides, sizes,
+    strides, offset) and the view ops need not run. Otherwise (node, None)."""
+    val = static_val(node)
+    if val is None or val.numel() == 0:
+        return node, None
+    root, hops = node, 0
+    while root.op == "call_function" and _aliases_input(root):
+        base = root.args[0].args[0] if root.target is operator.getitem else root.args[0]
+        if not isinstance(base, torch.fx.Node) or static_val(base) is None or static_val(base).dtype != val.dtype:
+            return node, None
+        root, hops = base, hops + 1
+    fixed = root.op in ("placeholder", "get_attr") or (
+        root.target is operator.getitem and root.args[0].meta.get("neuron_kernel"))
+    rv = static_val(root)
+    if not hops or not fixed or rv.numel() == 0:
+        return node, None
+    return root, (tuple(rv.shape), rv.stride(), tuple(val.shape), val.stride(),
+                  val.storage_offset() - rv.storage_offset())
+
+
+def _drop_unused_views(graph):
+    """Erases the view ops nobody reads any more (kernels read their roots
+    as the views); returns how many."""
+    dropped = 0
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and not node.users and _aliases_input(node):
+            graph.erase_node(node)
+            dropped += 1
+    return dropped
+
+
 def _fuse(graph, imported, groups):
     """Replaces each fused group of graph by one generated kernel.
 
@@ -244,11 +280,15 @@ def _fuse(graph, imported, groups):
     for grp in groups:
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
+        views = None
+        if not grp["gemm"] and not grp["reduce_dims"]:
+            inputs, views = zip(*(_input_view(n) for n in inputs)) if inputs else ((), ())
+            views = list(views) if any(views) else None
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
         kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
                            [getattr(torch, d) for d in grp["dtypes"]],
                            grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"],
-                           grp["out_strides"], grp["gathers"])
+                           grp["out_strides"], grp["gathers"], views)
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
             call.meta["neuron_kernel"] = True
@@ -266,6 +306,7 @@ def _fuse(graph, imported, groups):
         _log.event("compile", f"fused {len(members)} ops into one kernel: "
                               + ", ".join(str(m.target) for m in members))
     if groups:
+        fused += _drop_unused_views(graph)
         _stable_toposort(graph)
     return fused
 

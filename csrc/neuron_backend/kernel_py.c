@@ -31,6 +31,17 @@
 typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides, int64_t cols,
                           const int64_t *cstrides);
 
+/* An input read as a view of the tensor passed: the layout that tensor must
+** have (its sizes, and its strides where a size is not 1), and the view's
+** sizes, strides and offset (elements from the tensor's first). */
+typedef struct kernel_view {
+  int kv_on;
+  int kv_brank, kv_rank;
+  int64_t kv_bsizes[TN_MAX_RANK], kv_bstrides[TN_MAX_RANK];
+  int64_t kv_sizes[TN_MAX_RANK], kv_strides[TN_MAX_RANK];
+  int64_t kv_offset;
+} kernel_view;
+
 typedef struct {
   PyObject_HEAD
   tn_tcc_unit *ke_unit;
@@ -50,6 +61,7 @@ typedef struct {
   int ke_strided;         /* whether some output has strides */
   int ke_ngathers;        /* gathered tables: (table operand, index operand, dim or -1 for rows) */
   int ke_gather[KERNEL_MAX_OPERANDS][3];
+  kernel_view *ke_views;  /* per input, or NULL when every input is read as passed */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -211,12 +223,95 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 
 /* -- Kernel -------------------------------------------------------------------------- */
 
+/* Reads a sequence of at most TN_MAX_RANK ints into v; sets *n. */
+static int view_ints(PyObject *seq, int64_t *v, int *n)
+{
+  PyObject *fast = PySequence_Fast(seq, "a view's sizes and strides must be sequences of ints");
+  if (!fast)
+    return -1;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+  int rc = len <= TN_MAX_RANK ? 0 : -1;
+  for (Py_ssize_t d = 0; rc == 0 && d < len; d++) {
+    v[d] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, d));
+    rc = PyErr_Occurred() ? -1 : 0;
+  }
+  *n = (int)len;
+  Py_DECREF(fast);
+  if (rc < 0 && !PyErr_Occurred())
+    PyErr_Format(PyExc_ValueError, "a view of rank above %d", TN_MAX_RANK);
+  return rc;
+}
+
+/* views: None, or per input None or (base sizes, base strides, sizes,
+** strides, offset). Sets *out to a PyMem array of nin (NULL for None). */
+static int parse_views(PyObject *arg, int nin, kernel_view **out)
+{
+  *out = NULL;
+  if (arg == Py_None)
+    return 0;
+  PyObject *fast = PySequence_Fast(arg, "views must be a sequence");
+  if (!fast)
+    return -1;
+  kernel_view *v = PySequence_Fast_GET_SIZE(fast) == nin ? PyMem_Calloc((size_t)nin + 1, sizeof *v) : NULL;
+  int rc = v ? 0 : -1, n2;
+  if (!v && !PyErr_Occurred())
+    PyErr_Format(PyExc_ValueError, "views must give one entry per input (%d)", nin);
+  for (int i = 0; rc == 0 && i < nin; i++) {
+    PyObject *e = PySequence_Fast_GET_ITEM(fast, i);
+    if (e == Py_None)
+      continue;
+    kernel_view *w = &v[i];
+    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 5) {
+      PyErr_Format(PyExc_ValueError, "views[%d] must be None or (base sizes, base strides, sizes, strides, offset)", i);
+      rc = -1;
+      break;
+    }
+    w->kv_on = 1;
+    rc = view_ints(PyTuple_GET_ITEM(e, 0), w->kv_bsizes, &w->kv_brank) < 0 ||
+         view_ints(PyTuple_GET_ITEM(e, 1), w->kv_bstrides, &n2) < 0 || n2 != w->kv_brank ||
+         view_ints(PyTuple_GET_ITEM(e, 2), w->kv_sizes, &w->kv_rank) < 0 ||
+         view_ints(PyTuple_GET_ITEM(e, 3), w->kv_strides, &n2) < 0 || n2 != w->kv_rank ? -1 : 0;
+    w->kv_offset = rc == 0 ? PyLong_AsLongLong(PyTuple_GET_ITEM(e, 4)) : 0;
+    if (rc == 0 && PyErr_Occurred())
+      rc = -1;
+    if (rc < 0 && !PyErr_Occurred())
+      PyErr_Format(PyExc_ValueError, "views[%d]: sizes and strides of different ranks", i);
+  }
+  Py_DECREF(fast);
+  if (rc < 0)
+    PyMem_Free(v);
+  else
+    *out = v;
+  return rc;
+}
+
+/* Input i read as view w of tensor t (sizes, strides, rank, data as read):
+** checks that t is laid out as the compiled graph said (else a ValueError:
+** the caller runs the graph eagerly), then gives the view's. */
+static int apply_view(const kernel_view *w, int i, int64_t *sizes, int64_t *strides, int *rank, void **data, int isz)
+{
+  int ok = *rank == w->kv_brank;
+  for (int d = 0; ok && d < *rank; d++)
+    ok = sizes[d] == w->kv_bsizes[d] && (sizes[d] == 1 || strides[d] == w->kv_bstrides[d]);
+  if (!ok) {
+    PyErr_Format(PyExc_ValueError, "kernel input %d: a tensor laid out unlike the compiled graph's", i);
+    return -1;
+  }
+  *rank = w->kv_rank;
+  memcpy(sizes, w->kv_sizes, sizeof(int64_t) * (size_t)w->kv_rank);
+  memcpy(strides, w->kv_strides, sizeof(int64_t) * (size_t)w->kv_rank);
+  *data = (char *)*data + w->kv_offset * isz;
+  return 0;
+}
+
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", NULL};
+                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
+  PyObject *views_arg = Py_None;
+  kernel_view *views = NULL;
   int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][3];
   int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
@@ -225,8 +320,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOO:Kernel", kwlist, &source, &nin, &nout, &empty, &dtypes_arg,
-                                   &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg, &gathers_arg))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
+                                   &dtypes_arg, &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg,
+                                   &gathers_arg, &views_arg))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
@@ -289,6 +385,12 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   /* from here on, one exit: what is still owned at `done` is released */
   PyObject *res = NULL;
   KernelObject *k = NULL;
+  if (views_arg != Py_None && (gemm || rdims)) { /* (rows that are no run are materialised from the tensor) */
+    PyErr_SetString(PyExc_ValueError, "GEMM and row kernels read their inputs as passed (views=None)");
+    goto done;
+  }
+  if (parse_views(views_arg, nin, &views) < 0)
+    goto done;
   /* out_strides: None, or per output None or a tuple of ints (pointwise kernels only) */
   if (strides_arg == Py_None) {
     ostrides = PyTuple_New(nout);
@@ -369,8 +471,10 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   k->ke_empty_strided = empty_strided;
   k->ke_dtypes = dtypes;
   k->ke_unit = u;
+  k->ke_views = views;
   kws = ostrides = empty_strided = dtypes = NULL;
   u = NULL;
+  views = NULL;
   k->ke_strided = strided;
   k->ke_ngathers = ngathers;
   memcpy(k->ke_gather, gathers, sizeof(int) * 3 * (size_t)ngathers);
@@ -392,6 +496,7 @@ done:
   Py_XDECREF(kws);
   Py_XDECREF(ostrides);
   Py_XDECREF(empty_strided);
+  PyMem_Free(views);
   tn_tcc_free(u);
   return res;
 }
@@ -407,6 +512,7 @@ static void Kernel_dealloc(PyObject *o)
   Py_XDECREF(k->ke_out_strides);
   Py_XDECREF(k->ke_empty_strided);
   Py_XDECREF(k->ke_source);
+  PyMem_Free(k->ke_views);
   tp->tp_free(o);
   Py_DECREF(tp);
 }
@@ -692,7 +798,9 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   p->pr_run = 0;
 
   for (int i = 0; i < k->ke_ninputs; i++)
-    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0)
+    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0 ||
+        (k->ke_views && k->ke_views[i].kv_on &&
+         apply_view(&k->ke_views[i], i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i], k->ke_isz[i]) < 0))
       return NULL;
   for (int gi = 0; gi < k->ke_ngathers; gi++)
     if (gather_operands(k, gi, in_sizes, in_strides, in_rank, ptrs, &rowst[gi]) < 0)

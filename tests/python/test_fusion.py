@@ -458,3 +458,66 @@ def test_number_first_operands_fuse(compiled, dtype):
     else:
         torch.testing.assert_close(got[1], want[1])
     compiled.assert_lowered("aten.sub.Tensor", "aten._to_copy.default", "aten.reciprocal.default")
+
+
+# -- views at a kernel's inputs (backend._input_view, kernel_py.c apply_view) ---------------
+
+INPUT_VIEWS = {
+    "unsqueeze_of_input_and_const": (lambda x, n: ((torch.arange(8) < n[:, None]) & (x > 0)) * x,
+                                     lambda: (torch.randn(4, 8), torch.tensor([1, 3, 5, 8]))),
+    "transpose": (lambda x, y: (x.t() * 2 + y).relu(), lambda: (torch.randn(6, 5), torch.randn(5, 6))),
+    "slice": (lambda x, y: x[:, 2:7] * y + 1, lambda: (torch.randn(4, 10), torch.randn(4, 5))),
+    "strided_slice": (lambda x, y: x[1:, ::3] * y + 1, lambda: (torch.randn(5, 10), torch.randn(4, 4))),
+    "select": (lambda x, y: x[1] * y - 2, lambda: (torch.randn(3, 7), torch.randn(7))),
+    "expand": (lambda x, y: x.expand(4, 6) * y + 1, lambda: (torch.randn(1, 6), torch.randn(4, 6))),
+    "between_kernels": (lambda x, y: ((x * 2 + 1).view(4, 3, 2).permute(2, 0, 1) + y).sigmoid() * 3,
+                        lambda: (torch.randn(4, 6), torch.randn(2, 4, 3))),
+    "split": (lambda x: (lambda a, b: (a * b + 1).exp())(*x.split(3, dim=1)), lambda: (torch.randn(4, 6),)),
+    "int_and_bool": (lambda i, m: (i.t() * 3 + 1) * m[:, :1], lambda: (torch.randint(-9, 9, (5, 4)),
+                                                                        torch.rand(4, 3) > 0.5)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INPUT_VIEWS))
+def test_views_of_inputs_and_kernel_results_are_read_in_place(compiled, case):
+    """A view op between a graph input (a constant, a kernel's result) and a
+    kernel does not run: the kernel reads its root at the view's sizes,
+    strides and offset. Same values and strides as eager; nothing through
+    PyTorch."""
+    f, make = INPUT_VIEWS[case]
+    args = make()
+    with torch.no_grad():
+        got, want = torch.compile(f, backend="neuron")(*args), f(*args)
+    torch.testing.assert_close(got, want, rtol=1.3e-6, atol=1e-5)
+    assert got.stride() == want.stride()
+    assert not compiled.fallbacks(), dict(compiled.fallbacks())
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+def test_a_view_of_an_eager_result_still_runs():
+    """The root must have a layout the compiled graph fixes: a view of what
+    an op left to PyTorch returns (cumsum here) runs as a view op."""
+    f = lambda x: torch.cumsum(x, 0).t() * 2 + 1  # noqa: E731
+    x = torch.randn(5, 4)
+    before = dict(backend.fallback_ops)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(x), f(x))
+    assert backend.fallback_ops["aten.t.default"] + backend.fallback_ops["aten.permute.default"] \
+        > before.get("aten.t.default", 0) + before.get("aten.permute.default", 0)
+
+
+def test_kernel_refuses_a_root_laid_out_otherwise():
+    """Kernel(views=...) checks the tensor it is given against the layout it
+    was compiled for (ValueError, which sends the graph to eager), and reads
+    the view otherwise."""
+    gm = make_fx(lambda x, y: x * 2 + y)(torch.randn(3, 4), torch.randn(3, 4))
+    grp = _C.fuse(from_fx(gm).graph)[0]
+    view = ((4, 3), (3, 1), (3, 4), (1, 3), 0)  # x = root.t() of a contiguous 4x3 root
+    k = _C.Kernel(grp["source"], 2, 1, torch.empty, [getattr(torch, d) for d in grp["dtypes"]],
+                  views=[view, None])
+    root, y = torch.randn(4, 3), torch.randn(3, 4)
+    torch.testing.assert_close(k(root, y)[0], root.t() * 2 + y)
+    with pytest.raises(ValueError, match="laid out unlike"):
+        k(torch.randn(3, 4).t(), y)
+    with pytest.raises(ValueError, match="one entry per input"):
+        _C.Kernel(grp["source"], 2, 1, torch.empty, [getattr(torch, d) for d in grp["dtypes"]], views=[view])

@@ -124,6 +124,7 @@ def test_lowered_ops_registry():
     assert "aten::add.Tensor" in ops and "aten::gelu" in ops and "aten::exp" in ops
     assert "aten::_softmax" in ops and "aten::native_layer_norm" in ops and "aten::addmm" in ops
     assert "aten::bmm" not in ops and "aten::cumsum" not in ops  # not lowered: run through PyTorch
+    assert "aten::permute" in ops and "aten::slice.Tensor" in ops  # read through at a kernel's inputs
     assert set(ops) <= set(torchneuron_jit._C.op_names())
 
 
