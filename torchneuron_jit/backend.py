@@ -102,6 +102,7 @@ def _gemm_fusion():
     return bool(config.gemm_fusion) and _gemm_available()
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu_name():
     try:
         with open("/proc/cpuinfo") as f:
