@@ -43,7 +43,8 @@ def stats():
 # pointwise kernel they do not run, the kernel reads the view's layout.
 _INPUT_VIEWS = ["aten::view", "aten::_unsafe_view", "aten::permute", "aten::transpose.int", "aten::t",
                 "aten::expand", "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::unsqueeze",
-                "aten::slice.Tensor", "aten::select.int", "aten::split_with_sizes"]
+                "aten::slice.Tensor", "aten::select.int", "aten::split_with_sizes",
+                "aten::clone"]  # a copy whose every reader is a kernel: they read what it copies
 
 
 def lowered_ops():

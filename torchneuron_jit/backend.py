@@ -231,13 +231,19 @@ def _stable_toposort(graph):
             prev.append(n)
 
 
-def _input_view(node):
+def _input_view(node, fused):
     """(root, view) for a pointwise kernel's input: when node is a chain of
     view ops, each of its dtype and static layout, over a graph input, a
     module constant or a kernel's result (layouts the compiled graph fixes:
     Dynamo guards the inputs, kernels allocate theirs as the graph says),
     the kernel reads root as the view (base sizes, base strides, sizes,
-    strides, offset) and the view ops need not run. Otherwise (node, None)."""
+    strides, offset) and the view ops need not run. A copy (clone) whose
+    every reader is fused (fused: the FX nodes going into kernels) is read
+    through: the kernel takes what it copies, the same values in whatever
+    layout. Otherwise (node, None)."""
+    if node.op == "call_function" and node.target in _COPIES and \
+            all(u in fused or u.meta.get("neuron_kernel") for u in node.users):
+        node = node.args[0]
     val = static_val(node)
     if val is None or val.numel() == 0:
         return node, None
@@ -256,12 +262,12 @@ def _input_view(node):
                   val.storage_offset() - rv.storage_offset())
 
 
-def _drop_unused_views(graph):
-    """Erases the view ops nobody reads any more (kernels read their roots
-    as the views); returns how many."""
+def _drop_unread(graph):
+    """Erases the view ops and copies nobody reads any more (kernels read
+    their roots); returns how many."""
     dropped = 0
     for node in reversed(list(graph.nodes)):
-        if node.op == "call_function" and not node.users and _aliases_input(node):
+        if node.op == "call_function" and not node.users and (_aliases_input(node) or node.target in _COPIES):
             graph.erase_node(node)
             dropped += 1
     return dropped
@@ -278,12 +284,13 @@ def _fuse(graph, imported, groups):
     """
     fused = 0
     moved = {}  # FX node of a group output -> the getitem that now holds it
+    members_all = {imported.fx_nodes[i] for grp in groups for i in grp["nodes"]}
     for grp in groups:
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
         views = None
         if not grp["gemm"] and not grp["reduce_dims"]:
-            inputs, views = zip(*(_input_view(n) for n in inputs)) if inputs else ((), ())
+            inputs, views = zip(*(_input_view(n, members_all) for n in inputs)) if inputs else ((), ())
             views = list(views) if any(views) else None
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
         kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
@@ -307,7 +314,7 @@ def _fuse(graph, imported, groups):
         _log.event("compile", f"fused {len(members)} ops into one kernel: "
                               + ", ".join(str(m.target) for m in members))
     if groups:
-        fused += _drop_unused_views(graph)
+        fused += _drop_unread(graph)
         _stable_toposort(graph)
     return fused
 
