@@ -181,7 +181,7 @@ class _Lowering:
         canon = {imp: c for c, imp in enumerate(self.order)}
         if self.artifact["onednn"] is None:
             listed = list(units.items())
-            chosen = gemm.choose([u for _, u in listed], _gemm_measured,
+            chosen = gemm.choose([u for _, u in listed], _gemm_choices,
                                  packed=bool(config.onednn_packed_weights)) if _onednn_linear() else []
             self.artifact["onednn"] = sorted([canon[listed[k][0]], kind] for k, kind in chosen)
         picked = [(self.order[c], kind) for c, kind in self.artifact["onednn"]]
@@ -199,8 +199,37 @@ class _Lowering:
                             + ("" if stored else " (not stored)"))
 
 
-# GEMM signature -> whether oneDNN won, for graphs lowered in this process.
-_gemm_measured = {}
+class _GemmChoices:
+    """What timing chose for each GEMM unit signature (gemm.choose): kept
+    for this process and in the persistent cache, under a key of the
+    signature and everything the timing depended on (_key_context: the
+    host's CPU, threads, versions). A graph lowered later, here or in
+    another process, that holds a layer of a timed shape times nothing."""
+
+    def __init__(self):
+        self.memo = {}
+
+    @staticmethod
+    def _key(sig):
+        return _C.content_key(_key_context() + b"; gemm unit " + repr(sig).encode())
+
+    def get(self, sig):
+        if sig not in self.memo:
+            payload = cache.get(cache.ARTIFACTS, self._key(sig))
+            try:
+                kind = json.loads(payload)["kind"] if payload is not None else None
+            except (ValueError, KeyError, TypeError):
+                kind = None
+            if kind in gemm.KINDS:
+                self.memo[sig] = kind
+        return self.memo.get(sig)
+
+    def put(self, sig, kind):
+        self.memo[sig] = kind
+        cache.put(cache.ARTIFACTS, self._key(sig), json.dumps({"kind": kind}).encode())
+
+
+_gemm_choices = _GemmChoices()
 
 
 def _stable_toposort(graph):

@@ -221,24 +221,31 @@ def measure(unit, kinds=("onednn",)):
         return dict(zip(("aten",) + tuple(kinds), _median_seconds(fns)))
 
 
-def choose(graph_units, measured=None, packed=False):
+KINDS = ("aten", "onednn", "packed")
+
+
+def choose(graph_units, choices=None, packed=False):
     """[(index, kind)] for the units of graph_units that oneDNN should run
-    ("onednn", or "packed" when packed weights may be timed too), measuring
-    each distinct signature once (measured: (signature, packed) -> kind,
-    kept by the caller across graphs of one process)."""
-    measured = {} if measured is None else measured
+    ("onednn", or "packed" when packed weights may be timed too). Each
+    distinct signature is timed once: choices (get(sig) -> kind or None,
+    put(sig, kind); by default a dict's) remembers what was timed, for
+    the caller across graphs and processes."""
+    if choices is None:
+        memo = {}
+        choices = type("Choices", (), {"get": staticmethod(memo.get), "put": staticmethod(memo.__setitem__)})
     chosen = []
     for i, unit in enumerate(graph_units):
         sig = (unit.signature(), packed)
-        if sig not in measured:
+        kind = choices.get(sig)
+        if kind is None:
             times = measure(unit, ("onednn", "packed") if packed else ("onednn",))
             fastest = min(times, key=times.get)
-            measured[sig] = fastest if times[fastest] < MARGIN * times["aten"] else "aten"
+            kind = fastest if times[fastest] < MARGIN * times["aten"] else "aten"
+            choices.put(sig, kind)
             _log.event("compile", f"{unit.describe()}: "
-                                  + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items())
-                                  + f" -> {measured[sig]}")
-        if measured[sig] != "aten":
-            chosen.append((i, measured[sig]))
+                                  + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items()) + f" -> {kind}")
+        if kind != "aten":
+            chosen.append((i, kind))
     return chosen
 
 

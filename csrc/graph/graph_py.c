@@ -8,6 +8,8 @@
 
 #include "graph.h"
 
+#include <xxhash.h>
+
 /* -- Sym ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -671,7 +673,23 @@ static PyObject *py_graphs_abandoned(PyObject *self, PyObject *unused)
   return PyLong_FromUnsignedLongLong(tn_graph_abandoned());
 }
 
+/* content_key(data) -> 16-byte XXH3-128 of data (canonical byte order),
+** the key of cache records that are not graphs. */
+static PyObject *py_content_key(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  Py_buffer view;
+  if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    return NULL;
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, XXH3_128bits(view.buf, (size_t)view.len));
+  PyBuffer_Release(&view);
+  return PyBytes_FromStringAndSize((const char *)c.digest, sizeof c.digest);
+}
+
 PyMethodDef tn_py_graph_methods[] = {
+  {"content_key", py_content_key, METH_O,
+   "content_key(bytes) -> 16-byte XXH3-128 of the bytes: the key of cache records that are not graphs."},
   {"decode_graph", py_decode_graph, METH_O, "decode_graph(bytes) -> Graph; raises GraphError."},
   {"op_names", py_op_names, METH_NOARGS, "Qualified names of the ops in the op table."},
   {"op_signature", py_op_signature, METH_O, "op_signature(name) -> (signature letters, outputs)."},

@@ -610,3 +610,13 @@ def test_decoded_strings_are_valid_text():
     except _C.GraphError:
         return  # rejecting non-UTF-8 text is fine
     assert isinstance(d.dump(), str)  # accepting it must not make dump() fail
+
+
+def test_content_key_is_xxh3_128_of_the_bytes():
+    """Keys of cache records that are not graphs (GEMM choices per shape)."""
+    from torchneuron_jit import _C
+    assert _C.content_key(b"abc").hex() == "06b05ab6733a618578af5f94892f3950"  # XXH3-128("abc")
+    assert _C.content_key(bytearray(b"abc")) == _C.content_key(memoryview(b"abc"))
+    assert len(_C.content_key(b"")) == 16
+    with pytest.raises(TypeError):
+        _C.content_key("abc")

@@ -40,7 +40,7 @@ def choose(monkeypatch):
             times.update({k: 0.4 if k == winner or (winner is True and k == "onednn") else 0.9 for k in kinds})
             return times
         monkeypatch.setattr(gemm, "measure", fake)
-        monkeypatch.setattr(backend, "_gemm_measured", {})
+        monkeypatch.setattr(backend, "_gemm_choices", backend._GemmChoices())
         return measured
 
     return set_choice
@@ -421,3 +421,34 @@ def test_four_threads_share_one_compiled_model(choose, in_threads, packed):
         compiled(inputs[0])  # compiled once, on this thread
     in_threads(body)
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+def test_a_new_graph_with_a_timed_shape_times_nothing_in_a_new_process(run_python):
+    """The choice per layer shape is kept in the persistent cache: another
+    graph (a different head on the same layer), in another process, times
+    only its new shape."""
+    script = textwrap.dedent("""
+        import json, sys
+        import torch
+        import torch.nn.functional as F
+        import torchneuron_jit
+        from torchneuron_jit import gemm
+        measured = []
+        gemm.measure = lambda unit, kinds: measured.append(unit.describe()) or {"aten": 1.0, "onednn": 0.5}
+        g = torch.Generator().manual_seed(0)
+        x, w, b = torch.randn(64, 128, generator=g), torch.randn(96, 128, generator=g), torch.randn(96, generator=g)
+        w2 = torch.randn(10, 96, generator=g)
+        heads = {"a": lambda x: F.relu(F.linear(x, w, b)) * 2,
+                 "b": lambda x: F.linear(F.relu(F.linear(x, w, b)), w2)}
+        f = heads[sys.argv[1]]
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(f, backend="neuron")(x), f(x), rtol=1e-5, atol=1e-5)
+        print(json.dumps(measured))
+    """)
+    import json
+    first = run_python("-c", script, "a")
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout.strip().splitlines()[-1]) == ["linear 64x128->96 + bias + relu"]
+    second = run_python("-c", script, "b")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout.strip().splitlines()[-1]) == ["linear 64x96->10"]
