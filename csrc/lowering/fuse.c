@@ -123,7 +123,7 @@ static int row_op(int op)
 int tn_fuse_lowers(int op)
 {
   return fuse_rule_of(op).fr_kind != FK_NONE || row_op(op) || op == TN_OP_mm || op == TN_OP_addmm ||
-         op == TN_OP_argmax || op == TN_OP_argmin;
+         op == TN_OP_bmm || op == TN_OP_baddbmm || op == TN_OP_argmax || op == TN_OP_argmin;
 }
 
 /* A finite number argument, or NONE (for clamp's optional bounds). */
@@ -568,20 +568,24 @@ static int argreduce_lowerable(const tn_graph *g, const tn_node *n, int *k)
 }
 
 /* Whether n is a GEMM the launcher computes: float32 mm, or addmm with
-** alpha = beta = 1, of rank-2 matrices, its output contiguous. */
+** alpha = beta = 1, of rank-2 matrices; bmm, or baddbmm with alpha = beta
+** = 1, of rank-3 batches; its output contiguous. */
 static int gemm_lowerable(const tn_graph *g, const tn_node *n)
 {
   double v;
-  int a = n->no_op == TN_OP_addmm ? 1 : 0;
-  if (n->no_op != TN_OP_mm && n->no_op != TN_OP_addmm)
+  int bias = n->no_op == TN_OP_addmm || n->no_op == TN_OP_baddbmm;
+  int rank = n->no_op == TN_OP_bmm || n->no_op == TN_OP_baddbmm ? 3 : 2;
+  if (n->no_op != TN_OP_mm && n->no_op != TN_OP_addmm && n->no_op != TN_OP_bmm && n->no_op != TN_OP_baddbmm)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
-  if (out->me_dtype != TN_DTYPE_FLOAT32 || out->me_rank != 2 || !meta_contiguous(out))
+  if (out->me_dtype != TN_DTYPE_FLOAT32 || out->me_rank != rank || !meta_contiguous(out))
     return 0;
-  for (int i = 0; i < a + 2; i++)
-    if (tn_graph_value(g, n->no_args[i].u.ar_ref)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
+  for (int i = 0; i < bias + 2; i++) {
+    const tn_meta *m = &tn_graph_value(g, n->no_args[i].u.ar_ref)->va_meta;
+    if (m->me_dtype != TN_DTYPE_FLOAT32 || (i >= bias && m->me_rank != rank))
       return 0;
-  if (a && !(arg_number(&n->no_args[3], &v) && v == 1 && arg_number(&n->no_args[4], &v) && v == 1))
+  }
+  if (bias && !(arg_number(&n->no_args[3], &v) && v == 1 && arg_number(&n->no_args[4], &v) && v == 1))
     return 0;
   return 1;
 }
@@ -1278,7 +1282,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
                             an->no_op == TN_OP_argmin);
   grp->fg_gemm_a = grp->fg_gemm_b = -1;
   if (gemm) { /* the product is operand 0, in the place of the node's result */
-    int m = an->no_op == TN_OP_addmm ? 1 : 0;
+    int m = an->no_op == TN_OP_addmm || an->no_op == TN_OP_baddbmm ? 1 : 0;
     grp->fg_gemm_a = an->no_args[m].u.ar_ref;
     grp->fg_gemm_b = an->no_args[m + 1].u.ar_ref;
     grp->fg_inputs[grp->fg_ninputs++] = an->no_out[0];
@@ -1308,7 +1312,8 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
     }
     for (uint32_t a = 0; a < n->no_nargs; a++) {
       if (n->no_args[a].ar_tag != TN_ARG_TENSOR || (int)a == t || (int)a == x ||
-          (gemm && grp->fg_nodes[i] == anchor && a >= (an->no_op == TN_OP_addmm ? 1u : 0u)))
+          (gemm && grp->fg_nodes[i] == anchor &&
+           a >= (an->no_op == TN_OP_addmm || an->no_op == TN_OP_baddbmm ? 1u : 0u)))
         continue;
       int32_t v = n->no_args[a].u.ar_ref, p = producer(g, v), seen = 0;
       for (uint32_t o = 0; o < grp->fg_ninputs && !seen; o++)
@@ -1334,7 +1339,7 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
     if (grp->fg_nodes[i] == anchor && gemm) {
-      if (n->no_op == TN_OP_addmm) /* the product plus the bias */
+      if (n->no_op == TN_OP_addmm || n->no_op == TN_OP_baddbmm) /* the product plus the bias */
         bufof[n->no_out[0]] = emit_op(&b, TN_FI_BINARY, TN_RT_B_ADD, bufof[n->no_out[0]],
                                       bufof[n->no_args[0].u.ar_ref]);
     } else if (grp->fg_nodes[i] == anchor)

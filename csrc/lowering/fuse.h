@@ -133,7 +133,7 @@ int tn_fuse_contiguous(const tn_meta *m);
 
 /* Flags of tn_fuse_graph. */
 #define TN_FUSE_ROWS 1  /* form row groups (else reductions stay with eager) */
-#define TN_FUSE_GEMM 2  /* form GEMM groups: mm / addmm with their pointwise epilogue */
+#define TN_FUSE_GEMM 2  /* form GEMM groups: mm / addmm / bmm / baddbmm with their pointwise epilogue */
 #define TN_FUSE_LINEAR_ACT 4 /* leave the relu / gelu that alone reads a float32 aten.linear (a fallback
                               ** node) out of groups: oneDNN takes it into the GEMM (torchneuron_jit/gemm.py) */
 

@@ -1012,6 +1012,8 @@ typedef struct gemm_job {
   int gj_ld[2], gj_m, gj_n, gj_k, gj_ldc;
   const float *gj_a, *gj_b;
   float *gj_c;
+  int64_t gj_batch;       /* products (bmm: the batch; 1 for mm) */
+  int64_t gj_bst[2];      /* elements from one product's a (b) to the next's */
   int gj_split_cols;      /* parts are column (else row) ranges of c */
   const launch *gj_epi;   /* run over each row part as soon as it is done; or NULL */
   int64_t gj_epi_per_row; /* units of the epilogue's outer dim per row of c */
@@ -1063,9 +1065,16 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
     for (int pass = 0; pass < 2 && !j->gj_lay[i]; pass++) {
       if (read_tensor(k, mats[i], i, 0, sz[i], st[i], &rank[i], &data[i]) < 0)
         return NULL;
-      if (rank[i] != 2)
-        return PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix, got rank %d", i, rank[i]);
-      j->gj_lay[i] = blas_layout(sz[i][0], sz[i][1], st[i][0], st[i][1], &j->gj_ld[i]);
+      if (rank[i] != 2 && rank[i] != 3)
+        return PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix or a batch of them, got rank %d",
+                            i, rank[i]);
+      if (rank[i] == 2) { /* a matrix: one product, as a batch of one */
+        memmove(sz[i] + 1, sz[i], 2 * sizeof(int64_t));
+        memmove(st[i] + 1, st[i], 2 * sizeof(int64_t));
+        sz[i][0] = 1;
+        st[i][0] = 0;
+      }
+      j->gj_lay[i] = blas_layout(sz[i][1], sz[i][2], st[i][1], st[i][2], &j->gj_ld[i]);
       if (!j->gj_lay[i] && pass == 0) {
         if (!(held[i] = PyObject_CallMethod(mats[i], "contiguous", NULL)))
           return NULL;
@@ -1073,16 +1082,22 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
       }
     }
   }
-  if (sz[0][1] != sz[1][0] || sz[0][0] > INT32_MAX || sz[1][1] > INT32_MAX || sz[0][1] > INT32_MAX)
-    return PyErr_Format(PyExc_ValueError, "GEMM shapes (%lld x %lld) @ (%lld x %lld) do not fit",
-                        (long long)sz[0][0], (long long)sz[0][1], (long long)sz[1][0], (long long)sz[1][1]);
-  j->gj_m = (int)sz[0][0];
-  j->gj_k = (int)sz[0][1];
-  j->gj_n = (int)sz[1][1];
+  if (rank[0] != rank[1] || sz[0][0] != sz[1][0] || sz[0][2] != sz[1][1] || sz[0][1] > INT32_MAX ||
+      sz[1][2] > INT32_MAX || sz[0][2] > INT32_MAX)
+    return PyErr_Format(PyExc_ValueError, "GEMM shapes (%lld x %lld x %lld) @ (%lld x %lld x %lld) do not fit",
+                        (long long)sz[0][0], (long long)sz[0][1], (long long)sz[0][2], (long long)sz[1][0],
+                        (long long)sz[1][1], (long long)sz[1][2]);
+  j->gj_batch = sz[0][0];
+  j->gj_bst[0] = st[0][0];
+  j->gj_bst[1] = st[1][0];
+  j->gj_m = (int)sz[0][1];
+  j->gj_k = (int)sz[0][2];
+  j->gj_n = (int)sz[1][2];
   j->gj_ldc = j->gj_n > 1 ? j->gj_n : 1;
   j->gj_a = data[0];
   j->gj_b = data[1];
-  PyObject *shape = Py_BuildValue("((ii))", j->gj_m, j->gj_n);
+  PyObject *shape = rank[0] == 3 ? Py_BuildValue("((Lii))", (long long)j->gj_batch, j->gj_m, j->gj_n)
+                                 : Py_BuildValue("((ii))", j->gj_m, j->gj_n);
   PyObject *res = shape ? PyObject_Call(k->ke_empty, shape, PyTuple_GET_ITEM(k->ke_empty_kws, 0)) : NULL;
   Py_XDECREF(shape);
   PyObject *ptr = res ? PyObject_CallMethodNoArgs(res, str_data_ptr) : NULL;
@@ -1091,6 +1106,22 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
   if (!ptr || PyErr_Occurred())
     Py_CLEAR(res);
   return res;
+}
+
+/* Products [part * chunk, ...) of a batched GEMM, each whole, one BLAS
+** call each. */
+static void gemm_batch_part(void *vctx, int part, int nparts)
+{
+  gemm_job j = *(const gemm_job *)vctx;
+  int64_t chunk = (j.gj_batch + nparts - 1) / nparts, end = chunk * (part + 1);
+  const float *a = j.gj_a, *b = j.gj_b;
+  float *c = j.gj_c;
+  for (int64_t p = chunk * part; p < end && p < j.gj_batch; p++) {
+    j.gj_a = a + p * j.gj_bst[0];
+    j.gj_b = b + p * j.gj_bst[1];
+    j.gj_c = c + p * (int64_t)j.gj_m * j.gj_n;
+    gemm_block(&j, 0, j.gj_m, 0, j.gj_n);
+  }
 }
 
 /* How many parts a GEMM splits into, and along which dimension. */
@@ -1138,7 +1169,18 @@ static PyObject *gemm_run(KernelObject *k, PyObject *args)
     j.gj_epi = la;
     j.gj_epi_per_row = la->la_rank == 2 ? 1 : j.gj_n;
   }
-  if ((int64_t)j.gj_m * j.gj_n > 0) {
+  if (j.gj_batch != 1 && (int64_t)j.gj_m * j.gj_n > 0 && j.gj_batch > 0) { /* bmm: whole products per part */
+    j.gj_epi = NULL;
+    if (j.gj_k == 0) {
+      memset(j.gj_c, 0, sizeof(float) * (size_t)(j.gj_batch * j.gj_m * j.gj_n));
+    } else {
+      int64_t bparts = j.gj_batch * j.gj_m * j.gj_n * j.gj_k / GEMM_PART_FLOPS;
+      bparts = bparts > kernel_threads ? kernel_threads : bparts > j.gj_batch ? j.gj_batch : bparts < 1 ? 1 : bparts;
+      Py_BEGIN_ALLOW_THREADS
+      tn_pool_run(gemm_batch_part, &j, (int)bparts);
+      Py_END_ALLOW_THREADS
+    }
+  } else if ((int64_t)j.gj_m * j.gj_n > 0 && j.gj_batch == 1) {
     if (j.gj_k == 0) {
       memset(j.gj_c, 0, sizeof(float) * (size_t)j.gj_m * (size_t)j.gj_n);
       j.gj_epi = NULL;

@@ -36,7 +36,9 @@ MUL = "aten.mul.Tensor"
 RELU = "aten.relu.default"
 GELU = "aten.gelu.default"
 SIGMOID = "aten.sigmoid.default"
-GEMMS = (MM, ADDMM)
+BMM = "aten.bmm.default"
+BADDBMM = "aten.baddbmm.default"
+GEMMS = (MM, ADDMM, BMM, BADDBMM)
 LINEAR = "aten.linear.default"  # what an eager mm/addmm of a linear layer is recomposed into
 ONEDNN = "mkldnn._linear_pointwise.default"  # what a recomposed one may run as (torchneuron_jit/gemm.py)
 
@@ -618,13 +620,10 @@ def test_other_dtypes_stay_eager(dtype, compiled):
     assert compiled.fallbacks()[ADDMM] == 1 and compiled.fallbacks()[MM] == 1, groups
 
 
-def test_batched_matmul_stays_eager(compiled):
-    """bmm is not a GEMM group (rank 3)."""
+def test_batched_matmul_is_a_gemm_group(compiled):
+    """bmm (rank 3) takes its epilogue like mm does."""
     a, b = _t((3, 8, 16)), _t((3, 16, 12), 1)
-    with torch.no_grad():
-        got = torch.compile(lambda a, b: torch.relu(torch.bmm(a, b)) + 1, backend="neuron")(a, b)
-    torch.testing.assert_close(got, torch.relu(torch.bmm(a, b)) + 1)
-    assert not {op for g in compiled.groups() for op in g} & set(GEMMS)
+    check(compiled, lambda a, b: torch.relu(torch.bmm(a, b)) + 1, a, b, groups=[[BMM, RELU, ADD]])
 
 
 # -- dynamic shapes ------------------------------------------------------------------------------
@@ -725,3 +724,58 @@ def test_switching_gemm_fusion_does_not_reuse_the_other_artifact(compiled):
         torch.testing.assert_close(torch.compile(_cache_graph, backend="neuron")(*args), _cache_graph(*args))
     assert_gemm_eager(compiled)
     assert torchneuron_jit.stats()["cache_hits"] == 1
+
+
+
+# -- batched: bmm and baddbmm ----------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed_b", "strided_a"])
+def test_bmm_with_its_epilogue(compiled, layout):
+    """Attention scores: q @ k^T scaled and masked, one kernel after the
+    products (one BLAS call per product, batches split across threads)."""
+    q, kk = _t((6, 32, 16), 1), _t((6, 16, 32), 2)
+    if layout == "transposed_b":
+        kk = _t((6, 32, 16), 2).transpose(1, 2)
+    elif layout == "strided_a":
+        q = _t((6, 32, 32), 1)[:, :, ::2]
+    mask = torch.rand(32, 32, generator=torch.Generator().manual_seed(3)) > 0.3
+
+    def f(q, k, m):
+        return (torch.bmm(q, k) * 0.25).masked_fill(~m, -1e4)
+
+    check(compiled, f, q, kk, mask, ops=(BMM,))
+
+
+def test_baddbmm_adds_its_input_once(compiled):
+    b, x, y = _t((1, 20, 24), 4), _t((5, 20, 12), 5), _t((5, 12, 24), 6)
+    check(compiled, lambda b, x, y: torch.relu(torch.baddbmm(b, x, y)), b, x, y, ops=(BADDBMM,))
+
+
+def test_baddbmm_with_alpha_stays_eager(compiled):
+    b, x, y = _t((5, 20, 24), 4), _t((5, 20, 12), 5), _t((5, 12, 24), 6)
+    f = lambda b, x, y: torch.baddbmm(b, x, y, alpha=0.5) + 1  # noqa: E731
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(b, x, y), f(b, x, y))
+    assert compiled.fallbacks()[BADDBMM] == 1
+
+
+@pytest.mark.parametrize("shape", [(0, 8, 8, 8), (3, 0, 8, 8), (3, 8, 0, 8), (3, 8, 8, 0), (1, 8, 8, 8)])
+def test_bmm_edge_sizes(compiled, shape):
+    bsz, m, kk, n = shape
+    x, y = _t((bsz, m, kk), 7), _t((bsz, kk, n), 8)
+    with torch.no_grad():
+        got = torch.compile(lambda x, y: torch.bmm(x, y) + 1, backend="neuron")(x, y)
+    torch.testing.assert_close(got, torch.bmm(x, y) + 1)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+def test_hand_written_attention_with_gemm_fusion(compiled):
+    q, kk, v = _t((2, 4, 16, 8), 1), _t((2, 4, 16, 8), 2), _t((2, 4, 16, 8), 3)
+
+    def f(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), -1) @ v
+
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron")(q, kk, v)
+    torch.testing.assert_close(got, f(q, kk, v), rtol=1e-5, atol=1e-5)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0

@@ -123,7 +123,8 @@ def test_lowered_ops_registry():
     ops = torchneuron_jit.lowered_ops()
     assert "aten::add.Tensor" in ops and "aten::gelu" in ops and "aten::exp" in ops
     assert "aten::_softmax" in ops and "aten::native_layer_norm" in ops and "aten::addmm" in ops
-    assert "aten::bmm" not in ops and "aten::cumsum" not in ops  # not lowered: run through PyTorch
+    assert "aten::bmm" in ops and "aten::baddbmm" in ops  # GEMM kernels (config.gemm_fusion)
+    assert "aten::cumsum" not in ops and "aten::convolution" not in ops  # not lowered: run through PyTorch
     assert "aten::permute" in ops and "aten::slice.Tensor" in ops  # read through at a kernel's inputs
     assert set(ops) <= set(torchneuron_jit._C.op_names())
 
