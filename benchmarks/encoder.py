@@ -1,7 +1,7 @@
 """Transformer encoder layers (the `make demo` model at several shapes):
 eager vs torch.compile(backend="neuron") (and Inductor), same run.
 
-    python benchmarks/encoder.py [--iters N] [--no-inductor] [--layers L] [--d D]
+    python benchmarks/encoder.py [--iters N] [--no-inductor] [--layers L] [--d D] [--packed]
 
 nn.TransformerEncoder with PyTorch's fused fast path off (so the layers
 reach the back ends as ATen ops, as a user's own modules do), eval mode,
@@ -13,7 +13,7 @@ import argparse
 
 import torch
 
-import torchneuron_jit  # noqa: F401  (registers the back end when not installed)
+import torchneuron_jit  # registers the back end when not installed
 from pointwise import columns, compare, header
 
 
@@ -31,7 +31,10 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--d", type=int, default=256)
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
+    parser.add_argument("--packed", action="store_true",
+                        help="config.onednn_packed_weights: also time linear layers on packed weights")
     args = parser.parse_args()
+    torchneuron_jit.config.onednn_packed_weights = args.packed
     model = encoder(args.layers, args.d)
     cols = columns(args.no_inductor)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.layers} layers, d {args.d}")
