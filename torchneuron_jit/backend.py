@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 23
+ARTIFACT_FORMAT = 24
 
 
 @functools.lru_cache(maxsize=None)
@@ -317,15 +317,16 @@ def _fuse(graph, imported, groups):
     for grp in groups:
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
-        views = None
+        views = donors = None
         if not grp["gemm"] and not grp["reduce_dims"]:
             inputs, views = zip(*(_input_view(n, members_all) for n in inputs)) if inputs else ((), ())
             views = list(views) if any(views) else None
+            donors = grp["donors"] if any(d >= 0 for d in grp["donors"]) else None
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
         kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
                            [getattr(torch, d) for d in grp["dtypes"]],
                            grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"],
-                           grp["out_strides"], grp["gathers"], views)
+                           grp["out_strides"], grp["gathers"], views, donors)
         with graph.inserting_before(members[0]):
             call = graph.call_function(kernel, tuple(inputs))
             call.meta["neuron_kernel"] = True

@@ -1407,6 +1407,52 @@ static int linear_activation(const tn_graph *g, const tn_node *n)
   return readers == 1;
 }
 
+/* Sets grp's donors (tn_fgroup.fg_donor): for each contiguous output of a
+** pointwise group, an input of its dtype and shape, once, that another
+** group computed (a fresh tensor, contiguous) and that nothing reads but
+** that group and this one (k), which runs after it: the buffer the input
+** leaves behind can take the output. */
+static int find_donors(fuse_state *s, int32_t k, tn_fgroup *grp)
+{
+  const tn_graph *g = s->fs_g;
+  grp->fg_donor = heap_ids(s->fs_f, grp->fg_noutputs);
+  if (!grp->fg_donor)
+    return TN_ENOMEM;
+  for (uint32_t o = 0; o < grp->fg_noutputs; o++)
+    grp->fg_donor[o] = -1;
+  if (grp->fg_reduce_dims || grp->fg_gemm_a >= 0)
+    return TN_OK;
+  for (uint32_t i = 0; i < grp->fg_ninputs; i++) {
+    int32_t v = grp->fg_inputs[i], p = producer(g, v), ok = p >= 0 && s->fs_group_of[p] >= 0 &&
+                                                            s->fs_group_of[p] != k && grp->fg_gather[i] == -1;
+    const tn_meta *vm = &tn_graph_value(g, v)->va_meta;
+    ok = ok && meta_contiguous(vm);
+    for (uint32_t j = 0; ok && j < grp->fg_ninputs; j++)
+      ok = j == i || grp->fg_inputs[j] != v;
+    for (uint32_t o = 0; ok && o < tn_graph_num_outputs(g); o++)
+      ok = tn_graph_outputs(g)[o] != v;
+    for (uint32_t j = (uint32_t)p + 1; ok && j < tn_graph_num_nodes(g); j++) {
+      const tn_node *n = tn_graph_node(g, (int32_t)j);
+      for (uint32_t a = 0; ok && a < n->no_nargs; a++) {
+        const tn_arg *arg = &n->no_args[a];
+        int reads = arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v;
+        for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
+          reads |= arg->u.ar_refs[e] == v;
+        ok = !reads || s->fs_group_of[j] == k || s->fs_group_of[j] == s->fs_group_of[p];
+      }
+    }
+    for (uint32_t o = 0; ok && o < grp->fg_noutputs; o++) {
+      const tn_meta *wm = &tn_graph_value(g, grp->fg_outputs[o])->va_meta;
+      if (grp->fg_donor[o] < 0 && grp->fg_out_kinds[o] == TN_FO_FULL && wm->me_dtype == vm->me_dtype &&
+          same_space(wm, vm) && meta_contiguous(wm)) {
+        grp->fg_donor[o] = (int32_t)i;
+        break;
+      }
+    }
+  }
+  return TN_OK;
+}
+
 int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
 {
   uint32_t nn = tn_graph_num_nodes(g), nv = tn_graph_num_values(g);
@@ -1508,8 +1554,8 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
   if (!f->fu_groups)
     rc = TN_ENOMEM;
   for (uint32_t k = 0; rc == TN_OK && k < s.fs_ngroups; k++)
-    if (renum[k] >= 0)
-      rc = build_group(&s, (int32_t)k, &f->fu_groups[renum[k]], bufof, sof, needed);
+    if (renum[k] >= 0 && (rc = build_group(&s, (int32_t)k, &f->fu_groups[renum[k]], bufof, sof, needed)) == TN_OK)
+      rc = find_donors(&s, (int32_t)k, &f->fu_groups[renum[k]]);
   f->fu_ngroups = kept;
   if (rc != TN_OK) {
     mi_heap_destroy(heap);

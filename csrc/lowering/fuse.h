@@ -101,6 +101,9 @@ typedef struct tn_fgroup {
                            ** next one), or TN_FG_INDEX for that index (not loaded as a block) */
   int32_t *fg_gather_dim;  /* per input: for the table of an element gather (aten.gather) the dim its
                            ** index picks along; -1 otherwise (whole rows, or no gather) */
+  int32_t *fg_donor;       /* per output: the input whose buffer it may be written into, or -1. A donor
+                           ** is another group's contiguous result of the output's dtype and shape that
+                           ** only this group reads: its last use. Its loads copy, never alias. */
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
   uint8_t *fg_out_kinds;   /* TN_FO_* per output */

@@ -97,6 +97,16 @@ static int cg_native(const tn_fgroup *grp, uint32_t k)
   return strcmp(t->cd_elem, t->cd_ctype) == 0;
 }
 
+/* Whether input operand k is an output's donor (tn_fgroup.fg_donor): the
+** output may be written into its buffer, so its loads copy, never alias. */
+static int cg_donor(const tn_fgroup *grp, uint32_t k)
+{
+  for (uint32_t o = 0; grp->fg_donor && o < grp->fg_noutputs; o++)
+    if (grp->fg_donor[o] == (int32_t)k)
+      return 1;
+  return 0;
+}
+
 /* Whether load fi reads an element gather's table (aten.gather): each
 ** element from the place its index picks, not whole rows. */
 static int cg_element_gather(const tn_fgroup *grp, const tn_finst *fi)
@@ -217,7 +227,7 @@ static int cg_second_only(const tn_fgroup *grp, int32_t v);
 static int cg_row_scalar(const tn_fgroup *grp, const tn_finst *const *def, int32_t v)
 {
   if (!def[v] || def[v]->fi_kind != TN_FI_LOAD || def[v]->fi_b >= 0 || !cg_native(grp, (uint32_t)def[v]->fi_a) ||
-      grp->fg_reduce_dims > 0)
+      grp->fg_reduce_dims > 0 || cg_donor(grp, (uint32_t)def[v]->fi_a))
     return 0;
   int any = 0;
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
@@ -317,7 +327,7 @@ static void cg_block_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *const
       out(b, "      L%d = b%d;\n", fi->fi_dst, fi->fi_dst);
       break;
     }
-    if (cg_native(grp, (uint32_t)fi->fi_a))
+    if (cg_native(grp, (uint32_t)fi->fi_a) && !cg_donor(grp, (uint32_t)fi->fi_a))
       out(b, "      if (%s[%d] == 1) L%d = %s + j; else ", stv, fi->fi_a, fi->fi_dst, o);
     if (stv[0] == 's' && cg_row_scalar(grp, def, fi->fi_dst)) /* its readers take *p as a scalar */
       out(b, "if (%s[%d] != 0) ", stv, fi->fi_a);

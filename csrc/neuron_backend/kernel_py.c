@@ -62,6 +62,7 @@ typedef struct {
   int ke_ngathers;        /* gathered tables: (table operand, index operand, dim or -1 for rows) */
   int ke_gather[KERNEL_MAX_OPERANDS][3];
   kernel_view *ke_views;  /* per input, or NULL when every input is read as passed */
+  int ke_donor[KERNEL_MAX_OPERANDS]; /* per output: the input whose tensor it may take (its last use), or -1 */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -197,10 +198,11 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
     if (dts && !ostr)
       Py_CLEAR(dts);
     PyObject *d = kinds && ins && dts
-                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
+                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
                                     tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
                                     tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
                                     "out_strides", ostr, "gathers", gat,
+                                    "donors", tn_py_ids_list(grp->fg_donor, grp->fg_noutputs),
                                     "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
                                     grp->fg_nonempty ? Py_True : Py_False, "gemm", gemm_grp ? Py_True : Py_False,
                                     "epilogue", epilogue ? Py_True : Py_False)
@@ -307,11 +309,12 @@ static int apply_view(const kernel_view *w, int i, int64_t *sizes, int64_t *stri
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", NULL};
+                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", "donors", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
-  PyObject *views_arg = Py_None;
+  PyObject *views_arg = Py_None, *donors_arg = Py_None;
   kernel_view *views = NULL;
+  int donors[KERNEL_MAX_OPERANDS];
   int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][3];
   int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
@@ -320,9 +323,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
                                    &dtypes_arg, &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg,
-                                   &gathers_arg, &views_arg))
+                                   &gathers_arg, &views_arg, &donors_arg))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
@@ -391,6 +394,25 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   }
   if (parse_views(views_arg, nin, &views) < 0)
     goto done;
+  /* donors: None, or per output the input whose tensor it may be written into (-1: none; pointwise only) */
+  for (int j = 0; j < nout && j < KERNEL_MAX_OPERANDS; j++)
+    donors[j] = -1;
+  if (donors_arg != Py_None) {
+    PyObject *fast = PySequence_Fast(donors_arg, "donors must be a sequence of ints");
+    int ok = fast && PySequence_Fast_GET_SIZE(fast) == nout && !gemm && !rdims;
+    for (int j = 0; ok && j < nout; j++) {
+      long x = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, j));
+      ok = !PyErr_Occurred() && x >= -1 && x < nin;
+      donors[j] = (int)x;
+    }
+    Py_XDECREF(fast);
+    if (!ok) {
+      if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "donors must give an input (or -1) per output (%d; pointwise kernels only)",
+                     nout);
+      goto done;
+    }
+  }
   /* out_strides: None, or per output None or a tuple of ints (pointwise kernels only) */
   if (strides_arg == Py_None) {
     ostrides = PyTuple_New(nout);
@@ -476,6 +498,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   u = NULL;
   views = NULL;
   k->ke_strided = strided;
+  memcpy(k->ke_donor, donors, sizeof(int) * (size_t)nout);
   k->ke_ngathers = ngathers;
   memcpy(k->ke_gather, gathers, sizeof(int) * 3 * (size_t)ngathers);
   k->ke_fn = fn;
@@ -766,6 +789,25 @@ static int gather_operands(KernelObject *k, int gi, int64_t (*sizes)[TN_MAX_RANK
   return 0;
 }
 
+/* Whether output j of k may be written into its donor input: a pointwise
+** kernel's full-shape contiguous output, the donor read as passed (no
+** view), contiguous, of the iteration shape (sizes, strides as read). */
+static int donor_fits(const KernelObject *k, int j, const int64_t *shape, int rank,
+                      int64_t (*sizes)[TN_MAX_RANK], int64_t (*strides)[TN_MAX_RANK], const int *ranks)
+{
+  int i = k->ke_donor[j];
+  if (i < 0 || k->ke_out_kinds[j] != TN_FO_FULL || PyTuple_GET_ITEM(k->ke_out_strides, j) != Py_None ||
+      (k->ke_views && k->ke_views[i].kv_on) || ranks[i] != rank)
+    return 0;
+  int64_t step = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    if (sizes[i][d] != shape[d] || (shape[d] != 1 && strides[i][d] != step))
+      return 0;
+    step *= shape[d];
+  }
+  return 1;
+}
+
 /* A launch, ready to run: its operands read, its outputs allocated. */
 typedef struct prepared {
   launch pr_la;
@@ -868,15 +910,24 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
                    rank);
       goto error;
     }
-    PyObject *shp = kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);
+    int donor = donor_fits(k, j, shape, rank, in_sizes, in_strides, in_rank) ? k->ke_donor[j] : -1;
+    PyObject *shp = donor >= 0 ? NULL
+                  : kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);
     PyObject *eargs = shp ? (ost == Py_None ? PyTuple_Pack(1, shp) : PyTuple_Pack(2, shp, ost)) : NULL;
-    PyObject *t = eargs ? PyObject_Call(ost == Py_None ? k->ke_empty : k->ke_empty_strided, eargs,
+    PyObject *t = donor >= 0 ? Py_NewRef(PyTuple_GET_ITEM(args, donor)) /* its last use: written in place */
+                : eargs ? PyObject_Call(ost == Py_None ? k->ke_empty : k->ke_empty_strided, eargs,
                                         PyTuple_GET_ITEM(k->ke_empty_kws, j))
                         : NULL;
     Py_XDECREF(shp);
     Py_XDECREF(eargs);
     if (!t)
       goto error;
+    for (int jj = 0; donor >= 0 && jj < j; jj++) /* one output per donor */
+      if (PyTuple_GET_ITEM(outs, jj) == t) {
+        PyErr_SetString(PyExc_ValueError, "kernel: two outputs given one donor");
+        Py_DECREF(t);
+        goto error;
+      }
     PyTuple_SET_ITEM(outs, j, t);
     PyObject *ptr = PyObject_CallMethodNoArgs(t, str_data_ptr);
     if (!ptr)

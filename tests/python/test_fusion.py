@@ -536,3 +536,74 @@ def test_kernel_refuses_a_root_laid_out_otherwise():
         k(torch.randn(3, 4).t(), y)
     with pytest.raises(ValueError, match="one entry per input"):
         _C.Kernel(grp["source"], 2, 1, torch.empty, [getattr(torch, d) for d in grp["dtypes"]], views=[view])
+
+
+# -- buffers: an output written into a dead input's (tn_fgroup.fg_donor) -----------------
+
+def _donor_graph(x, y):
+    a = torch.exp(x) * 2          # group 1: a, and u for the cumsum
+    u = a * 3 + y
+    w = torch.cumsum(u, 1)        # run by PyTorch: group 2 depends on it, so the two cannot merge
+    return (a + w) * 0.5 - a      # group 2: a's last reader
+
+
+def _kernels(gm):
+    groups = _C.fuse(from_fx(gm).graph)
+    return groups, [_C.Kernel(g["source"], len(g["inputs"]), len(g["outputs"]), torch.empty,
+                              [getattr(torch, d) for d in g["dtypes"]], donors=g["donors"]) for g in groups]
+
+
+def test_an_output_takes_the_buffer_of_an_input_at_its_last_use():
+    x, y = torch.randn(16, 40), torch.randn(16, 40)
+    groups, (k1, k2) = _kernels(make_fx(_donor_graph)(x, y))
+    assert [g["donors"] for g in groups] == [[-1, -1], [0]]
+    a, u = k1(x, y)
+    w = torch.cumsum(u, 1)
+    ptr = a.data_ptr()
+    (out,) = k2(a, w)
+    assert out.data_ptr() == ptr  # written in place of a
+    torch.testing.assert_close(out, _donor_graph(x, y))
+    # a donor laid out otherwise is left alone: the output gets a buffer of its own
+    a2 = (torch.exp(x.t().contiguous()) * 2).t()
+    (out2,) = k2(a2, w)
+    assert out2.data_ptr() != a2.data_ptr()
+    torch.testing.assert_close(out2, _donor_graph(x, y))
+
+
+def test_no_donor_where_the_input_lives_on():
+    """A graph output, or a value read by an op left to PyTorch after the
+    kernel, keeps its buffer."""
+    def returned(x, y):
+        a = torch.exp(x) * 2
+        w = torch.cumsum(a * 3 + y, 1)
+        return (a + w) * 0.5 - a, a
+
+    def read_later(x, y):
+        a = torch.exp(x) * 2
+        w = torch.cumsum(a * 3 + y, 1)
+        b = (a + w) * 0.5 - a
+        return b, torch.cumsum(a, 0)
+
+    x, y = torch.randn(8, 12), torch.randn(8, 12)
+    for f in (returned, read_later):
+        groups, _ = _kernels(make_fx(f)(x, y))
+        assert all(d == -1 for g in groups for d in g["donors"]), (f.__name__, groups)
+        with torch.no_grad():
+            for g, e in zip(torch.compile(f, backend="neuron")(x, y), f(x, y)):
+                torch.testing.assert_close(g, e)
+
+
+def test_in_place_outputs_match_eager_over_calls_and_threads(in_threads):
+    c = torch.compile(_donor_graph, backend="neuron")
+    inputs = [(torch.randn(64, 300), torch.randn(64, 300)) for _ in range(4)]
+    with torch.no_grad():
+        want = [_donor_graph(*a) for a in inputs]
+        c(*inputs[0])
+
+    def body(i):
+        with torch.no_grad():
+            for _ in range(20):
+                torch.testing.assert_close(c(*inputs[i]), want[i])
+
+    in_threads(body)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
