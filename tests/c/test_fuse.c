@@ -1506,6 +1506,49 @@ START_TEST(test_cycle_rule)
 }
 END_TEST
 
+/* x[4,5]: a = exp(x); u = a * 3 (group 1, outputs a and u); w = cumsum(u)
+** (eager); c = a + w; d = c * 0.5 (group 2: reads a last). Group 2's output
+** d may take a's buffer (fg_donor); with a also a graph output, it may not. */
+START_TEST(test_donor_is_the_input_at_its_last_use)
+{
+  tn_meta f2 = {TN_DTYPE_FLOAT32, 2, S2, ST2};
+  for (int escape = 0; escape < 2; escape++) {
+    tn_graph *g;
+    tn_fusion *f;
+    int32_t x, a, u, w, c, d;
+    ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+    tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, f2};
+    ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+    tn_arg ae[1] = {T(x)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_exp, NULL, ae, 1, &f2, 1, &a), TN_OK);
+    tn_arg au[2] = {T(a), F(3.0)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, au, 2, &f2, 1, &u), TN_OK);
+    w = add_cumsum(g, u, &f2);
+    tn_arg ac[3] = {T(a), T(w), I(1)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, ac, 3, &f2, 1, &c), TN_OK);
+    tn_arg ad[2] = {T(c), F(0.5)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, ad, 2, &f2, 1, &d), TN_OK);
+    int32_t outs[2] = {d, a};
+    ck_assert_int_eq(tn_graph_set_outputs(g, outs, escape ? 2 : 1), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    int g1 = group_of_node(f, node_of(g, a)), g2 = group_of_node(f, node_of(g, d));
+    ck_assert_msg(g1 >= 0 && g2 >= 0 && g1 != g2, "groups %d and %d", g1, g2);
+    const tn_fgroup *first = tn_fusion_group(f, (uint32_t)g1), *second = tn_fusion_group(f, (uint32_t)g2);
+    for (uint32_t o = 0; o < first->fg_noutputs; o++)
+      ck_assert_int_eq(first->fg_donor[o], -1); /* x is a graph input: never a donor */
+    ck_assert_uint_eq(second->fg_noutputs, 1);
+    int ai = -1;
+    for (uint32_t i = 0; i < second->fg_ninputs; i++)
+      if (second->fg_inputs[i] == a)
+        ai = (int)i;
+    ck_assert_int_ge(ai, 0);
+    ck_assert_int_eq(second->fg_donor[0], escape ? -1 : ai);
+    tn_fusion_free(f);
+    tn_graph_free(g);
+  }
+}
+END_TEST
+
 /* x[4,5] with strides (1, 4) (a transpose): a = x * 2, b = a + 1, both
 ** results laid out as x. Densely permuted: one group. Not dense (strides
 ** (10, 2)): no group. */
@@ -1668,6 +1711,7 @@ int main(void)
   tcase_add_test(tc, test_element_gather_group);
   tcase_add_test(tc, test_gather_table_not_computed_in_group);
   tcase_add_test(tc, test_cycle_rule);
+  tcase_add_test(tc, test_donor_is_the_input_at_its_last_use);
   tcase_add_test(tc, test_permuted_output);
   tcase_add_test(tc, test_mixed_dtype_group);
   suite_add_tcase(s, tc);
