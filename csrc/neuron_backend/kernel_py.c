@@ -71,6 +71,26 @@ typedef struct {
 
 static int kernel_threads = 1; /* set from torch.get_num_threads() */
 
+/* How many parts work splits into: one per per_part units of it, at most
+** kernel_threads and most (the units it can split along), at least one. */
+static int split_parts(int64_t work, int64_t per_part, int64_t most)
+{
+  int64_t parts = work / per_part;
+  if (parts > kernel_threads)
+    parts = kernel_threads;
+  if (parts > most)
+    parts = most;
+  return parts < 1 ? 1 : (int)parts;
+}
+
+/* Part `part` of nparts of n units: [*start, *end), possibly empty. */
+static void part_range(int64_t n, int part, int nparts, int64_t *start, int64_t *end)
+{
+  int64_t chunk = (n + nparts - 1) / nparts;
+  *start = chunk * part < n ? chunk * part : n;
+  *end = *start + chunk < n ? *start + chunk : n;
+}
+
 /* One launch, split along the outermost (coalesced) dimension. */
 typedef struct launch {
   kernel_fn la_fn;
@@ -111,8 +131,9 @@ static void launch_part(void *vctx, int part, int nparts)
       launch_range(la, 0, 1);
     return;
   }
-  int64_t n0 = la->la_sizes[0], chunk = (n0 + nparts - 1) / nparts, start = chunk * part;
-  launch_range(la, start, n0 - start < chunk ? n0 - start : chunk);
+  int64_t start, end;
+  part_range(la->la_sizes[0], part, nparts, &start, &end);
+  launch_range(la, start, end - start);
 }
 
 /* -- fuse ------------------------------------------------------------------------ */
@@ -225,23 +246,28 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 
 /* -- Kernel -------------------------------------------------------------------------- */
 
-/* Reads a sequence of at most TN_MAX_RANK ints into v; sets *n. */
-static int view_ints(PyObject *seq, int64_t *v, int *n)
+/* Reads a tuple-like of ints (shape or stride) into out (rank entries). */
+static int read_ints(PyObject *seq, int64_t *out, int *rank)
 {
-  PyObject *fast = PySequence_Fast(seq, "a view's sizes and strides must be sequences of ints");
+  PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
   if (!fast)
     return -1;
-  Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
-  int rc = len <= TN_MAX_RANK ? 0 : -1;
-  for (Py_ssize_t d = 0; rc == 0 && d < len; d++) {
-    v[d] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, d));
-    rc = PyErr_Occurred() ? -1 : 0;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  if (n > TN_MAX_RANK) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "rank %zd exceeds %d", n, TN_MAX_RANK);
+    return -1;
   }
-  *n = (int)len;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (out[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+  }
   Py_DECREF(fast);
-  if (rc < 0 && !PyErr_Occurred())
-    PyErr_Format(PyExc_ValueError, "a view of rank above %d", TN_MAX_RANK);
-  return rc;
+  *rank = (int)n;
+  return 0;
 }
 
 /* views: None, or per input None or (base sizes, base strides, sizes,
@@ -269,10 +295,10 @@ static int parse_views(PyObject *arg, int nin, kernel_view **out)
       break;
     }
     w->kv_on = 1;
-    rc = view_ints(PyTuple_GET_ITEM(e, 0), w->kv_bsizes, &w->kv_brank) < 0 ||
-         view_ints(PyTuple_GET_ITEM(e, 1), w->kv_bstrides, &n2) < 0 || n2 != w->kv_brank ||
-         view_ints(PyTuple_GET_ITEM(e, 2), w->kv_sizes, &w->kv_rank) < 0 ||
-         view_ints(PyTuple_GET_ITEM(e, 3), w->kv_strides, &n2) < 0 || n2 != w->kv_rank ? -1 : 0;
+    rc = read_ints(PyTuple_GET_ITEM(e, 0), w->kv_bsizes, &w->kv_brank) < 0 ||
+         read_ints(PyTuple_GET_ITEM(e, 1), w->kv_bstrides, &n2) < 0 || n2 != w->kv_brank ||
+         read_ints(PyTuple_GET_ITEM(e, 2), w->kv_sizes, &w->kv_rank) < 0 ||
+         read_ints(PyTuple_GET_ITEM(e, 3), w->kv_strides, &n2) < 0 || n2 != w->kv_rank ? -1 : 0;
     w->kv_offset = rc == 0 ? PyLong_AsLongLong(PyTuple_GET_ITEM(e, 4)) : 0;
     if (rc == 0 && PyErr_Occurred())
       rc = -1;
@@ -395,7 +421,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   if (parse_views(views_arg, nin, &views) < 0)
     goto done;
   /* donors: None, or per output the input whose tensor it may be written into (-1: none; pointwise only) */
-  for (int j = 0; j < nout && j < KERNEL_MAX_OPERANDS; j++)
+  for (int j = 0; j < nout; j++)
     donors[j] = -1;
   if (donors_arg != Py_None) {
     PyObject *fast = PySequence_Fast(donors_arg, "donors must be a sequence of ints");
@@ -540,29 +566,6 @@ static void Kernel_dealloc(PyObject *o)
   Py_DECREF(tp);
 }
 
-/* Reads a tuple-like of ints (shape or stride) into out (rank entries). */
-static int read_ints(PyObject *seq, int64_t *out, int *rank)
-{
-  PyObject *fast = PySequence_Fast(seq, "expected a sequence of ints");
-  if (!fast)
-    return -1;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  if (n > TN_MAX_RANK) {
-    Py_DECREF(fast);
-    PyErr_Format(PyExc_ValueError, "rank %zd exceeds %d", n, TN_MAX_RANK);
-    return -1;
-  }
-  for (Py_ssize_t i = 0; i < n; i++) {
-    out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
-    if (out[i] == -1 && PyErr_Occurred()) {
-      Py_DECREF(fast);
-      return -1;
-    }
-  }
-  Py_DECREF(fast);
-  *rank = (int)n;
-  return 0;
-}
 
 /* Interned names of the tensor attributes a launch reads (made once, at
 ** module init: a lookup by interned name skips building a string). */
@@ -680,10 +683,10 @@ static int64_t check_row_offset(const index_check *c, int64_t o)
 static void check_part(void *vctx, int part, int nparts)
 {
   index_check *c = vctx;
-  int64_t chunk = (c->ic_outer + nparts - 1) / nparts, end = chunk * (part + 1);
-  int64_t ist = c->ic_rank ? c->ic_strides[c->ic_rank - 1] : 0;
+  int64_t start, end, ist = c->ic_rank ? c->ic_strides[c->ic_rank - 1] : 0;
+  part_range(c->ic_outer, part, nparts, &start, &end);
   c->ic_bad_row[part] = -1;
-  for (int64_t o = chunk * part; o < end && o < c->ic_outer; o++)
+  for (int64_t o = start; o < end; o++)
     if (tn_rt_index_scan(c->ic_data + check_row_offset(c, o), ist, c->ic_isz, c->ic_lim, c->ic_inner) >= 0) {
       c->ic_bad_row[part] = o;
       return;
@@ -703,11 +706,10 @@ static int indices_in_range(const void *data, const int64_t *sizes, const int64_
     c.ic_outer *= sizes[d];
   if (c.ic_inner == 0 || c.ic_outer == 0)
     return 1;
-  int64_t parts = c.ic_outer * c.ic_inner / (4 * KERNEL_PART_ELEMENTS);
-  parts = parts > kernel_threads ? kernel_threads : parts > c.ic_outer ? c.ic_outer : parts < 1 ? 1 : parts;
+  int parts = split_parts(c.ic_outer * c.ic_inner, 4 * KERNEL_PART_ELEMENTS, c.ic_outer);
   if (parts > 1) {
     Py_BEGIN_ALLOW_THREADS
-    parts = tn_pool_run(check_part, &c, (int)parts);
+    parts = tn_pool_run(check_part, &c, parts);
     Py_END_ALLOW_THREADS
   } else {
     check_part(&c, 0, 1);
@@ -996,13 +998,7 @@ static void kernel_execute(const prepared *p)
   const launch *la = &p->pr_la;
   if (!p->pr_run)
     return;
-  int parts = la->la_rank == 0 ? 1 : (int)(p->pr_numel / KERNEL_PART_ELEMENTS);
-  if (parts > kernel_threads)
-    parts = kernel_threads;
-  if (la->la_rank > 0 && parts > la->la_sizes[0])
-    parts = (int)la->la_sizes[0];
-  if (parts < 1)
-    parts = 1;
+  int parts = split_parts(p->pr_numel, KERNEL_PART_ELEMENTS, la->la_rank == 0 ? 1 : la->la_sizes[0]);
   if (p->pr_numel >= KERNEL_NOGIL_ELEMENTS) {
     Py_BEGIN_ALLOW_THREADS
     tn_pool_run(launch_part, (void *)la, parts);
@@ -1164,10 +1160,11 @@ static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *
 static void gemm_batch_part(void *vctx, int part, int nparts)
 {
   gemm_job j = *(const gemm_job *)vctx;
-  int64_t chunk = (j.gj_batch + nparts - 1) / nparts, end = chunk * (part + 1);
+  int64_t start, end;
+  part_range(j.gj_batch, part, nparts, &start, &end);
   const float *a = j.gj_a, *b = j.gj_b;
   float *c = j.gj_c;
-  for (int64_t p = chunk * part; p < end && p < j.gj_batch; p++) {
+  for (int64_t p = start; p < end; p++) {
     j.gj_a = a + p * j.gj_bst[0];
     j.gj_b = b + p * j.gj_bst[1];
     j.gj_c = c + p * (int64_t)j.gj_m * j.gj_n;
@@ -1178,15 +1175,9 @@ static void gemm_batch_part(void *vctx, int part, int nparts)
 /* How many parts a GEMM splits into, and along which dimension. */
 static int gemm_parts(gemm_job *j)
 {
-  int64_t flops = (int64_t)j->gj_m * j->gj_n * j->gj_k;
-  int parts = (int)(flops / GEMM_PART_FLOPS);
-  if (parts > kernel_threads)
-    parts = kernel_threads;
   j->gj_split_cols = j->gj_m < 2 * GEMM_PART_ROWS && j->gj_n >= j->gj_m;
-  int most = j->gj_split_cols ? j->gj_n / GEMM_PART_COLS : j->gj_m / GEMM_PART_ROWS;
-  if (parts > most)
-    parts = most;
-  return parts < 1 ? 1 : parts;
+  return split_parts((int64_t)j->gj_m * j->gj_n * j->gj_k, GEMM_PART_FLOPS,
+                     j->gj_split_cols ? j->gj_n / GEMM_PART_COLS : j->gj_m / GEMM_PART_ROWS);
 }
 
 /* A GEMM kernel's call: the product of args[0] and args[1], then the
@@ -1225,10 +1216,9 @@ static PyObject *gemm_run(KernelObject *k, PyObject *args)
     if (j.gj_k == 0) {
       memset(j.gj_c, 0, sizeof(float) * (size_t)(j.gj_batch * j.gj_m * j.gj_n));
     } else {
-      int64_t bparts = j.gj_batch * j.gj_m * j.gj_n * j.gj_k / GEMM_PART_FLOPS;
-      bparts = bparts > kernel_threads ? kernel_threads : bparts > j.gj_batch ? j.gj_batch : bparts < 1 ? 1 : bparts;
+      int bparts = split_parts(j.gj_batch * j.gj_m * j.gj_n * j.gj_k, GEMM_PART_FLOPS, j.gj_batch);
       Py_BEGIN_ALLOW_THREADS
-      tn_pool_run(gemm_batch_part, &j, (int)bparts);
+      tn_pool_run(gemm_batch_part, &j, bparts);
       Py_END_ALLOW_THREADS
     }
   } else if ((int64_t)j.gj_m * j.gj_n > 0 && j.gj_batch == 1) {
