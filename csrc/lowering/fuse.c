@@ -590,6 +590,29 @@ static int gemm_lowerable(const tn_graph *g, const tn_node *n)
   return 1;
 }
 
+/* Whether node n reads value v (as a tensor argument or in a tensor list). */
+static int node_reads(const tn_node *n, int32_t v)
+{
+  for (uint32_t i = 0; i < n->no_nargs; i++) {
+    const tn_arg *arg = &n->no_args[i];
+    if (arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v)
+      return 1;
+    for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
+      if (arg->u.ar_refs[e] == v)
+        return 1;
+  }
+  return 0;
+}
+
+/* Whether value v is one of g's results. */
+static int graph_output(const tn_graph *g, int32_t v)
+{
+  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
+    if (tn_graph_outputs(g)[o] == v)
+      return 1;
+  return 0;
+}
+
 /* -- Grouping ------------------------------------------------------------- */
 
 typedef struct fuse_state {
@@ -731,14 +754,6 @@ static int may_join(fuse_state *s, uint32_t i, int32_t k)
   return 1;
 }
 
-static int node_reads(const tn_node *n, int32_t v)
-{
-  for (uint32_t i = 0; i < n->no_nargs; i++)
-    if (n->no_args[i].ar_tag == TN_ARG_TENSOR && n->no_args[i].u.ar_ref == v)
-      return 1;
-  return 0;
-}
-
 /* Whether every node of pointwise group h computes in dtype dt alone
 ** (uniform_node): what a row or GEMM group may take in. */
 static int uniform_group(fuse_state *s, int32_t h, int dt)
@@ -806,23 +821,15 @@ static int32_t sole_reader_group(fuse_state *s, uint32_t i)
 {
   const tn_graph *g = s->fs_g;
   int32_t v = tn_graph_node(g, (int32_t)i)->no_out[0], k = -1;
-  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
-    if (tn_graph_outputs(g)[o] == v)
-      return -1;
+  if (graph_output(g, v))
+    return -1;
   for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
-    const tn_node *n = tn_graph_node(g, (int32_t)j);
-    for (uint32_t a = 0; a < n->no_nargs; a++) {
-      const tn_arg *arg = &n->no_args[a];
-      int reads = arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v;
-      for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
-        reads |= arg->u.ar_refs[e] == v;
-      if (!reads)
-        continue;
-      int32_t h = s->fs_group_of[j];
-      if (h < 0 || s->fs_anchor[h] >= 0 || (k >= 0 && h != k))
-        return -1;
-      k = h;
-    }
+    if (!node_reads(tn_graph_node(g, (int32_t)j), v))
+      continue;
+    int32_t h = s->fs_group_of[j];
+    if (h < 0 || s->fs_anchor[h] >= 0 || (k >= 0 && h != k))
+      return -1;
+    k = h;
   }
   return k;
 }
@@ -1392,19 +1399,11 @@ static int linear_activation(const tn_graph *g, const tn_node *n)
   if (pn->no_op != TN_OP_fallback || !pn->no_target || strcmp(pn->no_target, "aten::linear") != 0 ||
       tn_graph_value(g, v)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
     return 0;
-  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
-    if (tn_graph_outputs(g)[o] == v)
-      return 0;
-  for (uint32_t j = (uint32_t)p + 1; j < tn_graph_num_nodes(g); j++) {
-    const tn_node *r = tn_graph_node(g, (int32_t)j);
-    for (uint32_t a = 0; a < r->no_nargs; a++) {
-      const tn_arg *arg = &r->no_args[a];
-      readers += arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v;
-      for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
-        readers += arg->u.ar_refs[e] == v;
-    }
-  }
-  return readers == 1;
+  if (graph_output(g, v))
+    return 0;
+  for (uint32_t j = (uint32_t)p + 1; j < tn_graph_num_nodes(g); j++)
+    readers += node_reads(tn_graph_node(g, (int32_t)j), v);
+  return readers == 1; /* n alone */
 }
 
 /* Sets grp's donors (tn_fgroup.fg_donor): for each contiguous output of a
@@ -1429,18 +1428,10 @@ static int find_donors(fuse_state *s, int32_t k, tn_fgroup *grp)
     ok = ok && meta_contiguous(vm);
     for (uint32_t j = 0; ok && j < grp->fg_ninputs; j++)
       ok = j == i || grp->fg_inputs[j] != v;
-    for (uint32_t o = 0; ok && o < tn_graph_num_outputs(g); o++)
-      ok = tn_graph_outputs(g)[o] != v;
-    for (uint32_t j = (uint32_t)p + 1; ok && j < tn_graph_num_nodes(g); j++) {
-      const tn_node *n = tn_graph_node(g, (int32_t)j);
-      for (uint32_t a = 0; ok && a < n->no_nargs; a++) {
-        const tn_arg *arg = &n->no_args[a];
-        int reads = arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v;
-        for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
-          reads |= arg->u.ar_refs[e] == v;
-        ok = !reads || s->fs_group_of[j] == k || s->fs_group_of[j] == s->fs_group_of[p];
-      }
-    }
+    ok = ok && !graph_output(g, v);
+    for (uint32_t j = (uint32_t)p + 1; ok && j < tn_graph_num_nodes(g); j++)
+      ok = !node_reads(tn_graph_node(g, (int32_t)j), v) || s->fs_group_of[j] == k ||
+           s->fs_group_of[j] == s->fs_group_of[p];
     for (uint32_t o = 0; ok && o < grp->fg_noutputs; o++) {
       const tn_meta *wm = &tn_graph_value(g, grp->fg_outputs[o])->va_meta;
       if (grp->fg_donor[o] < 0 && grp->fg_out_kinds[o] == TN_FO_FULL && wm->me_dtype == vm->me_dtype &&
