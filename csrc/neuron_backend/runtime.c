@@ -528,10 +528,12 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
   case TN_RT_B_BOR: BINARY_LOOP(Y, x | y); \
   case TN_RT_B_BXOR: BINARY_LOOP(Y, x ^ y);
 
-/* The binary primitives of type T (suffix SUF) whose ops are all CASES
-** (a macro of the second operand), elementwise and with a scalar. */
-#define RT_CASE_BINARY_FNS(SUF, T, CASES) \
-  RT_CLONES void tn_rt_binary_##SUF(int op, T *dst, const T *a, const T *b, int64_t n) \
+/* A pair of primitives over blocks of T whose ops are all CASES (a macro
+** of the second operand): NAME elementwise (b[i]) and NAME_S with a scalar
+** (s), writing DST_T (T, or bytes for comparisons). Unknown op: dst is
+** left as is. */
+#define RT_OP_PAIR(NAME, NAME_S, DST_T, T, CASES) \
+  RT_CLONES void NAME(int op, DST_T *dst, const T *a, const T *b, int64_t n) \
   { \
     switch (op) { \
     CASES(b[i]) \
@@ -539,7 +541,7 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
       break; \
     } \
   } \
-  RT_CLONES void tn_rt_binary_s_##SUF(int op, T *dst, const T *a, T s, int64_t n) \
+  RT_CLONES void NAME_S(int op, DST_T *dst, const T *a, T s, int64_t n) \
   { \
     switch (op) { \
     CASES(s) \
@@ -547,6 +549,9 @@ RT_CLONES void tn_rt_unary_i64(int op, int64_t *dst, const int64_t *a, int64_t n
       break; \
     } \
   }
+
+/* The binary primitives of type T (suffix SUF). */
+#define RT_CASE_BINARY_FNS(SUF, T, CASES) RT_OP_PAIR(tn_rt_binary_##SUF, tn_rt_binary_s_##SUF, T, T, CASES)
 
 RT_CASE_BINARY_FNS(i64, int64_t, INT_BINARY_CASES)
 
@@ -586,22 +591,7 @@ RT_CASE_BINARY_FNS(b8, uint8_t, BOOL_BINARY_CASES)
   case TN_RT_C_GE: RT_COMPARE_LOOP(Y, >=);
 
 #define RT_SELECT_FNS(SUF, T) \
-  RT_CLONES void tn_rt_compare_##SUF(int op, uint8_t *dst, const T *a, const T *b, int64_t n) \
-  { \
-    switch (op) { \
-    RT_COMPARE_CASES(b[i]) \
-    default: \
-      break; \
-    } \
-  } \
-  RT_CLONES void tn_rt_compare_s_##SUF(int op, uint8_t *dst, const T *a, T s, int64_t n) \
-  { \
-    switch (op) { \
-    RT_COMPARE_CASES(s) \
-    default: \
-      break; \
-    } \
-  } \
+  RT_OP_PAIR(tn_rt_compare_##SUF, tn_rt_compare_s_##SUF, uint8_t, T, RT_COMPARE_CASES) \
   RT_CLONES void tn_rt_where_##SUF(T *dst, const uint8_t *c, const T *a, const T *b, int64_t n) \
   { \
     for (int64_t i = 0; i < n; i++) \
