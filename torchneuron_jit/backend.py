@@ -185,7 +185,7 @@ class _Lowering:
                                  packed=bool(config.onednn_packed_weights)) if _onednn_linear() else []
             self.artifact["onednn"] = sorted([canon[listed[k][0]], kind] for k, kind in chosen)
         picked = [(self.order[c], kind) for c, kind in self.artifact["onednn"]]
-        if any(i not in units or kind not in ("onednn", "packed") for i, kind in picked):
+        if any(i not in units or kind not in gemm.KINDS or kind == "aten" for i, kind in picked):
             raise RuntimeError("a cached oneDNN choice names a node that is no linear layer")
         return [(units[i].nodes[0], kind) for i, kind in picked]
 
@@ -279,7 +279,8 @@ def _input_view(node, fused):
     root, hops = node, 0
     while root.op == "call_function" and _aliases_input(root):
         base = root.args[0].args[0] if root.target is operator.getitem else root.args[0]
-        if not isinstance(base, torch.fx.Node) or static_val(base) is None or static_val(base).dtype != val.dtype:
+        bv = static_val(base)
+        if bv is None or bv.dtype != val.dtype:
             return node, None
         root, hops = base, hops + 1
     fixed = root.op in ("placeholder", "get_attr") or (

@@ -54,11 +54,15 @@ class Unit:
     algorithm: str = ""    # gelu's approximation
     other: object = None   # the residual of attr "add"
 
+    def rows(self):
+        """Rows of the product (the input's elements over its last dim)."""
+        x = static_val(self.x)
+        return x.numel() // x.shape[-1]
+
     def describe(self):
-        x, w = static_val(self.x), static_val(self.w)
-        rows = x.numel() // x.shape[-1]
+        w = static_val(self.w)
         extra = {"none": "", "add": " + residual"}.get(self.attr, f" + {self.attr}")
-        return f"linear {rows}x{w.shape[1]}->{w.shape[0]}{' + bias' if self.b is not None else ''}{extra}"
+        return f"linear {self.rows()}x{w.shape[1]}->{w.shape[0]}{' + bias' if self.b is not None else ''}{extra}"
 
     def signature(self):
         def sig(n):
@@ -163,16 +167,11 @@ class PackedLinear:
         return "oneDNN packed linear"
 
 
-def _rows(unit):
-    x = static_val(unit.x)
-    return x.numel() // x.shape[-1]
-
-
 def _onednn_call(unit, kind="onednn"):
     """(target, args) of the one oneDNN call that replaces unit (kind
     "onednn", or "packed" for a PackedLinear)."""
     if kind == "packed":
-        call = PackedLinear(unit.attr, unit.algorithm, _rows(unit))
+        call = PackedLinear(unit.attr, unit.algorithm, unit.rows())
         return call, (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
     if unit.attr == "add":
         return torch.ops.mkldnn._linear_pointwise.binary, (unit.x, unit.other, unit.w, unit.b, "add")
@@ -224,15 +223,12 @@ def measure(unit, kinds=("onednn",)):
 KINDS = ("aten", "onednn", "packed")
 
 
-def choose(graph_units, choices=None, packed=False):
+def choose(graph_units, choices, packed=False):
     """[(index, kind)] for the units of graph_units that oneDNN should run
     ("onednn", or "packed" when packed weights may be timed too). Each
     distinct signature is timed once: choices (get(sig) -> kind or None,
-    put(sig, kind); by default a dict's) remembers what was timed, for
-    the caller across graphs and processes."""
-    if choices is None:
-        memo = {}
-        choices = type("Choices", (), {"get": staticmethod(memo.get), "put": staticmethod(memo.__setitem__)})
+    put(sig, kind)) remembers what was timed, for the caller across graphs
+    and processes."""
     chosen = []
     for i, unit in enumerate(graph_units):
         sig = (unit.signature(), packed)
