@@ -708,7 +708,7 @@ static int check_view(node_ctx *c)
       return node_err(c, "cat of an empty list");
     in = &c->nc_g->gr_values[c->nc_args[0].u.ar_refs[0]].va_meta;
   }
-  if (out->me_dtype != in->me_dtype)
+  if (out->me_dtype != in->me_dtype && c->nc_op != TN_OP_cat) /* cat promotes its parts' dtypes */
     return node_err(c, "output dtype %s differs from the input's", tn_dtype_name(out->me_dtype));
   switch (c->nc_op) {
   case TN_OP_view: case TN_OP_unsafe_view: case TN_OP_reshape: {
