@@ -9,7 +9,9 @@
 **
 ** Pointwise kernels ignore cols, and cstrides but for gathers: the body
 ** walks the outer dimensions with an odometer and the innermost in
-** TN_RT_BLOCK blocks, calling the runtime's primitives. A gathered table
+** TN_RT_BLOCK blocks, calling the runtime's primitives; where the innermost
+** is short (128 elements at most) and nothing is gathered, a block holds a
+** tile of rows of the last two dims instead (2-D loads and stores). A gathered table
 ** (fg_gather) is given with strides 0 over the index's dims and its own
 ** over the rest, its index with the index's strides over its dims and 0
 ** over the rest (so both broadcast to the result), and cstrides[k] the

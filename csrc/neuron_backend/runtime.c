@@ -957,21 +957,54 @@ double tn_rt_combine(int op, double acc, double part)
 
 /* -- Tiles of short rows: rows x cols elements, rows packed in the buffer -- */
 
-#define RT_TILE_IO(name, type) \
-  void tn_rt_load2d_##name(float *dst, const type *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols) \
+#define RT_TILE_IO(name, btype, type) \
+  void tn_rt_load2d_##name(btype *dst, const type *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols) \
   { \
     for (int64_t r = 0; r < rows; r++) \
       tn_rt_load_##name(dst + r * cols, src + r * rs, cs, cols); \
   } \
-  void tn_rt_store2d_##name(type *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols) \
+  void tn_rt_store2d_##name(type *dst, int64_t rs, int64_t cs, const btype *src, int64_t rows, int64_t cols) \
   { \
     for (int64_t r = 0; r < rows; r++) \
       tn_rt_store_##name(dst + r * rs, cs, src + r * cols, cols); \
   }
 
-RT_TILE_IO(f32, float)
-RT_TILE_IO(f16, uint16_t)
-RT_TILE_IO(bf16, uint16_t)
+/* Those of native elements: one loop nest, no call per row (tiles of rows
+** of a few dozen elements are where the calls would cost the most). */
+#define RT_TILE_NATIVE(name, type) \
+  RT_CLONES void tn_rt_load2d_##name(type *dst, const type *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols) \
+  { \
+    for (int64_t r = 0; r < rows; r++, dst += cols, src += rs) \
+      if (cs == 1) { \
+        for (int64_t i = 0; i < cols; i++) \
+          dst[i] = src[i]; \
+      } else { \
+        for (int64_t i = 0; i < cols; i++) \
+          dst[i] = src[i * cs]; \
+      } \
+  } \
+  RT_CLONES void tn_rt_store2d_##name(type *dst, int64_t rs, int64_t cs, const type *src, int64_t rows, int64_t cols) \
+  { \
+    for (int64_t r = 0; r < rows; r++, dst += rs, src += cols) \
+      if (cs == 1) { \
+        for (int64_t i = 0; i < cols; i++) \
+          dst[i] = src[i]; \
+      } else { \
+        for (int64_t i = 0; i < cols; i++) \
+          dst[i * cs] = src[i]; \
+      } \
+  }
+
+RT_TILE_NATIVE(f32, float)
+RT_TILE_NATIVE(f64, double)
+RT_TILE_NATIVE(i64, int64_t)
+RT_TILE_NATIVE(b8, uint8_t)
+RT_TILE_IO(f16, float, uint16_t)
+RT_TILE_IO(bf16, float, uint16_t)
+RT_TILE_IO(i32, int64_t, int32_t)
+RT_TILE_IO(i16, int64_t, int16_t)
+RT_TILE_IO(i8, int64_t, int8_t)
+RT_TILE_IO(u8, int64_t, uint8_t)
 
 void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, int64_t rows, int64_t cols)
 {
@@ -1061,6 +1094,20 @@ static const tn_rt_symbol rt_symbols[] = {
   {"tn_rt_store2d_f16", (const void *)tn_rt_store2d_f16},
   {"tn_rt_load2d_bf16", (const void *)tn_rt_load2d_bf16},
   {"tn_rt_store2d_bf16", (const void *)tn_rt_store2d_bf16},
+  {"tn_rt_load2d_f64", (const void *)tn_rt_load2d_f64},
+  {"tn_rt_store2d_f64", (const void *)tn_rt_store2d_f64},
+  {"tn_rt_load2d_i64", (const void *)tn_rt_load2d_i64},
+  {"tn_rt_store2d_i64", (const void *)tn_rt_store2d_i64},
+  {"tn_rt_load2d_i32", (const void *)tn_rt_load2d_i32},
+  {"tn_rt_store2d_i32", (const void *)tn_rt_store2d_i32},
+  {"tn_rt_load2d_i16", (const void *)tn_rt_load2d_i16},
+  {"tn_rt_store2d_i16", (const void *)tn_rt_store2d_i16},
+  {"tn_rt_load2d_i8", (const void *)tn_rt_load2d_i8},
+  {"tn_rt_store2d_i8", (const void *)tn_rt_store2d_i8},
+  {"tn_rt_load2d_u8", (const void *)tn_rt_load2d_u8},
+  {"tn_rt_store2d_u8", (const void *)tn_rt_store2d_u8},
+  {"tn_rt_load2d_b8", (const void *)tn_rt_load2d_b8},
+  {"tn_rt_store2d_b8", (const void *)tn_rt_store2d_b8},
   {"tn_rt_reduce_rows_f32", (const void *)tn_rt_reduce_rows_f32},
   {"tn_rt_binary_rs_f32", (const void *)tn_rt_binary_rs_f32},
   {"tn_rt_splat_rows_f32", (const void *)tn_rt_splat_rows_f32},
@@ -1139,6 +1186,20 @@ const char *tn_rt_prototypes(void)
          "void tn_rt_store2d_f16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
          "void tn_rt_load2d_bf16(float *dst, const unsigned short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
          "void tn_rt_store2d_bf16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_f64(double *dst, const double *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_f64(double *dst, i64 rs, i64 cs, const double *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_i64(i64 *dst, const i64 *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_i64(i64 *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_i32(i64 *dst, const int *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_i32(int *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_i16(i64 *dst, const short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_i16(short *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_i8(i64 *dst, const signed char *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_i8(signed char *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_u8(i64 *dst, const unsigned char *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_u8(unsigned char *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
+         "void tn_rt_load2d_b8(unsigned char *dst, const unsigned char *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
+         "void tn_rt_store2d_b8(unsigned char *dst, i64 rs, i64 cs, const unsigned char *src, i64 rows, i64 cols);\n"
          "void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, i64 rows, i64 cols);\n"
          "void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, i64 rows, i64 cols);\n"
          "void tn_rt_splat_rows_f32(float *dst, const float *s, i64 rows, i64 cols);\n"

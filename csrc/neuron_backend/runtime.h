@@ -187,8 +187,9 @@ double tn_rt_reduce_f32(int op, const float *a, int64_t n);
 /* Combines two partial results of reduction op. */
 double tn_rt_combine(int op, double acc, double part);
 
-/* Tiles of short rows (rows x cols floats packed in the buffer; rs and cs
-** are the tensor's row and element strides): 2-D loads and stores, one
+/* Tiles of short rows (rows x cols values packed in the buffer; rs and cs
+** are the tensor's row and element strides): 2-D loads and stores (of
+** every block type, as the 1-D ones above), one
 ** final reduction per row (MEAN divided), op(a, s[row]), and s[row]
 ** repeated over each row. */
 void tn_rt_load2d_f32(float *dst, const float *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
@@ -197,6 +198,20 @@ void tn_rt_load2d_f16(float *dst, const uint16_t *src, int64_t rs, int64_t cs, i
 void tn_rt_store2d_f16(uint16_t *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols);
 void tn_rt_load2d_bf16(float *dst, const uint16_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
 void tn_rt_store2d_bf16(uint16_t *dst, int64_t rs, int64_t cs, const float *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_f64(double *dst, const double *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_f64(double *dst, int64_t rs, int64_t cs, const double *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_i64(int64_t *dst, const int64_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_i64(int64_t *dst, int64_t rs, int64_t cs, const int64_t *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_i32(int64_t *dst, const int32_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_i32(int32_t *dst, int64_t rs, int64_t cs, const int64_t *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_i16(int64_t *dst, const int16_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_i16(int16_t *dst, int64_t rs, int64_t cs, const int64_t *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_i8(int64_t *dst, const int8_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_i8(int8_t *dst, int64_t rs, int64_t cs, const int64_t *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_u8(int64_t *dst, const uint8_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_u8(uint8_t *dst, int64_t rs, int64_t cs, const int64_t *src, int64_t rows, int64_t cols);
+void tn_rt_load2d_b8(uint8_t *dst, const uint8_t *src, int64_t rs, int64_t cs, int64_t rows, int64_t cols);
+void tn_rt_store2d_b8(uint8_t *dst, int64_t rs, int64_t cs, const uint8_t *src, int64_t rows, int64_t cols);
 void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, int64_t rows, int64_t cols);
 void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, int64_t rows, int64_t cols);
 void tn_rt_splat_rows_f32(float *dst, const float *s, int64_t rows, int64_t cols);

@@ -129,6 +129,54 @@ START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
 }
 END_TEST
 
+/* The same kernel over shapes that take each of its loops: tiles of short
+** rows (a last tile that is partial, an outer dim the odometer walks) and
+** rows of more than 128 elements, one block or several at a time. */
+START_TEST(test_kernel_tiles_and_rows)
+{
+  static const int64_t shapes[][3] = {{2, 300, 5}, {1, 3, 1500}, {2, 2, 129}, {3, 7, 128}, {1, 1, 1}};
+  int32_t a, c;
+  tn_graph *g = sample(&a, &c);
+  tn_fusion *f;
+  tn_tcc_unit *u;
+  init_tcc();
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  kfn fn = compile_group(tn_fusion_group(f, 0), &u);
+  for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+    int64_t no = shapes[t][0], nr = shapes[t][1], ni = shapes[t][2], n = no * nr * ni;
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)ni);
+    float *oa = malloc(sizeof(float) * (size_t)n), *oc = malloc(sizeof(float) * (size_t)n);
+    ck_assert(x && y && oa && oc);
+    for (int64_t i = 0; i < n; i++)
+      x[i] = (float)(i % 97) / 31.0f - 1.5f;
+    for (int64_t j = 0; j < ni; j++)
+      y[j] = (float)(j % 13) * 0.125f;
+    /* x: each outer slice transposed (element (o, r, i) at o*nr*ni + i*nr + r); y broadcasts */
+    int64_t sizes[3] = {no, nr, ni};
+    int64_t st[12] = {nr * ni, 1, nr, /* y */ 0, 0, 1, /* a */ nr * ni, ni, 1, /* c */ nr * ni, ni, 1};
+    void *ptrs[4] = {x, y, oa, oc};
+    fn(3, sizes, ptrs, st, 1, NULL);
+    for (int64_t o = 0; o < no; o++)
+      for (int64_t r = 0; r < nr; r++)
+        for (int64_t i = 0; i < ni; i++) {
+          int64_t at = (o * nr + r) * ni + i;
+          float want = expf(x[o * nr * ni + i * nr + r] * 2.0f + y[i]);
+          ck_assert_msg(fabsf(oa[at] - want) <= 1e-6f * fabsf(want) + 1e-7f, "shape %zu at %lld: %g != %g", t,
+                        (long long)at, (double)oa[at], (double)want);
+          ck_assert_msg(fabsf(oc[at] - (want - 1.0f)) <= 1e-6f * fabsf(want) + 1e-6f, "shape %zu at %lld", t,
+                        (long long)at);
+        }
+    free(x);
+    free(y);
+    free(oa);
+    free(oc);
+  }
+  tn_tcc_free(u);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 START_TEST(test_runtime_nan_rules)
 {
   float a[6] = {NAN, -NAN, 1.0f, -0.0f, INFINITY, -INFINITY}, b[6] = {0, 0, NAN, 0.0f, 1, 1}, r[6];
@@ -1688,6 +1736,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_groups_and_outputs);
   tcase_add_test(tc, test_kernel_matches_reference_with_broadcast_and_strides);
+  tcase_add_test(tc, test_kernel_tiles_and_rows);
   tcase_add_test(tc, test_runtime_nan_rules);
   tcase_add_test(tc, test_vector_math_accuracy);
   tcase_add_test(tc, test_pool_runs_every_part_once);
