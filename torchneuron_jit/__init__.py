@@ -37,14 +37,16 @@ def stats():
     return _C.stats()
 
 
-# View ops a kernel reads through (backend._input_view: any op whose schema
+# Ops the back end handles around its kernels rather than in generated code:
+# views a kernel reads through (backend._input_view: any op whose schema
 # returns a view of its first argument qualifies; these are the ones aot
 # graphs hold): between a graph input, a constant or a kernel's result and a
 # pointwise kernel they do not run, the kernel reads the view's layout.
-_INPUT_VIEWS = ["aten::view", "aten::_unsafe_view", "aten::permute", "aten::transpose.int", "aten::t",
+_AROUND_KERNELS = ["aten::view", "aten::_unsafe_view", "aten::permute", "aten::transpose.int", "aten::t",
                 "aten::expand", "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::unsqueeze",
                 "aten::slice.Tensor", "aten::select.int", "aten::split_with_sizes",
-                "aten::clone"]  # a copy whose every reader is a kernel: they read what it copies
+                "aten::clone",  # a copy whose every reader is a kernel: they read what it copies
+                "aten::cat"]  # kernels write their parts of it in place (backend._cat_slot)
 
 
 def lowered_ops():
@@ -52,7 +54,7 @@ def lowered_ops():
     through in it (views at a kernel's inputs); the linear layers oneDNN
     runs are torch's own op and not listed. Every other op runs through
     PyTorch."""
-    return sorted(set(_C.lowered_ops()) | set(_INPUT_VIEWS))
+    return sorted(set(_C.lowered_ops()) | set(_AROUND_KERNELS))
 
 
 def reset_stats():

@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 24
+ARTIFACT_FORMAT = 25
 
 
 @functools.lru_cache(maxsize=None)
@@ -260,11 +260,12 @@ def _stable_toposort(graph):
             prev.append(n)
 
 
-def _input_view(node, fused):
+def _input_view(node, fused, cats):
     """(root, view) for a pointwise kernel's input: when node is a chain of
     view ops, each of its dtype and static layout, over a graph input, a
-    module constant or a kernel's result (layouts the compiled graph fixes:
-    Dynamo guards the inputs, kernels allocate theirs as the graph says),
+    module constant, a kernel's result or a cat that kernels write into
+    (cats; layouts the compiled graph fixes: Dynamo guards the inputs,
+    kernels allocate theirs as the graph says),
     the kernel reads root as the view (base sizes, base strides, sizes,
     strides, offset) and the view ops need not run. A copy (clone) whose
     every reader is fused (fused: the FX nodes going into kernels) is read
@@ -283,7 +284,7 @@ def _input_view(node, fused):
         if bv is None or bv.dtype != val.dtype:
             return node, None
         root, hops = base, hops + 1
-    fixed = root.op in ("placeholder", "get_attr") or (
+    fixed = root.op in ("placeholder", "get_attr") or root in cats or (
         root.target is operator.getitem and root.args[0].meta.get("neuron_kernel"))
     rv = static_val(root)
     if not hops or not fixed or rv.numel() == 0:
@@ -303,6 +304,62 @@ def _drop_unread(graph):
     return dropped
 
 
+def _cat_slot(node):
+    """(cat, dim, offset) when node's result goes only into a cat, once,
+    whose result is contiguous, of node's dtype and rank and of static
+    layout (as every part's is): a kernel computing node can write it into
+    the cat's result, the slice at offset along dim. Else None."""
+    if len(node.users) != 1:
+        return None
+    cat = next(iter(node.users))
+    if cat.op != "call_function" or cat.target is not aten.cat.default or cat.args[0].count(node) != 1:
+        return None
+    cv, nv = static_val(cat), static_val(node)
+    if cv is None or nv is None or not cv.is_contiguous() or cv.numel() == 0 or \
+            nv.dtype != cv.dtype or nv.dim() != cv.dim():
+        return None
+    dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % cv.dim()
+    offset = 0
+    for part in cat.args[0]:
+        pv = static_val(part)
+        if pv is None:
+            return None
+        if part is node:
+            return cat, dim, offset
+        if pv.numel():  # eager skips empty parts (of any rank)
+            offset += pv.shape[dim]
+    return None
+
+
+def _cat_finish(buf, dim, parts, offsets, *written):
+    """A cat's result: buf, whose slices kernels wrote (written: their
+    results, which order this call after them), with the other parts
+    copied in at offsets along dim."""
+    for part, offset in zip(parts, offsets):
+        if part.numel():
+            buf.narrow(dim, offset, part.shape[dim]).copy_(part)
+    return buf
+
+
+def _finish_cats(graph, cats):
+    """Replaces each cat some kernels write into (cats: cat -> (its buffer,
+    the kernels' results written there, which are parts of it)) by
+    _cat_finish. Returns how many."""
+    for cat, (buf, written) in cats.items():
+        dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % static_val(cat).dim()
+        rest, offsets, offset = [], [], 0
+        for part in cat.args[0]:
+            pv = static_val(part)
+            if part not in written:
+                rest.append(part)
+                offsets.append(offset)
+            offset += pv.shape[dim] if pv.numel() else 0
+        done = _replace_by_call(graph, cat, _cat_finish, (buf, dim, rest, offsets, *written))
+        done.meta["neuron_cat"] = True
+        graph.erase_node(cat)
+    return len(cats)
+
+
 def _fuse(graph, imported, groups):
     """Replaces each fused group of graph by one generated kernel.
 
@@ -314,28 +371,42 @@ def _fuse(graph, imported, groups):
     """
     fused = 0
     moved = {}  # FX node of a group output -> the getitem that now holds it
+    cats = {}   # cat written into by kernels -> (its buffer, the kernels' results written there)
     members_all = {imported.fx_nodes[i] for grp in groups for i in grp["nodes"]}
     for grp in groups:
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
-        views = donors = None
-        if not grp["gemm"] and not grp["reduce_dims"]:
-            inputs, views = zip(*(_input_view(n, members_all) for n in inputs)) if inputs else ((), ())
-            views = list(views) if any(views) else None
-            donors = grp["donors"] if any(d >= 0 for d in grp["donors"]) else None
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
+        views = donors = into = None
+        if not grp["gemm"] and not grp["reduce_dims"]:
+            inputs, views = zip(*(_input_view(n, members_all, cats) for n in inputs)) if inputs else ((), ())
+            views = list(views) if any(views) else None
+            slots = [_cat_slot(n) for n in outputs]
+            into = [slot and slot[1:] for slot in slots] if any(slots) else None
+            donors = [-1 if slot else d for d, slot in zip(grp["donors"], slots)]
+            donors = donors if any(d >= 0 for d in donors) else None
         kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
                            [getattr(torch, d) for d in grp["dtypes"]],
                            grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"],
-                           grp["out_strides"], grp["gathers"], views, donors)
+                           grp["out_strides"], grp["gathers"], views, donors, into)
         with graph.inserting_before(members[0]):
-            call = graph.call_function(kernel, tuple(inputs))
+            targets = []
+            for slot in filter(None, slots if into else ()):
+                if slot[0] not in cats:
+                    cv = static_val(slot[0])
+                    buf = graph.call_function(torch.empty, (tuple(cv.shape),), {"dtype": cv.dtype})
+                    buf.meta = dict(slot[0].meta)
+                    cats[slot[0]] = (buf, [])
+                targets.append(cats[slot[0]][0])
+            call = graph.call_function(kernel, tuple(inputs) + tuple(targets))
             call.meta["neuron_kernel"] = True
             for i, old in enumerate(outputs):
                 item = graph.call_function(operator.getitem, (call, i))
                 item.meta = dict(old.meta)
                 old.replace_all_uses_with(item)
                 moved[old] = item
+                if into and into[i]:
+                    cats[slots[i][0]][1].append(item)
         for node in reversed(members):
             for user in list(node.users):  # getitems of a multi-output node, now unused
                 if user.target is operator.getitem and not user.users:
@@ -344,6 +415,7 @@ def _fuse(graph, imported, groups):
         fused += len(members)
         _log.event("compile", f"fused {len(members)} ops into one kernel: "
                               + ", ".join(str(m.target) for m in members))
+    fused += _finish_cats(graph, cats)
     if groups:
         fused += _drop_unread(graph)
         _stable_toposort(graph)
@@ -669,7 +741,8 @@ def _build(gm, example_inputs):
     _C.stat_add("fallback_nodes", ops - fused)
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem \
-                and not node.meta.get("neuron_kernel"):
+                and not node.meta.get("neuron_kernel") and not node.meta.get("neuron_cat") \
+                and node.target is not torch.empty:
             fallback_ops[str(node.target)] += 1
     for name in imported.fallback_ops:
         _log.event("fallback", f"{name}: no lowering")

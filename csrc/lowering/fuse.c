@@ -834,6 +834,32 @@ static int32_t sole_reader_group(fuse_state *s, uint32_t i)
   return k;
 }
 
+/* Whether the one node of group k computes a value that only a cat reads,
+** once, into a result of its dtype, contiguous and of concrete sizes: the
+** back end has the kernel write it straight into the cat's result
+** (backend._fuse), which saves the cat's copy of it, so the group is kept
+** though it has one node. */
+static int feeds_cat(const fuse_state *s, int32_t k)
+{
+  const tn_graph *g = s->fs_g;
+  int32_t i = s->fs_first[k], v = tn_graph_node(g, i)->no_out[0], cat = -1, readers = 0, uses = 0;
+  if (graph_output(g, v))
+    return 0;
+  for (uint32_t j = (uint32_t)i + 1; j < tn_graph_num_nodes(g); j++)
+    if (node_reads(tn_graph_node(g, (int32_t)j), v)) {
+      readers++;
+      cat = (int32_t)j;
+    }
+  const tn_node *c = readers == 1 ? tn_graph_node(g, cat) : NULL;
+  if (!c || c->no_op != TN_OP_cat || c->no_args[0].ar_tag != TN_ARG_TENSOR_LIST)
+    return 0;
+  for (uint32_t e = 0; e < c->no_args[0].ar_len; e++)
+    uses += c->no_args[0].u.ar_refs[e] == v;
+  const tn_meta *cm = &tn_graph_value(g, c->no_out[0])->va_meta;
+  return uses == 1 && cm->me_dtype == tn_graph_value(g, v)->va_meta.me_dtype && meta_dense(cm) &&
+         meta_contiguous(cm);
+}
+
 /* Whether group k reads a tensor from outside that is not a factory:
 ** a kernel needs one input at least (its iteration space). */
 static int has_real_input(fuse_state *s, int32_t k)
@@ -1514,10 +1540,11 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
     }
   }
 
-  /* single-node pointwise groups stay with eager; number the rest */
+  /* single-node pointwise groups stay with eager (but those feeding a cat); number the rest */
   uint32_t kept = 0;
   for (uint32_t k = 0; k < s.fs_ngroups; k++)
-    renum[k] = s.fs_count[k] >= 2 || (s.fs_anchor[k] >= 0 && s.fs_count[k] >= 1) ? (int32_t)kept++ : -1;
+    renum[k] = s.fs_count[k] >= 2 || (s.fs_anchor[k] >= 0 && s.fs_count[k] >= 1) ||
+               (s.fs_count[k] == 1 && feeds_cat(&s, (int32_t)k)) ? (int32_t)kept++ : -1;
   for (uint32_t i = 0; i < nn; i++)
     if (s.fs_group_of[i] >= 0 && renum[s.fs_group_of[i]] < 0)
       s.fs_group_of[i] = -1;

@@ -27,7 +27,8 @@
 ** iteration shape and every input it takes from outside the group exists
 ** before the group's first node: a group then runs as one unit at the place
 ** of its first node. Groups of a single node are dropped (eager's
-** vectorised kernel is as good). A group's iteration shape is the broadcast
+** vectorised kernel is as good), but one whose result only a cat reads:
+** the back end has it write into the cat's result. A group's iteration shape is the broadcast
 ** of its external inputs, so kernels take sizes at run time and one kernel
 ** serves every shape.
 **

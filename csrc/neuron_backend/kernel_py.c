@@ -63,6 +63,9 @@ typedef struct {
   int ke_gather[KERNEL_MAX_OPERANDS][3];
   kernel_view *ke_views;  /* per input, or NULL when every input is read as passed */
   int ke_donor[KERNEL_MAX_OPERANDS]; /* per output: the input whose tensor it may take (its last use), or -1 */
+  int ke_ninto;           /* outputs written into tensors passed after the inputs (a cat's buffer) */
+  int ke_into_dim[KERNEL_MAX_OPERANDS]; /* per output: the dim it is a slice of that tensor along, or -1 */
+  int64_t ke_into_off[KERNEL_MAX_OPERANDS]; /* ... and the slice's offset there */
   PyObject *ke_source;   /* str */
 } KernelObject;
 
@@ -335,12 +338,13 @@ static int apply_view(const kernel_view *w, int i, int64_t *sizes, int64_t *stri
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", "donors", NULL};
+                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", "donors", "into", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
-  PyObject *views_arg = Py_None, *donors_arg = Py_None;
+  PyObject *views_arg = Py_None, *donors_arg = Py_None, *into_arg = Py_None;
   kernel_view *views = NULL;
-  int donors[KERNEL_MAX_OPERANDS];
+  int donors[KERNEL_MAX_OPERANDS], into_dim[KERNEL_MAX_OPERANDS], ninto = 0;
+  int64_t into_off[KERNEL_MAX_OPERANDS];
   int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][3];
   int isz[KERNEL_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
@@ -349,9 +353,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
                                    &dtypes_arg, &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg,
-                                   &gathers_arg, &views_arg, &donors_arg))
+                                   &gathers_arg, &views_arg, &donors_arg, &into_arg))
     return NULL;
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
@@ -436,6 +440,31 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
       if (!PyErr_Occurred())
         PyErr_Format(PyExc_ValueError, "donors must give an input (or -1) per output (%d; pointwise kernels only)",
                      nout);
+      goto done;
+    }
+  }
+  /* into: None, or per output None or (dim, offset): the output is that slice of a tensor passed after the
+  ** inputs (one per such output, in output order), not a tensor of its own (pointwise only) */
+  for (int j = 0; j < nout; j++) {
+    into_dim[j] = -1;
+    into_off[j] = 0;
+  }
+  if (into_arg != Py_None) {
+    PyObject *fast = PySequence_Fast(into_arg, "into must be a sequence");
+    int ok = fast && PySequence_Fast_GET_SIZE(fast) == nout && !gemm && !rdims;
+    for (int j = 0; ok && j < nout; j++) {
+      PyObject *e = PySequence_Fast_GET_ITEM(fast, j);
+      long long dim = -1, off = 0;
+      ok = e == Py_None || (PyArg_ParseTuple(e, "LL", &dim, &off) && dim >= 0 && dim < TN_MAX_RANK && off >= 0);
+      into_dim[j] = (int)dim;
+      into_off[j] = off;
+      ninto += dim >= 0;
+    }
+    Py_XDECREF(fast);
+    if (!ok) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "into must give None or (dim, offset) per output (%d; pointwise kernels only)",
+                   nout);
       goto done;
     }
   }
@@ -525,6 +554,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   views = NULL;
   k->ke_strided = strided;
   memcpy(k->ke_donor, donors, sizeof(int) * (size_t)nout);
+  k->ke_ninto = ninto;
+  memcpy(k->ke_into_dim, into_dim, sizeof(int) * (size_t)nout);
+  memcpy(k->ke_into_off, into_off, sizeof(int64_t) * (size_t)nout);
   k->ke_ngathers = ngathers;
   memcpy(k->ke_gather, gathers, sizeof(int) * 3 * (size_t)ngathers);
   k->ke_fn = fn;
@@ -810,6 +842,28 @@ static int donor_fits(const KernelObject *k, int j, const int64_t *shape, int ra
   return 1;
 }
 
+/* Output j of k, written into t (passed for it): t has the iteration
+** shape but along ke_into_dim[j], where the output is the slice at
+** ke_into_off[j]. Sets the output's strides (st) and place (*data). */
+static int into_slice(KernelObject *k, int j, PyObject *t, const int64_t *shape, int rank, int64_t *st, void **data)
+{
+  int64_t sizes[TN_MAX_RANK];
+  int trank, dim = k->ke_into_dim[j], op = k->ke_ninputs + j;
+  int64_t off = k->ke_into_off[j];
+  if (read_tensor(k, t, op, op, sizes, st, &trank, data) < 0)
+    return -1;
+  int ok = trank == rank && dim < rank;
+  for (int d = 0; ok && d < rank; d++)
+    ok = d == dim ? off + shape[d] <= sizes[d] : sizes[d] == shape[d];
+  if (!ok) {
+    PyErr_Format(PyExc_ValueError, "kernel output %d: the tensor given for it has no slice of its shape at "
+                                   "%lld along dim %d", j, (long long)off, dim);
+    return -1;
+  }
+  *data = (char *)*data + off * st[dim] * k->ke_isz[op];
+  return 0;
+}
+
 /* A launch, ready to run: its operands read, its outputs allocated. */
 typedef struct prepared {
   launch pr_la;
@@ -828,7 +882,7 @@ typedef struct prepared {
 ** set; either way the caller releases p->pr_held. */
 static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
 {
-  int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims;
+  int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims, ninto = 0;
   int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
   int64_t rowst[KERNEL_MAX_OPERANDS];
   int in_rank[KERNEL_MAX_OPERANDS];
@@ -911,6 +965,14 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
       PyErr_Format(PyExc_ValueError, "kernel output %d: %zd strides for a rank-%d result", j, PyTuple_GET_SIZE(ost),
                    rank);
       goto error;
+    }
+    if (k->ke_into_dim[j] >= 0) { /* a slice of the tensor passed for it */
+      if (into_slice(k, j, PyTuple_GET_ITEM(args, k->ke_ninputs + ninto++), shape, rank, bst[k->ke_ninputs + j],
+                     &ptrs[k->ke_ninputs + j]) < 0)
+        goto error;
+      PyTuple_SET_ITEM(outs, j, Py_NewRef(PyTuple_GET_ITEM(args, k->ke_ninputs + ninto - 1)));
+      cst[k->ke_ninputs + j] = 1;
+      continue;
     }
     int donor = donor_fits(k, j, shape, rank, in_sizes, in_strides, in_rank) ? k->ke_donor[j] : -1;
     PyObject *shp = donor >= 0 ? NULL
@@ -1249,7 +1311,7 @@ done:
 static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
 {
   KernelObject *k = (KernelObject *)o;
-  Py_ssize_t nargs = k->ke_ninputs + k->ke_gemm;
+  Py_ssize_t nargs = k->ke_ninputs + k->ke_gemm + k->ke_ninto;
   if (kwds && PyDict_Size(kwds))
     return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
   if (PyTuple_GET_SIZE(args) != nargs)
