@@ -6,7 +6,8 @@ torch.compile(backend="neuron") (and Inductor), same run.
 MLP, LayerNorm + GELU + residual, hand-written softmax attention,
 nn.TransformerEncoderLayer (fast path off) and a GPT-2-style decoder block
 (token and position embeddings, causal mask from arange, tanh GELU, tied
-output projection, greedy argmax), eval mode, no grad. Medians of
+output projection, greedy argmax), LLaMA-style attention with rotary
+embeddings (rotate_half's cat), eval mode, no grad. Medians of
 interleaved runs; results checked against eager (GEMMs sum in another
 order: float32 tolerance) before timing.
 """
@@ -74,6 +75,32 @@ class GPTBlock(torch.nn.Module):
         return logits, logits.argmax(-1)
 
 
+class RotaryAttention(torch.nn.Module):
+    """LLaMA-style attention: rotary position embedding (rotate_half: a cat
+    of a negated half and the other half) on q and k."""
+    def __init__(self, d=256, h=4, positions=128):
+        super().__init__()
+        self.qkv, self.o, self.h = torch.nn.Linear(d, 3 * d, bias=False), torch.nn.Linear(d, d, bias=False), h
+        inv = 1.0 / (10000 ** (torch.arange(0, d // h, 2).float() / (d // h)))
+        angles = torch.outer(torch.arange(positions).float(), inv)
+        self.register_buffer("cos", torch.cat([angles, angles], -1).cos())
+        self.register_buffer("sin", torch.cat([angles, angles], -1).sin())
+
+    @staticmethod
+    def rotate_half(t):
+        half = t.shape[-1] // 2
+        return torch.cat((-t[..., half:], t[..., :half]), -1)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        cos, sin = self.cos[:s], self.sin[:s]
+        q = q * cos + self.rotate_half(q) * sin
+        k = k * cos + self.rotate_half(k) * sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(a.transpose(1, 2).reshape(b, s, d))
+
+
 def _close(got, want):
     """The first result (the logits of a model that returns two) within
     float32 GEMM tolerance of eager's."""
@@ -92,6 +119,8 @@ def main():
     cases = [("MLP 4x64x256", MLP(), x), ("MLP 1x8x256", MLP(), torch.randn(1, 8, 256)),
              ("LN+GELU+residual 4x64", LNGelu(), x), ("attention 4x64", Attention(), x),
              ("TransformerEncoderLayer 4x64", torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True), x),
+             ("rotary attention 4x64", RotaryAttention(), x),
+             ("rotary attention 8x128", RotaryAttention(), torch.randn(8, 128, 256)),
              ("GPT block 1x32", GPTBlock(), torch.randint(0, 1000, (1, 32))),
              ("GPT block 8x128", GPTBlock(), torch.randint(0, 1000, (8, 128)))]
     cols = columns(args.no_inductor)
