@@ -434,6 +434,17 @@ static void cg_places(cg_buf *b, const tn_fgroup *grp, const char *ind)
   }
 }
 
+/* The odometer over dims rank - from down to 0: moves the places q[] of
+** the nops operands by the strides, instead of recomputing them. */
+static void cg_odometer(cg_buf *b, uint32_t nops, int from, const char *ind)
+{
+  out(b, "%sfor (d = rank - %d; d >= 0; d--) {\n", ind, from);
+  out(b, "%s  for (k = 0; k < %u; k++) q[k] += st[k * rank + d] * isz[k];\n", ind, nops);
+  out(b, "%s  if (++idx[d] < sizes[d]) break;\n", ind);
+  out(b, "%s  for (k = 0; k < %u; k++) q[k] -= st[k * rank + d] * isz[k] * sizes[d];\n", ind, nops);
+  out(b, "%s  idx[d] = 0;\n%s}\n", ind, ind);
+}
+
 static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
@@ -474,11 +485,8 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
     for (uint32_t i = 0; i < grp->fg_nprog; i++)
       cg_tile_inst(b, grp, def, &grp->fg_prog[i]);
     out(b, "      }\n");
-    out(b, "      for (d = rank - 3; d >= 0; d--) {\n");
-    out(b, "        for (k = 0; k < %u; k++) q[k] += st[k * rank + d] * isz[k];\n", nops);
-    out(b, "        if (++idx[d] < sizes[d]) break;\n");
-    out(b, "        for (k = 0; k < %u; k++) q[k] -= st[k * rank + d] * isz[k] * sizes[d];\n", nops);
-    out(b, "        idx[d] = 0;\n      }\n    }\n    return;\n  }\n");
+    cg_odometer(b, nops, 3, "      ");
+    out(b, "    }\n    return;\n  }\n");
   }
   out(b, "  for (o = 0; o < outer; o++) {\n");
   cg_places(b, grp, "    ");
@@ -487,12 +495,7 @@ static void cg_pointwise(cg_buf *b, const tn_fgroup *grp)
   for (uint32_t i = 0; i < grp->fg_nprog; i++)
     cg_block_inst(b, grp, def, &grp->fg_prog[i], "s");
   out(b, "    }\n");
-  /* the odometer moves the places by the strides, instead of recomputing them */
-  out(b, "    for (d = rank - 2; d >= 0; d--) {\n");
-  out(b, "      for (k = 0; k < %u; k++) q[k] += st[k * rank + d] * isz[k];\n", nops);
-  out(b, "      if (++idx[d] < sizes[d]) break;\n");
-  out(b, "      for (k = 0; k < %u; k++) q[k] -= st[k * rank + d] * isz[k] * sizes[d];\n", nops);
-  out(b, "      idx[d] = 0;\n    }\n");
+  cg_odometer(b, nops, 2, "    ");
   out(b, "  }\n}\n");
   free(def);
 }
