@@ -304,6 +304,21 @@ def _drop_unread(graph):
     return dropped
 
 
+def _cat_layout(cat):
+    """(dim, offsets) of a cat of static parts: the dim it joins along and
+    where each part starts there (eager skips empty parts, of any rank);
+    None when some part's layout is not static."""
+    vals = [static_val(part) for part in cat.args[0]]
+    if any(v is None for v in vals):
+        return None
+    dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % static_val(cat).dim()
+    offsets, offset = [], 0
+    for v in vals:
+        offsets.append(offset)
+        offset += v.shape[dim] if v.numel() else 0
+    return dim, offsets
+
+
 def _cat_slot(node):
     """(cat, dim, offset) when node's result goes only into a cat, once,
     whose result is contiguous, of node's dtype and rank and of static
@@ -318,17 +333,8 @@ def _cat_slot(node):
     if cv is None or nv is None or not cv.is_contiguous() or cv.numel() == 0 or \
             nv.dtype != cv.dtype or nv.dim() != cv.dim():
         return None
-    dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % cv.dim()
-    offset = 0
-    for part in cat.args[0]:
-        pv = static_val(part)
-        if pv is None:
-            return None
-        if part is node:
-            return cat, dim, offset
-        if pv.numel():  # eager skips empty parts (of any rank)
-            offset += pv.shape[dim]
-    return None
+    layout = _cat_layout(cat)
+    return layout and (cat, layout[0], layout[1][cat.args[0].index(node)])
 
 
 def _cat_finish(buf, dim, parts, offsets, *written):
@@ -346,15 +352,10 @@ def _finish_cats(graph, cats):
     the kernels' results written there, which are parts of it)) by
     _cat_finish. Returns how many."""
     for cat, (buf, written) in cats.items():
-        dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % static_val(cat).dim()
-        rest, offsets, offset = [], [], 0
-        for part in cat.args[0]:
-            pv = static_val(part)
-            if part not in written:
-                rest.append(part)
-                offsets.append(offset)
-            offset += pv.shape[dim] if pv.numel() else 0
-        done = _replace_by_call(graph, cat, _cat_finish, (buf, dim, rest, offsets, *written))
+        dim, offsets = _cat_layout(cat)
+        rest = [(part, offset) for part, offset in zip(cat.args[0], offsets) if part not in written]
+        done = _replace_by_call(graph, cat, _cat_finish, (buf, dim, [p for p, _ in rest], [o for _, o in rest],
+                                                          *written))
         done.meta["neuron_cat"] = True
         graph.erase_node(cat)
     return len(cats)
@@ -378,6 +379,7 @@ def _fuse(graph, imported, groups):
         inputs = [moved.get(n, n) for n in (imported.fx_values[v] for v in grp["inputs"])]
         outputs = [imported.fx_values[v] for v in grp["outputs"]]
         views = donors = into = None
+        slots = []
         if not grp["gemm"] and not grp["reduce_dims"]:
             inputs, views = zip(*(_input_view(n, members_all, cats) for n in inputs)) if inputs else ((), ())
             views = list(views) if any(views) else None
@@ -391,7 +393,7 @@ def _fuse(graph, imported, groups):
                            grp["out_strides"], grp["gathers"], views, donors, into)
         with graph.inserting_before(members[0]):
             targets = []
-            for slot in filter(None, slots if into else ()):
+            for slot in filter(None, slots):
                 if slot[0] not in cats:
                     cv = static_val(slot[0])
                     buf = graph.call_function(torch.empty, (tuple(cv.shape),), {"dtype": cv.dtype})
