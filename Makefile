@@ -19,7 +19,7 @@ CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
 C_SUITES := graph cache tcc fuse
 C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
 
-.PHONY: all deps build demo test test-c test-python clean
+.PHONY: all deps build demo bench bench-quick test test-c test-python clean
 
 all: build
 
@@ -50,6 +50,16 @@ test: build test-c test-python
 
 demo: build
 	$(PYTHON) -m torchneuron_jit.demo
+
+# The benchmark suite (benchmarks/suite.py): a full run, about 30 minutes on
+# 2 cores, writes benchmarks/results/; bench-quick takes a few minutes.
+bench: build
+	@tools/deps.sh bench $(PYTHON)
+	$(PYTHON) -m benchmarks
+
+bench-quick: build
+	@tools/deps.sh bench $(PYTHON)
+	$(PYTHON) -m benchmarks --quick --out build/bench-quick
 
 clean:
 	rm -rf build/tests build/temp* torchneuron_jit/_C.*.so torchneuron_jit/_tcc

@@ -5,6 +5,8 @@
 #   tools/deps.sh tcc DIR  libtcc built from Debian's tcc source package as PIC, into DIR
 #   tools/deps.sh python PYTHON
 #                          torch==2.13.0 and the test dependencies for interpreter PYTHON
+#   tools/deps.sh bench PYTHON
+#                          the benchmark suite's extras (Hugging Face transformers, matplotlib)
 #
 # Every step looks at the real state first (dpkg, the built files, installed
 # distributions) and does nothing when it is already satisfied, so a second
@@ -16,6 +18,7 @@ APT_PACKAGES=(gcc make pkg-config dpkg-dev liblmdb-dev libxxhash-dev
               libmimalloc-dev check libopenblas-dev)
 TORCH_VERSION=2.13.0
 PY_TEST_DEPS=(pytest expecttest numpy)
+PY_BENCH_DEPS=(transformers==5.24.0 matplotlib==3.11.2)
 # Bump when the libtcc build recipe changes: forces a rebuild.
 TCC_RECIPE=1
 
@@ -114,31 +117,46 @@ cmd_tcc() {
     rm -rf "$work"
 }
 
-cmd_python() {
-    local py=${1:?usage: deps.sh python PYTHON}
-    # importlib.metadata answers in ~50 ms; importing torch would take seconds.
-    if "$py" - "$TORCH_VERSION" "${PY_TEST_DEPS[@]}" <<'PY'
+# Whether interpreter $1 has torch==$TORCH_VERSION and the distributions
+# named next ("name" or "name==version"). importlib.metadata answers in
+# ~50 ms; importing torch would take seconds.
+py_has() {
+    local py=$1
+    shift
+    "$py" - "$TORCH_VERSION" "$@" <<'PY'
 import sys
 from importlib import metadata
 want, deps = sys.argv[1], sys.argv[2:]
 try:
     ok = metadata.version("torch").split("+")[0] == want
     for d in deps:
-        metadata.version(d)
+        name, _, version = d.partition("==")
+        have = metadata.version(name)
+        ok = ok and (not version or have == version)
 except metadata.PackageNotFoundError:
     ok = False
 sys.exit(0 if ok else 1)
 PY
-    then
-        return 0
-    fi
+}
+
+cmd_python() {
+    local py=${1:?usage: deps.sh python PYTHON}
+    py_has "$py" "${PY_TEST_DEPS[@]}" && return 0
     log "installing torch==$TORCH_VERSION and test dependencies for $py"
     "$py" -m pip install -q "torch==$TORCH_VERSION" "${PY_TEST_DEPS[@]}"
+}
+
+cmd_bench() {
+    local py=${1:?usage: deps.sh bench PYTHON}
+    py_has "$py" "${PY_BENCH_DEPS[@]}" && return 0
+    log "installing the benchmark extras for $py"
+    "$py" -m pip install -q "torch==$TORCH_VERSION" "${PY_BENCH_DEPS[@]}"
 }
 
 case "${1:-}" in
     apt) cmd_apt ;;
     tcc) shift; cmd_tcc "$@" ;;
     python) shift; cmd_python "$@" ;;
-    *) echo "usage: $0 apt | tcc DIR | python PYTHON" >&2; exit 2 ;;
+    bench) shift; cmd_bench "$@" ;;
+    *) echo "usage: $0 apt | tcc DIR | python PYTHON | bench PYTHON" >&2; exit 2 ;;
 esac

@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark suite (python -m benchmarks): a quick run of
+one model with tiny iteration counts writes results of the documented
+schema. Nothing here asserts a timing."""
+import json
+import subprocess
+import sys
+
+from conftest import REPO, subprocess_env
+
+
+def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
+    out = tmp_path / "results"
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp", "--backends", "eager,neuron",
+                        "--iters", "3", "--warmup", "1", "--out", str(out), "--price-per-hour", "2.0"],
+                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads((out / "results.json").read_text())
+    assert result["schema"] == 1
+    assert {"cpu", "cores", "torch", "commit", "date"} <= set(result["machine"])
+    assert result["limits"]["triad_gb_per_s"] > 0 and result["limits"]["sgemm_gflop_per_s"] > 0
+    assert result["config"]["backends"] == ["eager", "neuron"] and result["config"]["iters"] == 3
+    rows = {r["backend"]: r for r in result["results"]}
+    assert set(rows) == {"eager", "neuron"}
+    for r in rows.values():
+        assert r["model"] == "mlp" and r["shape"] == [1, 32]
+        assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
+        assert min(r["samples_s"]) <= r["median_s"] <= r["p99_s"] <= max(r["samples_s"])
+        assert r["cost_per_million_calls"] == r["median_s"] * 1e6 / 3600 * 2.0
+        assert r["speedup"] > 0 and r["p99_speedup"] > 0
+    assert rows["eager"]["max_abs_err"] == 0
+    assert rows["neuron"]["max_rel_err"] < 1e-4
+    (start,) = result["startup"]  # quick: the neuron back end's only
+    assert start["backend"] == "neuron"
+    cold, warm = start["cold"], start["warm"]
+    assert cold["neuron_stats"]["cache_misses"] >= 1 and cold["neuron_stats"]["graphs_lowered"] >= 1
+    assert warm["neuron_stats"]["cache_hits"] >= 1 and warm["neuron_stats"]["graphs_lowered"] == 0
+    for phase in (cold, warm):
+        assert phase["first_call_s"] > 0 and phase["peak_rss_mb"] > 0
+        assert phase["compile_s"] == phase["first_call_s"] - phase["eager_first_call_s"]
+    md = (out / "results.md").read_text()
+    assert "| mlp | 1x32 |" in md and "Cold and warm start" in md
+
+
+def test_unknown_model_is_refused(tmp_path, cache_dir):
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "resnet9000", "--out", str(tmp_path)],
+                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "unknown model 'resnet9000'" in p.stderr
