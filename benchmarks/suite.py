@@ -328,8 +328,9 @@ def main(argv=None):
                 for b in (b for b in backends if not args.quick or b == "neuron"):
                     row = startup(name, b, Path(tmp) / b)
                     result["startup"].append(row)
-                    print(f"{name} {b} start: cold {row['cold'].get('compile_s', row['cold'].get('error'))}, "
-                          f"warm {row['warm'].get('compile_s', row['warm'].get('error'))}", flush=True)
+                    print(f"{name} {b} start: " + ", ".join(
+                        f"{phase} {row[phase].get('compile_s', row[phase].get('error'))}"
+                        for phase in ("cold", "warm") if phase in row), flush=True)
     result["seconds"] = time.perf_counter() - t_start
     (out_dir / "results.json").write_text(json.dumps(result, indent=1))
     (out_dir / "results.md").write_text(markdown(result))
