@@ -6,22 +6,26 @@ start figures (run by benchmarks/suite.py, not by hand).
 Builds MODEL (seeded) and its input of SHAPE ("8,128"), times eager's first
 call, then BACKEND's first call, and prints one JSON line: both times, their
 difference (the compile cost a user waits for), the resident set before
-that first call and after it, the peak RSS of the process and of its
-children (Inductor's compile workers) and, for the
+that first call and after it, the peak RSS of the process (not of the
+compile workers Inductor starts) and, for the
 neuron back end, its counters. The caller chooses the caches through the
 environment (TORCHNEURON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR): empty for a
 cold start, filled by an earlier process for a warm one.
 """
 import json
-import resource
 import sys
 import time
 
 
-def _rss_mb():
-    """This process's resident set now, MB."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2 ** 20
+def _status_mb(field):
+    """A size of /proc/self/status in MB: VmRSS (resident now) or VmHWM
+    (its highest). Not getrusage's ru_maxrss: Linux carries that across
+    fork and exec, so a child would report its parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    return None
 
 
 def main():
@@ -38,7 +42,7 @@ def main():
     model, x = build().eval(), make_input(shape)
     imported = time.perf_counter() - t0
     with torch.no_grad():
-        rss_before = _rss_mb()
+        rss_before = _status_mb("VmRSS")
         t = time.perf_counter()
         model(x)
         eager_first = time.perf_counter() - t
@@ -48,9 +52,7 @@ def main():
         first = time.perf_counter() - t
     out = {"model": name, "shape": list(shape), "backend": backend, "import_and_build_s": imported,
            "eager_first_call_s": eager_first, "first_call_s": first, "compile_s": first - eager_first,
-           "rss_before_mb": rss_before, "rss_after_mb": _rss_mb(),
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-           "peak_rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0}
+           "rss_before_mb": rss_before, "rss_after_mb": _status_mb("VmRSS"), "peak_rss_mb": _status_mb("VmHWM")}
     if backend == "neuron":
         out["neuron_stats"] = torchneuron_jit.stats()
     print(json.dumps(out))

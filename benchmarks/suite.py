@@ -207,10 +207,10 @@ def markdown(result):
         out += ["", "## Cold and warm start (fresh processes, first shape of each model)", "",
                 "Compile = the back end's first call minus eager's first call in the same process. Cold: empty "
                 "caches; warm: the caches a cold process filled.", "",
-                "RSS: the cold process's resident set after the first call; peak: its highest, and its "
-                "children's (Inductor's compile workers).", "",
-                "| model | shape | backend | cold compile s | warm compile s | RSS MB | peak RSS MB | "
-                "children peak MB |", "|---|---|---|---|---|---|---|---|"]
+                "RSS: the cold process's resident set after the first call, and its highest (VmHWM; "
+                "Inductor's compile worker processes not counted).", "",
+                "| model | shape | backend | cold compile s | warm compile s | RSS MB | peak RSS MB |",
+                "|---|---|---|---|---|---|---|"]
         for r in result["startup"]:
             def cell(phase, key, fmt):
                 v = r.get(phase, {}).get(key)
@@ -218,8 +218,7 @@ def markdown(result):
             out.append(f"| {r['model']} | {'x'.join(map(str, r['shape']))} | {r['backend']} | "
                        f"{cell('cold', 'compile_s', '{:.2f}') if r['backend'] != 'eager' else '-'} | "
                        f"{cell('warm', 'compile_s', '{:.2f}') if r['backend'] != 'eager' else '-'} | "
-                       f"{cell('cold', 'rss_after_mb', '{:.0f}')} | {cell('cold', 'peak_rss_mb', '{:.0f}')} | "
-                       f"{cell('cold', 'peak_rss_children_mb', '{:.0f}')} |")
+                       f"{cell('cold', 'rss_after_mb', '{:.0f}')} | {cell('cold', 'peak_rss_mb', '{:.0f}')} |")
     return "\n".join(out) + "\n"
 
 
