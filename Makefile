@@ -18,8 +18,11 @@ CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encod
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
 C_SUITES := graph cache tcc fuse
 C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
+# AddressSanitizer and UndefinedBehaviorSanitizer (make test-asan): any finding fails
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ASAN_TESTS := $(addprefix build/asan/test_,$(C_SUITES))
 
-.PHONY: all deps build demo bench bench-quick test test-c test-python clean
+.PHONY: all deps build demo bench bench-quick test test-c test-python test-asan clean
 
 all: build
 
@@ -42,6 +45,23 @@ build/tests/test_%: tests/c/test_%.c tests/c/tn_check.h $(CORE_SRC) $(CORE_HDR) 
 
 test-c: $(C_TESTS)
 	@for t in $(C_TESTS); do echo "== $$t"; TN_TCC_LIBDIR=$(TCC_DIR)/lib $$t || exit 1; done
+
+build/asan/test_%: tests/c/test_%.c tests/c/tn_check.h $(CORE_SRC) $(CORE_HDR) | deps
+	@mkdir -p build/asan
+	$(CC) $(CFLAGS_C) $(ASAN_FLAGS) -o $@ $< $(CORE_SRC) $(LDLIBS_C)
+
+# The Check suites, then a Python smoke test (tests/sanitize/smoke.py) of an
+# extension built with the sanitizers (into build/asan-py; the interpreter and
+# torch are not instrumented, so the runtime is preloaded and leak checking is
+# off there: CPython keeps objects alive until exit).
+test-asan: $(ASAN_TESTS)
+	@for t in $(ASAN_TESTS); do echo "== $$t"; TN_TCC_LIBDIR=$(TCC_DIR)/lib \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 $$t || exit 1; done
+	CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" $(PYTHON) setup.py -q build --build-base build/asan-tmp \
+	  --build-lib build/asan-py
+	LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  PYTHONPATH=build/asan-py $(PYTHON) tests/sanitize/smoke.py
 
 test-python: build
 	$(PYTHON) -m pytest -q tests/python

@@ -26,13 +26,21 @@ static inline int tn_check_run(Suite *s)
 }
 
 /* The process's malloc must be libc's: mimalloc is used through heaps only,
-** never as a global override (Debian's libmimalloc.so exports malloc). */
+** never as a global override (Debian's libmimalloc.so exports malloc). In a
+** build with AddressSanitizer (make test-asan) its malloc stands in for
+** libc's, and it must be that one instead. */
 static inline int tn_malloc_is_libc(void)
 {
   void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
   int ok = libc && dlsym(RTLD_DEFAULT, "malloc") == dlsym(libc, "malloc");
   if (libc)
     dlclose(libc);
+#ifdef __SANITIZE_ADDRESS__
+  void *asan = dlopen(NULL, RTLD_NOW);
+  ok = !ok && asan && dlsym(asan, "__asan_init") != NULL;
+  if (asan)
+    dlclose(asan);
+#endif
   return ok;
 }
 
