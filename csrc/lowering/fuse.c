@@ -417,9 +417,9 @@ static int fusable(const tn_graph *g, const tn_node *n)
     return arg_fits(&n->no_args[1], dt, 0, 0) && (n->no_nargs < 3 || arg_fits(&n->no_args[2], dt, 0, 0));
   case FK_CLAMP:
     return arg_fits(&n->no_args[1], dt, 0, 1) && arg_fits(&n->no_args[2], dt, 0, 1);
-  case FK_GELU: {
+  case FK_GELU: { /* eager's float16 erf GELU is another kernel (gelu(inf) = inf, not NaN): left to it */
     const tn_arg *s = &n->no_args[1];
-    return (s->ar_len == 4 && memcmp(s->u.ar_str, "none", 4) == 0) ||
+    return (s->ar_len == 4 && memcmp(s->u.ar_str, "none", 4) == 0 && dt != TN_DTYPE_FLOAT16) ||
            (s->ar_len == 4 && memcmp(s->u.ar_str, "tanh", 4) == 0);
   }
   case FK_COMPARE: /* in their one dtype (mixed ones would need torch's promotion) */
@@ -1181,11 +1181,20 @@ static int32_t emit_wrap(prog_builder *b, int32_t r, fuse_rule rule)
   return r;
 }
 
-/* a as its reader needs it: wrapped when the rule's op reads more than the
-** low bits of an integer operand (emit_exact). */
+/* a as its reader needs it (emit_exact): wrapped when the rule's op reads
+** more than the low bits of an integer operand, rounded where a float16 or
+** bfloat16 one meets a step of the op. */
 static int32_t emit_operand(prog_builder *b, int32_t a, fuse_rule rule)
 {
-  return dtype_class(buf_dtype(b, a)) == DC_INT && !low_bits_op(rule) ? emit_exact(b, a) : a;
+  int dt = buf_dtype(b, a);
+  if (dtype_class(dt) == DC_INT)
+    return low_bits_op(rule) ? a : emit_exact(b, a);
+  /* float16/bfloat16: where a step of the op lies between a value and its
+  ** rounding (floor(2.9999) vs floor(3.0), pow(-2, 0.99999) vs pow(-2, 1.0)),
+  ** the op reads the value eager has, rounded */
+  int steps = (rule.fr_kind == FK_UNARY && rule.fr_op >= TN_RT_FLOOR && rule.fr_op <= TN_RT_SIGN) ||
+              ((rule.fr_kind == FK_BINARY || rule.fr_kind == FK_SCALAR) && rule.fr_op == TN_RT_B_POW);
+  return narrow_float(dt) && steps ? emit_exact(b, a) : a;
 }
 
 /* Emits node n of graph g; bufof maps value ids to buffers. Every input

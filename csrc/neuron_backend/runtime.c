@@ -226,12 +226,28 @@ static int rt_have_avx512(void)
   return have;
 }
 
-/* The vector body of f: 16 lanes where the CPU has AVX-512, else 8. */
+/* f over a[0..n) (and b): 16 lanes where the CPU has AVX-512, else 8; the
+** last elements too, padded to a vector, so that a value gives the same
+** result wherever it lies (libm's scalar functions differ from libmvec's
+** in the last bit). Returns how many were done: n, or 0 without AVX2. */
 static int64_t rt_vmath(int f, float *dst, const float *a, const float *b, int64_t n)
 {
-  if (rt_have_avx512())
-    return rt_vmath_avx512(f, dst, a, b, n);
-  return rt_have_avx2() ? rt_vmath_avx2(f, dst, a, b, n) : 0;
+  int wide = rt_have_avx512();
+  if (!wide && !rt_have_avx2())
+    return 0;
+  int64_t done = wide ? rt_vmath_avx512(f, dst, a, b, n) : rt_vmath_avx2(f, dst, a, b, n);
+  if (done < n) {
+    float ta[16] = {0}, tb[16] = {0}, td[16];
+    __builtin_memcpy(ta, a + done, sizeof(float) * (size_t)(n - done));
+    if (b)
+      __builtin_memcpy(tb, b + done, sizeof(float) * (size_t)(n - done));
+    if (wide)
+      rt_vmath_avx512(f, td, ta, b ? tb : NULL, 16);
+    else
+      rt_vmath_avx2(f, td, ta, b ? tb : NULL, 16);
+    __builtin_memcpy(dst + done, td, sizeof(float) * (size_t)(n - done));
+  }
+  return n;
 }
 
 /* float64: libmvec's 8-lane AVX-512 or 4-lane AVX2 versions. */
@@ -286,11 +302,25 @@ __attribute__((target("avx512f"))) static int64_t rt_vmath_f64_avx512(int f, dou
   RT_VMATH_F64_BODY(rt_v8d, 8, eN8);
 }
 
+/* The same for float64 (8 or 4 lanes). */
 static int64_t rt_vmath_f64(int f, double *dst, const double *a, const double *b, int64_t n)
 {
-  if (rt_have_avx512())
-    return rt_vmath_f64_avx512(f, dst, a, b, n);
-  return rt_have_avx2() ? rt_vmath_f64_avx2(f, dst, a, b, n) : 0;
+  int wide = rt_have_avx512();
+  if (!wide && !rt_have_avx2())
+    return 0;
+  int64_t done = wide ? rt_vmath_f64_avx512(f, dst, a, b, n) : rt_vmath_f64_avx2(f, dst, a, b, n);
+  if (done < n) {
+    double ta[8] = {0}, tb[8] = {0}, td[8];
+    __builtin_memcpy(ta, a + done, sizeof(double) * (size_t)(n - done));
+    if (b)
+      __builtin_memcpy(tb, b + done, sizeof(double) * (size_t)(n - done));
+    if (wide)
+      rt_vmath_f64_avx512(f, td, ta, b ? tb : NULL, 8);
+    else
+      rt_vmath_f64_avx2(f, td, ta, b ? tb : NULL, 8);
+    __builtin_memcpy(dst + done, td, sizeof(double) * (size_t)(n - done));
+  }
+  return n;
 }
 
 /* The libmvec body of unary op, or 0 when it has none (its scalar loop
@@ -320,15 +350,8 @@ static inline float rt_sigmoid(float x)
   } \
   break
 
-RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
+static inline __attribute__((always_inline)) void rt_unary_f32_loop(int op, float *dst, const float *a, int64_t n)
 {
-  int f = rt_vmath_unary(op);
-  if (f) {
-    int64_t done = rt_vmath(f, dst, a, NULL, n);
-    dst += done;
-    a += done;
-    n -= done;
-  }
   switch (op) {
   case TN_RT_NEG: UNARY_LOOP(-x);
   case TN_RT_ABS: UNARY_LOOP(fabsf(x));
@@ -360,6 +383,25 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   case TN_RT_ZERO_INF: UNARY_LOOP(isinf(x) ? 0.0f : x);
   default:
     break;
+  }
+}
+
+/* Whole vectors of 16 through the loop, then the rest padded to 16: the
+** compiler's vector loop (libmvec's functions) takes every element, never
+** its scalar remainder loop (libm's, which differ in the last bit), so a
+** value gives the same result wherever it lies. */
+RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
+{
+  int f = rt_vmath_unary(op);
+  if (f && rt_vmath(f, dst, a, NULL, n) == n)
+    return;
+  int64_t body = n & ~(int64_t)15;
+  rt_unary_f32_loop(op, dst, a, body);
+  if (body < n) {
+    float ta[16] = {0}, td[16];
+    __builtin_memcpy(ta, a + body, sizeof(float) * (size_t)(n - body));
+    rt_unary_f32_loop(op, td, ta, 16);
+    __builtin_memcpy(dst + body, td, sizeof(float) * (size_t)(n - body));
   }
 }
 
@@ -436,15 +478,8 @@ RT_BINARY_FNS(f32, float, rt_vmath, powf)
 ** functions (libmvec's where the CPU has AVX2 or AVX-512); special values
 ** follow eager's float64 kernels (which, unlike its float32 exact gelu,
 ** give gelu(+inf) = +inf and gelu(-inf) = NaN, as the formula does). */
-RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
+static inline __attribute__((always_inline)) void rt_unary_f64_loop(int op, double *dst, const double *a, int64_t n)
 {
-  int f = rt_vmath_unary(op);
-  if (f) {
-    int64_t done = rt_vmath_f64(f, dst, a, NULL, n);
-    dst += done;
-    a += done;
-    n -= done;
-  }
   switch (op) {
   case TN_RT_NEG: UNARY_LOOP(-x);
   case TN_RT_ABS: UNARY_LOOP(fabs(x));
@@ -472,6 +507,25 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
   case TN_RT_ZERO_INF: UNARY_LOOP(isinf(x) ? 0.0 : x);
   default:
     break;
+  }
+}
+
+/* Whole vectors of 16 through the loop, then the rest padded to 16: the
+** compiler's vector loop (libmvec's functions) takes every element, never
+** its scalar remainder loop (libm's, which differ in the last bit), so a
+** value gives the same result wherever it lies. */
+RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
+{
+  int f = rt_vmath_unary(op);
+  if (f && rt_vmath_f64(f, dst, a, NULL, n) == n)
+    return;
+  int64_t body = n & ~(int64_t)15;
+  rt_unary_f64_loop(op, dst, a, body);
+  if (body < n) {
+    double ta[16] = {0}, td[16];
+    __builtin_memcpy(ta, a + body, sizeof(double) * (size_t)(n - body));
+    rt_unary_f64_loop(op, td, ta, 16);
+    __builtin_memcpy(dst + body, td, sizeof(double) * (size_t)(n - body));
   }
 }
 

@@ -607,3 +607,49 @@ def test_in_place_outputs_match_eager_over_calls_and_threads(in_threads):
 
     in_threads(body)
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", ["floor", "ceil", "trunc", "round", "pow"])
+def test_half_values_at_a_step_of_the_op_are_rounded_first(op, dtype):
+    """(a * 3).floor() and pow(b, a * 3) in a half dtype: eager rounds a * 3
+    to the dtype before the op, and a step of the op may lie between the
+    float32 product and its rounding (floor(2.9995) vs floor(3.0);
+    pow(-2.5, -1.9995) is NaN, pow(-2.5, -2.0) is not). The product is exact
+    in float32, so the rounded value is eager's to the bit. Found by the
+    fuzzer (through gelu(x).floor() and pow(x, tanh(x)))."""
+    g = torch.Generator().manual_seed(0)
+    a = (torch.randn(3, 70, 9, generator=g) * 4).to(dtype)
+    b = -(torch.rand(3, 70, 9, generator=g) * 4 + 0.5).to(dtype)
+    if op == "pow":
+        f = lambda a, b: torch.pow(b, a * 3)
+    else:
+        f = lambda a, b: getattr(a * 3, op)()
+    torch._dynamo.reset()
+    got = torch.compile(f, backend="neuron")(a, b)
+    torch.testing.assert_close(got, f(a, b), equal_nan=True, rtol=0, atol=0)
+    assert torchneuron_jit.stats()["kernels_compiled"] >= 1
+
+
+def test_float16_exact_gelu_of_infinity_is_eagers():
+    """Eager's float16 erf GELU gives inf for inf (its float32 one gives
+    NaN): the float16 one stays with eager. Found by the fuzzer."""
+    x = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, 70000.0, 3.0]).to(torch.float16)
+    f = lambda a: torch.nn.functional.gelu(a * 1) + 0
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="neuron")(x), f(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", ["exp", "log", "sigmoid", "tanh", "erf", "sin", "gelu"])
+def test_a_value_gives_one_result_wherever_it_lies(op, dtype):
+    """Elements past the last whole vector go through the same vector code
+    as the others (libm's scalar functions differ from libmvec's in the last
+    bit): exp(1) at position 35 of 37 equals exp(1) at position 0, so
+    exp(x) < gather(exp(x)) of equal elements is false everywhere. Found by
+    the fuzzer."""
+    f = getattr(torch, op, None) or getattr(torch.nn.functional, op)
+    for n in (1, 5, 17, 37, 1030):
+        torch._dynamo.reset()
+        out = torch.compile(lambda a: f(a) * 1, backend="neuron")(torch.full((n,), 0.7, dtype=dtype))
+        assert out.unique().numel() == 1, (n, out.unique())
