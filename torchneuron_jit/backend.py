@@ -58,7 +58,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 26
+ARTIFACT_FORMAT = 27
 
 
 @functools.lru_cache(maxsize=None)

@@ -1189,11 +1189,15 @@ static int32_t emit_operand(prog_builder *b, int32_t a, fuse_rule rule)
   int dt = buf_dtype(b, a);
   if (dtype_class(dt) == DC_INT)
     return low_bits_op(rule) ? a : emit_exact(b, a);
-  /* float16/bfloat16: where a step of the op lies between a value and its
-  ** rounding (floor(2.9999) vs floor(3.0), pow(-2, 0.99999) vs pow(-2, 1.0)),
-  ** the op reads the value eager has, rounded */
-  int steps = (rule.fr_kind == FK_UNARY && rule.fr_op >= TN_RT_FLOOR && rule.fr_op <= TN_RT_SIGN) ||
-              ((rule.fr_kind == FK_BINARY || rule.fr_kind == FK_SCALAR) && rule.fr_op == TN_RT_B_POW);
+  /* float16/bfloat16: where a step or a pole of the op lies between a value
+  ** and its rounding (floor(2.9999) vs floor(3.0), pow(-2, 0.99999) vs
+  ** pow(-2, 1.0), rsqrt(-1e-40) vs rsqrt(-0.0), log1p(-0.99999) vs
+  ** log1p(-1)), the op reads the value eager has, rounded */
+  int un = rule.fr_kind == FK_UNARY, bin = rule.fr_kind == FK_BINARY || rule.fr_kind == FK_SCALAR;
+  int steps = (un && ((rule.fr_op >= TN_RT_FLOOR && rule.fr_op <= TN_RT_SIGN) || rule.fr_op == TN_RT_LOG ||
+                      rule.fr_op == TN_RT_LOG1P || rule.fr_op == TN_RT_SQRT || rule.fr_op == TN_RT_RSQRT ||
+                      rule.fr_op == TN_RT_RECIPROCAL)) ||
+              (bin && (rule.fr_op == TN_RT_B_POW || rule.fr_op == TN_RT_B_DIV));
   return narrow_float(dt) && steps ? emit_exact(b, a) : a;
 }
 

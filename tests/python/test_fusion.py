@@ -653,3 +653,16 @@ def test_a_value_gives_one_result_wherever_it_lies(op, dtype):
         torch._dynamo.reset()
         out = torch.compile(lambda a: f(a) * 1, backend="neuron")(torch.full((n,), 0.7, dtype=dtype))
         assert out.unique().numel() == 1, (n, out.unique())
+
+
+@pytest.mark.parametrize("op", ["log", "rsqrt", "reciprocal", "sqrt", "div"])
+def test_half_values_at_a_pole_of_the_op_are_rounded_first(op):
+    """log(a * b) in float16 with a * b = 1e-8: eager rounds the product to
+    0 (float16's smallest is 6e-8), so log gives -inf, rsqrt and 1/x inf,
+    sqrt(-1e-8) -0 instead of NaN. Ours rounds the operand of an op with a
+    pole as eager has it."""
+    a = torch.tensor([1e-4, -1e-4, 1e-4, 2.0, -3.0], dtype=torch.float16)
+    b = torch.tensor([1e-4, 1e-4, 1e-3, 0.5, 1.0], dtype=torch.float16)
+    f = (lambda a, b: torch.div(1.0 + a, a * b)) if op == "div" else (lambda a, b: getattr(torch, op)(a * b))
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="neuron")(a, b), f(a, b), equal_nan=True, rtol=0, atol=0)
