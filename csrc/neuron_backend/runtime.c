@@ -226,29 +226,33 @@ static int rt_have_avx512(void)
   return have;
 }
 
-/* f over a[0..n) (and b): 16 lanes where the CPU has AVX-512, else 8; the
-** last elements too, padded to a vector, so that a value gives the same
-** result wherever it lies (libm's scalar functions differ from libmvec's
-** in the last bit). Returns how many were done: n, or 0 without AVX2. */
-static int64_t rt_vmath(int f, float *dst, const float *a, const float *b, int64_t n)
-{
-  int wide = rt_have_avx512();
-  if (!wide && !rt_have_avx2())
-    return 0;
-  int64_t done = wide ? rt_vmath_avx512(f, dst, a, b, n) : rt_vmath_avx2(f, dst, a, b, n);
-  if (done < n) {
-    float ta[16] = {0}, tb[16] = {0}, td[16];
-    __builtin_memcpy(ta, a + done, sizeof(float) * (size_t)(n - done));
-    if (b)
-      __builtin_memcpy(tb, b + done, sizeof(float) * (size_t)(n - done));
-    if (wide)
-      rt_vmath_avx512(f, td, ta, b ? tb : NULL, 16);
-    else
-      rt_vmath_avx2(f, td, ta, b ? tb : NULL, 16);
-    __builtin_memcpy(dst + done, td, sizeof(float) * (size_t)(n - done));
+/* f over a[0..n) (and b): the widest vectors the CPU has (AVX-512, else
+** AVX2), the last elements too, padded to a vector, so that a value gives
+** the same result wherever it lies (libm's scalar functions differ from
+** libmvec's in the last bit). Returns how many were done: n, or 0 without
+** AVX2. T the element type, PAD a multiple of every width. */
+#define RT_VMATH_ALL(name, T, PAD, wide_fn, narrow_fn) \
+  static int64_t name(int f, T *dst, const T *a, const T *b, int64_t n) \
+  { \
+    int wide = rt_have_avx512(); \
+    if (!wide && !rt_have_avx2()) \
+      return 0; \
+    int64_t done = wide ? wide_fn(f, dst, a, b, n) : narrow_fn(f, dst, a, b, n); \
+    if (done < n) { \
+      T ta[PAD] = {0}, tb[PAD] = {0}, td[PAD]; \
+      __builtin_memcpy(ta, a + done, sizeof(T) * (size_t)(n - done)); \
+      if (b) \
+        __builtin_memcpy(tb, b + done, sizeof(T) * (size_t)(n - done)); \
+      if (wide) \
+        wide_fn(f, td, ta, b ? tb : NULL, PAD); \
+      else \
+        narrow_fn(f, td, ta, b ? tb : NULL, PAD); \
+      __builtin_memcpy(dst + done, td, sizeof(T) * (size_t)(n - done)); \
+    } \
+    return n; \
   }
-  return n;
-}
+
+RT_VMATH_ALL(rt_vmath, float, 16, rt_vmath_avx512, rt_vmath_avx2)
 
 /* float64: libmvec's 8-lane AVX-512 or 4-lane AVX2 versions. */
 typedef double rt_v4d __attribute__((vector_size(32)));
@@ -302,26 +306,7 @@ __attribute__((target("avx512f"))) static int64_t rt_vmath_f64_avx512(int f, dou
   RT_VMATH_F64_BODY(rt_v8d, 8, eN8);
 }
 
-/* The same for float64 (8 or 4 lanes). */
-static int64_t rt_vmath_f64(int f, double *dst, const double *a, const double *b, int64_t n)
-{
-  int wide = rt_have_avx512();
-  if (!wide && !rt_have_avx2())
-    return 0;
-  int64_t done = wide ? rt_vmath_f64_avx512(f, dst, a, b, n) : rt_vmath_f64_avx2(f, dst, a, b, n);
-  if (done < n) {
-    double ta[8] = {0}, tb[8] = {0}, td[8];
-    __builtin_memcpy(ta, a + done, sizeof(double) * (size_t)(n - done));
-    if (b)
-      __builtin_memcpy(tb, b + done, sizeof(double) * (size_t)(n - done));
-    if (wide)
-      rt_vmath_f64_avx512(f, td, ta, b ? tb : NULL, 8);
-    else
-      rt_vmath_f64_avx2(f, td, ta, b ? tb : NULL, 8);
-    __builtin_memcpy(dst + done, td, sizeof(double) * (size_t)(n - done));
-  }
-  return n;
-}
+RT_VMATH_ALL(rt_vmath_f64, double, 8, rt_vmath_f64_avx512, rt_vmath_f64_avx2)
 
 /* The libmvec body of unary op, or 0 when it has none (its scalar loop
 ** does all). */
