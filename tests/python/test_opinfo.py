@@ -178,3 +178,27 @@ def test_float64_reference_tolerates_eager_own_error():
     assert sweep.compare(torch.tensor([1, 2]), torch.tensor([1, 3])) is not None
     assert sweep.compare((torch.tensor([1.0]),), [torch.tensor([1.0])]) is None
     assert sweep.compare(torch.tensor([float("nan")]), torch.tensor([float("nan")])) is None
+
+
+def test_harness_sees_a_changed_input_and_a_dynamo_refusal():
+    def writes(x):
+        if torch.compiler.is_compiling():
+            x.add_(1)
+        return x * 2
+    out = sweep.run_case(_fake_opinfo(writes), SampleInput(torch.randn(3)), "plain")
+    assert out.status == "fail" and "input 0" in out.detail, out
+
+    def breaks(x):
+        torch._dynamo.graph_break()
+        return x * 2
+    out = sweep.run_case(_fake_opinfo(breaks), SampleInput(torch.randn(3)), "plain")
+    assert out.status == "dynamo", out
+
+
+def test_a_known_failure_that_passes_is_an_unexpected_pass(monkeypatch):
+    monkeypatch.setitem(sweep.KNOWN_FAILURES, ("neg", torch.float32), "planted")
+    with _no_structured_trace():
+        result = sweep.run_opinfo("neg", dtypes=[torch.float32])
+    assert result.cases and not result.failures()
+    assert result.unexpected_passes() == [(torch.float32, "planted")]
+    assert any("UNEXPECTED PASS" in line for line in result.problems())

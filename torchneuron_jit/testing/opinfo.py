@@ -808,7 +808,7 @@ def summary(results, seconds, out=sys.stdout, coverage=True):
           "listed as failures), by OpInfo and reason:")
         groups = collections.defaultdict(list)
         for c in fallbacks:
-            groups[(c.name, re.sub(r"node \d+ ", "", c.outcome.fallback_reason))].append(c)
+            groups[(c.name, re.sub(r"node \S+ ", "node ", c.outcome.fallback_reason))].append(c)
         for (name, why), cs in groups.items():
             p(f"  {len(cs):4d}  {name} ({', '.join(sorted({dtype_name(c.dtype) for c in cs}, key=str))}): "
               f"{why or 'no reason given'}\n        e.g. {cs[0].repro()}")
