@@ -22,7 +22,15 @@ C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 ASAN_TESTS := $(addprefix build/asan/test_,$(C_SUITES))
 
-.PHONY: all deps build demo bench bench-quick test test-c test-python test-asan clean
+# libFuzzer targets (tests/fuzz/README.md), built with clang and ASan/UBSan:
+# make fuzz-c SECONDS=N runs each for N seconds (both at once); make test runs 20 s each.
+FUZZ_CC := clang-14
+FUZZ_TARGETS := graph cache
+FUZZ_BINS := $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
+SECONDS ?= 60
+LDLIBS_FUZZ := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc -lmvec $(TCC_DIR)/lib/libtcc.a -ldl -lpthread -lm
+
+.PHONY: all deps build demo bench bench-quick test test-c test-python test-asan fuzz-c fuzz-deps clean
 
 all: build
 
@@ -63,10 +71,45 @@ test-asan: $(ASAN_TESTS)
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  PYTHONPATH=build/asan-py $(PYTHON) tests/sanitize/smoke.py
 
+fuzz-deps: deps
+	@tools/deps.sh fuzz
+
+# The runtime's math (float16 arithmetic clang 14 lacks) is built by $(CC),
+# uninstrumented: the targets reach it only through kernels they never run.
+FUZZ_SRC := $(filter-out csrc/neuron_backend/runtime.c,$(CORE_SRC))
+build/fuzz/runtime.o: csrc/neuron_backend/runtime.c $(CORE_HDR) | deps
+	@mkdir -p build/fuzz
+	$(CC) $(CFLAGS_C) -c -o $@ $<
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c build/fuzz/runtime.o $(FUZZ_SRC) $(CORE_HDR) | fuzz-deps
+	$(FUZZ_CC) $(CFLAGS_C) $(ASAN_FLAGS) -fsanitize=fuzzer -o $@ $< build/fuzz/runtime.o $(FUZZ_SRC) $(LDLIBS_FUZZ)
+
+# Seeds: graphs the back end imports from real blocks and fuzzer programs
+# (so the extension must be built), and cache records.
+build/fuzz/seeds/.done: tests/fuzz/seeds.py | build
+	rm -rf build/fuzz/seeds
+	$(PYTHON) tests/fuzz/seeds.py build/fuzz/seeds
+	@touch $@
+
+# Both targets at once, SECONDS each; a crash fails with its input saved as
+# build/fuzz/crash-<target>-*. New inputs collect in build/fuzz/corpus/.
+fuzz-c: $(FUZZ_BINS) build/fuzz/seeds/.done
+	@mkdir -p $(addprefix build/fuzz/corpus/,$(FUZZ_TARGETS))
+	@pids=; for t in $(FUZZ_TARGETS); do \
+	  TN_TCC_LIBDIR=$(TCC_DIR)/lib ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    build/fuzz/fuzz_$$t -max_total_time=$(SECONDS) -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
+	    -print_final_stats=1 -artifact_prefix=build/fuzz/crash-$$t- \
+	    build/fuzz/corpus/$$t build/fuzz/seeds/$$t > build/fuzz/$$t.log 2>&1 & pids="$$pids $$!"; \
+	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; \
+	for t in $(FUZZ_TARGETS); do echo "== fuzz_$$t ($(SECONDS) s)"; \
+	  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)|ERROR|SUMMARY|fuzz_$$t:" build/fuzz/$$t.log || tail -20 build/fuzz/$$t.log; \
+	done; if [ $$rc != 0 ]; then echo "fuzz-c: a target failed (logs: build/fuzz/*.log)"; exit 1; fi
+
 test-python: build
 	$(PYTHON) -m pytest -q tests/python
 
 test: build test-c test-python
+	$(MAKE) --no-print-directory fuzz-c SECONDS=20
 
 demo: build
 	$(PYTHON) -m torchneuron_jit.demo

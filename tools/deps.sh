@@ -7,6 +7,7 @@
 #                          torch==2.13.0 and the test dependencies for interpreter PYTHON
 #   tools/deps.sh bench PYTHON
 #                          the benchmark suite's extras (Hugging Face transformers, matplotlib)
+#   tools/deps.sh fuzz     clang and its runtimes, for the libFuzzer targets (make fuzz-c)
 #
 # Every step looks at the real state first (dpkg, the built files, installed
 # distributions) and does nothing when it is already satisfied, so a second
@@ -19,6 +20,7 @@ APT_PACKAGES=(gcc make pkg-config dpkg-dev liblmdb-dev libxxhash-dev
 TORCH_VERSION=2.13.0
 PY_TEST_DEPS=(pytest expecttest numpy)
 PY_BENCH_DEPS=(transformers==5.24.0 matplotlib==3.11.2)
+FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 # Bump when the libtcc build recipe changes: forces a rebuild.
 TCC_RECIPE=1
 
@@ -38,7 +40,7 @@ apt_update_once() {
 
 cmd_apt() {
     local missing=() p
-    for p in "${APT_PACKAGES[@]}"; do
+    for p in "$@"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
             missing+=("$p")
         fi
@@ -90,7 +92,7 @@ cmd_tcc() {
        [ -f "$dest/include/libtcc.h" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$TCC_RECIPE" ]; then
         return 0
     fi
-    cmd_apt
+    cmd_apt "${APT_PACKAGES[@]}"
     log "building libtcc (PIC, CONFIG_TCC_SEMLOCK) from Debian's tcc source package"
     local work
     work=$(mktemp -d)
@@ -154,9 +156,10 @@ cmd_bench() {
 }
 
 case "${1:-}" in
-    apt) cmd_apt ;;
+    apt) cmd_apt "${APT_PACKAGES[@]}" ;;
+    fuzz) cmd_apt "${FUZZ_PACKAGES[@]}" ;;
     tcc) shift; cmd_tcc "$@" ;;
     python) shift; cmd_python "$@" ;;
     bench) shift; cmd_bench "$@" ;;
-    *) echo "usage: $0 apt | tcc DIR | python PYTHON | bench PYTHON" >&2; exit 2 ;;
+    *) echo "usage: $0 apt | fuzz | tcc DIR | python PYTHON | bench PYTHON" >&2; exit 2 ;;
 esac

@@ -826,7 +826,6 @@ static int evict_fn(tn_cache *c, MDB_txn *txn, void *vctx)
   evict_ctx *ctx = vctx;
   lru_item *items = NULL;
   size_t n = 0, cap = 0;
-  uint64_t total = 0;
   int mrc = 0;
 
   for (int t = 0; t < TN_CACHE__TABLES && mrc == 0; t++) {
@@ -852,7 +851,6 @@ static int evict_fn(tn_cache *c, MDB_txn *txn, void *vctx)
       memcpy(it->li_key, k.mv_data, TN_CACHE_KEY_LEN);
       it->li_size = k.mv_size + v.mv_size + 16;
       it->li_time = v.mv_size >= TN_CACHE_HEADER_LEN ? get_le((const uint8_t *)v.mv_data + H_USED, 8) : 0;
-      total += it->li_size;
     }
     mdb_cursor_close(cur);
     if (mrc == MDB_NOTFOUND)
@@ -1052,10 +1050,10 @@ static int cache_delete(tn_cache *c, int table, const uint8_t *key, int *found, 
   return rc;
 }
 
-/* Validates a record; returns the payload length or -1. */
-static int64_t record_check(const uint8_t *rec, size_t len)
+int64_t tn_cache_record_check(const void *vrec, size_t len)
 {
-  if (len < TN_CACHE_HEADER_LEN || get_le(rec + H_MAGIC, 4) != REC_MAGIC ||
+  const uint8_t *rec = vrec;
+  if (!rec || len < TN_CACHE_HEADER_LEN || get_le(rec + H_MAGIC, 4) != REC_MAGIC ||
       get_le(rec + H_VERSION, 2) != TN_CACHE_FORMAT_VERSION)
     return -1;
   uint64_t plen = get_le(rec + H_LEN, 8);
@@ -1082,7 +1080,7 @@ int tn_cache_get(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
   if (mrc == 0)
     mrc = mdb_get(txn, c->ca_dbi[table], &k, &v);
   if (mrc == 0) {
-    int64_t plen = record_check(v.mv_data, v.mv_size);
+    int64_t plen = tn_cache_record_check(v.mv_data, v.mv_size);
     if (plen < 0) {
       corrupt = 1;
     } else if (!(*val = malloc(plen ? (size_t)plen : 1))) {

@@ -117,6 +117,13 @@ int tn_cache_flush(tn_cache *c);
 /* Fills *st. */
 int tn_cache_stats(tn_cache *c, tn_cache_info *st);
 
+/* The record decoder: checks a record as the store holds it (header and
+** payload, len bytes at rec; the layout above): magic, format version,
+** payload length and checksum. Returns the payload length (the payload
+** starts at rec + TN_CACHE_HEADER_LEN), or -1 for a record that reads as a
+** miss (NULL rec included). Reads nothing outside [rec, rec + len). */
+int64_t tn_cache_record_check(const void *rec, size_t len);
+
 /* Path of the data file. */
 const char *tn_cache_path(const tn_cache *c);
 
