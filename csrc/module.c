@@ -2,6 +2,7 @@
 ** torchneuron_jit._C: module init, the tunables table and libtcc set-up.
 */
 #include "tn_py.h"
+#include "tracer/tracer.h"
 
 #include <string.h>
 
@@ -257,7 +258,9 @@ PyMODINIT_FUNC PyInit__C(void)
       PyModule_AddObjectRef(m, "CacheError", tn_py_CacheError) < 0 ||
       PyModule_AddFunctions(m, tn_py_graph_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_kernel_methods) < 0 ||
-      tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0)
+      PyModule_AddFunctions(m, tn_py_tracer_methods) < 0 ||
+      tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0 ||
+      tn_py_tracer_init(m) < 0)
     goto error;
 #define TN_ERR_CONST(name, num, text) \
   if (PyModule_AddIntConstant(m, #name + 3, num) < 0) goto error;

@@ -46,6 +46,9 @@
     "first use and again when the weight is another tensor or its version counter moved (in-place updates, " \
     "load_state_dict). Fastest at small batches, but writes that bypass the version counter (through .data, " \
     "numpy) are not seen, and each such weight is held twice: for weights that stay put while served.") \
+  _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
+    "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
+    "this runs eagerly from then on, with one warning giving the last reason.") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

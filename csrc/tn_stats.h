@@ -17,7 +17,10 @@
   _(cache_misses, "compiled artifacts looked up and not found") \
   _(fallback_nodes, "nodes of compiled graphs that run through PyTorch's eager kernels") \
   _(eager_fallbacks, "whole graphs that run eagerly because compiling them failed") \
-  _(training_graphs, "graphs needing gradients, run eagerly for now")
+  _(training_graphs, "graphs needing gradients, run eagerly for now") \
+  _(traces, "calls of jitted functions that ran under the recorder (a first call, or a guard miss)") \
+  _(guard_failures, "calls of jitted functions that no entry's guards accepted") \
+  _(recompiles, "traces of a function that already had an entry (guard_failures that traced)")
 
 typedef enum tn_stat_id {
 #define TN_STAT_ENUM(name, doc) TN_STAT_##name,

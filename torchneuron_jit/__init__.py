@@ -33,8 +33,23 @@ from . import cache  # noqa: E402
 
 def stats():
     """Process-wide counters: graphs_compiled, graphs_lowered, kernels_compiled,
-    cache_hits, cache_misses, fallback_nodes, eager_fallbacks, training_graphs."""
+    cache_hits, cache_misses, fallback_nodes, eager_fallbacks, training_graphs;
+    of jit: traces, guard_failures, recompiles."""
     return _C.stats()
+
+
+def jit(fn=None, *, cache_limit=None):
+    """Compiles fn (a function, or an nn.Module) through our own front door:
+    a PEP 523 frame hook with guards in C (see torchneuron_jit._jit).
+    Usable as ``@jit`` or ``@jit(cache_limit=4)``."""
+    from . import _jit
+    return _jit.jit(fn, cache_limit=cache_limit)
+
+
+def disable(fn):
+    """Marks fn never to be compiled by jit (see torchneuron_jit._jit.disable)."""
+    from . import _jit
+    return _jit.disable(fn)
 
 
 # Ops the back end handles around its kernels rather than in generated code:
@@ -80,4 +95,4 @@ def _register_backend():
 
 _register_backend()
 
-__all__ = ["config", "cache", "stats", "reset_stats", "lowered_ops", "GraphError", "CacheError", "__version__"]
+__all__ = ["jit", "disable", "config", "cache", "stats", "reset_stats", "lowered_ops", "GraphError", "CacheError", "__version__"]

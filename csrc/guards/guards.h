@@ -1,0 +1,58 @@
+/*
+** Guard sets: the facts a traced entry depends on, as a flat program of
+** loads and checks evaluated in C against a frame's arguments.
+**
+** A program is built once from a spec (a list of tuples, written by
+** torchneuron_jit/_jit.py) and run on every call. Each instruction either
+** loads a value into its own slot (an argument, an item of a list or tuple
+** slot, a dict entry, a constant the set holds) or checks a slot. Loads are
+** borrowed references, valid while the arguments are: nothing here runs
+** Python code that could free them, except the equality of two primitive
+** values. Evaluation stops at the first instruction that fails and returns
+** its index, which _jit.py turns into words ("x: size[1] 128 -> 130").
+**
+** Instructions, as spec tuples:
+**   ("arg", i)                     load argument i (frame local i)
+**   ("item", s, i)                 load item i of slot s; fails unless s is a list or tuple longer than i
+**   ("key", s, key)                load s[key]; fails unless s is a dict holding key
+**   ("const", obj)                 load obj (held by the set)
+**   ("cell", s)                    load the contents of cell slot s; fails when empty
+**   ("type", s, type)              Py_TYPE(slot s) is type, exactly
+**   ("is", s, obj)                 slot s is obj
+**   ("eq", s, value)               slot s has value's type and equals it
+**   ("len", s, n)                  slot s (a list, tuple or dict) has n items
+**   ("tensor", s, dtype, sizes, strides, requires_grad)
+**                                  slot s is a CPU tensor of that dtype, sizes
+**                                  and strides (tuples of ints) and requires_grad
+**   ("dict", s, keys, values, sized)
+**                                  dict slot s maps each key to its value (compared
+**                                  by identity, or equality for primitives) and, when
+**                                  sized, holds nothing else. The dict's version tag
+**                                  is remembered on success, so a dict nobody wrote
+**                                  since is checked in O(1).
+**   ("call", fn, result)           fn() is result (e.g. torch.is_grad_enabled)
+*/
+#ifndef TN_GUARDS_H
+#define TN_GUARDS_H
+
+#include "../tn_py.h"
+
+typedef struct tn_gset tn_gset;
+
+/* Builds a guard set from spec (a list of tuples, above). On error returns
+** NULL with ValueError (naming the instruction) or MemoryError set. */
+tn_gset *tn_guards_build(PyObject *spec);
+
+/* Frees gs and the references it holds. NULL is fine. */
+void tn_guards_free(tn_gset *gs);
+
+/* Runs gs on the nargs arguments args (borrowed). Returns -1 when every
+** check passes, with slots (tn_guards_nslots(gs) entries) holding the
+** loaded values, borrowed; otherwise the index of the first instruction
+** that fails. -2 with an exception set when a comparison raised. */
+Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs, PyObject **slots);
+
+/* Number of instructions (and slots) of gs. */
+Py_ssize_t tn_guards_nslots(const tn_gset *gs);
+
+#endif /* TN_GUARDS_H */

@@ -1,0 +1,435 @@
+/*
+** Guard sets (guards.h): building the flat program from its spec and
+** running it against a call's arguments.
+*/
+#include "guards.h"
+
+#include <string.h>
+
+/* -- The program ------------------------------------------------------------ */
+
+enum {
+  G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL,                      /* loads */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL,        /* checks */
+  G__COUNT
+};
+
+static const char *const g_names[G__COUNT] = {
+  "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call",
+};
+
+typedef struct tn_ginst {
+  int gi_op;
+  Py_ssize_t gi_slot;     /* the slot an instruction reads (ITEM, KEY, checks) */
+  Py_ssize_t gi_n;        /* ARG / ITEM index, LEN count, TENSOR rank, DICT entries */
+  PyObject *gi_obj;       /* KEY key, CONST / IS / EQ object, TYPE type, TENSOR dtype, DICT keys, CALL fn */
+  PyObject *gi_obj2;      /* TENSOR requires_grad (a bool), DICT values, CALL result */
+  int64_t *gi_ints;       /* TENSOR sizes then strides */
+  int gi_sized;           /* DICT: nothing but the keys */
+  uint64_t gi_version;    /* DICT: version tag of the dict when last found right (0: never) */
+} tn_ginst;
+
+struct tn_gset {
+  Py_ssize_t gs_n;
+  tn_ginst *gs_inst;
+};
+
+static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu;
+
+static int strings_init(void)
+{
+  if (s_dtype)
+    return 0;
+  s_dtype = PyUnicode_InternFromString("dtype");
+  s_shape = PyUnicode_InternFromString("shape");
+  s_stride = PyUnicode_InternFromString("stride");
+  s_requires_grad = PyUnicode_InternFromString("requires_grad");
+  s_is_cpu = PyUnicode_InternFromString("is_cpu");
+  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu ? 0 : -1;
+}
+
+void tn_guards_free(tn_gset *gs)
+{
+  if (!gs)
+    return;
+  for (Py_ssize_t i = 0; i < gs->gs_n; i++) {
+    Py_XDECREF(gs->gs_inst[i].gi_obj);
+    Py_XDECREF(gs->gs_inst[i].gi_obj2);
+    PyMem_Free(gs->gs_inst[i].gi_ints);
+  }
+  PyMem_Free(gs->gs_inst);
+  PyMem_Free(gs);
+}
+
+Py_ssize_t tn_guards_nslots(const tn_gset *gs)
+{
+  return gs->gs_n;
+}
+
+/* -- Building ----------------------------------------------------------------- */
+
+static int bad(Py_ssize_t i, const char *why)
+{
+  PyErr_Format(PyExc_ValueError, "guard spec entry %zd: %s", i, why);
+  return -1;
+}
+
+/* Reads the slot operand of entry i: an earlier instruction. */
+static int slot_arg(PyObject *t, Py_ssize_t pos, Py_ssize_t i, Py_ssize_t *out)
+{
+  Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, pos));
+  if (s == -1 && PyErr_Occurred())
+    return -1;
+  if (s < 0 || s >= i)
+    return bad(i, "a slot operand must name an earlier entry");
+  *out = s;
+  return 0;
+}
+
+static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i)
+{
+  if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != n)
+    return bad(i, "sizes and strides must be tuples of the rank's length");
+  for (Py_ssize_t k = 0; k < n; k++) {
+    out[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(o, k));
+    if (out[k] == -1 && PyErr_Occurred())
+      return -1;
+  }
+  return 0;
+}
+
+static int build_one(tn_ginst *g, PyObject *t, Py_ssize_t i)
+{
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
+    return bad(i, "not a tuple (name, operands...)");
+  const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0));
+  Py_ssize_t n = PyTuple_GET_SIZE(t);
+  int op = -1;
+  for (int k = 0; k < G__COUNT; k++)
+    if (name && strcmp(name, g_names[k]) == 0)
+      op = k;
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3};
+  if (op < 0)
+    return bad(i, "unknown instruction");
+  if (n != arity[op])
+    return bad(i, "wrong number of operands");
+  g->gi_op = op;
+  g->gi_slot = -1;
+  switch (op) {
+  case G_ARG:
+    g->gi_n = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+    if (g->gi_n < 0)
+      return PyErr_Occurred() ? -1 : bad(i, "negative argument index");
+    return 0;
+  case G_CONST:
+    g->gi_obj = Py_NewRef(PyTuple_GET_ITEM(t, 1));
+    return 0;
+  case G_CALL:
+    g->gi_obj = Py_NewRef(PyTuple_GET_ITEM(t, 1));
+    g->gi_obj2 = Py_NewRef(PyTuple_GET_ITEM(t, 2));
+    return PyCallable_Check(g->gi_obj) ? 0 : bad(i, "call needs a callable");
+  default:
+    break;
+  }
+  if (slot_arg(t, 1, i, &g->gi_slot) < 0)
+    return -1;
+  if (op == G_CELL)
+    return 0;
+  PyObject *a = PyTuple_GET_ITEM(t, 2);
+  switch (op) {
+  case G_ITEM:
+  case G_LEN:
+    g->gi_n = PyLong_AsSsize_t(a);
+    if (g->gi_n < 0)
+      return PyErr_Occurred() ? -1 : bad(i, "negative index or length");
+    return 0;
+  case G_TYPE:
+    if (!PyType_Check(a))
+      return bad(i, "type needs a type");
+    /* fall through */
+  case G_KEY:
+  case G_IS:
+  case G_EQ:
+    g->gi_obj = Py_NewRef(a);
+    return 0;
+  case G_TENSOR: {
+    PyObject *sizes = PyTuple_GET_ITEM(t, 3), *strides = PyTuple_GET_ITEM(t, 4);
+    PyObject *rg = PyTuple_GET_ITEM(t, 5);
+    if (!PyTuple_Check(sizes) || !PyBool_Check(rg))
+      return bad(i, "tensor needs (slot, dtype, sizes, strides, requires_grad)");
+    g->gi_n = PyTuple_GET_SIZE(sizes);
+    g->gi_obj = Py_NewRef(a);
+    g->gi_obj2 = Py_NewRef(rg);
+    if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n + 1)))) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    return int_tuple(sizes, g->gi_n, g->gi_ints, i) < 0 ||
+           int_tuple(strides, g->gi_n, g->gi_ints + g->gi_n, i) < 0 ? -1 : 0;
+  }
+  case G_DICT: {
+    PyObject *vals = PyTuple_GET_ITEM(t, 3);
+    if (!PyTuple_Check(a) || !PyTuple_Check(vals) || PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(vals))
+      return bad(i, "dict needs (slot, keys, values, sized) with as many keys as values");
+    g->gi_n = PyTuple_GET_SIZE(a);
+    g->gi_obj = Py_NewRef(a);
+    g->gi_obj2 = Py_NewRef(vals);
+    g->gi_sized = PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
+    return g->gi_sized < 0 ? -1 : 0;
+  }
+  }
+  return bad(i, "unhandled instruction");
+}
+
+tn_gset *tn_guards_build(PyObject *spec)
+{
+  tn_gset *gs = NULL;
+  if (strings_init() < 0)
+    return NULL;
+  if (!PyList_Check(spec)) {
+    PyErr_SetString(PyExc_TypeError, "a guard spec is a list of tuples");
+    return NULL;
+  }
+  Py_ssize_t n = PyList_GET_SIZE(spec);
+  if (!(gs = PyMem_Calloc(1, sizeof *gs)) || !(gs->gs_inst = PyMem_Calloc((size_t)(n ? n : 1), sizeof(tn_ginst)))) {
+    PyMem_Free(gs);
+    PyErr_NoMemory();
+    return NULL;
+  }
+  gs->gs_n = n;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (build_one(&gs->gs_inst[i], PyList_GET_ITEM(spec, i), i) < 0) {
+      tn_guards_free(gs);
+      return NULL;
+    }
+  }
+  return gs;
+}
+
+/* -- Running ----------------------------------------------------------------- */
+
+/* A primitive's equality: same type, then ==. 1 equal, 0 not, -1 error. */
+static int same_value(PyObject *v, PyObject *want)
+{
+  if (v == want)
+    return 1;
+  if (Py_TYPE(v) != Py_TYPE(want))
+    return 0;
+  return PyObject_RichCompareBool(v, want, Py_EQ);
+}
+
+/* 1 when tuple o holds exactly the n ints want. */
+static int ints_equal(PyObject *o, const int64_t *want, Py_ssize_t n)
+{
+  if (!o || !PyTuple_Check(o) || PyTuple_GET_SIZE(o) != n)
+    return 0;
+  for (Py_ssize_t k = 0; k < n; k++) {
+    PyObject *x = PyTuple_GET_ITEM(o, k);
+    if (!PyLong_CheckExact(x))
+      return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow || v != want[k])
+      return 0;
+  }
+  return 1;
+}
+
+/* 1 when tensor v matches g, 0 when not, -1 on error. Reads through the
+** tensor's Python attributes (we do not link libtorch). */
+static int tensor_ok(PyObject *v, const tn_ginst *g)
+{
+  int ok = 0;
+  PyObject *o = PyObject_GetAttr(v, s_dtype);
+  if (!o)
+    goto error;
+  ok = o == g->gi_obj;
+  Py_DECREF(o);
+  if (!ok)
+    return 0;
+  if (!(o = PyObject_GetAttr(v, s_is_cpu)))
+    goto error;
+  ok = o == Py_True;
+  Py_DECREF(o);
+  if (!ok)
+    return 0;
+  if (!(o = PyObject_GetAttr(v, s_requires_grad)))
+    goto error;
+  ok = o == g->gi_obj2;
+  Py_DECREF(o);
+  if (!ok)
+    return 0;
+  if (!(o = PyObject_GetAttr(v, s_shape)))
+    goto error;
+  ok = ints_equal(o, g->gi_ints, g->gi_n);
+  Py_DECREF(o);
+  if (!ok)
+    return 0;
+  if (!(o = PyObject_CallMethodNoArgs(v, s_stride)))
+    goto error;
+  ok = ints_equal(o, g->gi_ints + g->gi_n, g->gi_n);
+  Py_DECREF(o);
+  return ok;
+error:
+  /* an object that is no tensor fails the guard; other errors are real */
+  if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+    PyErr_Clear();
+    return 0;
+  }
+  return -1;
+}
+
+/* 1 when dict d holds g's entries (and, if sized, no more), 0 when not,
+** -1 on error. A dict whose version tag is unchanged since it was last
+** found right is right. */
+static int dict_ok(PyObject *d, tn_ginst *g)
+{
+  if (!PyDict_Check(d))
+    return 0;
+  _Pragma("GCC diagnostic push")
+  _Pragma("GCC diagnostic ignored \"-Wdeprecated-declarations\"")
+  uint64_t version = ((PyDictObject *)d)->ma_version_tag;
+  _Pragma("GCC diagnostic pop")
+  if (g->gi_version && version == g->gi_version)
+    return 1;
+  if (g->gi_sized && PyDict_GET_SIZE(d) != g->gi_n)
+    return 0;
+  for (Py_ssize_t k = 0; k < g->gi_n; k++) {
+    PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(g->gi_obj, k));
+    if (!v)
+      return PyErr_Occurred() ? -1 : 0;
+    PyObject *want = PyTuple_GET_ITEM(g->gi_obj2, k);
+    int r = v == want ? 1 : (PyLong_CheckExact(want) || PyFloat_CheckExact(want) || PyUnicode_CheckExact(want))
+                                 ? same_value(v, want) : 0;
+    if (r <= 0)
+      return r;
+  }
+  g->gi_version = version;
+  return 1;
+}
+
+Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs, PyObject **slots)
+{
+  for (Py_ssize_t i = 0; i < gs->gs_n; i++) {
+    tn_ginst *g = &gs->gs_inst[i];
+    PyObject *v = g->gi_slot >= 0 ? slots[g->gi_slot] : NULL;
+    int r = 1;
+    slots[i] = NULL;
+    switch (g->gi_op) {
+    case G_ARG:
+      r = g->gi_n < nargs && args[g->gi_n];
+      slots[i] = r ? args[g->gi_n] : NULL;
+      break;
+    case G_ITEM:
+      if (PyTuple_Check(v) && g->gi_n < PyTuple_GET_SIZE(v))
+        slots[i] = PyTuple_GET_ITEM(v, g->gi_n);
+      else if (PyList_Check(v) && g->gi_n < PyList_GET_SIZE(v))
+        slots[i] = PyList_GET_ITEM(v, g->gi_n);
+      r = slots[i] != NULL;
+      break;
+    case G_KEY:
+      if (PyDict_Check(v)) {
+        slots[i] = PyDict_GetItemWithError(v, g->gi_obj);
+        r = slots[i] != NULL ? 1 : PyErr_Occurred() ? -1 : 0;
+      } else {
+        r = 0;
+      }
+      break;
+    case G_CONST:
+      slots[i] = g->gi_obj;
+      break;
+    case G_CELL:
+      slots[i] = PyCell_Check(v) ? PyCell_GET(v) : NULL;
+      r = slots[i] != NULL;
+      break;
+    case G_TYPE:
+      r = (PyObject *)Py_TYPE(v) == g->gi_obj;
+      break;
+    case G_IS:
+      r = v == g->gi_obj;
+      break;
+    case G_EQ:
+      r = same_value(v, g->gi_obj);
+      break;
+    case G_LEN:
+      r = PyTuple_Check(v) ? PyTuple_GET_SIZE(v) == g->gi_n
+        : PyList_Check(v) ? PyList_GET_SIZE(v) == g->gi_n
+        : PyDict_Check(v) ? PyDict_GET_SIZE(v) == g->gi_n : 0;
+      break;
+    case G_TENSOR:
+      r = tensor_ok(v, g);
+      break;
+    case G_DICT:
+      r = dict_ok(v, g);
+      break;
+    case G_CALL: {
+      PyObject *res = PyObject_CallNoArgs(g->gi_obj);
+      r = res ? res == g->gi_obj2 : -1;
+      Py_XDECREF(res);
+      break;
+    }
+    }
+    if (r < 0)
+      return -2;
+    if (r == 0)
+      return i;
+  }
+  return -1;
+}
+
+/* -- Python: _C.GuardSet, for tests and the explainer -------------------------- */
+
+typedef struct {
+  PyObject_HEAD
+  tn_gset *gs;
+} GuardSetObject;
+
+static void GuardSet_dealloc(PyObject *o)
+{
+  tn_guards_free(((GuardSetObject *)o)->gs);
+  Py_TYPE(o)->tp_free(o);
+}
+
+static PyObject *GuardSet_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+  PyObject *spec;
+  static char *kwlist[] = {"spec", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:GuardSet", kwlist, &PyList_Type, &spec))
+    return NULL;
+  GuardSetObject *self = (GuardSetObject *)type->tp_alloc(type, 0);
+  if (self && !(self->gs = tn_guards_build(spec)))
+    Py_CLEAR(self);
+  return (PyObject *)self;
+}
+
+/* check(args) -> -1 when every guard passes, else the index of the first that fails */
+static PyObject *GuardSet_check(PyObject *o, PyObject *args)
+{
+  tn_gset *gs = ((GuardSetObject *)o)->gs;
+  if (!PyTuple_Check(args))
+    return NULL;
+  PyObject **slots = PyMem_Calloc((size_t)(gs->gs_n ? gs->gs_n : 1), sizeof(PyObject *));
+  if (!slots)
+    return PyErr_NoMemory();
+  Py_ssize_t r = tn_guards_check(gs, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), slots);
+  PyMem_Free(slots);
+  return r == -2 ? NULL : PyLong_FromSsize_t(r);
+}
+
+
+static PyMethodDef GuardSet_methods[] = {
+  {"check", GuardSet_check, METH_VARARGS,
+   "check(*args) -> -1 when every guard passes on args, else the index of the first that fails"},
+  {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject tn_py_GuardSetType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "torchneuron_jit._C.GuardSet",
+  .tp_basicsize = sizeof(GuardSetObject),
+  .tp_dealloc = GuardSet_dealloc,
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_doc = "GuardSet(spec): a guard program (csrc/guards/guards.h) built from its spec",
+  .tp_methods = GuardSet_methods,
+  .tp_new = GuardSet_new,
+};

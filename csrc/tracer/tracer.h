@@ -1,0 +1,48 @@
+/*
+** The frame hook of torchneuron_jit.jit (PEP 523) and the registry of
+** compiled code objects.
+**
+** _C.JitFunction(fn, tracer, limit) wraps a Python function. Calling it
+** installs our frame-evaluation function for the duration of the call (the
+** interpreter-wide hook is added and removed by count; a thread-local stack
+** says which code object the call is for) and calls fn: CPython binds the
+** arguments into a frame and hands it to the hook before running a single
+** instruction of it.
+**
+** Each code object keeps its entries in its extra slot (_PyCode_SetExtra),
+** most recently used first: a guard set (csrc/guards) and a runner. The
+** hook runs the guards on the frame's arguments (localsplus, before the
+** frame starts); on a hit it calls the runner with the values the guards
+** loaded and returns its result without evaluating the frame (CPython 3.11
+** clears and pops it). A runner may answer _C.SIDE_EXIT (a value guard on a
+** scalar read from a tensor failed): the next entry is tried. An entry
+** whose runner is None runs the frame as Python does.
+**
+** A miss evaluates the frame under the tracer (a Python object):
+**   tracer.begin(fn, args, codes, reason) -> token
+**       before the frame runs; codes is a list the hook fills with
+**       (code, globals) of every nested frame while the frame runs
+**   tracer.end(token, result) -> None or (spec, inputs, runner)
+**       after it returned result: the new entry (guards.h spec, the slots
+**       passed to the runner, the runner or None)
+**   tracer.abort(token)           the frame raised (its exception stays)
+**   tracer.explain(fn, args, fails) -> str
+**       why no entry took args; fails lists (spec, index of its first
+**       failing guard, or -1 for one that passed but side-exited) per entry
+**   tracer.give_up(fn, reason)    the code reached its entry limit
+** Generator, coroutine and throw evaluations, frames of other code and
+** frames on other threads pass through to the previous hook untouched.
+** While a thread traces, jitted functions it calls run as plain Python (so
+** the outer trace records their operations).
+*/
+#ifndef TN_TRACER_H
+#define TN_TRACER_H
+
+#include "../tn_py.h"
+
+/* Adds JitFunction, SIDE_EXIT and the jit functions to module m. */
+int tn_py_tracer_init(PyObject *m);
+
+extern PyMethodDef tn_py_tracer_methods[];
+
+#endif /* TN_TRACER_H */

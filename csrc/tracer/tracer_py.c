@@ -1,0 +1,600 @@
+/*
+** The frame hook, the per-code registry and JitFunction (tracer.h).
+*/
+#include "tracer.h"
+
+#include "../guards/guards.h"
+#include "../tn_config.h"
+#include "../tn_stats.h"
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+#define TN_JIT_SUPPORTED 1
+#define Py_BUILD_CORE 1
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+#else
+#define TN_JIT_SUPPORTED 0
+#endif
+
+/* -- Per-code state ------------------------------------------------------------ */
+
+typedef struct tn_entry {
+  tn_gset *en_gs;
+  PyObject *en_spec;     /* the spec, for explanations */
+  Py_ssize_t *en_inputs; /* slots passed to the runner */
+  Py_ssize_t en_ninputs;
+  PyObject *en_runner;   /* None: run the frame as Python does */
+} tn_entry;
+
+typedef struct tn_codestate {
+  tn_entry *cs_entries;  /* most recently used first */
+  int cs_n, cs_cap;
+  int cs_disabled;       /* torchneuron_jit.disable */
+  int cs_gave_up;        /* reached its limit: runs as Python does */
+} tn_codestate;
+
+static Py_ssize_t code_extra_index = -1;
+static PyObject *side_exit;  /* _C.SIDE_EXIT */
+
+static void entry_clear(tn_entry *e)
+{
+  tn_guards_free(e->en_gs);
+  Py_XDECREF(e->en_spec);
+  Py_XDECREF(e->en_runner);
+  PyMem_Free(e->en_inputs);
+  memset(e, 0, sizeof *e);
+}
+
+/* The extra slot's destructor: runs with the GIL when the code object dies. */
+static void codestate_free(void *p)
+{
+  tn_codestate *cs = p;
+  if (!cs)
+    return;
+  for (int i = 0; i < cs->cs_n; i++)
+    entry_clear(&cs->cs_entries[i]);
+  PyMem_Free(cs->cs_entries);
+  PyMem_Free(cs);
+}
+
+/* The state of code (created when create is set), or NULL (with an
+** exception set only when creating failed). */
+static tn_codestate *codestate_get(PyObject *code, int create)
+{
+  void *p = NULL;
+  if (_PyCode_GetExtra(code, code_extra_index, &p) < 0)
+    return NULL;
+  if (p || !create)
+    return p;
+  tn_codestate *cs = PyMem_Calloc(1, sizeof *cs);
+  if (!cs) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  if (_PyCode_SetExtra(code, code_extra_index, cs) < 0) {
+    PyMem_Free(cs);
+    return NULL;
+  }
+  return cs;
+}
+
+/* Adds an entry at the front from the tracer's (spec, inputs, runner). */
+static int codestate_add(tn_codestate *cs, PyObject *entry)
+{
+  tn_entry e = {0};
+  PyObject *spec, *inputs, *runner;
+  if (!PyTuple_Check(entry) || !PyArg_ParseTuple(entry, "O!O!O", &PyList_Type, &spec, &PyTuple_Type, &inputs, &runner))
+    goto error;
+  if (!(e.en_gs = tn_guards_build(spec)))
+    goto error;
+  e.en_ninputs = PyTuple_GET_SIZE(inputs);
+  if (!(e.en_inputs = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(e.en_ninputs + 1)))) {
+    PyErr_NoMemory();
+    goto error;
+  }
+  for (Py_ssize_t k = 0; k < e.en_ninputs; k++) {
+    e.en_inputs[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(inputs, k));
+    if (e.en_inputs[k] < 0 || e.en_inputs[k] >= tn_guards_nslots(e.en_gs)) {
+      if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "an entry input names no guard slot");
+      goto error;
+    }
+  }
+  if (runner != Py_None && !PyCallable_Check(runner)) {
+    PyErr_SetString(PyExc_TypeError, "an entry's runner must be callable or None");
+    goto error;
+  }
+  e.en_spec = Py_NewRef(spec);
+  e.en_runner = Py_NewRef(runner);
+  if (cs->cs_n == cs->cs_cap) {
+    int cap = cs->cs_cap ? 2 * cs->cs_cap : 4;
+    tn_entry *p = PyMem_Realloc(cs->cs_entries, sizeof(tn_entry) * (size_t)cap);
+    if (!p) {
+      PyErr_NoMemory();
+      goto error;
+    }
+    cs->cs_entries = p;
+    cs->cs_cap = cap;
+  }
+  memmove(cs->cs_entries + 1, cs->cs_entries, sizeof(tn_entry) * (size_t)cs->cs_n);
+  cs->cs_entries[0] = e;
+  cs->cs_n++;
+  return 0;
+error:
+  entry_clear(&e);
+  return -1;
+}
+
+/* Moves entry i to the front (most recently used first). */
+static void codestate_touch(tn_codestate *cs, int i)
+{
+  if (i > 0) {
+    tn_entry hit = cs->cs_entries[i];
+    memmove(cs->cs_entries + 1, cs->cs_entries, sizeof(tn_entry) * (size_t)i);
+    cs->cs_entries[0] = hit;
+  }
+}
+
+/* -- The hook ------------------------------------------------------------------ */
+
+typedef struct JitFunctionObject JitFunctionObject;
+
+/* One jit call in progress on this thread. */
+typedef struct tn_active {
+  struct tn_active *ac_prev;
+  JitFunctionObject *ac_jf;
+  PyCodeObject *ac_code;
+  int ac_consumed;       /* the call's own frame was seen */
+  PyObject *ac_codes;    /* while its frame is traced: (code, globals) of nested frames */
+} tn_active;
+
+static _Thread_local tn_active *t_active;
+static _Thread_local int t_tracing;
+
+struct JitFunctionObject {
+  PyObject_HEAD
+  vectorcallfunc jf_vectorcall;
+  PyObject *jf_fn;        /* the function */
+  PyObject *jf_tracer;
+  int jf_limit;           /* entries per code object (0: the config's) */
+  PyObject *jf_dict;
+  PyObject *jf_weakrefs;
+};
+
+#if TN_JIT_SUPPORTED
+static _PyFrameEvalFunction prev_eval;
+static long hook_users;
+
+static PyObject *jit_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag);
+
+static void hook_add(void)
+{
+  if (hook_users++ == 0) {
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    prev_eval = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (prev_eval == jit_eval_frame)
+      prev_eval = _PyEval_EvalFrameDefault;
+    _PyInterpreterState_SetEvalFrameFunc(interp, jit_eval_frame);
+  }
+}
+
+static void hook_remove(void)
+{
+  if (--hook_users == 0) {
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    /* a hook set after ours (a debugger's) stays; it chains to ours no more */
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == jit_eval_frame)
+      _PyInterpreterState_SetEvalFrameFunc(interp, prev_eval);
+  }
+}
+
+static Py_ssize_t frame_nargs(PyCodeObject *co)
+{
+  return co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+         !!(co->co_flags & CO_VARKEYWORDS);
+}
+
+/* Appends (code, globals) of frame f to list codes. */
+static int note_frame_into(PyObject *codes, _PyInterpreterFrame *f)
+{
+  PyObject *t = PyTuple_Pack(2, (PyObject *)f->f_code, f->f_globals);
+  int rc = t ? PyList_Append(codes, t) : -1;
+  Py_XDECREF(t);
+  return rc;
+}
+
+/* Runs a hit: the runner on the slots its entry names. */
+static PyObject *run_entry(tn_entry *e, PyObject **slots)
+{
+  PyObject *small[8], **argv = small;
+  if (e->en_ninputs > 8 && !(argv = PyMem_Malloc(sizeof(PyObject *) * (size_t)e->en_ninputs)))
+    return PyErr_NoMemory();
+  for (Py_ssize_t k = 0; k < e->en_ninputs; k++)
+    argv[k] = slots[e->en_inputs[k]];
+  PyObject *runner = Py_NewRef(e->en_runner);  /* a trace on another thread may drop the entry */
+  PyObject *res = PyObject_Vectorcall(runner, argv, (size_t)e->en_ninputs, NULL);
+  Py_DECREF(runner);
+  if (argv != small)
+    PyMem_Free(argv);
+  return res;
+}
+
+/* Calls tracer.name(*args); a new reference or NULL. */
+static PyObject *tracer_call(JitFunctionObject *jf, const char *name, PyObject *args)
+{
+  PyObject *m = args ? PyObject_GetAttrString(jf->jf_tracer, name) : NULL;
+  PyObject *r = m ? PyObject_Call(m, args, NULL) : NULL;
+  Py_XDECREF(m);
+  Py_XDECREF(args);
+  return r;
+}
+
+/* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
+static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_codestate *cs,
+                             PyObject *reason)
+{
+  Py_ssize_t nargs = frame_nargs(f->f_code);
+  PyObject *args = PyTuple_New(nargs), *codes = PyList_New(0), *token = NULL, *res = NULL;
+  if (!args || !codes)
+    goto done;
+  for (Py_ssize_t k = 0; k < nargs; k++)
+    PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
+  if (note_frame_into(codes, f) < 0)
+    goto done;
+  token = tracer_call(a->ac_jf, "begin", PyTuple_Pack(4, a->ac_jf->jf_fn, args, codes, reason));
+  if (!token)
+    goto done;
+  tn_stat_add(TN_STAT_traces, 1);
+  a->ac_codes = codes;
+  t_tracing++;
+  res = prev_eval(ts, f, 0);
+  t_tracing--;
+  a->ac_codes = NULL;
+  if (!res) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = tracer_call(a->ac_jf, "abort", PyTuple_Pack(1, token));
+    if (!r)
+      PyErr_WriteUnraisable(a->ac_jf->jf_fn);
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+    goto done;
+  }
+  PyObject *entry = tracer_call(a->ac_jf, "end", PyTuple_Pack(2, token, res));
+  if (!entry || (entry != Py_None && codestate_add(cs, entry) < 0))
+    PyErr_WriteUnraisable(a->ac_jf->jf_fn);  /* ours, not the user's: their result stands */
+  Py_XDECREF(entry);
+done:
+  Py_XDECREF(args);
+  Py_XDECREF(codes);
+  Py_XDECREF(token);
+  return res;
+}
+
+/* The jit call's own frame: entries, else a trace. */
+static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a)
+{
+  PyObject *small[64], **slots = small, *res = NULL, *reason = NULL;
+  tn_codestate *cs = codestate_get((PyObject *)f->f_code, 1);
+  if (!cs)
+    return NULL;
+  if (cs->cs_disabled || cs->cs_gave_up)
+    return prev_eval(ts, f, 0);
+  Py_ssize_t nargs = frame_nargs(f->f_code);
+  for (int i = 0; i < cs->cs_n; i++) {
+    tn_entry *e = &cs->cs_entries[i];
+    Py_ssize_t n = tn_guards_nslots(e->en_gs);
+    if (slots != small)
+      PyMem_Free(slots);
+    slots = small;
+    if (n > 64 && !(slots = PyMem_Malloc(sizeof(PyObject *) * (size_t)n)))
+      return PyErr_NoMemory();
+    Py_ssize_t r = tn_guards_check(e->en_gs, f->localsplus, nargs, slots);
+    if (r == -2)
+      goto done;
+    if (r >= 0)
+      continue;
+    PyObject *runner = e->en_runner;
+    if (runner == Py_None) {
+      codestate_touch(cs, i);
+      res = prev_eval(ts, f, 0);
+      goto done;
+    }
+    res = run_entry(e, slots);
+    if (res != side_exit) {
+      /* the runner ran Python: another thread may have added entries meanwhile */
+      for (int j = 0; res && j < cs->cs_n; j++)
+        if (cs->cs_entries[j].en_runner == runner) {
+          codestate_touch(cs, j);
+          break;
+        }
+      goto done;
+    }
+    /* a value read from a tensor differs: the next entries may take it */
+    Py_CLEAR(res);
+  }
+  /* a miss */
+  JitFunctionObject *jf = a->ac_jf;
+  int limit = jf->jf_limit > 0 ? jf->jf_limit : (int)tn_config_int(TN_CFG_jit_cache_limit);
+  if (cs->cs_n > 0) {
+    tn_stat_add(TN_STAT_guard_failures, 1);
+    PyObject *args = PyTuple_New(nargs);
+    if (!args)
+      goto done;
+    for (Py_ssize_t k = 0; k < nargs; k++)
+      PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
+    /* every entry's first failing guard, for the tracer to find the nearest */
+    PyObject *fails = PyList_New(cs->cs_n);
+    for (int i = 0; fails && i < cs->cs_n; i++) {
+      tn_entry *e = &cs->cs_entries[i];
+      Py_ssize_t n = tn_guards_nslots(e->en_gs);
+      PyObject **sl = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1));
+      Py_ssize_t r = sl ? tn_guards_check(e->en_gs, f->localsplus, nargs, sl) : -2;
+      PyMem_Free(sl);
+      PyObject *item = r == -2 ? NULL : Py_BuildValue("(On)", e->en_spec, r);
+      if (!item)
+        Py_CLEAR(fails);
+      else
+        PyList_SET_ITEM(fails, i, item);
+    }
+    reason = fails ? tracer_call(jf, "explain", Py_BuildValue("(OON)", jf->jf_fn, args, fails)) : NULL;
+    Py_DECREF(args);
+    if (!reason)
+      goto done;
+  } else {
+    reason = Py_NewRef(Py_None);
+  }
+  if (cs->cs_n >= limit) {
+    cs->cs_gave_up = 1;
+    PyObject *r = tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
+    if (!r)
+      goto done;
+    Py_DECREF(r);
+    res = prev_eval(ts, f, 0);
+    goto done;
+  }
+  if (cs->cs_n > 0)
+    tn_stat_add(TN_STAT_recompiles, 1);
+  res = trace_frame(ts, f, a, cs, reason);
+done:
+  if (slots != small)
+    PyMem_Free(slots);
+  Py_XDECREF(reason);
+  return res;
+}
+
+static PyObject *jit_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+{
+  tn_active *a = t_active;
+  if (!a || throwflag)
+    return prev_eval(ts, f, throwflag);
+  if (a->ac_codes && note_frame_into(a->ac_codes, f) < 0)
+    return NULL;
+  if (a->ac_consumed || f->f_code != a->ac_code ||
+      (f->f_code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)))
+    return prev_eval(ts, f, throwflag);
+  a->ac_consumed = 1;
+  return jit_frame(ts, f, a);
+}
+#endif /* TN_JIT_SUPPORTED */
+
+/* -- JitFunction ------------------------------------------------------------ */
+
+static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+  JitFunctionObject *jf = (JitFunctionObject *)self;
+#if TN_JIT_SUPPORTED
+  if (t_tracing == 0) {
+    tn_active a = {t_active, jf, (PyCodeObject *)PyFunction_GET_CODE(jf->jf_fn), 0, NULL};
+    t_active = &a;
+    hook_add();
+    PyObject *res = PyObject_Vectorcall(jf->jf_fn, args, nargsf, kwnames);
+    hook_remove();
+    t_active = a.ac_prev;
+    return res;
+  }
+#endif
+  return PyObject_Vectorcall(jf->jf_fn, args, nargsf, kwnames);
+}
+
+static PyObject *JitFunction_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+  static char *kwlist[] = {"fn", "tracer", "limit", NULL};
+  PyObject *fn, *tracer;
+  int limit = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|i:JitFunction", kwlist, &fn, &tracer, &limit))
+    return NULL;
+  if (!PyFunction_Check(fn)) {
+    PyErr_Format(PyExc_TypeError, "JitFunction needs a Python function, not %s", Py_TYPE(fn)->tp_name);
+    return NULL;
+  }
+  JitFunctionObject *jf = (JitFunctionObject *)type->tp_alloc(type, 0);
+  if (!jf)
+    return NULL;
+  jf->jf_vectorcall = JitFunction_vectorcall;
+  jf->jf_fn = Py_NewRef(fn);
+  jf->jf_tracer = Py_NewRef(tracer);
+  jf->jf_limit = limit;
+  return (PyObject *)jf;
+}
+
+static int JitFunction_traverse(PyObject *o, visitproc visit, void *arg)
+{
+  JitFunctionObject *jf = (JitFunctionObject *)o;
+  Py_VISIT(jf->jf_fn);
+  Py_VISIT(jf->jf_tracer);
+  Py_VISIT(jf->jf_dict);
+  return 0;
+}
+
+static int JitFunction_clear(PyObject *o)
+{
+  JitFunctionObject *jf = (JitFunctionObject *)o;
+  Py_CLEAR(jf->jf_fn);
+  Py_CLEAR(jf->jf_tracer);
+  Py_CLEAR(jf->jf_dict);
+  return 0;
+}
+
+static void JitFunction_dealloc(PyObject *o)
+{
+  PyObject_GC_UnTrack(o);
+  if (((JitFunctionObject *)o)->jf_weakrefs)
+    PyObject_ClearWeakRefs(o);
+  JitFunction_clear(o);
+  Py_TYPE(o)->tp_free(o);
+}
+
+/* A JitFunction in a class body binds like the function it wraps. */
+static PyObject *JitFunction_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+  (void)type;
+  if (!obj || obj == Py_None)
+    return Py_NewRef(self);
+  return PyMethod_New(self, obj);
+}
+
+static PyObject *JitFunction_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+  return PyVectorcall_Call(self, args, kwargs);
+}
+
+static PyObject *JitFunction_get_fn(PyObject *o, void *c)
+{
+  (void)c;
+  return Py_NewRef(((JitFunctionObject *)o)->jf_fn);
+}
+
+static PyObject *JitFunction_get_limit(PyObject *o, void *c)
+{
+  (void)c;
+  return PyLong_FromLong(((JitFunctionObject *)o)->jf_limit);
+}
+
+static PyGetSetDef JitFunction_getset[] = {
+  {"fn", JitFunction_get_fn, NULL, "the function this calls", NULL},
+  {"limit", JitFunction_get_limit, NULL, "entries per code object (0: config.jit_cache_limit)", NULL},
+  {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+  {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject JitFunctionType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "torchneuron_jit._C.JitFunction",
+  .tp_basicsize = sizeof(JitFunctionObject),
+  .tp_dealloc = JitFunction_dealloc,
+  .tp_vectorcall_offset = offsetof(JitFunctionObject, jf_vectorcall),
+  .tp_call = JitFunction_call,
+  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+              Py_TPFLAGS_METHOD_DESCRIPTOR,
+  .tp_doc = "JitFunction(fn, tracer, limit=0): fn, run through the frame hook (csrc/tracer/tracer.h)",
+  .tp_traverse = JitFunction_traverse,
+  .tp_clear = JitFunction_clear,
+  .tp_getset = JitFunction_getset,
+  .tp_descr_get = JitFunction_get,
+  .tp_dictoffset = offsetof(JitFunctionObject, jf_dict),
+  .tp_weaklistoffset = offsetof(JitFunctionObject, jf_weakrefs),
+  .tp_new = JitFunction_new,
+};
+
+/* -- Module functions ------------------------------------------------------------ */
+
+static PyObject *code_of(PyObject *arg)
+{
+  if (PyCode_Check(arg))
+    return arg;
+  if (PyFunction_Check(arg))
+    return PyFunction_GET_CODE(arg);
+  PyErr_Format(PyExc_TypeError, "expected a function or code object, not %s", Py_TYPE(arg)->tp_name);
+  return NULL;
+}
+
+/* jit_disable(fn_or_code, on=True): never trace it (torchneuron_jit.disable) */
+static PyObject *py_jit_disable(PyObject *self, PyObject *args)
+{
+  PyObject *arg;
+  int on = 1;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "O|p:jit_disable", &arg, &on))
+    return NULL;
+  PyObject *code = code_of(arg);
+  tn_codestate *cs = code ? codestate_get(code, 1) : NULL;
+  if (!cs)
+    return NULL;
+  cs->cs_disabled = on;
+  Py_RETURN_NONE;
+}
+
+/* jit_state(fn_or_code) -> (entries, disabled, gave_up, [specs]) */
+static PyObject *py_jit_state(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  PyObject *code = code_of(arg);
+  if (!code)
+    return NULL;
+  tn_codestate *cs = codestate_get(code, 0);
+  if (!cs)
+    return PyErr_Occurred() ? NULL : Py_BuildValue("(iOO[])", 0, Py_False, Py_False);
+  PyObject *specs = PyList_New(cs->cs_n);
+  for (int i = 0; specs && i < cs->cs_n; i++)
+    PyList_SET_ITEM(specs, i, Py_BuildValue("(OO)", cs->cs_entries[i].en_spec, cs->cs_entries[i].en_runner));
+  PyObject *r = specs ? Py_BuildValue("(iOON)", cs->cs_n, cs->cs_disabled ? Py_True : Py_False,
+                                      cs->cs_gave_up ? Py_True : Py_False, specs) : NULL;
+  return r;
+}
+
+/* jit_reset(fn_or_code): drops its entries and its gave-up mark */
+static PyObject *py_jit_reset(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  PyObject *code = code_of(arg);
+  if (!code)
+    return NULL;
+  tn_codestate *cs = codestate_get(code, 0);
+  if (cs) {
+    for (int i = 0; i < cs->cs_n; i++)
+      entry_clear(&cs->cs_entries[i]);
+    cs->cs_n = 0;
+    cs->cs_gave_up = 0;
+  }
+  if (PyErr_Occurred())
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+/* jit_tracing() -> whether this thread is tracing a jit call */
+static PyObject *py_jit_tracing(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  return PyBool_FromLong(t_tracing > 0);
+}
+
+PyMethodDef tn_py_tracer_methods[] = {
+  {"jit_disable", py_jit_disable, METH_VARARGS, "jit_disable(fn_or_code, on=True): never trace it"},
+  {"jit_state", py_jit_state, METH_O, "jit_state(fn_or_code) -> (entries, disabled, gave_up, [(spec, runner)])"},
+  {"jit_reset", py_jit_reset, METH_O, "jit_reset(fn_or_code): drops its entries"},
+  {"jit_tracing", py_jit_tracing, METH_NOARGS, "whether this thread is tracing a jit call"},
+  {NULL, NULL, 0, NULL},
+};
+
+extern PyTypeObject tn_py_GuardSetType;
+
+int tn_py_tracer_init(PyObject *m)
+{
+  code_extra_index = _PyEval_RequestCodeExtraIndex(codestate_free);
+  if (code_extra_index < 0) {
+    PyErr_SetString(PyExc_RuntimeError, "no code-object extra slot is left");
+    return -1;
+  }
+  if (PyType_Ready(&JitFunctionType) < 0 || PyType_Ready(&tn_py_GuardSetType) < 0)
+    return -1;
+  if (!(side_exit = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)))
+    return -1;
+  if (PyModule_AddObjectRef(m, "JitFunction", (PyObject *)&JitFunctionType) < 0 ||
+      PyModule_AddObjectRef(m, "GuardSet", (PyObject *)&tn_py_GuardSetType) < 0 ||
+      PyModule_AddObjectRef(m, "SIDE_EXIT", side_exit) < 0 ||
+      PyModule_AddIntConstant(m, "JIT_SUPPORTED", TN_JIT_SUPPORTED) < 0)
+    return -1;
+  return 0;
+}

@@ -1,0 +1,478 @@
+"""torchneuron_jit.jit: the frame hook, C guards, the recorder, entries."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+import pytest
+import torch
+
+import torchneuron_jit
+from torchneuron_jit import _C, _jit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from benchmarks import models  # noqa: E402
+
+
+def stats():
+    return torchneuron_jit.stats()
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def delta(before, key):
+    return stats()[key] - before[key]
+
+
+# -- parity -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["mlp", "pointwise", "encoder2", "gpt_block", "cnn"])
+def test_models_match_eager(name):
+    build, make_input, shapes, _ = models.SUITE[name]
+    torch.manual_seed(0)
+    model = build().eval()
+    inputs = [make_input(shape) for shape in shapes[:2]]
+    want = [model(x) for x in inputs]
+    jitted = torchneuron_jit.jit(model)
+    assert jitted is model
+    before = stats()
+    for _ in range(2):
+        for x, w in zip(inputs, want):
+            torch.testing.assert_close(jitted(x), w, equal_nan=True)
+    assert delta(before, "traces") == len(inputs)  # one per shape, then hits
+    assert _jit.entries(model) == len(inputs)
+
+
+def test_hit_does_not_run_the_function_body():
+    calls = []
+
+    @torchneuron_jit.jit
+    def f(x, y):
+        calls.append(1)
+        return (x * y).relu() + 1
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    for _ in range(5):
+        torch.testing.assert_close(f(x, y), (x * y).relu() + 1)
+    assert len(calls) == 1
+
+
+def test_kwargs_defaults_and_containers():
+    @torchneuron_jit.jit
+    def f(xs, scale=2.0, *, bias=None, opts=None):
+        out = xs[0] * scale + xs[1]
+        if bias is not None:
+            out = out + bias
+        return {"out": out, "n": len(xs), "first": opts["k"] if opts else None}
+
+    a, b, c = torch.randn(5), torch.randn(5), torch.randn(5)
+    for _ in range(2):
+        r = f([a, b], bias=c, opts={"k": 3})
+        torch.testing.assert_close(r["out"], a * 2.0 + b + c)
+        assert r["n"] == 2 and r["first"] == 3
+    r = f((a, b), 3.0)  # a tuple, another scale, no bias
+    torch.testing.assert_close(r["out"], a * 3.0 + b)
+    assert r["first"] is None
+
+
+# -- guards ---------------------------------------------------------------------------
+
+def _recompile_reason(fn, *args, **kwargs):
+    """Calls fn and returns the reason the recompiles log gave."""
+    with torchneuron_jit.config.patch(log="recompiles"):
+        import io
+        from contextlib import redirect_stderr
+        err = io.StringIO()
+        with redirect_stderr(err):
+            out = fn(*args, **kwargs)
+    return out, err.getvalue()
+
+
+def test_guards_dtype_shape_rank_stride_type():
+    @torchneuron_jit.jit
+    def f(x):
+        return x.sin() * 2
+
+    x = torch.randn(4, 128)
+    f(x)
+    f(x)
+    cases = [
+        (x.to(torch.float64), "x: dtype torch.float32 → torch.float64"),
+        (torch.randn(4, 130), "x: size[1] 128 → 130"),
+        (torch.randn(4, 128, 1), "x: rank 2 → 3"),
+        (torch.randn(128, 4).t(), "x: strides (128, 1) → (1, 4) (contiguous → other)"),
+        ([1.0, 2.0], "x: type Tensor → list"),
+    ]
+    for arg, words in cases:
+        before = stats()
+        if isinstance(arg, list):
+            with pytest.raises(AttributeError):  # eager's error, from eager's run
+                _recompile_reason(f, arg)
+            continue
+        out, log = _recompile_reason(f, arg)
+        torch.testing.assert_close(out, arg.sin() * 2)
+        assert words in log, log
+        assert delta(before, "guard_failures") == 1 and delta(before, "recompiles") == 1
+        assert f(arg) is not None and delta(before, "traces") == 1  # the new entry hits
+
+
+USE_BIAS = True
+
+
+def test_global_flag_change():
+    global USE_BIAS
+
+    @torchneuron_jit.jit
+    def f(x):
+        return x + 1 if USE_BIAS else x - 1
+
+    x = torch.randn(8)
+    try:
+        torch.testing.assert_close(f(x), x + 1)
+        USE_BIAS = False
+        out, log = _recompile_reason(f, x)
+        torch.testing.assert_close(out, x - 1)
+        assert "global USE_BIAS: True → False" in log, log
+        torch.testing.assert_close(f(x), x - 1)
+        USE_BIAS = True
+        torch.testing.assert_close(f(x), x + 1)
+        assert _jit.entries(f) == 2
+    finally:
+        USE_BIAS = True
+
+
+def test_closure_value_change():
+    scale = 2.0
+
+    @torchneuron_jit.jit
+    def f(x):
+        return x * scale
+
+    x = torch.randn(8)
+    torch.testing.assert_close(f(x), x * 2.0)
+    scale = 3.0
+    torch.testing.assert_close(f(x), x * 3.0)
+
+
+def test_train_eval_toggle():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.ReLU())
+    model.eval()
+    x = torch.randn(4, 8)
+    want = model(x)
+    torchneuron_jit.jit(model)
+    torch.testing.assert_close(model(x), want)
+    model.train()
+    out, log = _recompile_reason(model, x)
+    assert "training: False → True" in log, log
+    assert (out == 0).float().mean() > 0.2  # dropout is live in training mode
+    model.eval()
+    torch.testing.assert_close(model(x), want)
+    assert _jit.entries(model) == 2
+
+
+def test_data_dependent_branch_takes_both_sides():
+    @torchneuron_jit.jit
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 100
+
+    pos, neg = torch.ones(4), -torch.ones(4)
+    for _ in range(3):
+        torch.testing.assert_close(f(pos), pos * 2)
+        torch.testing.assert_close(f(neg), neg - 100)
+    torch.testing.assert_close(f(torch.full((4,), 3.0)), torch.full((4,), 6.0))
+    assert _jit.entries(f) == 2
+
+
+def test_item_value_guard():
+    @torchneuron_jit.jit
+    def f(x, n):
+        k = int(n.item())
+        return x[:k] * 2 if k > 0 else x
+
+    x = torch.arange(6.0)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for k in (2, 3, 2, 0, 3, 0):
+            torch.testing.assert_close(f(x, torch.tensor(k)), x[:k] * 2 if k > 0 else x)
+    assert not [m for m in w if "torchneuron_jit" in str(m.message)], [str(m.message) for m in w]
+    assert _jit.entries(f) == 3 and f(x, torch.tensor(0)) is x
+
+
+def test_in_place_mutation_of_an_input():
+    @torchneuron_jit.jit
+    def f(x, y):
+        x.add_(y)
+        return x * 2
+
+    x, y = torch.zeros(4), torch.ones(4)
+    for step in range(1, 4):
+        out = f(x, y)
+        torch.testing.assert_close(x, torch.full((4,), float(step)))
+        torch.testing.assert_close(out, x * 2)
+
+
+def test_mutation_happens_only_after_value_checks():
+    @torchneuron_jit.jit
+    def f(x, flag):
+        x.mul_(3)
+        if flag.item():
+            return x + 1
+        return x - 1
+
+    x = torch.ones(3)
+    f(x, torch.tensor(True))
+    torch.testing.assert_close(x, torch.full((3,), 3.0))
+    out = f(x, torch.tensor(False))  # side exit: the entry must not have multiplied x already
+    torch.testing.assert_close(x, torch.full((3,), 9.0))
+    torch.testing.assert_close(out, torch.full((3,), 8.0))
+
+
+def test_outputs_that_alias_inputs():
+    @torchneuron_jit.jit
+    def f(x):
+        return x, x.t(), x + 1
+
+    x = torch.randn(3, 4)
+    for _ in range(2):
+        a, b, c = f(x)
+        assert a is x
+        assert b.data_ptr() == x.data_ptr() and b.shape == (4, 3)
+        torch.testing.assert_close(c, x + 1)
+    b.mul_(0)  # a view, as in eager
+    assert (x == 0).all()
+
+
+def test_grad_mode_runs_eagerly_and_says_so():
+    model = torch.nn.Linear(4, 4)
+    torchneuron_jit.jit(model)
+    x = torch.randn(2, 4)
+    with torch.enable_grad():
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out = model(x)
+        assert out.requires_grad
+        out.sum().backward()
+        assert model.weight.grad is not None
+        assert any("grad mode is on" in str(m.message) for m in w)
+    torch.testing.assert_close(model(x), torch.nn.functional.linear(x, model.weight, model.bias))
+
+
+# -- modules ----------------------------------------------------------------------------
+
+def test_module_stays_a_module():
+    torch.manual_seed(0)
+    model = models.MLP().eval()
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    jitted = torchneuron_jit.jit(model)
+    assert isinstance(jitted, models.MLP) and jitted is model
+    assert set(jitted.state_dict()) == set(sd)
+    x = torch.randn(2, 256)
+    want = model.fc2(model.fc1(x).relu()) if hasattr(model, "fc2") else None
+    out = jitted(x)
+    if want is not None:
+        torch.testing.assert_close(out, want)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)  # in place: the entry reads the new values
+    out2 = jitted(x)
+    assert not torch.allclose(out, out2)
+    jitted.load_state_dict(sd)
+    torch.testing.assert_close(jitted(x), out)
+
+
+def test_module_hooks():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    seen = []
+    model.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    torchneuron_jit.jit(model)
+    x = torch.randn(2, 4)
+    model(x)
+    model(x)
+    assert len(seen) == 2  # the module's own hook runs on every call, as in eager
+    inner = []
+    model[0].register_forward_hook(lambda m, i, o: inner.append(1))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        model(x)
+        model(x)
+    assert len(inner) == 2  # a submodule's hook makes the call eager, so it runs too
+    assert any("forward hooks" in str(m.message) for m in w), [str(m.message) for m in w]
+
+
+def test_parameter_replaced():
+    model = torch.nn.Linear(4, 4).eval()
+    torchneuron_jit.jit(model)
+    x = torch.randn(2, 4)
+    model(x)
+    model.weight = torch.nn.Parameter(torch.zeros(4, 4))
+    torch.testing.assert_close(model(x), model.bias.expand(2, 4))
+
+
+# -- limits, disable, versions ----------------------------------------------------------
+
+def test_entry_limit_and_its_warning():
+    @torchneuron_jit.jit(cache_limit=3)
+    def f(x):
+        return x * 2
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for n in range(1, 7):
+            x = torch.randn(n)
+            torch.testing.assert_close(f(x), x * 2)
+    assert _jit.entries(f) == 3
+    msgs = [str(m.message) for m in w if "limit" in str(m.message)]
+    assert len(msgs) == 1 and "x: size[0] 3 → 4" in msgs[0], msgs
+    with pytest.raises(ValueError, match="cache_limit"):
+        torchneuron_jit.jit(lambda x: x, cache_limit=0)
+
+
+def test_disable():
+    def helper(x):
+        return x + 1
+
+    torchneuron_jit.disable(helper)
+
+    @torchneuron_jit.jit
+    def f(x):
+        return helper(x) * 2
+
+    x = torch.randn(3)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(f(x), (x + 1) * 2)
+    assert any("torchneuron_jit.disable" in str(m.message) for m in w)
+    jh = torchneuron_jit.jit(helper)
+    before = stats()
+    torch.testing.assert_close(jh(x), x + 1)
+    assert delta(before, "traces") == 0
+
+
+def test_unsupported_python_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(_jit, "SUPPORTED_PYTHON", ((3, 99),))
+    with pytest.raises(RuntimeError, match="supports CPython 3.99"):
+        torchneuron_jit.jit(lambda x: x)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="Python function or an nn.Module"):
+        torchneuron_jit.jit(42)
+
+
+def test_generators_pass_through():
+    @torchneuron_jit.jit
+    def gen(x):
+        yield x * 2
+
+    x = torch.randn(3)
+    torch.testing.assert_close(next(gen(x)), x * 2)
+
+
+def test_errors_propagate_like_eager():
+    @torchneuron_jit.jit
+    def f(x, y):
+        return x @ y
+
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        f(torch.randn(2, 3), torch.randn(4, 5))
+    a, b = torch.randn(2, 3), torch.randn(3, 5)
+    torch.testing.assert_close(f(a, b), a @ b)
+
+
+def test_nested_jit():
+    @torchneuron_jit.jit
+    def inner(x):
+        return x.exp()
+
+    @torchneuron_jit.jit
+    def outer(x):
+        return inner(x) + inner(x * 2)
+
+    x = torch.randn(5)
+    for _ in range(2):
+        torch.testing.assert_close(outer(x), x.exp() + (x * 2).exp())
+    torch.testing.assert_close(inner(x), x.exp())
+
+
+# -- threads, references, memory ----------------------------------------------------------
+
+def test_four_threads_one_model():
+    torch.manual_seed(0)
+    model = models.MLP().eval()
+    xs = [torch.randn(n, 256) for n in (1, 2, 3, 4)]
+    want = [model(x) for x in xs]
+    torchneuron_jit.jit(model)
+    errors = []
+
+    def work(k):
+        try:
+            with torch.no_grad():
+                for _ in range(50):
+                    torch.testing.assert_close(model(xs[k]), want[k])
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def _rss_kb():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_many_calls_keep_references_and_memory_flat():
+    @torchneuron_jit.jit
+    def f(x, y):
+        return x * y + 1
+
+    x, y = torch.randn(16), torch.randn(16)
+    for _ in range(1000):
+        f(x, y)
+    gc.collect()
+    refs = (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(f))
+    rss = _rss_kb()
+    for _ in range(200_000):
+        f(x, y)
+    gc.collect()
+    assert (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(f)) == refs
+    assert _rss_kb() - rss < 1024
+
+
+def test_hook_is_removed_after_calls():
+    @torchneuron_jit.jit
+    def f(x):
+        return x + 1
+
+    f(torch.randn(2))
+    code = subprocess.run([sys.executable, "-c", (
+        "import torch, torchneuron_jit, ctypes\n"
+        "f = torchneuron_jit.jit(lambda x: x + 1)\n"
+        "f(torch.randn(2))\n"
+        "api = ctypes.pythonapi\n"
+        "api._PyInterpreterState_GetEvalFrameFunc.restype = ctypes.c_void_p\n"
+        "api.PyInterpreterState_Get.restype = ctypes.c_void_p\n"
+        "api._PyInterpreterState_GetEvalFrameFunc.argtypes = [ctypes.c_void_p]\n"
+        "cur = api._PyInterpreterState_GetEvalFrameFunc(api.PyInterpreterState_Get())\n"
+        "default = ctypes.cast(api._PyEval_EvalFrameDefault, ctypes.c_void_p).value\n"
+        "print(cur == default)\n")], capture_output=True, text=True, cwd=ROOT)
+    assert code.stdout.strip() == "True", code.stderr

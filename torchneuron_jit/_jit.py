@@ -1,0 +1,662 @@
+"""torchneuron_jit.jit: our own front door.
+
+``jit(fn)`` wraps fn in a ``_C.JitFunction``: a call installs our PEP 523
+frame hook (csrc/tracer) for its duration. The hook checks the guards of
+fn's entries in C against the frame's arguments; a hit runs the entry's
+compiled graph and never evaluates fn's bytecode. A miss runs fn eagerly
+under :class:`_Recorder`, a TorchDispatchMode that records every ATen op
+with its real inputs and outputs, so the call's result is eager's result;
+then the recording becomes a functional ATen graph (make_fx over
+functionalize, with the back end's decompositions), the back end compiles
+it (backend.compile_inference: fusion, generated kernels, the persistent
+artifact cache) and the guards that make it valid are handed to C:
+
+- every argument, by position and path inside lists, tuples and dicts:
+  tensors by dtype, device, sizes, strides and requires_grad; numbers,
+  strings and None by value; modules by identity;
+- modules: each submodule's attributes (its training flag among them),
+  parameters, buffers, submodules and hooks, as dict snapshots (O(1) while
+  the dict's version tag stands);
+- the primitive values of globals and closure cells the traced code reads,
+  and the identity of tensors it reads from them;
+- grad mode;
+- scalars read out of tensors (``item()``, ``bool()``): value guards
+  checked after the graph ran; on a mismatch the call takes a side exit
+  (the next entry, or a new trace) before anything is written back.
+
+Mutations of arguments and buffers are written back after every check has
+passed. What cannot be compiled (grad mode with tensors needing grad,
+data-dependent shapes, hooks, unsupported argument types) gets an entry
+that runs eagerly, with one warning naming the reason.
+"""
+import functools
+import sys
+import threading
+import types
+
+import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _C, _log, config
+
+SUPPORTED_PYTHON = ((3, 11),)
+_PRIMITIVES = (bool, int, float, str, type(None))
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_SKIP_GLOBALS_OF = tuple(p for p in {
+    __import__("os").path.dirname(torch.__file__), __import__("os").path.dirname(__file__),
+    __import__("os").path.dirname(functools.__file__)})
+
+
+class Spec(list):
+    """A guard program (csrc/guards/guards.h) with the words for each slot."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []  # per instruction: what it loads or checks, in the user's words
+
+    def add(self, inst, name):
+        self.append(inst)
+        self.names.append(name)
+        return len(self) - 1
+
+
+class _NotCompilable(Exception):
+    """The trace is correct Python but no graph of ours can replace it."""
+
+
+# -- the recorder --------------------------------------------------------------
+
+class _Recorder(TorchDispatchMode):
+    """Records each ATen op run under it, with its real arguments and results."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+        self.problem = None
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.problem is None:
+            tags = getattr(func, "tags", ())
+            if func is torch.ops.aten._local_scalar_dense.default:
+                pass
+            elif torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
+                self.problem = f"{func} has a data-dependent result"
+            elif torch.Tag.nondeterministic_seeded in tags and self.problem is None:
+                pass  # runs again on every call (a fallback node): fine
+        self.ops.append((func, args, kwargs, out))
+        return out
+
+
+class _Trace:
+    """One traced call: built by begin, finished by end."""
+
+    def __init__(self, fn, args, codes):
+        self.fn = fn
+        self.args = args
+        self.codes = codes
+        self.spec = Spec()
+        self.tensor_slot = {}   # id(tensor) -> slot that loads it
+        self.tensors = []       # keeps them alive (ids stay unique)
+        self.problems = []
+        self.grad = torch.is_grad_enabled()
+        self.recorder = _Recorder()
+        self.module_of = {}     # id(module) -> qualified name used in messages
+
+    # -- guards on arguments ---------------------------------------------------
+
+    def guard_value(self, slot, value, name):
+        spec = self.spec
+        t = type(value)
+        if t in _TENSOR_TYPES:
+            if not value.is_cpu or value.layout != torch.strided or value.is_quantized:
+                self.problems.append(f"{name} is a {value.device} {value.layout} tensor; only dense CPU tensors "
+                                     "are compiled")
+            spec.add(("type", slot, t), name)
+            spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
+                      bool(value.requires_grad)), name)
+            self.tensor_slot.setdefault(id(value), slot)
+            self.tensors.append(value)
+        elif t is bool or value is None:
+            spec.add(("is", slot, value), name)
+        elif t in _PRIMITIVES or isinstance(value, (torch.dtype, torch.device)):
+            spec.add(("eq", slot, value), name)
+        elif t in (list, tuple, torch.Size):
+            spec.add(("type", slot, t), name)
+            spec.add(("len", slot, len(value)), name)
+            for k, item in enumerate(value):
+                self.guard_value(spec.add(("item", slot, k), f"{name}[{k}]"), item, f"{name}[{k}]")
+        elif t is dict:
+            spec.add(("type", slot, t), name)
+            spec.add(("len", slot, len(value)), name)
+            for k, item in value.items():
+                if type(k) not in (str, int):
+                    self.problems.append(f"{name} has a key of type {type(k).__name__}")
+                    continue
+                self.guard_value(spec.add(("key", slot, k), f"{name}[{k!r}]"), item, f"{name}[{k!r}]")
+        elif isinstance(value, torch.nn.Module):
+            spec.add(("is", slot, value), name)
+            self.guard_module(value, name)
+        elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)):
+            spec.add(("is", slot, value), name)
+        else:
+            spec.add(("type", slot, t), name)
+            self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
+                                 "lists, tuples and dicts of them, and modules")
+
+    def guard_module(self, module, name):
+        spec = self.spec
+        hooks = torch.nn.modules.module
+        for hook_dict in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks"):
+            d = getattr(hooks, hook_dict, None)
+            if isinstance(d, dict):
+                self.guard_dict(d, f"torch.nn.modules.module.{hook_dict}")
+                if d:
+                    self.problems.append("global module hooks are registered")
+        for sub_name, sub in module.named_modules():
+            qual = f"{name}.{sub_name}" if sub_name else name
+            if id(sub) in self.module_of:
+                continue
+            self.module_of[id(sub)] = qual
+            self.guard_dict(sub.__dict__, qual)
+            for attr in ("_parameters", "_buffers", "_modules"):
+                self.guard_dict(getattr(sub, attr), f"{qual}.{attr}")
+            for attr in _HOOK_DICTS:
+                d = sub.__dict__.get(attr)
+                if isinstance(d, dict):
+                    self.guard_dict(d, f"{qual}.{attr}")
+                    if d and sub is not module:
+                        self.problems.append(f"{qual} has {attr[1:].replace('_', ' ')}")
+            for pname, p in sub._parameters.items():
+                if p is not None:
+                    self.param_slot(sub, "_parameters", pname, p, f"{qual}.{pname}")
+            for bname, b in sub._buffers.items():
+                if b is not None:
+                    self.param_slot(sub, "_buffers", bname, b, f"{qual}.{bname}")
+
+    def guard_dict(self, d, name):
+        """A snapshot of dict d: every key, its value by identity (or, for
+        primitives, by value)."""
+        keys = tuple(d.keys())
+        slot = self.spec.add(("const", d), name)
+        self.spec.add(("dict", slot, keys, tuple(d[k] for k in keys), True), name)
+        return slot
+
+    def param_slot(self, module, attr, key, tensor, name):
+        if id(tensor) in self.tensor_slot:
+            return
+        d = self.spec.add(("const", getattr(module, attr)), name)
+        slot = self.spec.add(("key", d, key), name)
+        self.tensor_slot[id(tensor)] = slot
+        self.tensors.append(tensor)
+
+    def guard_arguments(self):
+        code = self.fn.__code__
+        names = code.co_varnames[:len(self.args)]
+        for i, (name, value) in enumerate(zip(names, self.args)):
+            self.guard_value(self.spec.add(("arg", i), name), value, name)
+        for k, cell in enumerate(self.fn.__closure__ or ()):
+            name = code.co_freevars[k]
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(value, _PRIMITIVES) or type(value) in _TENSOR_TYPES or isinstance(value, torch.nn.Module):
+                c = self.spec.add(("const", cell), name)
+                self.guard_value(self.spec.add(("cell", c), name), value, name)
+
+    def guard_globals(self, used_constants):
+        """Primitive globals the traced (user) code reads, and globals holding
+        the tensors the graph took as constants."""
+        seen = set()
+        for code, globs in self.codes:
+            if code.co_filename.startswith(_SKIP_GLOBALS_OF) or "<frozen" in code.co_filename:
+                continue
+            for name in code.co_names:
+                if (id(globs), name) in seen or name not in globs:
+                    continue
+                seen.add((id(globs), name))
+                value = globs[name]
+                if type(value) in _PRIMITIVES:
+                    d = self.spec.add(("const", globs), f"global {name}")
+                    self.spec.add(("dict", d, (name,), (value,), False), f"global {name}")
+                elif type(value) in _TENSOR_TYPES and id(value) in used_constants:
+                    d = self.spec.add(("const", globs), f"global {name}")
+                    self.spec.add(("dict", d, (name,), (value,), False), f"global {name}")
+                    self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
+
+
+# -- building the graph --------------------------------------------------------
+
+def _graph_of(trace, result):
+    """The recorded ops as an FX graph over the trace's external tensors.
+    Returns (GraphModule, input slots, example inputs, output plan, value checks)."""
+    graph = torch.fx.Graph()
+    env = {}           # id(tensor) -> fx node
+    inputs = []        # (slot, tensor)
+    constants = {}     # id(tensor) -> tensor, tensors no guard loads (captured)
+    checks = []        # (graph output index, expected scalar)
+    scalar_sources = []
+
+    def external(t):
+        node = graph.placeholder(f"in{len(inputs)}")
+        node.meta["val"] = t
+        inputs.append(t)
+        env[id(t)] = node
+        return node
+
+    def arg(a):
+        if isinstance(a, torch.Tensor):
+            node = env.get(id(a))
+            if node is None:
+                if id(a) not in trace.tensor_slot:
+                    constants[id(a)] = a
+                node = external(a)
+            return node
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        return a
+
+    leaves, treespec = pytree.tree_flatten(result)
+    for leaf in leaves:  # arguments returned as they are, used by no op
+        if isinstance(leaf, torch.Tensor) and id(leaf) in trace.tensor_slot and id(leaf) not in env:
+            external(leaf)
+    for func, args, kwargs, out in trace.recorder.ops:
+        fargs, fkwargs = arg(args), {k: arg(v) for k, v in kwargs.items()}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            scalar_sources.append((fargs[0], out))
+            continue
+        node = graph.call_function(func, tuple(fargs), fkwargs)
+        if isinstance(out, torch.Tensor):
+            env[id(out)] = node
+        elif isinstance(out, (list, tuple)):
+            for k, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = graph.call_function(__import__("operator").getitem, (node, k))
+                    env[id(o)] = item
+
+    outputs, plan = [], []
+    input_ids = {id(t): k for k, t in enumerate(inputs)}
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if id(leaf) in input_ids and id(leaf) not in constants:
+                plan.append(("in", input_ids[id(leaf)]))
+            elif id(leaf) in env:
+                base = _alias_of(leaf, inputs)
+                if base is not None:
+                    plan.append(("view", base, tuple(leaf.shape), tuple(leaf.stride()), leaf.storage_offset()))
+                else:
+                    plan.append(("out", len(outputs)))
+                    outputs.append(env[id(leaf)])
+            else:
+                raise _NotCompilable("the result holds a tensor the traced code did not compute or receive")
+        else:
+            plan.append(("const", leaf))
+    for node, value in scalar_sources:
+        checks.append((len(outputs), value))
+        outputs.append(node)
+    graph.output(tuple(outputs))
+    gm = torch.fx.GraphModule({}, graph)
+    return gm, inputs, constants, (treespec, plan), checks
+
+
+def _alias_of(t, inputs):
+    """The index of the input whose memory t views, or None."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except RuntimeError:
+        return None
+    for k, x in enumerate(inputs):
+        if x.untyped_storage().data_ptr() == ptr and ptr != 0:
+            return k
+    return None
+
+
+def _functional(gm, inputs):
+    """gm as a functional, decomposed ATen graph (make_fx over functionalize)
+    whose mutations of inputs are returned, not applied: (graph module,
+    [(input index, output index)])."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .backend import decompositions
+
+    fgm = make_fx(torch.func.functionalize(gm, remove="mutations_and_views"), decomposition_table=decompositions(),
+                  tracing_mode="fake")(*inputs)
+    placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in fgm.graph.nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    writebacks = []
+    for node in list(fgm.graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default \
+                and node.args[0] in placeholders:
+            writebacks.append((placeholders.index(node.args[0]), len(outs)))
+            outs.append(node.args[1])
+            node.replace_all_uses_with(node.args[0])
+            fgm.graph.erase_node(node)
+    out_node.args = (tuple(outs),)
+    fgm.graph.lint()
+    fgm.recompile()
+    return fgm, writebacks
+
+
+class _Runner:
+    """An entry's compiled call: the graph, its value checks, write-backs,
+    and the result rebuilt in the shape eager returned."""
+
+    __slots__ = ("compiled", "forward", "checks", "writebacks", "treespec", "plan", "single")
+
+    def __init__(self, compiled, checks, writebacks, out_plan):
+        self.compiled = compiled
+        # the graph module's forward, called without nn.Module.__call__ (a
+        # microsecond of hooks machinery); a failure goes through
+        # compiled, which runs the eager graph and decides whose it was
+        gm = getattr(compiled, "compiled", None)
+        self.forward = gm.forward if isinstance(gm, torch.fx.GraphModule) else None
+        self.checks = checks
+        self.writebacks = writebacks
+        self.treespec, self.plan = out_plan
+        # a result that is one computed tensor skips the rebuild
+        self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
+
+    def __call__(self, *inputs):
+        outs = None
+        if self.forward is not None and self.compiled.compiled is not self.compiled.eager:
+            try:
+                outs = self.forward(*inputs)
+            except Exception:
+                outs = None
+        if outs is None:
+            outs = self.compiled(list(inputs))
+        for k, want in self.checks:
+            got = outs[k].item()
+            if got != want and not (got != got and want != want):
+                return _C.SIDE_EXIT
+        if self.writebacks:
+            ptrs = [x.data_ptr() for x in inputs]
+            if len(set(ptrs)) != len(ptrs):  # arguments that share memory: eager's order of writes matters
+                return _C.SIDE_EXIT
+            with torch.no_grad():
+                for i, k in self.writebacks:
+                    inputs[i].copy_(outs[k])
+        if self.single is not None:
+            return outs[self.single]
+        leaves = []
+        for p in self.plan:
+            kind = p[0]
+            if kind == "out":
+                leaves.append(outs[p[1]])
+            elif kind == "in":
+                leaves.append(inputs[p[1]])
+            elif kind == "view":
+                leaves.append(inputs[p[1]].as_strided(p[2], p[3], p[4]))
+            else:
+                leaves.append(p[1])
+        return pytree.tree_unflatten(leaves, self.treespec)
+
+
+# -- the tracer the frame hook calls ----------------------------------------------
+
+class _Tracer:
+    """The Python side of csrc/tracer (tracer.h lists the protocol)."""
+
+    def begin(self, fn, args, codes, reason):
+        if reason is not None:
+            _log.event("recompiles", f"{_where(fn)}: {reason}")
+        trace = _Trace(fn, args, codes)
+        try:
+            trace.guard_arguments()
+        except Exception as exc:  # ours: the call still runs eagerly, and later ones too
+            trace.problems.append(f"guarding the arguments failed ({type(exc).__name__}: {exc})")
+        trace.recorder.__enter__()
+        return trace
+
+    def abort(self, trace):
+        trace.recorder.__exit__(None, None, None)
+
+    def end(self, trace, result):
+        trace.recorder.__exit__(None, None, None)
+        spec = trace.spec
+        spec.add(("call", torch.is_grad_enabled, trace.grad), "grad mode")
+        try:
+            with _compile_lock:
+                return self._entry(trace, result)
+        except _NotCompilable as exc:
+            reason = str(exc)
+        except Exception as exc:  # any failure of ours: this variant runs eagerly
+            reason = f"compiling the trace failed ({type(exc).__name__}: {exc})"
+        _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}", stacklevel=2)
+        return (spec, (), None)
+
+    def _entry(self, trace, result):
+        if trace.problems:
+            raise _NotCompilable(trace.problems[0])
+        if trace.recorder.problem:
+            raise _NotCompilable(trace.recorder.problem)
+        if any(_C.jit_state(code)[1] for code, _ in trace.codes):
+            names = sorted({code.co_qualname for code, _ in trace.codes if _C.jit_state(code)[1]})
+            raise _NotCompilable(f"it calls {', '.join(names)}, marked by torchneuron_jit.disable")
+        gm, inputs, constants, out_plan, checks = _graph_of(trace, result)
+        trace.guard_globals(constants)
+        if trace.grad and any(t.requires_grad for t in inputs):
+            raise _NotCompilable("grad mode is on and tensors it uses require grad (training goes through "
+                                 "torch.compile for now; wrap inference in torch.no_grad() or "
+                                 "torch.inference_mode())")
+        slots = []
+        for t in inputs:
+            slot = trace.tensor_slot.get(id(t))
+            if slot is None:
+                slot = trace.spec.add(("const", t), "a tensor the traced code captured")
+            slots.append(slot)
+        with torch.no_grad():
+            fgm, writebacks = _functional(gm, inputs)
+        if writebacks and len({trace.spec[s][1] if trace.spec[s][0] == "arg" else -1 - k
+                               for k, s in enumerate(slots)}) != len(slots):
+            raise _NotCompilable("it writes to an argument passed twice")
+        from . import backend
+        with torch.no_grad():
+            compiled = backend.compile_inference(fgm, inputs)
+        return (trace.spec, tuple(slots), _Runner(compiled, checks, writebacks, out_plan))
+
+    def explain(self, fn, args, fails):
+        """The nearest entry's first failing guard, in words: the entry that
+        got furthest, and among those the one whose tensor differs least."""
+        try:
+            if any(index < 0 for _, index in fails):
+                return "a value read from a tensor (item(), bool()) differs from every traced variant's"
+            spec, index = max(fails, key=lambda f: (f[1], -_tensor_distance(f[0], args, f[1])))
+            return _explain(spec, args, index)
+        except Exception as exc:  # never let the words break the call
+            return f"a guard failed ({type(exc).__name__}: {exc})"
+
+    def give_up(self, fn, reason):
+        limit = config.jit_cache_limit
+        _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}) "
+                       f"and runs eagerly from now on; the last reason was: {reason}", stacklevel=2)
+
+
+_tracer = _Tracer()
+_compile_lock = threading.Lock()  # make_fx and FX code generation keep global state
+
+
+def _where(fn):
+    code = fn.__code__
+    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
+def _load(spec, args, slot):
+    inst = spec[slot]
+    kind = inst[0]
+    if kind == "arg":
+        return args[inst[1]]
+    if kind == "const":
+        return inst[1]
+    if kind == "cell":
+        return _load(spec, args, inst[1]).cell_contents
+    parent = _load(spec, args, inst[1])
+    return parent[inst[2]]
+
+
+def _tensor_distance(spec, args, index):
+    """How many of dtype, requires_grad, rank, sizes and strides differ at a
+    failing tensor guard (0 for other guards)."""
+    inst = spec[index]
+    if inst[0] != "tensor":
+        return 0
+    value = _load(spec, args, inst[1])
+    _, _, dtype, sizes, strides, rg = inst
+    if not isinstance(value, torch.Tensor):
+        return 5
+    return ((value.dtype != dtype) + (value.requires_grad != rg) + (value.dim() != len(sizes))
+            + sum(a != b for a, b in zip(sizes, value.shape)) + (tuple(value.stride()) != strides))
+
+
+def _explain(spec, args, index):
+    inst, name = spec[index], spec.names[index]
+    kind = inst[0]
+    if kind in ("item", "key"):
+        return f"{name}: missing"
+    if kind == "call":
+        return f"{name}: {'on' if inst[2] else 'off'} → {'on' if inst[1]() else 'off'}"
+    value = _load(spec, args, inst[1])
+    if kind == "type":
+        return f"{name}: type {inst[2].__name__} → {type(value).__name__}"
+    if kind == "is":
+        return f"{name}: {_short(inst[2])} → {_short(value)}"
+    if kind == "eq":
+        return f"{name}: {inst[2]!r} → {value!r}"
+    if kind == "len":
+        return f"{name}: length {inst[2]} → {len(value)}"
+    if kind == "tensor":
+        _, _, dtype, sizes, strides, rg = inst
+        if value.dtype != dtype:
+            return f"{name}: dtype {dtype} → {value.dtype}"
+        if not value.is_cpu:
+            return f"{name}: device cpu → {value.device}"
+        if value.requires_grad != rg:
+            return f"{name}: requires_grad {rg} → {value.requires_grad}"
+        if value.dim() != len(sizes):
+            return f"{name}: rank {len(sizes)} → {value.dim()}"
+        for d, (a, b) in enumerate(zip(sizes, value.shape)):
+            if a != b:
+                return f"{name}: size[{d}] {a} → {b}"
+        return f"{name}: strides {strides} → {tuple(value.stride())} ({_layout(sizes, strides)} → " \
+               f"{_layout(tuple(value.shape), tuple(value.stride()))})"
+    if kind == "dict":
+        keys, values = inst[2], inst[3]
+        for k, want in zip(keys, values):
+            if k not in value:
+                return f"{name}.{k}: removed" if not name.startswith("global") else f"{name}: removed"
+            got = value[k]
+            if got is not want and not (type(got) is type(want) and type(want) in _PRIMITIVES and got == want):
+                label = name if name.startswith("global") else f"{name}.{k}"
+                return f"{label}: {_short(want)} → {_short(got)}"
+        extra = [k for k in value if k not in keys]
+        return f"{name}: new entries {extra[:3]}" if extra else f"{name}: changed"
+    return f"{name}: guard {kind} failed"
+
+
+def _short(v):
+    if type(v) in _PRIMITIVES:
+        return repr(v)
+    if isinstance(v, torch.Tensor):
+        return f"a tensor {tuple(v.shape)} {v.dtype}"
+    return f"a {type(v).__name__} at {id(v):#x}"
+
+
+def _layout(sizes, strides):
+    expect, contiguous = 1, True
+    for s, st in reversed(list(zip(sizes, strides))):
+        if s != 1 and st != expect:
+            contiguous = False
+        expect *= s
+    if contiguous:
+        return "contiguous"
+    if len(sizes) == 4:
+        n, c, h, w = sizes
+        cl = (c * h * w if n != 1 else strides[0], 1, w * c if h != 1 else strides[2], c if w != 1 else strides[3])
+        if tuple(strides[1:]) == cl[1:] or (c == 1):
+            return "channels_last"
+    return "other"
+
+
+# -- the API ---------------------------------------------------------------------
+
+def _check_version():
+    if sys.version_info[:2] not in SUPPORTED_PYTHON or not _C.JIT_SUPPORTED:
+        versions = ", ".join(f"{a}.{b}" for a, b in SUPPORTED_PYTHON)
+        raise RuntimeError(f"torchneuron_jit.jit supports CPython {versions}; this is "
+                           f"{sys.implementation.name} {sys.version.split()[0]} "
+                           "(torch.compile(backend='neuron') works on any version torch supports)")
+
+
+def jit(fn=None, *, cache_limit=None):
+    """Compiles fn (a function, or an nn.Module's forward) through our frame
+    hook; usable as ``@jit`` or ``@jit(cache_limit=4)``.
+
+    On a module, returns the same module with its ``forward`` replaced by
+    the jitted one: attributes, ``state_dict``, ``train()``/``eval()`` and
+    submodules are the module's own; its own hooks run as in eager, and
+    hooks on submodules make the call run eagerly (with one warning).
+    cache_limit: traced variants kept per function (default
+    config.jit_cache_limit).
+    """
+    if fn is None:
+        return functools.partial(jit, cache_limit=cache_limit)
+    _check_version()
+    if cache_limit is not None and (not isinstance(cache_limit, int) or cache_limit < 1):
+        raise ValueError(f"jit: cache_limit must be a positive int, not {cache_limit!r}")
+    limit = cache_limit or 0
+    if isinstance(fn, torch.nn.Module):
+        forward = type(fn).forward
+        if isinstance(forward, _C.JitFunction):
+            return fn
+        if not isinstance(forward, types.FunctionType):
+            raise TypeError(f"jit: {type(fn).__name__}.forward is not a Python function")
+        fn.forward = types.MethodType(_C.JitFunction(forward, _tracer, limit), fn)
+        return fn
+    if isinstance(fn, _C.JitFunction):
+        return fn
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+        return types.MethodType(_C.JitFunction(fn.__func__, _tracer, limit), fn.__self__)
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"jit: expected a Python function or an nn.Module, not {type(fn).__name__}")
+    wrapped = _C.JitFunction(fn, _tracer, limit)
+    functools.update_wrapper(wrapped, fn)
+    return wrapped
+
+
+def disable(fn):
+    """Marks fn never to be compiled: a jitted call of it runs eagerly, and a
+    jitted function that calls it runs eagerly too (with one warning)."""
+    target = fn.fn if isinstance(fn, _C.JitFunction) else getattr(fn, "__func__", fn)
+    if isinstance(target, torch.nn.Module):
+        target = type(target).forward
+        target = target.fn if isinstance(target, _C.JitFunction) else target
+    if not isinstance(target, types.FunctionType):
+        raise TypeError(f"disable: expected a Python function, not {type(fn).__name__}")
+    _C.jit_disable(target)
+    return fn
+
+
+def entries(fn):
+    """How many traced variants fn (jitted, or its function) holds now."""
+    return _C.jit_state(_function_of(fn))[0]
+
+
+def reset(fn):
+    """Drops fn's traced variants (and its reached-the-limit mark)."""
+    _C.jit_reset(_function_of(fn))
+
+
+def _function_of(fn):
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.forward
+    if isinstance(fn, types.MethodType):
+        fn = fn.__func__
+    if isinstance(fn, _C.JitFunction):
+        fn = fn.fn
+    return fn
+
