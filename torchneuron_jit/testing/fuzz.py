@@ -93,12 +93,12 @@ class Program:
         g = torch.Generator().manual_seed(seed)
         return [make_tensor(dt, shape, layout, g) for dt, shape, layout in self.inputs]
 
-    def script(self, seed):
+    def script(self, seed, backend="neuron"):
         """A runnable Python file reproducing the comparison."""
         return (f"import torch\nimport torchneuron_jit\nfrom torchneuron_jit.testing.fuzz import Program, compare\n\n"
                 f"{self.source()}\n"
                 f"p = Program({self.inputs!r}, {self.stmts!r}, {self.outputs!r})\n"
-                f"print(compare(p, {seed}) or 'no mismatch')\n")
+                f"print(compare(p, {seed}, {backend!r}) or 'no mismatch')\n")
 
 
 def make_tensor(dt, shape, layout, g):
@@ -177,10 +177,12 @@ class NotOurs(Exception):
 
 def compare(program, seed, backend="neuron"):
     """None when compiled and eager agree on program (seed: its inputs), else
-    a description of the first difference. Raises NotOurs when the
-    difference is PyTorch's (see NotOurs)."""
+    a description of the first difference. backend "jit" is our own front
+    door (torchneuron_jit.jit): the program is called once to trace it,
+    then compared on its compiled call. Raises NotOurs when the difference
+    is PyTorch's (see NotOurs)."""
     why = _compare(program, seed, backend)
-    if why and backend != "aot_eager":
+    if why and backend not in ("aot_eager", "jit"):
         try:
             upstream = _compare(program, seed, "aot_eager")
         except NotOurs:
@@ -199,10 +201,21 @@ def _compare(program, seed, backend):
     except Exception as e:  # noqa: BLE001 - the compiled call must raise alike
         want = e
     try:
-        got = _run(torch.compile(_compile(source), backend=backend), comp_in)
+        if backend == "jit":
+            import torchneuron_jit
+            fn = torchneuron_jit.jit(_compile(source))
+            try:
+                _run(fn, program.make_inputs(seed))  # the trace (eager's result)
+            except Exception:  # noqa: BLE001 - eager's error, raised again below
+                pass
+            got = _run(fn, comp_in)  # the compiled entry
+        else:
+            got = _run(torch.compile(_compile(source), backend=backend), comp_in)
     except Exception as e:  # noqa: BLE001
         if isinstance(want, Exception):
             return None if type(e) is type(want) else f"raised {type(e).__name__}, eager {type(want).__name__}"
+        if backend == "jit":
+            return f"raised {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         try:
             torch._dynamo.reset()
             _run(torch.compile(_compile(source), backend="eager"), program.make_inputs(seed))
@@ -276,11 +289,11 @@ def generate(rng, max_stmts=7):
     return program
 
 
-def shrink(program, seed, why):
+def shrink(program, seed, why, backend="neuron"):
     """The smallest variant of program that still mismatches (greedy)."""
     def fails(p):
         try:
-            return compare(p, seed) is not None
+            return compare(p, seed, backend) is not None
         except Exception:  # noqa: BLE001
             return False
 
@@ -315,9 +328,13 @@ def shrink(program, seed, why):
     return program
 
 
-def fuzz(seconds=None, seed=0, programs=None, out=None, log=print, refused=None, fell_back=None):
-    """Runs programs until seconds pass (or `programs` ran); returns
-    (programs run, list of (index, reason, minimal program)). Programs
+DOORS = ("neuron", "jit")
+
+
+def fuzz(seconds=None, seed=0, programs=None, out=None, log=print, refused=None, fell_back=None, doors=DOORS):
+    """Runs programs until seconds pass (or `programs` ran), each through
+    every front door in doors; returns (programs run, list of (index,
+    reason, minimal program)). Programs
     whose difference is PyTorch's own (NotOurs) are not counted; refused (a
     list), when given, gets their reasons; fell_back (a list) the indexes
     of programs a graph of which ran eagerly (our compile failed)."""
@@ -330,22 +347,28 @@ def fuzz(seconds=None, seed=0, programs=None, out=None, log=print, refused=None,
         if program is None:
             continue
         before = torchneuron_jit.stats()["eager_fallbacks"]
-        try:
-            why = compare(program, i)
-        except NotOurs as e:
-            if refused is not None:
-                refused.append(str(e))
+        counted = True
+        for door in doors:
+            try:
+                why = compare(program, i, door)
+            except NotOurs as e:
+                if refused is not None:
+                    refused.append(str(e))
+                counted = False
+                break
+            if why:
+                small = shrink(program, i, why, door)
+                bad.append((i, f"[{door}] " + (compare(small, i, door) or why), small))
+                log(f"MISMATCH seed {seed} program {i}: {bad[-1][1]}\n{small.script(i, door)}")
+                if out:
+                    Path(out).mkdir(parents=True, exist_ok=True)
+                    (Path(out) / f"repro_{seed}_{i}_{door}.py").write_text(small.script(i, door))
+                break
+        if not counted:
             continue
         ran += 1
         if fell_back is not None and torchneuron_jit.stats()["eager_fallbacks"] > before:
             fell_back.append(i)
-        if why:
-            small = shrink(program, i, why)
-            bad.append((i, compare(small, i) or why, small))
-            log(f"MISMATCH seed {seed} program {i}: {bad[-1][1]}\n{small.script(i)}")
-            if out:
-                Path(out).mkdir(parents=True, exist_ok=True)
-                (Path(out) / f"repro_{seed}_{i}.py").write_text(small.script(i))
     return ran, bad
 
 
