@@ -474,7 +474,21 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     for (int j = 0; ostrides && j < nout; j++)
       PyTuple_SET_ITEM(ostrides, j, Py_NewRef(Py_None));
   } else {
-    ostrides = PySequence_Tuple(strides_arg);
+    /* a fresh tuple (never the caller's), its lists (a plan read back
+    ** from the cache's JSON) made tuples */
+    PyObject *l = PySequence_List(strides_arg);
+    for (Py_ssize_t j = 0; l && j < PyList_GET_SIZE(l); j++) {
+      PyObject *t = PyList_GET_ITEM(l, j);
+      if (PyList_Check(t)) {
+        PyObject *tt = PyList_AsTuple(t);
+        if (!tt)
+          Py_CLEAR(l);
+        else
+          PyList_SetItem(l, j, tt);
+      }
+    }
+    ostrides = l ? PyList_AsTuple(l) : NULL;
+    Py_XDECREF(l);
   }
   if (!ostrides)
     goto done;

@@ -272,3 +272,25 @@ def test_tensor_constants_are_graph_inputs():
     st = torchneuron_jit.stats()
     assert st["eager_fallbacks"] == 0
     assert st["kernels_compiled"] >= 1
+
+
+def test_cached_plan_with_permuted_outputs_loads():
+    """A kernel whose outputs keep a transposed input's layout stores its
+    strides in the cached plan; read back (JSON lists) they must still load."""
+    def f(x):
+        return (x == x), torch.erf(x.sqrt())
+
+    x = torch.rand(4, 6, 20).transpose(0, 2)
+    want = f(x)
+    for _ in range(2):  # the second compile reads the plan the first stored
+        torch._dynamo.reset()
+        before = torchneuron_jit.stats()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            got = torch.compile(f, backend="neuron")(x)
+        after = torchneuron_jit.stats()
+        assert after["eager_fallbacks"] == before["eager_fallbacks"]
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride()
+    assert after["cache_hits"] > before["cache_hits"]
