@@ -337,6 +337,7 @@ def _functional(gm, inputs):
             node.replace_all_uses_with(node.args[0])
             fgm.graph.erase_node(node)
     out_node.args = (tuple(outs),)
+    fgm.graph.eliminate_dead_code()  # make_fx keeps ops whose results nothing reads
     fgm.graph.lint()
     fgm.recompile()
     return fgm, writebacks
