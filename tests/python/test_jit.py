@@ -476,3 +476,19 @@ def test_hook_is_removed_after_calls():
         "default = ctypes.cast(api._PyEval_EvalFrameDefault, ctypes.c_void_p).value\n"
         "print(cur == default)\n")], capture_output=True, text=True, cwd=ROOT)
     assert code.stdout.strip() == "True", code.stderr
+
+
+def test_both_doors_give_the_same_graph_key(tmp_path, monkeypatch):
+    """The same program through torch.compile(backend="neuron") and through
+    jit reaches the back end as the same graph: jit finds the plan the
+    Dynamo door stored (a cache hit, nothing lowered)."""
+    def f(x, y):
+        return (x.sin() * y + 1).relu()
+
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    torch._dynamo.reset()
+    torch.compile(f, backend="neuron")(x, y)
+    before = stats()
+    torch.testing.assert_close(torchneuron_jit.jit(f)(x, y), f(x, y))
+    assert delta(before, "traces") == 1
+    assert delta(before, "cache_hits") == 1 and delta(before, "graphs_lowered") == 0
