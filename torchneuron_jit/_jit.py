@@ -62,6 +62,18 @@ class Spec(list):
         return len(self) - 1
 
 
+def _logging_codes():
+    import logging
+    names = ("debug", "info", "warning", "warn", "error", "exception", "critical", "fatal", "log")
+    codes = {getattr(logging.Logger, n).__code__ for n in names}
+    codes |= {getattr(logging, n).__code__ for n in names if hasattr(getattr(logging, n), "__code__")}
+    return frozenset(codes)
+
+
+_LOGGING_CODES = _logging_codes()
+_PRINT = print
+
+
 class _NotCompilable(Exception):
     """The trace is correct Python but no graph of ours can replace it."""
 
@@ -105,6 +117,22 @@ class _Trace:
         self.grad = torch.is_grad_enabled()
         self.recorder = _Recorder()
         self.module_of = {}     # id(module) -> qualified name used in messages
+        self.side_effects = {}  # (file, line) -> "print" or "logging": calls a compiled call skips
+        self.prev_profile = None
+
+    # -- calls that only tracing runs ---------------------------------------------
+
+    def profile(self, frame, event, arg):
+        """sys.setprofile hook while the frame runs: notes print and logging calls."""
+        if event == "c_call" and arg is _PRINT:
+            caller = frame
+        elif event == "call" and frame.f_code in _LOGGING_CODES and frame.f_back is not None:
+            caller = frame.f_back
+        else:
+            return
+        filename = caller.f_code.co_filename
+        if caller.f_code not in _LOGGING_CODES and not filename.startswith(_SKIP_GLOBALS_OF):
+            self.side_effects.setdefault((filename, caller.f_lineno), "print" if caller is frame else "logging")
 
     # -- guards on arguments ---------------------------------------------------
 
@@ -411,14 +439,22 @@ class _Tracer:
             trace.guard_arguments()
         except Exception as exc:  # ours: the call still runs eagerly, and later ones too
             trace.problems.append(f"guarding the arguments failed ({type(exc).__name__}: {exc})")
+        trace.prev_profile = sys.getprofile()
+        sys.setprofile(trace.profile)
         trace.recorder.__enter__()
         return trace
 
     def abort(self, trace):
         trace.recorder.__exit__(None, None, None)
+        sys.setprofile(trace.prev_profile)
 
     def end(self, trace, result):
         trace.recorder.__exit__(None, None, None)
+        sys.setprofile(trace.prev_profile)
+        for (filename, line), what in trace.side_effects.items():
+            _log.warn_once(f"the {what} call at {filename}:{line} runs only while {_where(trace.fn)} is traced: "
+                           "compiled calls skip it (move it out of the jitted code, or torchneuron_jit.disable "
+                           "the function that makes it)", stacklevel=2)
         spec = trace.spec
         spec.add(("call", torch.is_grad_enabled, trace.grad), "grad mode")
         try:

@@ -492,3 +492,25 @@ def test_both_doors_give_the_same_graph_key(tmp_path, monkeypatch):
     torch.testing.assert_close(torchneuron_jit.jit(f)(x, y), f(x, y))
     assert delta(before, "traces") == 1
     assert delta(before, "cache_hits") == 1 and delta(before, "graphs_lowered") == 0
+
+
+def test_print_and_logging_warn_once_naming_the_line():
+    import logging
+    log = logging.getLogger("test_jit_user")
+
+    @torchneuron_jit.jit
+    def f(x):
+        print("tracing", x.shape)
+        log.info("shape %s", x.shape)
+        return x * 3
+
+    x = torch.randn(4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(f(x), x * 3)
+    msgs = [str(m.message) for m in w if "runs only while" in str(m.message)]
+    line = f.__wrapped__.__code__.co_firstlineno
+    assert len(msgs) == 2, msgs
+    assert f"test_jit.py:{line + 2}" in msgs[0] and "print" in msgs[0]
+    assert f"test_jit.py:{line + 3}" in msgs[1] and "logging" in msgs[1]
