@@ -53,7 +53,7 @@ def main():
     out = {"model": name, "shape": list(shape), "backend": backend, "import_and_build_s": imported,
            "eager_first_call_s": eager_first, "first_call_s": first, "compile_s": first - eager_first,
            "rss_before_mb": rss_before, "rss_after_mb": _status_mb("VmRSS"), "peak_rss_mb": _status_mb("VmHWM")}
-    if backend == "neuron":
+    if backend in ("neuron", "jit"):
         out["neuron_stats"] = torchneuron_jit.stats()
     print(json.dumps(out))
 
