@@ -24,7 +24,6 @@ import time
 import torch
 
 import torchneuron_jit
-from torchneuron_jit import _C
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,7 +41,7 @@ def per_call(rounds, calls):
         jitted(x, y)
         jitted(x, y)
         dynamo(x, y)
-        runner = _C.jit_state(add)[3][0][1]
+        runner = jitted.entries()[0][1]
         bare = runner.forward
         ways = {"eager": add, "compiled graph, bare": bare, "jit": jitted, "torch.compile neuron": dynamo}
         times = {k: [] for k in ways}

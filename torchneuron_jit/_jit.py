@@ -472,8 +472,9 @@ class _Tracer:
             raise _NotCompilable(trace.problems[0])
         if trace.recorder.problem:
             raise _NotCompilable(trace.recorder.problem)
-        if any(_C.jit_state(code)[1] for code, _ in trace.codes):
-            names = sorted({code.co_qualname for code, _ in trace.codes if _C.jit_state(code)[1]})
+        disabled = sorted({code.co_qualname for code, _ in trace.codes if _C.jit_disabled(code)})
+        if disabled:
+            names = disabled
             raise _NotCompilable(f"it calls {', '.join(names)}, marked by torchneuron_jit.disable")
         gm, inputs, constants, out_plan, checks = _graph_of(trace, result)
         trace.guard_globals(constants)
@@ -647,9 +648,10 @@ def jit(fn=None, *, cache_limit=None):
         raise ValueError(f"jit: cache_limit must be a positive int, not {cache_limit!r}")
     limit = cache_limit or 0
     if isinstance(fn, torch.nn.Module):
+        bound = fn.__dict__.get("forward")
+        if isinstance(bound, types.MethodType) and isinstance(bound.__func__, _C.JitFunction):
+            return fn  # jitted already
         forward = type(fn).forward
-        if isinstance(forward, _C.JitFunction):
-            return fn
         if not isinstance(forward, types.FunctionType):
             raise TypeError(f"jit: {type(fn).__name__}.forward is not a Python function")
         fn.forward = types.MethodType(_C.JitFunction(forward, _tracer, limit), fn)
@@ -679,21 +681,21 @@ def disable(fn):
 
 
 def entries(fn):
-    """How many traced variants fn (jitted, or its function) holds now."""
-    return _C.jit_state(_function_of(fn))[0]
+    """How many traced variants jitted fn (or jitted module) holds now."""
+    return len(_jit_function_of(fn).entries())
 
 
 def reset(fn):
-    """Drops fn's traced variants (and its reached-the-limit mark)."""
-    _C.jit_reset(_function_of(fn))
+    """Drops the traced variants of jitted fn (or module), and its
+    reached-the-limit mark."""
+    _jit_function_of(fn).reset()
 
 
-def _function_of(fn):
+def _jit_function_of(fn):
     if isinstance(fn, torch.nn.Module):
-        fn = fn.forward
+        fn = fn.__dict__.get("forward")
     if isinstance(fn, types.MethodType):
         fn = fn.__func__
-    if isinstance(fn, _C.JitFunction):
-        fn = fn.fn
+    if not isinstance(fn, _C.JitFunction):
+        raise TypeError(f"not a jitted function or module: {fn!r}")
     return fn
-

@@ -52,6 +52,9 @@ void tn_guards_free(tn_gset *gs);
 ** that fails. -2 with an exception set when a comparison raised. */
 Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs, PyObject **slots);
 
+/* Visits every object gs holds (for its owner's tp_traverse). */
+int tn_guards_traverse(tn_gset *gs, visitproc visit, void *arg);
+
 /* Number of instructions (and slots) of gs. */
 Py_ssize_t tn_guards_nslots(const tn_gset *gs);
 

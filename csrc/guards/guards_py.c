@@ -61,6 +61,15 @@ void tn_guards_free(tn_gset *gs)
   PyMem_Free(gs);
 }
 
+int tn_guards_traverse(tn_gset *gs, visitproc visit, void *arg)
+{
+  for (Py_ssize_t i = 0; gs && i < gs->gs_n; i++) {
+    Py_VISIT(gs->gs_inst[i].gi_obj);
+    Py_VISIT(gs->gs_inst[i].gi_obj2);
+  }
+  return 0;
+}
+
 Py_ssize_t tn_guards_nslots(const tn_gset *gs)
 {
   return gs->gs_n;

@@ -9,8 +9,12 @@
 ** arguments into a frame and hands it to the hook before running a single
 ** instruction of it.
 **
-** Each code object keeps its entries in its extra slot (_PyCode_SetExtra),
-** most recently used first: a guard set (csrc/guards) and a runner. The
+** Each JitFunction keeps its entries, most recently used first: a guard
+** set (csrc/guards) and a runner (on a module, jit makes one JitFunction
+** per instance, so each instance has its own variants, and the entries are
+** freed with it: they are visible to the cycle collector). A code object's
+** extra slot (_PyCode_SetExtra) holds what is true of the code wherever it
+** runs: torchneuron_jit.disable's mark, read by the hook in O(1). The
 ** hook runs the guards on the frame's arguments (localsplus, before the
 ** frame starts); on a hit it calls the runner with the values the guards
 ** loaded and returns its result without evaluating the frame (CPython 3.11

@@ -26,11 +26,16 @@ typedef struct tn_entry {
   PyObject *en_runner;   /* None: run the frame as Python does */
 } tn_entry;
 
+/* The entries of one JitFunction, most recently used first. */
+typedef struct tn_entries {
+  tn_entry *es_v;
+  int es_n, es_cap;
+  int es_gave_up;        /* reached its limit: runs as Python does */
+} tn_entries;
+
+/* What a code object keeps in its extra slot. */
 typedef struct tn_codestate {
-  tn_entry *cs_entries;  /* most recently used first */
-  int cs_n, cs_cap;
   int cs_disabled;       /* torchneuron_jit.disable */
-  int cs_gave_up;        /* reached its limit: runs as Python does */
 } tn_codestate;
 
 static Py_ssize_t code_extra_index = -1;
@@ -48,13 +53,15 @@ static void entry_clear(tn_entry *e)
 /* The extra slot's destructor: runs with the GIL when the code object dies. */
 static void codestate_free(void *p)
 {
-  tn_codestate *cs = p;
-  if (!cs)
-    return;
-  for (int i = 0; i < cs->cs_n; i++)
-    entry_clear(&cs->cs_entries[i]);
-  PyMem_Free(cs->cs_entries);
-  PyMem_Free(cs);
+  PyMem_Free(p);
+}
+
+static void entries_clear(tn_entries *es)
+{
+  for (int i = 0; i < es->es_n; i++)
+    entry_clear(&es->es_v[i]);
+  PyMem_Free(es->es_v);
+  memset(es, 0, sizeof *es);
 }
 
 /* The state of code (created when create is set), or NULL (with an
@@ -79,7 +86,7 @@ static tn_codestate *codestate_get(PyObject *code, int create)
 }
 
 /* Adds an entry at the front from the tracer's (spec, inputs, runner). */
-static int codestate_add(tn_codestate *cs, PyObject *entry)
+static int entries_add(tn_entries *cs, PyObject *entry)
 {
   tn_entry e = {0};
   PyObject *spec, *inputs, *runner;
@@ -106,19 +113,19 @@ static int codestate_add(tn_codestate *cs, PyObject *entry)
   }
   e.en_spec = Py_NewRef(spec);
   e.en_runner = Py_NewRef(runner);
-  if (cs->cs_n == cs->cs_cap) {
-    int cap = cs->cs_cap ? 2 * cs->cs_cap : 4;
-    tn_entry *p = PyMem_Realloc(cs->cs_entries, sizeof(tn_entry) * (size_t)cap);
+  if (cs->es_n == cs->es_cap) {
+    int cap = cs->es_cap ? 2 * cs->es_cap : 4;
+    tn_entry *p = PyMem_Realloc(cs->es_v, sizeof(tn_entry) * (size_t)cap);
     if (!p) {
       PyErr_NoMemory();
       goto error;
     }
-    cs->cs_entries = p;
-    cs->cs_cap = cap;
+    cs->es_v = p;
+    cs->es_cap = cap;
   }
-  memmove(cs->cs_entries + 1, cs->cs_entries, sizeof(tn_entry) * (size_t)cs->cs_n);
-  cs->cs_entries[0] = e;
-  cs->cs_n++;
+  memmove(cs->es_v + 1, cs->es_v, sizeof(tn_entry) * (size_t)cs->es_n);
+  cs->es_v[0] = e;
+  cs->es_n++;
   return 0;
 error:
   entry_clear(&e);
@@ -126,12 +133,12 @@ error:
 }
 
 /* Moves entry i to the front (most recently used first). */
-static void codestate_touch(tn_codestate *cs, int i)
+static void entries_touch(tn_entries *cs, int i)
 {
   if (i > 0) {
-    tn_entry hit = cs->cs_entries[i];
-    memmove(cs->cs_entries + 1, cs->cs_entries, sizeof(tn_entry) * (size_t)i);
-    cs->cs_entries[0] = hit;
+    tn_entry hit = cs->es_v[i];
+    memmove(cs->es_v + 1, cs->es_v, sizeof(tn_entry) * (size_t)i);
+    cs->es_v[0] = hit;
   }
 }
 
@@ -156,7 +163,8 @@ struct JitFunctionObject {
   vectorcallfunc jf_vectorcall;
   PyObject *jf_fn;        /* the function */
   PyObject *jf_tracer;
-  int jf_limit;           /* entries per code object (0: the config's) */
+  int jf_limit;           /* entries kept (0: config.jit_cache_limit) */
+  tn_entries jf_entries;  /* its traced variants, with the guards that select them */
   PyObject *jf_dict;
   PyObject *jf_weakrefs;
 };
@@ -230,7 +238,7 @@ static PyObject *tracer_call(JitFunctionObject *jf, const char *name, PyObject *
 }
 
 /* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
-static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_codestate *cs,
+static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_entries *cs,
                              PyObject *reason)
 {
   Py_ssize_t nargs = frame_nargs(f->f_code);
@@ -261,7 +269,7 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
     goto done;
   }
   PyObject *entry = tracer_call(a->ac_jf, "end", PyTuple_Pack(2, token, res));
-  if (!entry || (entry != Py_None && codestate_add(cs, entry) < 0))
+  if (!entry || (entry != Py_None && entries_add(cs, entry) < 0))
     PyErr_WriteUnraisable(a->ac_jf->jf_fn);  /* ours, not the user's: their result stands */
   Py_XDECREF(entry);
 done:
@@ -275,14 +283,15 @@ done:
 static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a)
 {
   PyObject *small[64], **slots = small, *res = NULL, *reason = NULL;
-  tn_codestate *cs = codestate_get((PyObject *)f->f_code, 1);
-  if (!cs)
+  tn_codestate *code_state = codestate_get((PyObject *)f->f_code, 0);
+  tn_entries *cs = &a->ac_jf->jf_entries;
+  if (!code_state && PyErr_Occurred())
     return NULL;
-  if (cs->cs_disabled || cs->cs_gave_up)
+  if ((code_state && code_state->cs_disabled) || cs->es_gave_up)
     return prev_eval(ts, f, 0);
   Py_ssize_t nargs = frame_nargs(f->f_code);
-  for (int i = 0; i < cs->cs_n; i++) {
-    tn_entry *e = &cs->cs_entries[i];
+  for (int i = 0; i < cs->es_n; i++) {
+    tn_entry *e = &cs->es_v[i];
     Py_ssize_t n = tn_guards_nslots(e->en_gs);
     if (slots != small)
       PyMem_Free(slots);
@@ -296,16 +305,16 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
       continue;
     PyObject *runner = e->en_runner;
     if (runner == Py_None) {
-      codestate_touch(cs, i);
+      entries_touch(cs, i);
       res = prev_eval(ts, f, 0);
       goto done;
     }
     res = run_entry(e, slots);
     if (res != side_exit) {
       /* the runner ran Python: another thread may have added entries meanwhile */
-      for (int j = 0; res && j < cs->cs_n; j++)
-        if (cs->cs_entries[j].en_runner == runner) {
-          codestate_touch(cs, j);
+      for (int j = 0; res && j < cs->es_n; j++)
+        if (cs->es_v[j].en_runner == runner) {
+          entries_touch(cs, j);
           break;
         }
       goto done;
@@ -316,7 +325,7 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
   /* a miss */
   JitFunctionObject *jf = a->ac_jf;
   int limit = jf->jf_limit > 0 ? jf->jf_limit : (int)tn_config_int(TN_CFG_jit_cache_limit);
-  if (cs->cs_n > 0) {
+  if (cs->es_n > 0) {
     tn_stat_add(TN_STAT_guard_failures, 1);
     PyObject *args = PyTuple_New(nargs);
     if (!args)
@@ -324,9 +333,9 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     for (Py_ssize_t k = 0; k < nargs; k++)
       PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
     /* every entry's first failing guard, for the tracer to find the nearest */
-    PyObject *fails = PyList_New(cs->cs_n);
-    for (int i = 0; fails && i < cs->cs_n; i++) {
-      tn_entry *e = &cs->cs_entries[i];
+    PyObject *fails = PyList_New(cs->es_n);
+    for (int i = 0; fails && i < cs->es_n; i++) {
+      tn_entry *e = &cs->es_v[i];
       Py_ssize_t n = tn_guards_nslots(e->en_gs);
       PyObject **sl = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1));
       Py_ssize_t r = sl ? tn_guards_check(e->en_gs, f->localsplus, nargs, sl) : -2;
@@ -344,8 +353,8 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
   } else {
     reason = Py_NewRef(Py_None);
   }
-  if (cs->cs_n >= limit) {
-    cs->cs_gave_up = 1;
+  if (cs->es_n >= limit) {
+    cs->es_gave_up = 1;
     PyObject *r = tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
     if (!r)
       goto done;
@@ -353,7 +362,7 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     res = prev_eval(ts, f, 0);
     goto done;
   }
-  if (cs->cs_n > 0)
+  if (cs->es_n > 0)
     tn_stat_add(TN_STAT_recompiles, 1);
   res = trace_frame(ts, f, a, cs, reason);
 done:
@@ -418,23 +427,71 @@ static PyObject *JitFunction_new(PyTypeObject *type, PyObject *args, PyObject *k
   return (PyObject *)jf;
 }
 
+/* The entries take part in the collector's view: their guards hold the
+** module's dicts, and the module holds this JitFunction (as its forward),
+** so a jitted module nobody else holds is freed with its entries. */
 static int JitFunction_traverse(PyObject *o, visitproc visit, void *arg)
 {
   JitFunctionObject *jf = (JitFunctionObject *)o;
   Py_VISIT(jf->jf_fn);
   Py_VISIT(jf->jf_tracer);
   Py_VISIT(jf->jf_dict);
+  for (int i = 0; i < jf->jf_entries.es_n; i++) {
+    tn_entry *e = &jf->jf_entries.es_v[i];
+    Py_VISIT(e->en_spec);
+    Py_VISIT(e->en_runner);
+    int rc = tn_guards_traverse(e->en_gs, visit, arg);
+    if (rc)
+      return rc;
+  }
   return 0;
 }
 
 static int JitFunction_clear(PyObject *o)
 {
   JitFunctionObject *jf = (JitFunctionObject *)o;
+  entries_clear(&jf->jf_entries);
   Py_CLEAR(jf->jf_fn);
   Py_CLEAR(jf->jf_tracer);
   Py_CLEAR(jf->jf_dict);
   return 0;
 }
+
+/* entries() -> [(spec, runner)], most recently used first */
+static PyObject *JitFunction_entries(PyObject *o, PyObject *unused)
+{
+  tn_entries *es = &((JitFunctionObject *)o)->jf_entries;
+  (void)unused;
+  PyObject *list = PyList_New(es->es_n);
+  for (int i = 0; list && i < es->es_n; i++) {
+    PyObject *t = PyTuple_Pack(2, es->es_v[i].en_spec, es->es_v[i].en_runner);
+    if (!t)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, i, t);
+  }
+  return list;
+}
+
+/* reset(): drops the entries and the reached-the-limit mark */
+static PyObject *JitFunction_reset(PyObject *o, PyObject *unused)
+{
+  (void)unused;
+  entries_clear(&((JitFunctionObject *)o)->jf_entries);
+  Py_RETURN_NONE;
+}
+
+static PyObject *JitFunction_get_gave_up(PyObject *o, void *c)
+{
+  (void)c;
+  return PyBool_FromLong(((JitFunctionObject *)o)->jf_entries.es_gave_up);
+}
+
+static PyMethodDef JitFunction_methods[] = {
+  {"entries", JitFunction_entries, METH_NOARGS, "entries() -> [(guard spec, runner)], most recently used first"},
+  {"reset", JitFunction_reset, METH_NOARGS, "reset(): drops the entries and the reached-the-limit mark"},
+  {NULL, NULL, 0, NULL},
+};
 
 static void JitFunction_dealloc(PyObject *o)
 {
@@ -473,7 +530,8 @@ static PyObject *JitFunction_get_limit(PyObject *o, void *c)
 
 static PyGetSetDef JitFunction_getset[] = {
   {"fn", JitFunction_get_fn, NULL, "the function this calls", NULL},
-  {"limit", JitFunction_get_limit, NULL, "entries per code object (0: config.jit_cache_limit)", NULL},
+  {"limit", JitFunction_get_limit, NULL, "entries kept (0: config.jit_cache_limit)", NULL},
+  {"gave_up", JitFunction_get_gave_up, NULL, "whether it reached its limit and runs eagerly", NULL},
   {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
@@ -491,6 +549,7 @@ static PyTypeObject JitFunctionType = {
   .tp_traverse = JitFunction_traverse,
   .tp_clear = JitFunction_clear,
   .tp_getset = JitFunction_getset,
+  .tp_methods = JitFunction_methods,
   .tp_descr_get = JitFunction_get,
   .tp_dictoffset = offsetof(JitFunctionObject, jf_dict),
   .tp_weaklistoffset = offsetof(JitFunctionObject, jf_weakrefs),
@@ -525,41 +584,17 @@ static PyObject *py_jit_disable(PyObject *self, PyObject *args)
   Py_RETURN_NONE;
 }
 
-/* jit_state(fn_or_code) -> (entries, disabled, gave_up, [specs]) */
-static PyObject *py_jit_state(PyObject *self, PyObject *arg)
+/* jit_disabled(fn_or_code) -> whether jit_disable marked it */
+static PyObject *py_jit_disabled(PyObject *self, PyObject *arg)
 {
   (void)self;
   PyObject *code = code_of(arg);
   if (!code)
     return NULL;
   tn_codestate *cs = codestate_get(code, 0);
-  if (!cs)
-    return PyErr_Occurred() ? NULL : Py_BuildValue("(iOO[])", 0, Py_False, Py_False);
-  PyObject *specs = PyList_New(cs->cs_n);
-  for (int i = 0; specs && i < cs->cs_n; i++)
-    PyList_SET_ITEM(specs, i, Py_BuildValue("(OO)", cs->cs_entries[i].en_spec, cs->cs_entries[i].en_runner));
-  PyObject *r = specs ? Py_BuildValue("(iOON)", cs->cs_n, cs->cs_disabled ? Py_True : Py_False,
-                                      cs->cs_gave_up ? Py_True : Py_False, specs) : NULL;
-  return r;
-}
-
-/* jit_reset(fn_or_code): drops its entries and its gave-up mark */
-static PyObject *py_jit_reset(PyObject *self, PyObject *arg)
-{
-  (void)self;
-  PyObject *code = code_of(arg);
-  if (!code)
+  if (!cs && PyErr_Occurred())
     return NULL;
-  tn_codestate *cs = codestate_get(code, 0);
-  if (cs) {
-    for (int i = 0; i < cs->cs_n; i++)
-      entry_clear(&cs->cs_entries[i]);
-    cs->cs_n = 0;
-    cs->cs_gave_up = 0;
-  }
-  if (PyErr_Occurred())
-    return NULL;
-  Py_RETURN_NONE;
+  return PyBool_FromLong(cs && cs->cs_disabled);
 }
 
 /* jit_tracing() -> whether this thread is tracing a jit call */
@@ -572,8 +607,7 @@ static PyObject *py_jit_tracing(PyObject *self, PyObject *unused)
 
 PyMethodDef tn_py_tracer_methods[] = {
   {"jit_disable", py_jit_disable, METH_VARARGS, "jit_disable(fn_or_code, on=True): never trace it"},
-  {"jit_state", py_jit_state, METH_O, "jit_state(fn_or_code) -> (entries, disabled, gave_up, [(spec, runner)])"},
-  {"jit_reset", py_jit_reset, METH_O, "jit_reset(fn_or_code): drops its entries"},
+  {"jit_disabled", py_jit_disabled, METH_O, "jit_disabled(fn_or_code) -> whether jit_disable marked it"},
   {"jit_tracing", py_jit_tracing, METH_NOARGS, "whether this thread is tracing a jit call"},
   {NULL, NULL, 0, NULL},
 };

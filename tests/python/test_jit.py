@@ -514,3 +514,28 @@ def test_print_and_logging_warn_once_naming_the_line():
     assert len(msgs) == 2, msgs
     assert f"test_jit.py:{line + 2}" in msgs[0] and "print" in msgs[0]
     assert f"test_jit.py:{line + 3}" in msgs[1] and "logging" in msgs[1]
+
+
+def test_a_jitted_module_is_freed_with_its_variants():
+    import weakref
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    torchneuron_jit.jit(model)
+    assert torchneuron_jit.jit(model) is model  # once is enough
+    model(torch.randn(2, 8))
+    assert _jit.entries(model) == 1
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
+
+
+def test_instances_keep_their_own_variants():
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 4).eval(), torch.nn.Linear(4, 4).eval()
+    torchneuron_jit.jit(a)
+    torchneuron_jit.jit(b)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(a(x), torch.nn.functional.linear(x, a.weight, a.bias))
+        torch.testing.assert_close(b(x), torch.nn.functional.linear(x, b.weight, b.bias))
+    assert _jit.entries(a) == 1 and _jit.entries(b) == 1
