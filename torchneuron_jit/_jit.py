@@ -644,6 +644,8 @@ def jit(fn=None, *, cache_limit=None):
     if fn is None:
         return functools.partial(jit, cache_limit=cache_limit)
     _check_version()
+    from . import backend  # noqa: F401  (imports functorch and TorchDynamo now, as torch.compile does: a
+    #                        second or more that would otherwise land in the first call)
     if cache_limit is not None and (not isinstance(cache_limit, int) or cache_limit < 1):
         raise ValueError(f"jit: cache_limit must be a positive int, not {cache_limit!r}")
     limit = cache_limit or 0
