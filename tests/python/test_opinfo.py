@@ -14,7 +14,7 @@ import torch
 from torch.testing._internal.opinfo.core import SampleInput
 
 import torchneuron_jit
-from torchneuron_jit import backend
+from torchneuron_jit import _C, backend
 from torchneuron_jit.testing import opinfo as sweep
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,9 +124,10 @@ def _fake_opinfo(op):
 
 def test_harness_sees_a_wrong_result():
     """A graph that computes something else than eager fails the case
-    (torch.compiler.is_compiling is true while Dynamo traces)."""
+    (torch.compiler.is_compiling is true while Dynamo traces, jit_tracing
+    while jit records: the graph replays the recording)."""
     def op(x):
-        return x + 1 if torch.compiler.is_compiling() else x
+        return x + 1 if torch.compiler.is_compiling() or _C.jit_tracing() else x
     for variant in sweep.VARIANTS:
         out = sweep.run_case(_fake_opinfo(op), SampleInput(torch.randn(4, 3)), variant)
         assert out.status == "fail" and "differ" in out.detail, out
@@ -202,3 +203,19 @@ def test_a_known_failure_that_passes_is_an_unexpected_pass(monkeypatch):
     assert result.cases and not result.failures()
     assert result.unexpected_passes() == [(torch.float32, "planted")]
     assert any("UNEXPECTED PASS" in line for line in result.problems())
+
+
+# Through our own front door: a spread of op families in the jit variant
+# (python -m torchneuron_jit.testing.opinfo --all runs every OpInfo in it).
+JIT_OPINFOS = ["add", "mul", "sigmoid", "where", "clamp", "nn.functional.gelu", "softmax", "sum", "argmax",
+               "cat", "nn.functional.embedding", "gather", "masked_fill", "to"]
+
+
+@pytest.mark.parametrize("name", [n for n in JIT_OPINFOS if n in MATCH.opinfos])
+def test_opinfo_through_jit(name):
+    with _no_structured_trace():
+        result = sweep.run_opinfo(name, dtypes=[torch.float32, torch.float16, torch.int64, torch.bool],
+                                  variants=["jit"])
+    assert result.cases, f"{name}: no sample ran ({result.skipped})"
+    problems = result.problems()
+    assert not problems, "\n".join(problems)

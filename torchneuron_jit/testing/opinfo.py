@@ -18,7 +18,8 @@ with the test file that covers them. OpInfos of a .Scalar overload get a
 few of their reference inputs with a Python number operand (``x & 3``)
 after their sample inputs (SCALAR_SAMPLES).
 
-Each sample runs in two variants, each a case of its own:
+Each sample runs in three variants (the CI subset: the first two), each a
+case of its own:
 
 * ``plain``: ``opinfo.op(input, *args, **kwargs)``, as the database calls it.
   The back end leaves a graph of one pointwise op to eager on purpose, so
@@ -28,6 +29,8 @@ Each sample runs in two variants, each a case of its own:
   and on every tensor output (``-(-t)``, ``~~t`` for bool): the op then
   runs inside a generated kernel, reading a kernel's results (a view or a
   cat of them, a row kernel's prologue) and feeding one (an epilogue).
+* ``jit``: the fused function through ``torchneuron_jit.jit`` (our own front
+  door): called once to trace it, then compared on its compiled call.
 
 OpInfos of the reductions, norms and GEMMs run with ``row_fusion`` and
 ``gemm_fusion`` on (off by default: without them those ops are PyTorch's
@@ -80,7 +83,11 @@ from torchneuron_jit import config
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
           torch.int16, torch.int8, torch.uint8, torch.bool)
 
-VARIANTS = ("plain", "fused")
+# plain: the op alone; fused: the op between identities and with an
+# epilogue, so it fuses; jit: the fused function through torchneuron_jit.jit
+# (traced on a first call, compared on its compiled call) instead of
+# torch.compile
+VARIANTS = ("plain", "fused", "jit")
 
 # The CI subset: at most this many samples per OpInfo and dtype (spread
 # over the OpInfo's list), float32 and the other dtypes.
@@ -556,20 +563,35 @@ def run_case(opinfo, sample, variant, reference=False):
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         shape_of = None
-        if variant == "fused":  # the epilogue follows the plain result's structure
+        form = "fused" if variant == "jit" else variant
+        if form == "fused":  # the epilogue follows the plain result's structure
             plain, tensors, _ = make_fn(opinfo, sample, "plain")
             try:
                 shape_of = plain(*copy_inputs(tensors))
             except Exception:
                 pass
-        fn, tensors, source = make_fn(opinfo, sample, variant, shape_of)
-        out = _run_case(fn, tensors, reference)
+        fn, tensors, source = make_fn(opinfo, sample, form, shape_of)
+        out = _run_case(fn, tensors, reference, jit=variant == "jit")
     out.source = source
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def _run_case(fn, tensors, reference):
+def _compiled_call(fn, tensors, jit):
+    """fn's compiled result on tensors: through torch.compile (fullgraph), or
+    through torchneuron_jit.jit, called first on copies (the trace: eager's
+    result) and then on tensors (the compiled entry)."""
+    if not jit:
+        return torch.compile(fn, backend="neuron", fullgraph=True)(*tensors)
+    jitted = torchneuron_jit.jit(fn)
+    try:
+        jitted(*copy_inputs(tensors))
+    except Exception:  # eager's own error: the compiled call must raise it too
+        pass
+    return jitted(*tensors)
+
+
+def _run_case(fn, tensors, reference, jit=False):
     # eager and compiled each on copies (an op may write into its inputs,
     # embedding with max_norm does): afterwards both must be alike
     want_inputs, got_inputs = copy_inputs(tensors), copy_inputs(tensors)
@@ -583,7 +605,7 @@ def _run_case(fn, tensors, reference):
     got = got_exc = None
     with _recording():
         try:
-            got = torch.compile(fn, backend="neuron", fullgraph=True)(*got_inputs)
+            got = _compiled_call(fn, got_inputs, jit)
         except Exception as exc:
             got_exc = exc
     st1 = torchneuron_jit.stats()
@@ -601,11 +623,11 @@ def _run_case(fn, tensors, reference):
             return done("fail", f"eager raises {_short(want_exc)}; compiled returned {_describe(got)}")
         if any(isinstance(e, type(want_exc)) for e in _causes(got_exc)):
             return done("raises", f"both raise {type(want_exc).__name__}")
-        if _dynamo_refuses(fn, copy_inputs(tensors), type(got_exc)):
+        if not jit and _dynamo_refuses(fn, copy_inputs(tensors), type(got_exc)):
             return done("dynamo", f"eager raises {_short(want_exc)}; Dynamo: {_short(got_exc)}")
         return done("fail", f"eager raises {_short(want_exc)}; compiled raises {_short(got_exc)}")
     if got_exc is not None:
-        if _dynamo_refuses(fn, copy_inputs(tensors), type(got_exc)):
+        if not jit and _dynamo_refuses(fn, copy_inputs(tensors), type(got_exc)):
             return done("dynamo", _short(got_exc))
         return done("fail", f"compiled raises {_short(got_exc)}; eager returns {_describe(want)}")
     changed = _inputs_differ(got_inputs, want_inputs)
@@ -655,9 +677,11 @@ def subset_variants(name, dtype, full):
     for a known failure, and for OpInfos whose op is a kernel on its own
     (ALONE_OPS); otherwise the CI subset runs only the fused variant (a
     lone pointwise op or view runs through PyTorch: plain tests little)."""
-    if full or dtype == torch.float32 or known_reason(name, dtype) is not None or \
-            any(op in ALONE_OPS for op in match().opinfos.get(name, ())):
+    if full:
         return VARIANTS
+    if dtype == torch.float32 or known_reason(name, dtype) is not None or \
+            any(op in ALONE_OPS for op in match().opinfos.get(name, ())):
+        return ("plain", "fused")
     return ("fused",)
 
 
