@@ -250,8 +250,11 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
   if (note_frame_into(codes, f) < 0)
     goto done;
   token = tracer_call(a->ac_jf, "begin", PyTuple_Pack(4, a->ac_jf->jf_fn, args, codes, reason));
-  if (!token)
+  if (!token) { /* ours: the call runs as Python does */
+    PyErr_WriteUnraisable(a->ac_jf->jf_fn);
+    res = prev_eval(ts, f, 0);
     goto done;
+  }
   tn_stat_add(TN_STAT_traces, 1);
   a->ac_codes = codes;
   t_tracing++;
@@ -348,8 +351,10 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     }
     reason = fails ? tracer_call(jf, "explain", Py_BuildValue("(OON)", jf->jf_fn, args, fails)) : NULL;
     Py_DECREF(args);
-    if (!reason)
-      goto done;
+    if (!reason) { /* ours: no words, but the call goes on */
+      PyErr_WriteUnraisable(jf->jf_fn);
+      reason = Py_NewRef(Py_None);
+    }
   } else {
     reason = Py_NewRef(Py_None);
   }
@@ -357,8 +362,8 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     cs->es_gave_up = 1;
     PyObject *r = tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
     if (!r)
-      goto done;
-    Py_DECREF(r);
+      PyErr_WriteUnraisable(jf->jf_fn);
+    Py_XDECREF(r);
     res = prev_eval(ts, f, 0);
     goto done;
   }

@@ -539,3 +539,23 @@ def test_instances_keep_their_own_variants():
         torch.testing.assert_close(a(x), torch.nn.functional.linear(x, a.weight, a.bias))
         torch.testing.assert_close(b(x), torch.nn.functional.linear(x, b.weight, b.bias))
     assert _jit.entries(a) == 1 and _jit.entries(b) == 1
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_failure_of_the_tracer_never_fails_the_call(monkeypatch):
+    def boom(*args):
+        raise RuntimeError("planted")
+
+    @torchneuron_jit.jit
+    def f(x):
+        return x * 2
+
+    x = torch.randn(3)
+    monkeypatch.setattr(_jit._tracer, "begin", boom)
+    torch.testing.assert_close(f(x), x * 2)  # no trace, no entry: eager
+    assert _jit.entries(f) == 0
+    monkeypatch.undo()
+    f(x)
+    monkeypatch.setattr(_jit._tracer, "explain", boom)
+    torch.testing.assert_close(f(x.double()), x.double() * 2)  # a miss whose words failed still traces
+    assert _jit.entries(f) == 2
