@@ -351,7 +351,7 @@ def _functional(gm, inputs):
 
     from .backend import decompositions
 
-    fgm = make_fx(torch.func.functionalize(gm, remove="mutations_and_views"), decomposition_table=decompositions(),
+    fgm = make_fx(torch.func.functionalize(gm, remove="mutations"), decomposition_table=decompositions(),
                   tracing_mode="fake")(*inputs)
     placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in fgm.graph.nodes if n.op == "output")

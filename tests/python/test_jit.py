@@ -46,7 +46,8 @@ def test_models_match_eager(name):
     before = stats()
     for _ in range(2):
         for x, w in zip(inputs, want):
-            torch.testing.assert_close(jitted(x), w, equal_nan=True)
+            # oneDNN and MKL sum the GEMMs in another order than eager's
+            torch.testing.assert_close(jitted(x), w, rtol=1e-4, atol=1e-4, equal_nan=True)
     assert delta(before, "traces") == len(inputs)  # one per shape, then hits
     assert _jit.entries(model) == len(inputs)
 
@@ -432,30 +433,38 @@ def test_four_threads_one_model():
     assert not errors, errors
 
 
-def _rss_kb():
+_CALLS_SCRIPT = """
+import gc, sys, torch, torchneuron_jit
+
+def rss_kb():
     with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1])
-    return 0
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
 
+@torchneuron_jit.jit
+def f(x, y):
+    return x * y + 1
 
-def test_many_calls_keep_references_and_memory_flat():
-    @torchneuron_jit.jit
-    def f(x, y):
-        return x * y + 1
-
-    x, y = torch.randn(16), torch.randn(16)
-    for _ in range(1000):
+x, y = torch.randn(16), torch.randn(16)
+with torch.no_grad():
+    for _ in range(50_000):  # past the allocators' one-time growth (about 1.4 MB here)
         f(x, y)
     gc.collect()
-    refs = (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(f))
-    rss = _rss_kb()
+    refs, rss = (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(f)), rss_kb()
     for _ in range(200_000):
         f(x, y)
     gc.collect()
-    assert (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(f)) == refs
-    assert _rss_kb() - rss < 1024
+    print(refs == (sys.getrefcount(x), sys.getrefcount(y), sys.getrefcount(f)), rss_kb() - rss)
+"""
+
+
+def test_many_calls_keep_references_and_memory_flat():
+    """200,000 hits in a fresh process (other tests' garbage would blur
+    the resident set): reference counts stay, RSS grows under 1 MB."""
+    r = subprocess.run([sys.executable, "-c", _CALLS_SCRIPT], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    same_refs, growth_kb = r.stdout.split()
+    assert same_refs == "True"
+    assert int(growth_kb) < 1024, growth_kb
 
 
 def test_hook_is_removed_after_calls():
