@@ -797,7 +797,8 @@ def summary(results, seconds, out=sys.stdout, coverage=True):
     tested = tested_ops(results)
     p = functools.partial(print, file=out)
     p(f"\n== OpInfo sweep: {len(m.ops)} lowered ops, {len(results)} OpInfos, {len(cases)} cases "
-      f"({len({(c.name, c.dtype, c.index) for c in cases})} samples, each plain and/or fused) "
+      f"({len({(c.name, c.dtype, c.index) for c in cases})} samples; variants "
+      f"{dict(collections.Counter(c.variant for c in cases))}) "
       f"in {seconds:.0f} s")
     p(f"passed {status['pass']}, raised as eager {status['raises']}, known failures {len(known)}, "
       f"unexpected passes {len(unexpected)}, failures {len(failures)}, dynamo unsupported {status['dynamo']}, "
