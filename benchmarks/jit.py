@@ -2,7 +2,7 @@
 jitted one-op function, and the first call of the demo model in a fresh
 process, cold (empty cache) and warm (the cache a first process filled).
 
-    python -m benchmarks.jit [--rounds 15] [--calls 20000]
+    python -m benchmarks.jit [--rounds 15] [--calls 20000] [--models]
 
 Per call (one thread, two 8-element float32 tensors, f = x + y): eager
 (the op itself: the floor), the compiled graph called bare (the runner's
@@ -11,6 +11,9 @@ graph), torch.compile(backend="neuron") (Dynamo's guards and wrappers);
 rounds interleave the four, medians of per-call means. First calls: the
 demo model (encoder2 at batch 4 x 64) through benchmarks/startup.py, eager
 first call against jit's (a trace, and lowering when the cache is cold).
+With --models, per-call medians of eager, jit and Dynamo's door on the
+suite's BERT, GPT-2, encoder2 and MLP at batch 1 x 128 (7 interleaved
+rounds; BERT and GPT-2 need the benchmark extras: make bench installs them).
 """
 import argparse
 import json
@@ -65,10 +68,36 @@ def first_calls():
     return out
 
 
+def models(rounds=7):
+    from benchmarks.models import SUITE
+    torch.backends.mha.set_fastpath_enabled(False)
+    for name in ("bert", "gpt2", "encoder2", "mlp"):
+        build, make_input = SUITE[name][:2]
+        torch.manual_seed(0)
+        eager, x = build().eval(), make_input((1, 128))
+        torch.manual_seed(0)
+        jitted = torchneuron_jit.jit(build().eval())  # jit takes the module itself: a twin
+        ways = {"eager": eager, "jit": jitted, "dynamo": torch.compile(eager, backend="neuron")}
+        times = {k: [] for k in ways}
+        with torch.no_grad():
+            for f in ways.values():
+                f(x)
+                f(x)
+            for _ in range(rounds):
+                for k, f in ways.items():
+                    t0 = time.perf_counter()
+                    f(x)
+                    times[k].append(time.perf_counter() - t0)
+        med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+        print(f"{name:9s} eager {med['eager']:7.2f} ms  jit {med['jit']:7.2f} ms  Dynamo door {med['dynamo']:7.2f} ms"
+              f"  eager/jit {med['eager'] / med['jit']:.2f}  eager/Dynamo door {med['eager'] / med['dynamo']:.2f}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--models", action="store_true", help="also time the suite's models per call")
     args = ap.parse_args(argv)
     med = per_call(args.rounds, args.calls)
     print(f"per call, median of {args.rounds} rounds x {args.calls} calls (us):")
@@ -80,6 +109,8 @@ def main(argv=None):
         print(f"first call, {label} cache: eager {r['eager_first_call_s'] * 1e3:.1f} ms, jit "
               f"{r['first_call_s'] * 1e3:.1f} ms (traces {st['traces']}, lowered {st['graphs_lowered']}, "
               f"cache hits {st['cache_hits']})")
+    if args.models:
+        models()
 
 
 if __name__ == "__main__":
