@@ -568,3 +568,22 @@ def test_a_failure_of_the_tracer_never_fails_the_call(monkeypatch):
     monkeypatch.setattr(_jit._tracer, "explain", boom)
     torch.testing.assert_close(f(x.double()), x.double() * 2)  # a miss whose words failed still traces
     assert _jit.entries(f) == 2
+
+
+def test_decorated_forward_in_a_class_body():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        @torchneuron_jit.jit
+        def forward(self, x):
+            return self.lin(x).relu() * 2
+
+    a, b = M().eval(), M().eval()
+    x = torch.randn(2, 4)
+    before = stats()
+    for _ in range(3):
+        torch.testing.assert_close(a(x), a.lin(x).relu() * 2)
+        torch.testing.assert_close(b(x), b.lin(x).relu() * 2)
+    assert delta(before, "traces") == 2 and len(M.forward.entries()) == 2  # one variant per instance
