@@ -1,8 +1,9 @@
 """Smoke test of the extension built with AddressSanitizer and
 UndefinedBehaviorSanitizer (make test-asan): every kind of kernel, the
 cache (write, a fresh process's hit, a damaged file), GEMM and row fusion,
-threads, results compared with eager. A sanitizer finding aborts the
+threads, torchneuron_jit.jit, results compared with eager. A sanitizer finding aborts the
 process; so does a mismatch."""
+import copy
 import os
 import subprocess
 import sys
@@ -76,6 +77,41 @@ for t in threads:
 for t in threads:
     t.join()
 assert not errors, errors
+
+# our own front door: the frame hook, C guards (hits, misses, side exits,
+# write-backs), a module, threads
+@torchneuron_jit.jit
+def jitted(a, b, k):
+    a.mul_(1.0)
+    out = torch.sigmoid(a * 2 + b) * torch.tanh(a)
+    return out + 1 if k.item() > 0 else out - 1
+
+
+with torch.no_grad():
+    for n in (64, 32, 64):
+        for k in (1, -1, 1):
+            a, b = torch.randn(n, 96), torch.randn(96)
+            want = torch.sigmoid(a * 2 + b) * torch.tanh(a) + (1 if k > 0 else -1)
+            torch.testing.assert_close(jitted(a, b, torch.tensor(k)), want)
+    jmodel = torchneuron_jit.jit(copy.deepcopy(model))  # jit takes the module itself: a twin of model
+    torch.testing.assert_close(jmodel(inp), model(inp), atol=1e-4, rtol=1e-4)
+    jerrors = []
+
+    def jworker():
+        try:
+            with torch.no_grad():
+                for _ in range(10):
+                    torch.testing.assert_close(jmodel(inp), model(inp), atol=1e-4, rtol=1e-4)
+        except Exception as e:  # noqa: BLE001
+            jerrors.append(e)
+
+    jthreads = [threading.Thread(target=jworker) for _ in range(4)]
+    for t in jthreads:
+        t.start()
+    for t in jthreads:
+        t.join()
+    assert not jerrors, jerrors
+    del jmodel
 
 # a fresh process reads what this one stored
 if not os.environ.get("TN_SMOKE_CACHE"):
