@@ -83,14 +83,15 @@ static int bad(Py_ssize_t i, const char *why)
   return -1;
 }
 
-/* Reads the slot operand of entry i: an earlier instruction. */
-static int slot_arg(PyObject *t, Py_ssize_t pos, Py_ssize_t i, Py_ssize_t *out)
+/* Reads the slot operand of entry i of prog: an earlier load (a check
+** leaves no value in its slot). */
+static int slot_arg(PyObject *t, Py_ssize_t pos, const tn_ginst *prog, Py_ssize_t i, Py_ssize_t *out)
 {
   Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, pos));
   if (s == -1 && PyErr_Occurred())
     return -1;
-  if (s < 0 || s >= i)
-    return bad(i, "a slot operand must name an earlier entry");
+  if (s < 0 || s >= i || prog[s].gi_op > G_CELL)
+    return bad(i, "a slot operand must name an earlier load (arg, item, key, const, cell)");
   *out = s;
   return 0;
 }
@@ -107,8 +108,9 @@ static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i)
   return 0;
 }
 
-static int build_one(tn_ginst *g, PyObject *t, Py_ssize_t i)
+static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
 {
+  tn_ginst *g = &prog[i];
   if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
     return bad(i, "not a tuple (name, operands...)");
   const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0));
@@ -140,7 +142,7 @@ static int build_one(tn_ginst *g, PyObject *t, Py_ssize_t i)
   default:
     break;
   }
-  if (slot_arg(t, 1, i, &g->gi_slot) < 0)
+  if (slot_arg(t, 1, prog, i, &g->gi_slot) < 0)
     return -1;
   if (op == G_CELL)
     return 0;
@@ -207,7 +209,7 @@ tn_gset *tn_guards_build(PyObject *spec)
   }
   gs->gs_n = n;
   for (Py_ssize_t i = 0; i < n; i++) {
-    if (build_one(&gs->gs_inst[i], PyList_GET_ITEM(spec, i), i) < 0) {
+    if (build_one(gs->gs_inst, PyList_GET_ITEM(spec, i), i) < 0) {
       tn_guards_free(gs);
       return NULL;
     }
@@ -244,48 +246,49 @@ static int ints_equal(PyObject *o, const int64_t *want, Py_ssize_t n)
   return 1;
 }
 
-/* 1 when tensor v matches g, 0 when not, -1 on error. Reads through the
-** tensor's Python attributes (we do not link libtorch). */
-static int tensor_ok(PyObject *v, const tn_ginst *g)
+/* 1 when attribute name of v is want (by identity), 0 when not, -1 on error. */
+static int attr_is(PyObject *v, PyObject *name, PyObject *want)
 {
-  int ok = 0;
-  PyObject *o = PyObject_GetAttr(v, s_dtype);
+  PyObject *o = PyObject_GetAttr(v, name);
   if (!o)
-    goto error;
-  ok = o == g->gi_obj;
-  Py_DECREF(o);
-  if (!ok)
-    return 0;
-  if (!(o = PyObject_GetAttr(v, s_is_cpu)))
-    goto error;
-  ok = o == Py_True;
-  Py_DECREF(o);
-  if (!ok)
-    return 0;
-  if (!(o = PyObject_GetAttr(v, s_requires_grad)))
-    goto error;
-  ok = o == g->gi_obj2;
-  Py_DECREF(o);
-  if (!ok)
-    return 0;
-  if (!(o = PyObject_GetAttr(v, s_shape)))
-    goto error;
-  ok = ints_equal(o, g->gi_ints, g->gi_n);
-  Py_DECREF(o);
-  if (!ok)
-    return 0;
-  if (!(o = PyObject_CallMethodNoArgs(v, s_stride)))
-    goto error;
-  ok = ints_equal(o, g->gi_ints + g->gi_n, g->gi_n);
+    return -1;
+  int ok = o == want;
   Py_DECREF(o);
   return ok;
-error:
+}
+
+/* 1 when tuple attribute name of v (called, when call is set) holds the n
+** ints want, 0 when not, -1 on error. */
+static int attr_ints(PyObject *v, PyObject *name, int call, const int64_t *want, Py_ssize_t n)
+{
+  PyObject *o = call ? PyObject_CallMethodNoArgs(v, name) : PyObject_GetAttr(v, name);
+  if (!o)
+    return -1;
+  int ok = ints_equal(o, want, n);
+  Py_DECREF(o);
+  return ok;
+}
+
+/* 1 when tensor v matches g, 0 when not, -1 on error. Reads through the
+** tensor's Python attributes (we do not link libtorch); the cheap
+** identities first. */
+static int tensor_ok(PyObject *v, const tn_ginst *g)
+{
+  int ok = attr_is(v, s_dtype, g->gi_obj);
+  if (ok == 1)
+    ok = attr_is(v, s_is_cpu, Py_True);
+  if (ok == 1)
+    ok = attr_is(v, s_requires_grad, g->gi_obj2);
+  if (ok == 1)
+    ok = attr_ints(v, s_shape, 0, g->gi_ints, g->gi_n);
+  if (ok == 1)
+    ok = attr_ints(v, s_stride, 1, g->gi_ints + g->gi_n, g->gi_n);
   /* an object that is no tensor fails the guard; other errors are real */
-  if (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
     PyErr_Clear();
-    return 0;
+    ok = 0;
   }
-  return -1;
+  return ok;
 }
 
 /* 1 when dict d holds g's entries (and, if sized, no more), 0 when not,
