@@ -237,6 +237,22 @@ static PyObject *tracer_call(JitFunctionObject *jf, const char *name, PyObject *
   return r;
 }
 
+/* A failure of ours in the tracer (the exception set): one RuntimeWarning
+** naming it and what the call does instead; the call goes on. With warnings
+** made errors, the report goes to sys.unraisablehook instead. */
+static void tracer_failed(JitFunctionObject *jf, const char *what)
+{
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "torchneuron_jit: %S: %s (%S: %S)", jf->jf_fn, what,
+                       type ? type : Py_None, value ? value : Py_None) < 0)
+    PyErr_WriteUnraisable(jf->jf_fn);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+}
+
 /* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
 static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_entries *cs,
                              PyObject *reason)
@@ -250,8 +266,8 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
   if (note_frame_into(codes, f) < 0)
     goto done;
   token = tracer_call(a->ac_jf, "begin", PyTuple_Pack(4, a->ac_jf->jf_fn, args, codes, reason));
-  if (!token) { /* ours: the call runs as Python does */
-    PyErr_WriteUnraisable(a->ac_jf->jf_fn);
+  if (!token) {
+    tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly");
     res = prev_eval(ts, f, 0);
     goto done;
   }
@@ -266,14 +282,14 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
     PyErr_Fetch(&type, &value, &tb);
     PyObject *r = tracer_call(a->ac_jf, "abort", PyTuple_Pack(1, token));
     if (!r)
-      PyErr_WriteUnraisable(a->ac_jf->jf_fn);
+      tracer_failed(a->ac_jf, "ending a trace the call aborted failed");
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
     goto done;
   }
   PyObject *entry = tracer_call(a->ac_jf, "end", PyTuple_Pack(2, token, res));
   if (!entry || (entry != Py_None && entries_add(cs, entry) < 0))
-    PyErr_WriteUnraisable(a->ac_jf->jf_fn);  /* ours, not the user's: their result stands */
+    tracer_failed(a->ac_jf, "making an entry of a trace failed (the call's eager result stands; no variant added)");
   Py_XDECREF(entry);
 done:
   Py_XDECREF(args);
@@ -351,8 +367,8 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     }
     reason = fails ? tracer_call(jf, "explain", Py_BuildValue("(OON)", jf->jf_fn, args, fails)) : NULL;
     Py_DECREF(args);
-    if (!reason) { /* ours: no words, but the call goes on */
-      PyErr_WriteUnraisable(jf->jf_fn);
+    if (!reason) {
+      tracer_failed(jf, "explaining a guard failure failed (traced without a reason)");
       reason = Py_NewRef(Py_None);
     }
   } else {
@@ -362,7 +378,7 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     cs->es_gave_up = 1;
     PyObject *r = tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
     if (!r)
-      PyErr_WriteUnraisable(jf->jf_fn);
+      tracer_failed(jf, "warning of the entry limit failed (it runs eagerly from now on)");
     Py_XDECREF(r);
     res = prev_eval(ts, f, 0);
     goto done;
