@@ -30,6 +30,8 @@ data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
 import functools
+import operator
+import os
 import sys
 import threading
 import types
@@ -44,9 +46,9 @@ SUPPORTED_PYTHON = ((3, 11),)
 _PRIMITIVES = (bool, int, float, str, type(None))
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-_SKIP_GLOBALS_OF = tuple(p for p in {
-    __import__("os").path.dirname(torch.__file__), __import__("os").path.dirname(__file__),
-    __import__("os").path.dirname(functools.__file__)})
+# code whose globals are not guarded (torch's, ours, the standard library's)
+_SKIP_GLOBALS_OF = tuple({os.path.dirname(torch.__file__), os.path.dirname(__file__),
+                          os.path.dirname(functools.__file__)})
 
 
 class Spec(list):
@@ -91,14 +93,11 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if self.problem is None:
-            tags = getattr(func, "tags", ())
-            if func is torch.ops.aten._local_scalar_dense.default:
-                pass
-            elif torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
-                self.problem = f"{func} has a data-dependent result"
-            elif torch.Tag.nondeterministic_seeded in tags and self.problem is None:
-                pass  # runs again on every call (a fallback node): fine
+        # item() and friends become value guards; other data-dependent ops cannot be replayed
+        tags = getattr(func, "tags", ())
+        if self.problem is None and func is not torch.ops.aten._local_scalar_dense.default and \
+                (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags):
+            self.problem = f"{func} has a data-dependent result"
         self.ops.append((func, args, kwargs, out))
         return out
 
@@ -116,7 +115,7 @@ class _Trace:
         self.problems = []
         self.grad = torch.is_grad_enabled()
         self.recorder = _Recorder()
-        self.module_of = {}     # id(module) -> qualified name used in messages
+        self.modules_seen = set()  # ids of the modules guard_module has guarded
         self.side_effects = {}  # (file, line) -> "print" or "logging": calls a compiled call skips
         self.prev_profile = None
 
@@ -186,9 +185,9 @@ class _Trace:
                     self.problems.append("global module hooks are registered")
         for sub_name, sub in module.named_modules():
             qual = f"{name}.{sub_name}" if sub_name else name
-            if id(sub) in self.module_of:
+            if id(sub) in self.modules_seen:
                 continue
-            self.module_of[id(sub)] = qual
+            self.modules_seen.add(id(sub))
             self.guard_dict(sub.__dict__, qual)
             for attr in ("_parameters", "_buffers", "_modules"):
                 self.guard_dict(getattr(sub, attr), f"{qual}.{attr}")
@@ -248,23 +247,24 @@ class _Trace:
                     continue
                 seen.add((id(globs), name))
                 value = globs[name]
-                if type(value) in _PRIMITIVES:
+                tensor = type(value) in _TENSOR_TYPES and id(value) in used_constants
+                if type(value) in _PRIMITIVES or tensor:
                     d = self.spec.add(("const", globs), f"global {name}")
                     self.spec.add(("dict", d, (name,), (value,), False), f"global {name}")
-                elif type(value) in _TENSOR_TYPES and id(value) in used_constants:
-                    d = self.spec.add(("const", globs), f"global {name}")
-                    self.spec.add(("dict", d, (name,), (value,), False), f"global {name}")
-                    self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
+                    if tensor:
+                        self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
 
 
 # -- building the graph --------------------------------------------------------
 
 def _graph_of(trace, result):
     """The recorded ops as an FX graph over the trace's external tensors.
-    Returns (GraphModule, input slots, example inputs, output plan, value checks)."""
+    Returns (GraphModule, its inputs (the external tensors, in placeholder
+    order), the captured ones among them (id -> tensor), the output plan
+    (treespec, per leaf how to make it), the value checks)."""
     graph = torch.fx.Graph()
     env = {}           # id(tensor) -> fx node
-    inputs = []        # (slot, tensor)
+    inputs = []        # the external tensors, one placeholder each
     constants = {}     # id(tensor) -> tensor, tensors no guard loads (captured)
     checks = []        # (graph output index, expected scalar)
     scalar_sources = []
@@ -303,7 +303,7 @@ def _graph_of(trace, result):
         elif isinstance(out, (list, tuple)):
             for k, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
-                    item = graph.call_function(__import__("operator").getitem, (node, k))
+                    item = graph.call_function(operator.getitem, (node, k))
                     env[id(o)] = item
 
     outputs, plan = [], []
@@ -375,15 +375,10 @@ class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
 
-    __slots__ = ("compiled", "forward", "checks", "writebacks", "treespec", "plan", "single")
+    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single")
 
     def __init__(self, compiled, checks, writebacks, out_plan):
-        self.compiled = compiled
-        # the graph module's forward, called without nn.Module.__call__ (a
-        # microsecond of hooks machinery); a failure goes through
-        # compiled, which runs the eager graph and decides whose it was
-        gm = getattr(compiled, "compiled", None)
-        self.forward = gm.forward if isinstance(gm, torch.fx.GraphModule) else None
+        self.compiled = compiled  # boxed: backend.compile_inference's result
         self.checks = checks
         self.writebacks = writebacks
         self.treespec, self.plan = out_plan
@@ -391,14 +386,7 @@ class _Runner:
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
     def __call__(self, *inputs):
-        outs = None
-        if self.forward is not None and self.compiled.compiled is not self.compiled.eager:
-            try:
-                outs = self.forward(*inputs)
-            except Exception:
-                outs = None
-        if outs is None:
-            outs = self.compiled(list(inputs))
+        outs = self.compiled(list(inputs))
         for k, want in self.checks:
             got = outs[k].item()
             if got != want and not (got != got and want != want):
@@ -474,8 +462,7 @@ class _Tracer:
             raise _NotCompilable(trace.recorder.problem)
         disabled = sorted({code.co_qualname for code, _ in trace.codes if _C.jit_disabled(code)})
         if disabled:
-            names = disabled
-            raise _NotCompilable(f"it calls {', '.join(names)}, marked by torchneuron_jit.disable")
+            raise _NotCompilable(f"it calls {', '.join(disabled)}, marked by torchneuron_jit.disable")
         gm, inputs, constants, out_plan, checks = _graph_of(trace, result)
         trace.guard_globals(constants)
         if trace.grad and any(t.requires_grad for t in inputs):
@@ -490,9 +477,6 @@ class _Tracer:
             slots.append(slot)
         with torch.no_grad():
             fgm, writebacks = _functional(gm, inputs)
-        if writebacks and len({trace.spec[s][1] if trace.spec[s][0] == "arg" else -1 - k
-                               for k, s in enumerate(slots)}) != len(slots):
-            raise _NotCompilable("it writes to an argument passed twice")
         from . import backend
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
@@ -605,18 +589,19 @@ def _short(v):
 
 
 def _layout(sizes, strides):
-    expect, contiguous = 1, True
-    for s, st in reversed(list(zip(sizes, strides))):
-        if s != 1 and st != expect:
-            contiguous = False
-        expect *= s
-    if contiguous:
+    """contiguous, channels_last or other: whether the strides are dense in
+    row-major order, or (4-D) in N, H, W, C order; size-1 dims do not count."""
+    def dense(order):
+        expect = 1
+        for d in reversed(order):
+            if sizes[d] != 1 and strides[d] != expect:
+                return False
+            expect *= sizes[d]
+        return True
+    if dense(range(len(sizes))):
         return "contiguous"
-    if len(sizes) == 4:
-        n, c, h, w = sizes
-        cl = (c * h * w if n != 1 else strides[0], 1, w * c if h != 1 else strides[2], c if w != 1 else strides[3])
-        if tuple(strides[1:]) == cl[1:] or (c == 1):
-            return "channels_last"
+    if len(sizes) == 4 and dense((0, 2, 3, 1)):
+        return "channels_last"
     return "other"
 
 
@@ -641,13 +626,13 @@ def jit(fn=None, *, cache_limit=None):
     cache_limit: traced variants kept per function (default
     config.jit_cache_limit).
     """
+    if cache_limit is not None and (not isinstance(cache_limit, int) or cache_limit < 1):
+        raise ValueError(f"jit: cache_limit must be a positive int, not {cache_limit!r}")
     if fn is None:
         return functools.partial(jit, cache_limit=cache_limit)
     _check_version()
     from . import backend  # noqa: F401  (imports functorch and TorchDynamo now, as torch.compile does: a
     #                        second or more that would otherwise land in the first call)
-    if cache_limit is not None and (not isinstance(cache_limit, int) or cache_limit < 1):
-        raise ValueError(f"jit: cache_limit must be a positive int, not {cache_limit!r}")
     limit = cache_limit or 0
     if isinstance(fn, torch.nn.Module):
         bound = fn.__dict__.get("forward")
