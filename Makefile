@@ -9,8 +9,8 @@ CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -fopenmp-simd -D_GNU_SOURCE -I
 # library that defines it wins for the whole test process.
 # (check's flags are asked of pkg-config in the recipe: it may only exist
 # once `deps` has run, after make has read this file)
-LDLIBS_C := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc -lmvec $(TCC_DIR)/lib/libtcc.a \
-            $$(pkg-config --libs check) -ldl -lpthread -lm
+LDLIBS_CORE := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc -lmvec $(TCC_DIR)/lib/libtcc.a
+LDLIBS_C := $(LDLIBS_CORE) $$(pkg-config --libs check) -ldl -lpthread -lm
 
 CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
             csrc/neuron_backend/tcc.c csrc/neuron_backend/runtime.c csrc/neuron_backend/codegen.c \
@@ -28,7 +28,7 @@ FUZZ_CC := clang-14
 FUZZ_TARGETS := graph cache
 FUZZ_BINS := $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
 SECONDS ?= 60
-LDLIBS_FUZZ := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc -lmvec $(TCC_DIR)/lib/libtcc.a -ldl -lpthread -lm
+LDLIBS_FUZZ := $(LDLIBS_CORE) -ldl -lpthread -lm
 
 .PHONY: all deps build demo bench bench-quick test test-c test-python test-asan fuzz-c fuzz-deps clean
 

@@ -60,23 +60,33 @@ torch._dynamo.reset()
 shared = torch.compile(lambda a: torch.tanh(a * 3 + 1) * a, backend="neuron")
 big = torch.randn(256, 1024)
 want = torch.tanh(big * 3 + 1) * big
-errors = []
 
 
-def worker():
-    try:
-        for _ in range(20):
-            torch.testing.assert_close(shared(big), want)
-    except Exception as e:  # noqa: BLE001
-        errors.append(e)
+def in_threads(check, n=4):
+    """Runs check() in n threads at once; any failure fails the test."""
+    errors = []
+
+    def worker():
+        try:
+            with torch.no_grad():
+                check()
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
-threads = [threading.Thread(target=worker) for _ in range(4)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-assert not errors, errors
+def shared_calls():
+    for _ in range(20):
+        torch.testing.assert_close(shared(big), want)
+
+
+in_threads(shared_calls)
 
 # our own front door: the frame hook, C guards (hits, misses, side exits,
 # write-backs), a module, threads
@@ -95,23 +105,15 @@ with torch.no_grad():
             torch.testing.assert_close(jitted(a, b, torch.tensor(k)), want)
     jmodel = torchneuron_jit.jit(copy.deepcopy(model))  # jit takes the module itself: a twin of model
     torch.testing.assert_close(jmodel(inp), model(inp), atol=1e-4, rtol=1e-4)
-    jerrors = []
 
-    def jworker():
-        try:
-            with torch.no_grad():
-                for _ in range(10):
-                    torch.testing.assert_close(jmodel(inp), model(inp), atol=1e-4, rtol=1e-4)
-        except Exception as e:  # noqa: BLE001
-            jerrors.append(e)
 
-    jthreads = [threading.Thread(target=jworker) for _ in range(4)]
-    for t in jthreads:
-        t.start()
-    for t in jthreads:
-        t.join()
-    assert not jerrors, jerrors
-    del jmodel
+def jit_calls():
+    for _ in range(10):
+        torch.testing.assert_close(jmodel(inp), model(inp), atol=1e-4, rtol=1e-4)
+
+
+in_threads(jit_calls)
+del jmodel
 
 # a fresh process reads what this one stored
 if not os.environ.get("TN_SMOKE_CACHE"):
