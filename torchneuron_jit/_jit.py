@@ -392,8 +392,9 @@ class _Runner:
             if got != want and not (got != got and want != want):
                 return _C.SIDE_EXIT
         if self.writebacks:
-            ptrs = [x.data_ptr() for x in inputs]
-            if len(set(ptrs)) != len(ptrs):  # arguments that share memory: eager's order of writes matters
+            # inputs that share memory (views of one another): eager's order of reads and writes matters
+            storages = [x.untyped_storage().data_ptr() for x in inputs]
+            if len(set(storages)) != len(storages):
                 return _C.SIDE_EXIT
             with torch.no_grad():
                 for i, k in self.writebacks:

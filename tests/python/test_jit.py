@@ -627,3 +627,21 @@ def test_guard_programs_in_c():
                        ([("arg",)], "tuple")]:
         with pytest.raises(ValueError, match=words):
             _C.GuardSet(bad)
+
+
+def test_writes_to_arguments_that_overlap():
+    """A function that writes to one argument and reads another: called
+    with views of one tensor, it must give eager's result (the compiled
+    entry, traced on separate tensors, must not run)."""
+    @torchneuron_jit.jit
+    def f(a, b):
+        a.add_(1)
+        return a + b
+
+    for _ in range(2):
+        torch.testing.assert_close(f(torch.zeros(3), torch.ones(3)), torch.full((3,), 2.0))
+    x, y = torch.arange(5.0), torch.arange(5.0)
+    got = f(x[:3], x[1:4])
+    want = y[:3].add_(1) + y[1:4]
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x, y)
