@@ -49,6 +49,10 @@
   _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
     "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
     "this runs eagerly from then on, with one warning giving the last reason.") \
+  _(jit_trace_records, TN_CFG_BOOL, 1, NULL, \
+    "With cache on, torchneuron_jit.jit stores each traced variant it can describe without object identities " \
+    "(guards by path, the code it ran by hash, its graph) in the persistent cache, and a call no entry accepts " \
+    "looks there before tracing: a fresh process whose cache is warm runs without tracing or lowering.") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 

@@ -20,7 +20,9 @@
   _(training_graphs, "graphs needing gradients, run eagerly for now") \
   _(traces, "calls of jitted functions that ran under the recorder (a first call, or a guard miss)") \
   _(guard_failures, "calls of jitted functions that no entry's guards accepted") \
-  _(recompiles, "traces of a function that already had an entry (guard_failures that traced)")
+  _(recompiles, "traces of a function that already had an entry (guard_failures that traced)") \
+  _(traces_loaded, "entries of jitted functions made from trace records of the persistent cache, not traced") \
+  _(trace_records_stored, "trace records written to the persistent cache")
 
 typedef enum tn_stat_id {
 #define TN_STAT_ENUM(name, doc) TN_STAT_##name,

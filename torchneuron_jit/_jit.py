@@ -24,27 +24,37 @@ artifact cache) and the guards that make it valid are handed to C:
   checked after the graph ran; on a mismatch the call takes a side exit
   (the next entry, or a new trace) before anything is written back.
 
+Each entry that can be described without object identities is also
+stored in the persistent cache as a trace record (_records.py); a call no
+entry accepts looks there before tracing, so a fresh process with a warm
+cache neither traces nor lowers.
+
 Mutations of arguments and buffers are written back after every check has
 passed. What cannot be compiled (grad mode with tensors needing grad,
 data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
+import dis
 import functools
 import operator
 import os
 import sys
 import threading
 import types
+import weakref
 
 import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _C, _log, config
+from . import _C, _log, _records, config
 
 SUPPORTED_PYTHON = ((3, 11),)
 _PRIMITIVES = (bool, int, float, str, type(None))
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+# held by identity: what a record finds again by name
+_NAMED = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType, _C.JitFunction)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 # code whose globals are not guarded (torch's, ours, the standard library's)
 _SKIP_GLOBALS_OF = tuple({os.path.dirname(torch.__file__), os.path.dirname(__file__),
@@ -52,15 +62,20 @@ _SKIP_GLOBALS_OF = tuple({os.path.dirname(torch.__file__), os.path.dirname(__fil
 
 
 class Spec(list):
-    """A guard program (csrc/guards/guards.h) with the words for each slot."""
+    """A guard program (csrc/guards/guards.h) with the words for each slot,
+    and how to find each object a "const" holds in another process (the
+    path _records.py stores in place of the object)."""
 
     def __init__(self):
         super().__init__()
         self.names = []  # per instruction: what it loads or checks, in the user's words
+        self.paths = {}  # const slot -> path (_records._resolve)
 
-    def add(self, inst, name):
+    def add(self, inst, name, path=None):
         self.append(inst)
         self.names.append(name)
+        if path is not None:
+            self.paths[len(self) - 1] = path
         return len(self) - 1
 
 
@@ -116,6 +131,9 @@ class _Trace:
         self.grad = torch.is_grad_enabled()
         self.recorder = _Recorder()
         self.modules_seen = set()  # ids of the modules guard_module has guarded
+        self.module_paths = {}  # id(module) -> (slot of the module it was reached from, path below that)
+        self.argument_guards = 0  # instructions guard_arguments wrote (the record key's part)
+        self.opaque = []  # what the guards leave out and a record cannot describe, in words
         self.side_effects = {}  # (file, line) -> "print" or "logging": calls a compiled call skips
         self.prev_profile = None
 
@@ -166,21 +184,22 @@ class _Trace:
                 self.guard_value(spec.add(("key", slot, k), f"{name}[{k!r}]"), item, f"{name}[{k!r}]")
         elif isinstance(value, torch.nn.Module):
             spec.add(("is", slot, value), name)
-            self.guard_module(value, name)
-        elif isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType)):
+            self.guard_module(value, name, slot)
+        elif isinstance(value, _NAMED):
             spec.add(("is", slot, value), name)
         else:
             spec.add(("type", slot, t), name)
             self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
                                  "lists, tuples and dicts of them, and modules")
 
-    def guard_module(self, module, name):
-        spec = self.spec
+    def guard_module(self, module, name, slot):
+        """Guards module (loaded at slot) and its submodules: their dicts as
+        snapshots; their parameters, buffers and tensor attributes get slots."""
         hooks = torch.nn.modules.module
         for hook_dict in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks"):
             d = getattr(hooks, hook_dict, None)
             if isinstance(d, dict):
-                self.guard_dict(d, f"torch.nn.modules.module.{hook_dict}")
+                self.guard_dict(d, f"torch.nn.modules.module.{hook_dict}", ("global", hooks.__name__, hook_dict))
                 if d:
                     self.problems.append("global module hooks are registered")
         for sub_name, sub in module.named_modules():
@@ -188,35 +207,37 @@ class _Trace:
             if id(sub) in self.modules_seen:
                 continue
             self.modules_seen.add(id(sub))
-            self.guard_dict(sub.__dict__, qual)
+            self.module_paths[id(sub)] = (slot, sub_name)
+            attrs = sub.__dict__
+            self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
             for attr in ("_parameters", "_buffers", "_modules"):
-                self.guard_dict(getattr(sub, attr), f"{qual}.{attr}")
+                self.guard_dict(attrs[attr], f"{qual}.{attr}", ("module", slot, sub_name, attr))
             for attr in _HOOK_DICTS:
-                d = sub.__dict__.get(attr)
+                d = attrs.get(attr)
                 if isinstance(d, dict):
-                    self.guard_dict(d, f"{qual}.{attr}")
+                    self.guard_dict(d, f"{qual}.{attr}", ("module", slot, sub_name, attr))
                     if d and sub is not module:
                         self.problems.append(f"{qual} has {attr[1:].replace('_', ' ')}")
-            for pname, p in sub._parameters.items():
-                if p is not None:
-                    self.param_slot(sub, "_parameters", pname, p, f"{qual}.{pname}")
-            for bname, b in sub._buffers.items():
-                if b is not None:
-                    self.param_slot(sub, "_buffers", bname, b, f"{qual}.{bname}")
+            for attr in ("_parameters", "_buffers", "__dict__"):
+                d = attrs if attr == "__dict__" else attrs[attr]
+                for key, t in d.items():
+                    if type(t) in _TENSOR_TYPES:
+                        self.param_slot(d, key, t, f"{qual}.{key}", ("module", slot, sub_name, attr))
 
-    def guard_dict(self, d, name):
-        """A snapshot of dict d: every key, its value by identity (or, for
-        primitives, by value)."""
+    def guard_dict(self, d, name, path=None):
+        """A snapshot of dict d (found by path in another process): every
+        key, its value by identity (or, for primitives, by value)."""
         keys = tuple(d.keys())
-        slot = self.spec.add(("const", d), name)
+        slot = self.spec.add(("const", d), name, path)
         self.spec.add(("dict", slot, keys, tuple(d[k] for k in keys), True), name)
         return slot
 
-    def param_slot(self, module, attr, key, tensor, name):
+    def param_slot(self, d, key, tensor, name, path):
+        """A slot loading tensor from dict d (a module's parameters, buffers or
+        attributes), for the graph to take it as an input."""
         if id(tensor) in self.tensor_slot:
             return
-        d = self.spec.add(("const", getattr(module, attr)), name)
-        slot = self.spec.add(("key", d, key), name)
+        slot = self.spec.add(("key", self.spec.add(("const", d), name, path), key), name)
         self.tensor_slot[id(tensor)] = slot
         self.tensors.append(tensor)
 
@@ -231,28 +252,58 @@ class _Trace:
                 value = cell.cell_contents
             except ValueError:
                 continue
-            if isinstance(value, _PRIMITIVES) or type(value) in _TENSOR_TYPES or isinstance(value, torch.nn.Module):
-                c = self.spec.add(("const", cell), name)
+            if isinstance(value, _PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES:
+                c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
+            else:
+                self.opaque.append(f"closure variable {name} holds a {type(value).__qualname__}")
+        self.argument_guards = len(self.spec)
 
     def guard_globals(self, used_constants):
-        """Primitive globals the traced (user) code reads, and globals holding
-        the tensors the graph took as constants."""
-        seen = set()
+        """The globals the traced (user) code loads, one snapshot per module:
+        primitives by value; functions, classes, Python modules and
+        containers by identity (a record describes them by name, code hash or
+        content); tensors the graph took as constants by identity, and
+        loaded from there. Other objects are not guarded, and keep the
+        trace out of the persistent cache."""
+        guarded, seen = {}, set()  # id(globals) -> (globals, {name: value})
         for code, globs in self.codes:
             if code.co_filename.startswith(_SKIP_GLOBALS_OF) or "<frozen" in code.co_filename:
                 continue
-            for name in code.co_names:
+            names = guarded.setdefault(id(globs), (globs, {}))[1]
+            for name in _global_loads(code):
                 if (id(globs), name) in seen or name not in globs:
                     continue
                 seen.add((id(globs), name))
                 value = globs[name]
-                tensor = type(value) in _TENSOR_TYPES and id(value) in used_constants
-                if type(value) in _PRIMITIVES or tensor:
-                    d = self.spec.add(("const", globs), f"global {name}")
-                    self.spec.add(("dict", d, (name,), (value,), False), f"global {name}")
-                    if tensor:
+                t = type(value)
+                if t in _TENSOR_TYPES:
+                    if id(value) in used_constants:
+                        names[name] = value
+                elif t in _PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED):
+                    names[name] = value
+                else:
+                    self.opaque.append(f"global {name} holds a {t.__qualname__}")
+        for globs, names in guarded.values():
+            if names:
+                d = self.spec.add(("const", globs), "globals", ("globals", globs.get("__name__")))
+                self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), "globals")
+                for name, value in names.items():
+                    if type(value) in _TENSOR_TYPES:
                         self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
+
+
+_global_names = weakref.WeakKeyDictionary()
+
+
+def _global_loads(code):
+    """The names code loads as globals (LOAD_GLOBAL, LOAD_NAME)."""
+    names = _global_names.get(code)
+    if names is None:
+        names = tuple(dict.fromkeys(i.argval for i in dis.get_instructions(code)
+                                    if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")))
+        _global_names[code] = names
+    return names
 
 
 # -- building the graph --------------------------------------------------------
@@ -375,9 +426,10 @@ class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
 
-    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single")
+    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record")
 
     def __init__(self, compiled, checks, writebacks, out_plan):
+        self.record = None  # the id of its trace record, when it has one
         self.compiled = compiled  # boxed: backend.compile_inference's result
         self.checks = checks
         self.writebacks = writebacks
@@ -441,9 +493,7 @@ class _Tracer:
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
         for (filename, line), what in trace.side_effects.items():
-            _log.warn_once(f"the {what} call at {filename}:{line} runs only while {_where(trace.fn)} is traced: "
-                           "compiled calls skip it (move it out of the jitted code, or torchneuron_jit.disable "
-                           "the function that makes it)", stacklevel=2)
+            _warn_skipped_call(trace.fn, filename, line, what)
         spec = trace.spec
         spec.add(("call", torch.is_grad_enabled, trace.grad), "grad mode")
         try:
@@ -470,18 +520,94 @@ class _Tracer:
             raise _NotCompilable("grad mode is on and tensors it uses require grad (training goes through "
                                  "torch.compile for now; wrap inference in torch.no_grad() or "
                                  "torch.inference_mode())")
+        # tensors torch.tensor(...) made in the traced code: the same values on every call
+        fresh = {id(args[0]) for func, args, _, _ in trace.recorder.ops if func is torch.ops.aten.lift_fresh.default}
         slots = []
         for t in inputs:
             slot = trace.tensor_slot.get(id(t))
             if slot is None:
-                slot = trace.spec.add(("const", t), "a tensor the traced code captured")
+                slot = trace.spec.add(("const", t), "a tensor the traced code captured",
+                                      ("value", t) if id(t) in fresh else None)
             slots.append(slot)
         with torch.no_grad():
             fgm, writebacks = _functional(gm, inputs)
         from . import backend
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
-        return (trace.spec, tuple(slots), _Runner(compiled, checks, writebacks, out_plan))
+        runner = _Runner(compiled, checks, writebacks, out_plan)
+        if _records_on():
+            runner.record = self._store(trace, fgm, slots, checks, writebacks, out_plan)
+        return (trace.spec, tuple(slots), runner)
+
+    @staticmethod
+    def _store(trace, fgm, slots, checks, writebacks, out_plan):
+        """Stores the entry's trace record, when it can be described without
+        identities; returns the record's id, or None."""
+        try:
+            key = _records.trace_key(trace.fn, trace)
+            record = _records.variant(trace, fgm, slots, checks, writebacks, out_plan)
+        except _records.Unportable as exc:
+            _log.event("cache", f"{_where(trace.fn)}: no trace record stored: {exc}")
+            return
+        except Exception as exc:  # ours: the entry stands, a later process traces again
+            _log.warn_once(f"storing the trace record of {_where(trace.fn)} failed ({type(exc).__name__}: {exc})",
+                           stacklevel=4)
+            return
+        if _records.store(key, record, config.jit_cache_limit):
+            _log.event("cache", f"{_where(trace.fn)}: trace record stored under {key.hex()}")
+        return record["id"]
+
+    def load(self, fn, args, jf):
+        """Entries for this call made from the trace records of the persistent
+        cache: each record whose guards and code hold for args and that
+        JitFunction jf does not hold already, compiled from its stored graph
+        (the lowered artifacts come from the cache too)."""
+        if not _records_on():
+            return []
+        held = {getattr(runner, "record", None) for _, runner in jf.entries()}
+        trace = _Trace(fn, args, [])
+        trace.guard_arguments()
+        try:
+            key = _records.trace_key(fn, trace)
+        except _records.Unportable:
+            return []
+        if trace.problems:
+            return []
+        entries = []
+        for v in _records.read(key):
+            if v.get("id") in held:
+                continue
+            try:
+                spec, live = _records.applies(v, fn, args)
+                runner = self._rebuild(v, [live[s] for s in v["slots"]])
+            except _records.Mismatch as exc:
+                _log.event("cache", f"{_where(fn)}: trace record {key.hex()} does not apply: {exc}")
+                continue
+            except Exception as exc:  # ours (a record this version cannot read, say): the call traces instead
+                _log.warn_once(f"rebuilding a trace record of {_where(fn)} failed, tracing instead "
+                               f"({type(exc).__name__}: {exc})", stacklevel=2)
+                continue
+            runner.record = v["id"]
+            entries.append((spec, tuple(v["slots"]), runner))
+            for filename, line, what in v["effects"]:
+                _warn_skipped_call(fn, filename, line, what)
+        # another thread may have added the same records while these compiled
+        held = {getattr(runner, "record", None) for _, runner in jf.entries()}
+        entries = [e for e in entries if e[2].record not in held]
+        if entries:
+            _C.stat_add("traces_loaded", len(entries))
+            _log.event("cache", f"{_where(fn)}: {len(entries)} traced variants from record {key.hex()}")
+        return entries
+
+    @staticmethod
+    def _rebuild(v, inputs):
+        """The runner of a stored variant: its graph compiled on inputs."""
+        from . import backend
+        with _compile_lock, torch.no_grad():
+            fgm = _records.decode_graph(v["graph"])
+            compiled = backend.compile_inference(fgm, inputs)
+        out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
+        return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan)
 
     def explain(self, fn, args, fails):
         """The nearest entry's first failing guard, in words: the entry that
@@ -498,6 +624,16 @@ class _Tracer:
         limit = config.jit_cache_limit
         _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}) "
                        f"and runs eagerly from now on; the last reason was: {reason}", stacklevel=2)
+
+
+def _warn_skipped_call(fn, filename, line, what):
+    _log.warn_once(f"the {what} call at {filename}:{line} runs only while {_where(fn)} is traced: compiled calls "
+                   "skip it (move it out of the jitted code, or torchneuron_jit.disable the function that makes "
+                   "it)", stacklevel=3)
+
+
+def _records_on():
+    return bool(config.cache and config.jit_trace_records)
 
 
 _tracer = _Tracer()
@@ -569,13 +705,15 @@ def _explain(spec, args, index):
                f"{_layout(tuple(value.shape), tuple(value.stride()))})"
     if kind == "dict":
         keys, values = inst[2], inst[3]
+
+        def label(k):
+            return f"global {k}" if name == "globals" else f"{name}.{k}"
         for k, want in zip(keys, values):
             if k not in value:
-                return f"{name}.{k}: removed" if not name.startswith("global") else f"{name}: removed"
+                return f"{label(k)}: removed"
             got = value[k]
             if got is not want and not (type(got) is type(want) and type(want) in _PRIMITIVES and got == want):
-                label = name if name.startswith("global") else f"{name}.{k}"
-                return f"{label}: {_short(want)} → {_short(got)}"
+                return f"{label(k)}: {_short(want)} → {_short(got)}"
         extra = [k for k in value if k not in keys]
         return f"{name}: new entries {extra[:3]}" if extra else f"{name}: changed"
     return f"{name}: guard {kind} failed"

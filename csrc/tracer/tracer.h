@@ -22,7 +22,13 @@
 ** scalar read from a tensor failed): the next entry is tried. An entry
 ** whose runner is None runs the frame as Python does.
 **
-** A miss evaluates the frame under the tracer (a Python object):
+** A miss first asks the tracer (a Python object) for entries made from the
+** persistent cache, once per call, while fewer than the limit are held:
+**   tracer.load(fn, args, jitfunction) -> [(spec, inputs, runner), ...]
+**       entries whose records match args and that the JitFunction does not
+**       hold yet (often none); they are added and tried before anything is
+**       traced
+** and otherwise evaluates the frame under the tracer:
 **   tracer.begin(fn, args, codes, reason) -> token
 **       before the frame runs; codes is a list the hook fills with
 **       (code, globals) of every nested frame while the frame runs

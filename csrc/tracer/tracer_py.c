@@ -253,16 +253,23 @@ static void tracer_failed(JitFunctionObject *jf, const char *what)
   Py_XDECREF(tb);
 }
 
+/* The arguments of frame f as a new tuple, or NULL. */
+static PyObject *frame_args(_PyInterpreterFrame *f)
+{
+  Py_ssize_t nargs = frame_nargs(f->f_code);
+  PyObject *args = PyTuple_New(nargs);
+  for (Py_ssize_t k = 0; args && k < nargs; k++)
+    PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
+  return args;
+}
+
 /* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
 static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_entries *cs,
                              PyObject *reason)
 {
-  Py_ssize_t nargs = frame_nargs(f->f_code);
-  PyObject *args = PyTuple_New(nargs), *codes = PyList_New(0), *token = NULL, *res = NULL;
+  PyObject *args = frame_args(f), *codes = PyList_New(0), *token = NULL, *res = NULL;
   if (!args || !codes)
     goto done;
-  for (Py_ssize_t k = 0; k < nargs; k++)
-    PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
   if (note_frame_into(codes, f) < 0)
     goto done;
   token = tracer_call(a->ac_jf, "begin", PyTuple_Pack(4, a->ac_jf->jf_fn, args, codes, reason));
@@ -298,6 +305,31 @@ done:
   return res;
 }
 
+/* Asks tracer.load for entries made from the persistent cache's trace
+** records for f's arguments and adds them while fewer than limit are held.
+** Returns how many it added (0 after a failure of the tracer: a warning). */
+static int load_entries(_PyInterpreterFrame *f, JitFunctionObject *jf, tn_entries *cs, int limit)
+{
+  int rc = 0;
+  PyObject *args = frame_args(f);
+  PyObject *loaded = args ? tracer_call(jf, "load", PyTuple_Pack(3, jf->jf_fn, args, (PyObject *)jf)) : NULL;
+  if (loaded && !PyList_Check(loaded)) {
+    PyErr_Format(PyExc_TypeError, "tracer.load returned %s, not a list", Py_TYPE(loaded)->tp_name);
+    Py_CLEAR(loaded);
+  }
+  for (Py_ssize_t k = 0; loaded && k < PyList_GET_SIZE(loaded) && cs->es_n < limit; k++) {
+    if (entries_add(cs, PyList_GET_ITEM(loaded, k)) < 0)
+      Py_CLEAR(loaded);
+    else
+      rc++;
+  }
+  if (!loaded)
+    tracer_failed(jf, "loading trace records from the persistent cache failed (the call traces instead)");
+  Py_XDECREF(loaded);
+  Py_XDECREF(args);
+  return rc;
+}
+
 /* The jit call's own frame: entries, else a trace. */
 static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a)
 {
@@ -309,6 +341,10 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
   if ((code_state && code_state->cs_disabled) || cs->es_gave_up)
     return prev_eval(ts, f, 0);
   Py_ssize_t nargs = frame_nargs(f->f_code);
+  JitFunctionObject *jf = a->ac_jf;
+  int limit = jf->jf_limit > 0 ? jf->jf_limit : (int)tn_config_int(TN_CFG_jit_cache_limit);
+  int looked_up = 0;
+retry:
   for (int i = 0; i < cs->es_n; i++) {
     tn_entry *e = &cs->es_v[i];
     Py_ssize_t n = tn_guards_nslots(e->en_gs);
@@ -341,16 +377,20 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     /* a value read from a tensor differs: the next entries may take it */
     Py_CLEAR(res);
   }
-  /* a miss */
-  JitFunctionObject *jf = a->ac_jf;
-  int limit = jf->jf_limit > 0 ? jf->jf_limit : (int)tn_config_int(TN_CFG_jit_cache_limit);
+  /* a miss: the persistent cache's trace records first, once */
+  if (!looked_up) {
+    looked_up = 1;
+    if (cs->es_n > 0)
+      tn_stat_add(TN_STAT_guard_failures, 1);
+    if (cs->es_n < limit) {
+      if (load_entries(f, jf, cs, limit) > 0)
+        goto retry;
+    }
+  }
   if (cs->es_n > 0) {
-    tn_stat_add(TN_STAT_guard_failures, 1);
-    PyObject *args = PyTuple_New(nargs);
+    PyObject *args = frame_args(f);
     if (!args)
       goto done;
-    for (Py_ssize_t k = 0; k < nargs; k++)
-      PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
     /* every entry's first failing guard, for the tracer to find the nearest */
     PyObject *fails = PyList_New(cs->es_n);
     for (int i = 0; fails && i < cs->es_n; i++) {

@@ -7,7 +7,7 @@ import pytest
 from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
-         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "jit_cache_limit", "log"]
+         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "jit_cache_limit", "jit_trace_records", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -20,12 +20,13 @@ DEFAULTS = {
     "onednn_linear": True,
     "onednn_packed_weights": False,
     "jit_cache_limit": 8,
+    "jit_trace_records": True,
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "bool",
          "gemm_fusion": "bool", "onednn_linear": "bool", "onednn_packed_weights": "bool",
-         "jit_cache_limit": "int", "log": "str"}
+         "jit_cache_limit": "int", "jit_trace_records": "bool", "log": "str"}
 
 
 def parse_default(setting):

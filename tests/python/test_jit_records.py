@@ -1,0 +1,255 @@
+"""jit's trace records: a fresh process with a warm cache runs without
+tracing; a record applies only while its guards and code hold."""
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchneuron_jit
+from torchneuron_jit import _jit, _records, cache, config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from benchmarks import models  # noqa: E402
+
+COUNTERS = ("traces", "traces_loaded", "trace_records_stored", "graphs_lowered")
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def counters():
+    st = torchneuron_jit.stats()
+    return {k: st[k] for k in COUNTERS}
+
+
+def delta(before):
+    now = counters()
+    return {k: now[k] - before[k] for k in COUNTERS}
+
+
+# -- in one process: another instance finds the first one's record ------------------------
+
+@pytest.mark.parametrize("name", ["mlp", "pointwise", "encoder2", "gpt_block", "cnn"])
+def test_second_instance_loads_the_record_with_its_own_weights(name):
+    """A record holds no identities: a second instance of the model (other
+    weights) takes the first one's record, with its own parameters."""
+    torch.backends.mha.set_fastpath_enabled(False)
+    build, make_input, shapes, _ = models.SUITE[name]
+    x = make_input(shapes[0])
+    torch.manual_seed(0)
+    a = build().eval()
+    torch.manual_seed(1)
+    b = build().eval()
+    want_a, want_b = a(x), b(x)
+    before = counters()
+    torchneuron_jit.jit(a)
+    torchneuron_jit.jit(b)
+    torch.testing.assert_close(a(x), want_a, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(b(x), want_b, rtol=1e-4, atol=1e-4)
+    d = delta(before)
+    assert (d["traces"], d["traces_loaded"], d["trace_records_stored"]) == (1, 1, 1), d
+    torch.testing.assert_close(b(x), want_b, rtol=1e-4, atol=1e-4)  # a hit now
+
+
+def _twin(x):
+    return (x * 3).tanh() + torch.tensor([0.5, -0.5, 1.0])
+
+
+def test_records_off_stores_and_loads_nothing():
+    config.jit_trace_records = False
+    before = counters()
+    f, g = torchneuron_jit.jit(_twin), torchneuron_jit.jit(_twin)
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), _twin(x))
+    torch.testing.assert_close(g(x), _twin(x))
+    d = delta(before)
+    assert d["traces"] == 2 and d["traces_loaded"] == 0 and d["trace_records_stored"] == 0
+
+
+def test_a_captured_literal_is_stored_by_value():
+    """torch.tensor([...]) in the traced code is a constant the record
+    stores; another JitFunction of the same function loads it."""
+    before = counters()
+    f, g = torchneuron_jit.jit(_twin), torchneuron_jit.jit(_twin)
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), _twin(x))
+    torch.testing.assert_close(g(x), _twin(x))
+    d = delta(before)
+    assert d["traces"] == 1 and d["traces_loaded"] == 1, d
+
+
+def test_local_functions_of_one_enclosing_function_do_not_share_records():
+    """Two closures defined in one function are found by the name of the
+    function around them; the key tells them apart by their own code."""
+    def make():
+        def inner(x):
+            return x.exp()
+
+        def outer(x):
+            return x * 2
+        return torchneuron_jit.jit(inner), torchneuron_jit.jit(outer)
+
+    inner, outer = make()
+    x = torch.randn(5)
+    torch.testing.assert_close(outer(x), x * 2)
+    torch.testing.assert_close(inner(x), x.exp())
+
+
+class _Opaque:
+    __slots__ = ("scale",)
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_an_unguarded_closure_object_keeps_the_trace_out_of_the_cache(capsys):
+    def make(obj):
+        def f(x):
+            return x * obj.scale
+        return f
+
+    config.log = "cache"
+    before = counters()
+    x = torch.randn(4)
+    torch.testing.assert_close(torchneuron_jit.jit(make(_Opaque(2.0)))(x), x * 2.0)
+    torch.testing.assert_close(torchneuron_jit.jit(make(_Opaque(3.0)))(x), x * 3.0)
+    d = delta(before)
+    assert d["traces"] == 2 and d["traces_loaded"] == 0 and d["trace_records_stored"] == 0
+    assert "no trace record stored: closure variable obj holds a _Opaque (not guarded)" in capsys.readouterr().err
+
+
+def test_a_record_that_cannot_be_rebuilt_warns_and_traces():
+    f = torchneuron_jit.jit(_twin)
+    x = torch.randn(3)
+    f(x)
+    trace = _jit._Trace(_twin, (x,), [])
+    trace.guard_arguments()
+    key = _records.trace_key(_twin, trace)
+    variants = _records.read(key)
+    assert len(variants) == 1
+    call = next(node for node in variants[0]["graph"] if node[0] == "c")
+    call[1] = "aten::no_such_op.default"
+    variants[0]["id"] = "changed"
+    assert cache.put(cache.TRACES, key, json.dumps({"format": _records.FORMAT, "variants": variants}).encode())
+    before = counters()
+    with pytest.warns(RuntimeWarning, match="rebuilding a trace record of _twin .* failed, tracing instead"):
+        torch.testing.assert_close(torchneuron_jit.jit(_twin)(x), _twin(x))
+    assert delta(before)["traces"] == 1
+
+
+def test_an_unreadable_record_is_a_miss():
+    f = torchneuron_jit.jit(_twin)
+    x = torch.randn(3)
+    trace = _jit._Trace(_twin, (x,), [])
+    trace.guard_arguments()
+    assert cache.put(cache.TRACES, _records.trace_key(_twin, trace), b"{not json")
+    before = counters()
+    torch.testing.assert_close(f(x), _twin(x))
+    assert delta(before)["traces"] == 1
+
+
+# -- fresh processes --------------------------------------------------------------------
+
+PROGRAM = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torchneuron_jit
+
+    SCALE = float(os.environ.get("SCALE", "2.0"))
+
+
+    def act(y):
+        return torch.relu(y)
+
+
+    class Gate(torch.nn.Module):
+        def forward(self, y):
+            return y * torch.sigmoid(y)
+
+
+    class Block(torch.nn.Module):
+        def __init__(self, eps):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+            self.norm = torch.nn.LayerNorm(16, eps=eps)
+            self.register_buffer("shift", torch.linspace(-1, 1, 16))
+            self.gate = Gate()
+
+        def forward(self, x):
+            y = self.norm(self.lin(x)) * SCALE + self.shift
+            return act(self.gate(y)) + torch.tensor(0.5)
+
+
+    @torchneuron_jit.jit
+    def branch(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 100
+
+
+    def main():
+        torch.manual_seed(int(os.environ.get("SEED", "0")))
+        m = Block(float(os.environ.get("EPS", "1e-5"))).eval()
+        x = torch.randn(int(os.environ.get("BATCH", "4")), 16)
+        with torch.no_grad():
+            want = m(x)
+            torchneuron_jit.jit(m)
+            got, again = m(x), m(x)
+            pos, neg = torch.ones(3), -torch.ones(3)
+            branches = [branch(pos), branch(neg), branch(pos)]
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(again, want)
+        for out, w in zip(branches, [pos * 2, neg - 100, pos * 2]):
+            torch.testing.assert_close(out, w)
+        st = torchneuron_jit.stats()
+        print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+
+
+    main()
+''')
+
+
+@pytest.fixture
+def program(tmp_path, run_python):
+    """program(env=None, source=PROGRAM) -> the counters a fresh process
+    running source (a model, and a function with a data-dependent branch)
+    reports; it checks its own results against eager."""
+    path = tmp_path / "prog.py"
+
+    def run(env=None, source=PROGRAM):
+        path.write_text(source)
+        r = run_python(str(path), ",".join(COUNTERS), env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    return run
+
+
+def test_fresh_process_with_a_warm_cache_does_not_trace(program):
+    cold = program()
+    assert cold["traces"] == 3 and cold["trace_records_stored"] == 3, cold  # the model, both branches
+    warm = program()
+    assert warm == {"traces": 0, "traces_loaded": 3, "trace_records_stored": 0, "graphs_lowered": 0}, warm
+    other_weights = program(env={"SEED": "7"})  # parameters are inputs, not part of the record
+    assert other_weights["traces"] == 0, other_weights
+
+
+def test_what_the_records_depend_on_sends_a_fresh_process_tracing(program):
+    program()
+    assert program(env={"SCALE": "3.0"})["traces"] == 1  # a global the model reads
+    assert program(env={"EPS": "1e-3"})["traces"] == 1   # an attribute of a submodule
+    assert program(env={"BATCH": "2"})["traces"] == 1    # an input's shape
+    assert program(env={"BATCH": "2"})["traces"] == 0    # ... now recorded too
+    changed = PROGRAM.replace("return torch.relu(y)", "return torch.sigmoid(y)")
+    assert program(source=changed)["traces"] == 1  # a function the model calls changed
+    changed = PROGRAM.replace("return y * torch.sigmoid(y)", "return y * torch.tanh(y)")
+    assert program(source=changed)["traces"] == 1  # a submodule's forward changed
+    assert program()["traces"] == 0  # each variant keeps its record

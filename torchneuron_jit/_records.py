@@ -1,0 +1,686 @@
+"""Trace records: jit's traced variants in the persistent cache.
+
+A traced entry holds live objects: the module dicts its guards snapshot,
+the parameters it takes as inputs, the globals dicts it reads. A record
+describes the same entry without identities, so that a fresh process can
+rebuild it without tracing:
+
+- guards by path: every object the guard program holds is named by how to
+  reach it (a submodule of an argument, a module's globals, a closure
+  cell), and every value it compares by identity is described (primitives
+  by value, containers item by item, tensors by metadata, modules by class
+  and path, classes and functions by qualified name, Python functions with
+  the hash of their code); anything else makes the variant unportable;
+- the code the trace ran, by qualified name and hash (the hash covers the
+  code nested in it), except torch's, ours and the standard library's,
+  whose versions are in the key;
+- the functional ATen graph the back end compiles, with each node's
+  tensor metadata, and what the runner does around it (value checks,
+  write-backs, how the result is rebuilt).
+
+The record's key hashes everything a lookup can compute before tracing:
+the versions and options the artifacts depend on, the function's code,
+and the argument guards (types, tensor metadata, primitive values, the
+argument modules' structure). One key holds the variants traced for it
+(globals and values read out of tensors tell them apart), newest first.
+A lookup rebuilds the guard program from live objects, checks it on the
+call's arguments, checks the code hashes, and compiles the graph, which
+finds its lowered artifact in the cache: no trace, no lowering.
+"""
+import functools
+import importlib.metadata
+import json
+import operator
+import os
+import sys
+import types
+import weakref
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx._lazy_graph_module import _LazyGraphModule
+
+from . import _C, _log, cache
+
+FORMAT = 1
+_MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
+_CPU = torch.device("cpu")
+_MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
+
+
+class Unportable(Exception):
+    """The variant holds something a record cannot describe."""
+
+
+# -- code, by name and hash ----------------------------------------------------------
+
+_STDLIB = os.path.dirname(os.__file__)
+# code whose version the key carries instead of its hash
+_VERSIONED = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+_code_hashes = weakref.WeakKeyDictionary()
+
+
+def _versioned(filename):
+    if filename.startswith("<frozen") or filename.startswith(_VERSIONED):
+        return True
+    return filename.startswith(_STDLIB + os.sep) and "-packages" + os.sep not in filename
+
+
+def code_hash(code):
+    """A hash of what code does, stable across processes: its bytecode,
+    names, flags and constants, nested code included; not its file name or
+    line numbers."""
+    h = _code_hashes.get(code)
+    if h is None:
+        out = []
+        _code_bytes(code, out)
+        h = _C.content_key(b"\0".join(out)).hex()
+        _code_hashes[code] = h
+    return h
+
+
+def _code_bytes(code, out):
+    out.append(repr((code.co_qualname, code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                     code.co_flags, code.co_names, code.co_varnames, code.co_freevars,
+                     code.co_cellvars)).encode())
+    out.append(code.co_code)
+    out.append(code.co_exceptiontable)
+    for c in code.co_consts:
+        _const_bytes(c, out)
+
+
+def _const_bytes(c, out):
+    if isinstance(c, types.CodeType):
+        out.append(b"code")
+        _code_bytes(c, out)
+    elif isinstance(c, tuple):
+        out.append(b"tuple %d" % len(c))
+        for x in c:
+            _const_bytes(x, out)
+    elif isinstance(c, frozenset):  # its order follows string hashes, which differ per process
+        out.append(b"frozenset " + repr(sorted(repr(x) for x in c)).encode())
+    else:
+        out.append(f"{type(c).__name__} {c!r}".encode())
+
+
+def _contains(outer, code):
+    if outer is code:
+        return True
+    return any(isinstance(c, types.CodeType) and _contains(c, code) for c in outer.co_consts)
+
+
+def _lookup(modname, qualname):
+    """The object qualname names in module modname (not imported here), or None."""
+    obj = sys.modules.get(modname) if isinstance(modname, str) else None
+    for part in qualname.split(".") if qualname else ():
+        d = getattr(obj, "__dict__", None)
+        if isinstance(d, (dict, types.MappingProxyType)) and part in d:
+            obj = d[part]
+        else:
+            obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _functions(obj):
+    """The Python functions obj may stand for: itself, what jit, staticmethod,
+    classmethod and property wrap, and the __wrapped__ chain of decorators."""
+    found = []
+    for _ in range(16):
+        if isinstance(obj, _C.JitFunction):
+            obj = obj.fn
+        elif isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        elif isinstance(obj, property):
+            obj = obj.fget
+        elif isinstance(obj, types.MethodType):
+            obj = obj.__func__
+        if isinstance(obj, types.FunctionType):
+            found.append(obj)
+        obj = getattr(obj, "__wrapped__", None)
+        if obj is None:
+            break
+    return found
+
+
+def code_ref(code, globs):
+    """[module, qualified name, hash] of the function that holds code: the
+    function itself, or the one it is nested in (a closure, a
+    comprehension, a class defined in a function)."""
+    modname = globs.get("__name__")
+    mod = sys.modules.get(modname) if isinstance(modname, str) else None
+    if mod is None or getattr(mod, "__dict__", None) is not globs:
+        raise Unportable(f"{code.co_qualname} runs in globals that no imported module holds")
+    parts = code.co_qualname.split(".")
+    if "<locals>" in parts:
+        parts = parts[:parts.index("<locals>")]
+    qualname = ".".join(parts)
+    if not parts or parts[0].startswith("<"):
+        raise Unportable(f"{code.co_qualname} ({code.co_filename}) cannot be found by name")
+    for fn in _functions(_lookup(modname, qualname)):
+        if _contains(fn.__code__, code):
+            return ["code", modname, qualname, code_hash(fn.__code__)]
+    raise Unportable(f"{modname}.{qualname} is not the function whose code ran ({code.co_filename}:"
+                     f"{code.co_firstlineno})")
+
+
+def code_matches(ref):
+    """Whether the function ref names is loaded and holds the code it
+    hashed, or the installed distribution is still of that version."""
+    if ref[0] == "dist":
+        return _dist_version(ref[1]) == ref[2]
+    modname, qualname, h = ref[1:]
+    return any(code_hash(fn.__code__) == h for fn in _functions(_lookup(modname, qualname)))
+
+
+@functools.lru_cache(maxsize=None)
+def _dist_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def _installed(globs):
+    """["dist", name, version] when globs are a module's of an installed
+    distribution (in site-packages, under its top-level name), else None:
+    such code is identified by the distribution's version, as torch's is,
+    not hashed function by function (libraries generate code, dataclass
+    methods among it, that no name finds)."""
+    modname = globs.get("__name__")
+    filename = globs.get("__file__")
+    if not isinstance(modname, str) or not isinstance(filename, str) or \
+            not any(part in filename for part in (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)):
+        return None
+    top = modname.split(".")[0]
+    version = _dist_version(top)
+    return ["dist", top, version] if version else None
+
+
+# -- values, described without identities ------------------------------------------
+
+def _type_ref(t):
+    ref = [t.__module__, t.__qualname__]
+    if _lookup(*ref) is not t:
+        raise Unportable(f"the type {t.__qualname__} cannot be found by name")
+    return ref
+
+
+def _name_ref(obj):
+    """[module, qualname] of a class, a builtin, a Python module or a function."""
+    if isinstance(obj, types.ModuleType):
+        return [obj.__name__, ""]
+    modname, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not isinstance(modname, str) or not isinstance(qualname, str) or _lookup(modname, qualname) is not obj:
+        raise Unportable(f"{obj!r} cannot be found by name")
+    return [modname, qualname]
+
+
+def _name_ref_or_none(obj):
+    try:
+        return _name_ref(obj)
+    except Unportable:
+        return [None, None]
+
+
+class _Describer:
+    """Describes the values a trace's guards compare by identity."""
+
+    def __init__(self, module_paths):
+        self.module_paths = module_paths  # id(module) -> (root slot, its path below that module)
+        self.depth = 0  # objects described by their attributes, nested
+
+    def value(self, v):
+        t = type(v)
+        if v is None or t in (bool, int, float, str):
+            return ["p", v]
+        if t is torch.dtype:
+            return ["dtype", str(v).removeprefix("torch.")]
+        if t is torch.device:
+            return ["device", str(v)]
+        if t in (tuple, list, torch.Size):
+            return ["seq", t.__name__, [self.value(x) for x in v]]
+        if t in (set, frozenset):
+            return ["seq", t.__name__, sorted((self.value(x) for x in v), key=json.dumps)]
+        if isinstance(v, dict) and t.__module__ in ("builtins", "collections"):
+            if any(type(k) not in (str, int) for k in v):
+                raise Unportable("a guarded dict has keys other than strings and ints")
+            return ["map", _type_ref(t), [[k, self.value(x)] for k, x in v.items()]]
+        if isinstance(v, torch.nn.Module):
+            path = self.module_paths.get(id(v))
+            if path is None:
+                raise Unportable(f"a {t.__name__} module outside the guarded modules is held")
+            return ["mod", _type_ref(t), path[0], path[1]]
+        if isinstance(v, torch.Tensor):
+            if t not in (torch.Tensor, torch.nn.Parameter) or not v.is_cpu or v.layout != torch.strided:
+                raise Unportable(f"a {t.__name__} on {v.device} is held")
+            return ["tensor", _type_ref(t), str(v.dtype).removeprefix("torch."), list(v.shape),
+                    list(v.stride()), bool(v.requires_grad)]
+        if isinstance(v, types.FunctionType):
+            ref = _name_ref(v)
+            if _versioned(v.__code__.co_filename):
+                return ["obj", ref]
+            return ["fn", ref, code_hash(v.__code__)]
+        if isinstance(v, types.MethodType):  # a jitted module's forward, among others
+            return ["method", self.value(v.__self__), self.value(v.__func__)]
+        if t is _C.JitFunction and _lookup(*_name_ref_or_none(v)) is not v:  # jit made it, not a decorator
+            return ["jit", self.value(v.fn)]
+        if isinstance(v, (type, types.BuiltinFunctionType, types.ModuleType, _C.JitFunction)):
+            return ["obj", _name_ref(v)]
+        attrs = getattr(v, "__dict__", None)
+        if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH:  # a config object, say: by its attributes
+            self.depth += 1
+            try:
+                return ["object", _type_ref(t), [[k, self.value(x)] for k, x in attrs.items()]]
+            finally:
+                self.depth -= 1
+        raise Unportable(f"a {t.__qualname__} object is held by identity")
+
+
+def _matches(desc, v, live):
+    """Whether live value v fits description desc (live: the slots loaded so far)."""
+    kind = desc[0]
+    if kind == "p":
+        want = desc[1]
+        return type(v) is type(want) and (v == want or (v != v and want != want))
+    if kind == "dtype":
+        return v is getattr(torch, desc[1], None)
+    if kind == "device":
+        return type(v) is torch.device and str(v) == desc[1]
+    if kind == "seq":
+        if type(v).__name__ != desc[1] or type(v) not in (tuple, list, torch.Size, set, frozenset) \
+                or len(v) != len(desc[2]):
+            return False
+        items = sorted(v, key=lambda x: json.dumps(_PLAIN.value(x))) if desc[1].endswith("set") else v
+        return all(_matches(d, x, live) for d, x in zip(desc[2], items))
+    if kind == "map":
+        return type(v) is _lookup(*desc[1]) and len(v) == len(desc[2]) and \
+            all(k in v and _matches(d, v[k], live) for k, d in desc[2])
+    if kind == "mod":
+        return type(v) is _lookup(*desc[1]) and v is _submodule(live[desc[2]], desc[3])
+    if kind == "tensor":
+        return type(v) is _lookup(*desc[1]) and v.is_cpu and v.layout == torch.strided and \
+            str(v.dtype) == "torch." + desc[2] and list(v.shape) == desc[3] and list(v.stride()) == desc[4] and \
+            v.requires_grad == desc[5]
+    if kind == "object":
+        attrs = getattr(v, "__dict__", None)
+        return type(v) is _lookup(*desc[1]) and type(attrs) is dict and len(attrs) == len(desc[2]) and \
+            all(k in attrs and _matches(d, attrs[k], live) for k, d in desc[2])
+    if kind == "method":
+        return type(v) is types.MethodType and _matches(desc[1], v.__self__, live) and \
+            _matches(desc[2], v.__func__, live)
+    if kind == "jit":
+        return type(v) is _C.JitFunction and _matches(desc[1], v.fn, live)
+    if kind == "obj":
+        return v is _lookup(*desc[1])
+    if kind == "fn":
+        return v is _lookup(*desc[1]) and isinstance(v, types.FunctionType) and code_hash(v.__code__) == desc[2]
+    return False
+
+
+_PLAIN = _Describer({})  # sets hold no modules
+
+
+def _submodule(root, path):
+    return root.get_submodule(path) if path else root
+
+
+# -- guard programs, by path ---------------------------------------------------------
+
+def portable_spec(trace, upto=None):
+    """The trace's guard program (the first upto instructions) with every
+    held object replaced by its path or description."""
+    if trace.opaque:
+        raise Unportable(f"{trace.opaque[0]} (not guarded)")
+    spec, out = trace.spec, []
+    describe = _Describer(trace.module_paths)
+    for slot, inst in enumerate(spec[:upto]):
+        kind = inst[0]
+        if kind in ("arg", "item", "key", "cell", "len"):
+            out.append(list(inst))
+        elif kind == "const":
+            out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])
+        elif kind == "type":
+            out.append(["type", inst[1], _type_ref(inst[2])])
+        elif kind in ("is", "eq"):
+            out.append([kind, inst[1], describe.value(inst[2])])
+        elif kind == "tensor":
+            out.append(["tensor", inst[1], str(inst[2]).removeprefix("torch."), list(inst[3]), list(inst[4]),
+                        inst[5]])
+        elif kind == "dict":
+            if any(type(k) not in (str, int) for k in inst[2]):
+                raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
+            out.append(["dict", inst[1], list(inst[2]), [describe.value(v) for v in inst[3]], inst[4]])
+        elif kind == "call" and inst[1] is torch.is_grad_enabled:
+            out.append(["grad", inst[2]])
+        else:
+            raise Unportable(f"guard {kind} of {spec.names[slot]}")
+    return out
+
+
+def _portable_path(path, held, name):
+    """The path of a held object as stored: a captured tensor by value; a
+    module's globals checked to be what the name finds."""
+    if path is None:
+        raise Unportable(f"{name} is held by identity")
+    if path[0] == "value":
+        t = path[1]
+        if t.numel() > _MAX_CONST_NUMEL or t.is_complex() or not t.is_cpu or t.layout != torch.strided:
+            raise Unportable(f"{name} is a tensor too large to store by value")
+        return ["value", str(t.dtype).removeprefix("torch."), list(t.shape), list(t.stride()),
+                t.reshape(-1).tolist()]
+    if path[0] in ("global", "globals") and _resolve(path, None, ()) is not held:
+        raise Unportable(f"{name} is not what its name finds")
+    return list(path)
+
+
+class Mismatch(Exception):
+    """A record's guards do not hold for this call (the reason, in words)."""
+
+
+def _resolve(path, fn, live):
+    kind = path[0]
+    if kind == "module":
+        _, slot, sub, attr = path
+        d = _submodule(live[slot], sub).__dict__
+        return d if attr == "__dict__" else d[attr]
+    if kind in ("global", "globals"):
+        d = sys.modules[path[1]].__dict__
+        return d[path[2]] if kind == "global" else d
+    if kind == "closure":
+        return fn.__closure__[path[1]]
+    if kind == "value":
+        _, dtype, sizes, strides, data = path
+        t = torch.empty_strided(sizes, strides, dtype=getattr(torch, dtype))
+        return t.copy_(torch.tensor(data, dtype=t.dtype).reshape(sizes))
+    raise ValueError(f"unknown path {kind}")
+
+
+def live_spec(pspec, names, fn, args):
+    """The guard program of a record rebuilt on live objects, and the value of
+    each slot for args. Raises Mismatch (the reason) when it does not hold."""
+    from ._jit import Spec, _explain
+    spec, live = Spec(), []
+    for inst, name in zip(pspec, names):
+        kind = inst[0]
+        value = None
+        try:
+            if kind == "arg":
+                value = args[inst[1]]
+            elif kind == "item":
+                value = live[inst[1]][inst[2]]
+            elif kind == "key":
+                value = live[inst[1]][inst[2]]
+            elif kind == "cell":
+                value = live[inst[1]].cell_contents
+            elif kind == "const":
+                value = _resolve(inst[1], fn, live)
+                inst = ("const", value)
+            elif kind == "type":
+                t = _lookup(*inst[2])
+                if not isinstance(t, type):
+                    raise Mismatch(f"{name}: the type {'.'.join(inst[2])} is not loaded")
+                inst = ("type", inst[1], t)
+            elif kind in ("is", "eq"):
+                got = live[inst[1]]
+                if not _matches(inst[2], got, live):
+                    raise Mismatch(f"{name}: differs from the record")
+                inst = (kind, inst[1], got)
+            elif kind == "tensor":
+                inst = ("tensor", inst[1], getattr(torch, inst[2]), tuple(inst[3]), tuple(inst[4]), inst[5])
+            elif kind == "dict":
+                d = live[inst[1]]
+                values = []
+                for k, desc in zip(inst[2], inst[3]):
+                    if k not in d or not _matches(desc, d[k], live):
+                        raise Mismatch(f"{name}[{k!r}]: differs from the record")
+                    values.append(d[k])
+                inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
+            elif kind == "grad":
+                inst = ("call", torch.is_grad_enabled, inst[1])
+        except (LookupError, AttributeError, TypeError, ValueError) as exc:
+            raise Mismatch(f"{name}: {type(exc).__name__}: {exc}") from None
+        spec.add(tuple(inst), name)
+        live.append(value)
+    failed = _C.GuardSet(list(spec)).check(*args)
+    if failed >= 0:
+        raise Mismatch(_explain(spec, args, failed))
+    return spec, live
+
+
+# -- graphs ---------------------------------------------------------------------
+
+def _target_name(target):
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target._schema.name}.{target._overloadname}"
+    if getattr(operator, getattr(target, "__name__", ""), None) is target:
+        return f"operator.{target.__name__}"
+    raise Unportable(f"the graph calls {target!r}")
+
+
+def _target(name):
+    if name.startswith("operator."):
+        return getattr(operator, name.split(".", 1)[1])
+    ns, rest = name.split("::", 1)
+    op, overload = rest.rsplit(".", 1)
+    return getattr(getattr(getattr(torch.ops, ns), op), overload)
+
+
+_ENUMS = {"dtype": torch.dtype, "layout": torch.layout, "mf": torch.memory_format}
+
+
+def _encode_arg(a, index):
+    if isinstance(a, torch.fx.Node):
+        return {"n": index[a]}
+    if a is None or type(a) in (bool, int, float, str):
+        return a
+    if isinstance(a, tuple):
+        return {"t": [_encode_arg(x, index) for x in a]}
+    if isinstance(a, list):
+        return [_encode_arg(x, index) for x in a]
+    for tag, t in _ENUMS.items():
+        if type(a) is t:
+            return {tag: str(a).removeprefix("torch.")}
+    if type(a) is torch.device:
+        return {"device": str(a)}
+    raise Unportable(f"the graph holds a {type(a).__name__} argument")
+
+
+def _decode_arg(a, nodes):
+    if isinstance(a, list):
+        return [_decode_arg(x, nodes) for x in a]
+    if isinstance(a, dict):
+        (tag, v), = a.items()
+        if tag == "n":
+            return nodes[v]
+        if tag == "t":
+            return tuple(_decode_arg(x, nodes) for x in v)
+        if tag == "device":
+            return torch.device(v)
+        return getattr(torch, v)
+    return a
+
+
+def _encode_val(v):
+    if isinstance(v, torch.Tensor):
+        dims = (*v.shape, *v.stride(), v.storage_offset())
+        if not all(isinstance(d, int) for d in dims):
+            raise Unportable("the graph has symbolic sizes")
+        return ["T", str(v.dtype).removeprefix("torch."), list(v.shape), list(v.stride()), v.storage_offset()]
+    if isinstance(v, (list, tuple)):
+        return ["L" if isinstance(v, list) else "U", [_encode_val(x) for x in v]]
+    if v is None or type(v) in (bool, int, float):
+        return ["S", v]
+    raise Unportable(f"a graph value is a {type(v).__name__}")
+
+
+def _decode_val(v, mode):
+    tag = v[0]
+    if tag == "T":
+        # a fake tensor made straight from a meta tensor: ~10 us, where an
+        # empty_strided under the fake mode takes ~60
+        _, dtype, sizes, strides, offset = v
+        dtype = getattr(torch, dtype)
+        if offset:
+            extent = 1 + offset + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
+            meta = torch.empty(extent, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
+        else:
+            meta = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
+        return FakeTensor(mode, meta, _CPU)
+    if tag in ("L", "U"):
+        items = [_decode_val(x, mode) for x in v[1]]
+        return items if tag == "L" else tuple(items)
+    return v[1]
+
+
+def encode_graph(gm):
+    """The functional ATen graph gm as JSON-able lists, each node with its
+    value's metadata."""
+    index, nodes = {}, []
+    for node in gm.graph.nodes:
+        index[node] = len(nodes)
+        if node.op == "placeholder":
+            item = ["p"]
+        elif node.op == "call_function":
+            item = ["c", _target_name(node.target), _encode_arg(tuple(node.args), index),
+                    {k: _encode_arg(v, index) for k, v in node.kwargs.items()}]
+        elif node.op == "output":
+            item = ["o", _encode_arg(node.args[0], index)]
+        else:
+            raise Unportable(f"the graph has a {node.op} node")
+        item.append(_encode_val(node.meta.get("val")) if node.op != "output" else None)
+        nodes.append(item)
+    return nodes
+
+
+def decode_graph(nodes):
+    """A GraphModule from encode_graph's lists, its values fake tensors. Its
+    Python code is generated on first use: the back end compiles a copy,
+    and this one runs only if the compiled graph fails."""
+    graph = torch.fx.Graph()
+    mode = FakeTensorMode()
+    made, placeholders = [], 0
+    for item in nodes:
+        op = item[0]
+        if op == "p":
+            node = graph.placeholder(f"in{placeholders}")
+            placeholders += 1
+        elif op == "c":
+            node = graph.call_function(_target(item[1]), _decode_arg(item[2], made),
+                                       {k: _decode_arg(v, made) for k, v in item[3].items()})
+        else:
+            node = graph.output(_decode_arg(item[1], made))
+        if op != "o":
+            node.meta["val"] = _decode_val(item[-1], mode)
+        made.append(node)
+    graph.lint()
+    return _LazyGraphModule({}, graph)
+
+
+# -- result structures -----------------------------------------------------------------
+
+def _encode_context(c):
+    if c is None or type(c) in (bool, int, float, str):
+        return c
+    if isinstance(c, (list, tuple)):
+        return {"list" if isinstance(c, list) else "tuple": [_encode_context(x) for x in c]}
+    if isinstance(c, type):
+        return {"type": _type_ref(c)}
+    raise Unportable(f"the result's structure holds a {type(c).__name__}")
+
+
+def _decode_context(c):
+    if isinstance(c, dict):
+        (tag, v), = c.items()
+        if tag == "type":
+            return _lookup(*v)
+        items = [_decode_context(x) for x in v]
+        return items if tag == "list" else tuple(items)
+    return c
+
+
+def encode_treespec(spec):
+    if spec.is_leaf():
+        return None
+    return [_name_ref(spec.type), _encode_context(spec.context), [encode_treespec(c) for c in spec.children()]]
+
+
+def decode_treespec(e):
+    if e is None:
+        return pytree.treespec_leaf()
+    typ = _lookup(*e[0])
+    return pytree.TreeSpec(typ, _decode_context(e[1]), [decode_treespec(c) for c in e[2]])
+
+
+# -- store and load ----------------------------------------------------------------
+
+def trace_key(fn, trace):
+    """The record key of a call: versions and options, fn's code, and its
+    argument guards (trace after guard_arguments)."""
+    from .backend import _key_context
+    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), trace.grad,
+            portable_spec(trace, trace.argument_guards)]
+    return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
+
+
+def read(key):
+    """The variants stored under key, newest first ([] when none or unreadable)."""
+    payload = cache.get(cache.TRACES, key)
+    if payload is None:
+        return []
+    try:
+        record = json.loads(payload)
+        return record["variants"] if record.get("format") == FORMAT else []
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def variant(trace, fgm, slots, checks, writebacks, out_plan):
+    """The record of one traced entry (raises Unportable)."""
+    codes = []
+    for code, globs in trace.codes:
+        if not _versioned(code.co_filename):
+            ref = _installed(globs) or code_ref(code, globs)
+            if ref not in codes:
+                codes.append(ref)
+    treespec, plan = out_plan
+    encoded_spec = encode_treespec(treespec)
+    if decode_treespec(encoded_spec) != treespec:
+        raise Unportable("the result's structure does not survive its description")
+    for p in plan:
+        if p[0] == "const" and not (p[1] is None or type(p[1]) in (bool, int, float, str)):
+            raise Unportable(f"the result holds a {type(p[1]).__name__}")
+    for _, value in checks:
+        if type(value) not in (bool, int, float):
+            raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
+    record = {"spec": portable_spec(trace), "names": list(trace.spec.names), "slots": list(slots),
+              "codes": codes, "graph": encode_graph(fgm), "checks": [list(c) for c in checks],
+              "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
+              "plan": [list(p) for p in plan],
+              "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
+    record["id"] = _C.content_key(json.dumps(record).encode()).hex()
+    return record
+
+
+def store(key, record, limit):
+    """Adds variant record under key, newest first, keeping limit of them;
+    returns whether it was stored."""
+    variants = [record] + [v for v in read(key) if v.get("id") != record["id"]][:max(0, limit - 1)]
+    if cache.put(cache.TRACES, key, json.dumps({"format": FORMAT, "variants": variants}).encode()):
+        _C.stat_add("trace_records_stored")
+        return True
+    return False
+
+
+def applies(v, fn, args):
+    """The live guard program of variant v and the value of each of its
+    slots for fn's call on args; raises Mismatch when v's guards or code
+    do not hold."""
+    spec, live = live_spec(v["spec"], v["names"], fn, args)
+    for ref in v["codes"]:
+        if not code_matches(ref):
+            what = f"{ref[1]} {ref[2]}" if ref[0] == "dist" else f"the code of {ref[1]}.{ref[2]}"
+            raise Mismatch(f"{what} changed since the record was made")
+    return spec, live
