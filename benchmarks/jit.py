@@ -10,7 +10,8 @@ graph module forward, no guards), jit (frame hook, C guards, runner,
 graph), torch.compile(backend="neuron") (Dynamo's guards and wrappers);
 rounds interleave the four, medians of per-call means. First calls: the
 demo model (encoder2 at batch 4 x 64) through benchmarks/startup.py, eager
-first call against jit's (a trace, and lowering when the cache is cold).
+first call against jit's (cold: a trace and lowering; warm: the trace
+record and the lowered artifact from the cache, no trace).
 With --models, per-call medians of eager, jit and Dynamo's door on the
 suite's BERT, GPT-2, encoder2 and MLP at batch 1 x 128 (7 interleaved
 rounds; BERT and GPT-2 need the benchmark extras: make bench installs them).
@@ -107,8 +108,8 @@ def main(argv=None):
     for label, r in first_calls().items():
         st = r["neuron_stats"]
         print(f"first call, {label} cache: eager {r['eager_first_call_s'] * 1e3:.1f} ms, jit "
-              f"{r['first_call_s'] * 1e3:.1f} ms (traces {st['traces']}, lowered {st['graphs_lowered']}, "
-              f"cache hits {st['cache_hits']})")
+              f"{r['first_call_s'] * 1e3:.1f} ms (traces {st['traces']}, from trace records "
+              f"{st['traces_loaded']}, lowered {st['graphs_lowered']}, artifact cache hits {st['cache_hits']})")
     if args.models:
         models()
 

@@ -41,12 +41,13 @@ import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from . import _C, _log, cache
+from . import _C, cache
 
 FORMAT = 1
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
+_MAX_DESCRIBED = 20000  # values a record describes at most (a vocabulary in a guarded object is too many)
 
 
 class Unportable(Exception):
@@ -218,21 +219,18 @@ def _name_ref(obj):
     return [modname, qualname]
 
 
-def _name_ref_or_none(obj):
-    try:
-        return _name_ref(obj)
-    except Unportable:
-        return [None, None]
-
-
 class _Describer:
     """Describes the values a trace's guards compare by identity."""
 
     def __init__(self, module_paths):
         self.module_paths = module_paths  # id(module) -> (root slot, its path below that module)
         self.depth = 0  # objects described by their attributes, nested
+        self.budget = _MAX_DESCRIBED  # values left to describe
 
     def value(self, v):
+        self.budget -= 1
+        if self.budget < 0:
+            raise Unportable(f"the guards hold more than {_MAX_DESCRIBED} values")
         t = type(v)
         if v is None or t in (bool, int, float, str):
             return ["p", v]
@@ -265,9 +263,12 @@ class _Describer:
             return ["fn", ref, code_hash(v.__code__)]
         if isinstance(v, types.MethodType):  # a jitted module's forward, among others
             return ["method", self.value(v.__self__), self.value(v.__func__)]
-        if t is _C.JitFunction and _lookup(*_name_ref_or_none(v)) is not v:  # jit made it, not a decorator
-            return ["jit", self.value(v.fn)]
-        if isinstance(v, (type, types.BuiltinFunctionType, types.ModuleType, _C.JitFunction)):
+        if t is _C.JitFunction:
+            try:
+                return ["obj", _name_ref(v)]  # @jit at module level
+            except Unportable:
+                return ["jit", self.value(v.fn)]  # jit(module) made it
+        if isinstance(v, (type, types.BuiltinFunctionType, types.ModuleType)):
             return ["obj", _name_ref(v)]
         attrs = getattr(v, "__dict__", None)
         if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH:  # a config object, say: by its attributes
@@ -293,7 +294,10 @@ def _matches(desc, v, live):
         if type(v).__name__ != desc[1] or type(v) not in (tuple, list, torch.Size, set, frozenset) \
                 or len(v) != len(desc[2]):
             return False
-        items = sorted(v, key=lambda x: json.dumps(_PLAIN.value(x))) if desc[1].endswith("set") else v
+        try:
+            items = sorted(v, key=lambda x: json.dumps(_Describer({}).value(x))) if desc[1].endswith("set") else v
+        except Unportable:
+            return False
         return all(_matches(d, x, live) for d, x in zip(desc[2], items))
     if kind == "map":
         return type(v) is _lookup(*desc[1]) and len(v) == len(desc[2]) and \
@@ -318,9 +322,6 @@ def _matches(desc, v, live):
     if kind == "fn":
         return v is _lookup(*desc[1]) and isinstance(v, types.FunctionType) and code_hash(v.__code__) == desc[2]
     return False
-
-
-_PLAIN = _Describer({})  # sets hold no modules
 
 
 def _submodule(root, path):
@@ -368,11 +369,16 @@ def _portable_path(path, held, name):
     if path[0] == "value":
         t = path[1]
         if t.numel() > _MAX_CONST_NUMEL or t.is_complex() or not t.is_cpu or t.layout != torch.strided:
-            raise Unportable(f"{name} is a tensor too large to store by value")
+            raise Unportable(f"{name} is not a real dense CPU tensor of at most {_MAX_CONST_NUMEL} elements")
         return ["value", str(t.dtype).removeprefix("torch."), list(t.shape), list(t.stride()),
                 t.reshape(-1).tolist()]
-    if path[0] in ("global", "globals") and _resolve(path, None, ()) is not held:
-        raise Unportable(f"{name} is not what its name finds")
+    if path[0] in ("global", "globals"):
+        try:
+            found = _resolve(path, None, ())
+        except (KeyError, TypeError):
+            found = None
+        if found is not held:
+            raise Unportable(f"{name} is not what its name finds")
     return list(path)
 
 

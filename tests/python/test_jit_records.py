@@ -63,26 +63,26 @@ def _twin(x):
     return (x * 3).tanh() + torch.tensor([0.5, -0.5, 1.0])
 
 
-def test_records_off_stores_and_loads_nothing():
-    config.jit_trace_records = False
+def _two_jitted_twins():
+    """Calls _twin through two JitFunctions; the counters' change."""
     before = counters()
     f, g = torchneuron_jit.jit(_twin), torchneuron_jit.jit(_twin)
     x = torch.randn(3)
     torch.testing.assert_close(f(x), _twin(x))
     torch.testing.assert_close(g(x), _twin(x))
-    d = delta(before)
+    return delta(before)
+
+
+def test_records_off_stores_and_loads_nothing():
+    config.jit_trace_records = False
+    d = _two_jitted_twins()
     assert d["traces"] == 2 and d["traces_loaded"] == 0 and d["trace_records_stored"] == 0
 
 
 def test_a_captured_literal_is_stored_by_value():
     """torch.tensor([...]) in the traced code is a constant the record
     stores; another JitFunction of the same function loads it."""
-    before = counters()
-    f, g = torchneuron_jit.jit(_twin), torchneuron_jit.jit(_twin)
-    x = torch.randn(3)
-    torch.testing.assert_close(f(x), _twin(x))
-    torch.testing.assert_close(g(x), _twin(x))
-    d = delta(before)
+    d = _two_jitted_twins()
     assert d["traces"] == 1 and d["traces_loaded"] == 1, d
 
 
