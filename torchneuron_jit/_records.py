@@ -404,6 +404,13 @@ def _resolve(path, fn, live):
     raise ValueError(f"unknown path {kind}")
 
 
+def _change(desc, v):
+    """How live value v differs from description desc, in words."""
+    if desc[0] == "p":
+        return f"{desc[1]!r} → {v!r}"
+    return f"a {type(v).__name__} unlike the record's"
+
+
 def live_spec(pspec, names, fn, args):
     """The guard program of a record rebuilt on live objects, and the value of
     each slot for args. Raises Mismatch (the reason) when it does not hold."""
@@ -432,7 +439,7 @@ def live_spec(pspec, names, fn, args):
             elif kind in ("is", "eq"):
                 got = live[inst[1]]
                 if not _matches(inst[2], got, live):
-                    raise Mismatch(f"{name}: differs from the record")
+                    raise Mismatch(f"{name}: {_change(inst[2], got)}")
                 inst = (kind, inst[1], got)
             elif kind == "tensor":
                 inst = ("tensor", inst[1], getattr(torch, inst[2]), tuple(inst[3]), tuple(inst[4]), inst[5])
@@ -441,7 +448,8 @@ def live_spec(pspec, names, fn, args):
                 values = []
                 for k, desc in zip(inst[2], inst[3]):
                     if k not in d or not _matches(desc, d[k], live):
-                        raise Mismatch(f"{name}[{k!r}]: differs from the record")
+                        label = f"global {k}" if name == "globals" else f"{name}.{k}"
+                        raise Mismatch(f"{label}: {'missing' if k not in d else _change(desc, d[k])}")
                     values.append(d[k])
                 inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
             elif kind == "grad":

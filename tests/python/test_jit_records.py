@@ -103,6 +103,28 @@ def test_local_functions_of_one_enclosing_function_do_not_share_records():
     torch.testing.assert_close(inner(x), x.exp())
 
 
+FLAG = 2.0
+
+
+def _reads_flag(x):
+    return x * FLAG
+
+
+def test_a_record_whose_global_differs_says_so_and_traces(capsys):
+    global FLAG
+    x = torch.randn(4)
+    torch.testing.assert_close(torchneuron_jit.jit(_reads_flag)(x), x * 2.0)
+    config.log = "cache"
+    FLAG = 3.0
+    try:
+        before = counters()
+        torch.testing.assert_close(torchneuron_jit.jit(_reads_flag)(x), x * 3.0)
+        assert delta(before)["traces"] == 1
+    finally:
+        FLAG = 2.0
+    assert "does not apply: global FLAG: 2.0 → 3.0" in capsys.readouterr().err
+
+
 class _Opaque:
     __slots__ = ("scale",)
 
