@@ -37,7 +37,6 @@ that runs eagerly, with one warning naming the reason.
 import dis
 import functools
 import operator
-import os
 import sys
 import threading
 import types
@@ -56,9 +55,6 @@ _CONTAINERS = (tuple, list, dict, set, frozenset)
 # held by identity: what a record finds again by name
 _NAMED = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType, _C.JitFunction)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-# code whose globals are not guarded (torch's, ours, the standard library's)
-_SKIP_GLOBALS_OF = tuple({os.path.dirname(torch.__file__), os.path.dirname(__file__),
-                          os.path.dirname(functools.__file__)})
 
 
 class Spec(list):
@@ -131,6 +127,7 @@ class _Trace:
         self.grad = torch.is_grad_enabled()
         self.recorder = _Recorder()
         self.modules_seen = set()  # ids of the modules guard_module has guarded
+        self.classes_seen = set()  # the classes guard_class has guarded
         self.module_paths = {}  # id(module) -> (slot of the module it was reached from, path below that)
         self.argument_guards = 0  # instructions guard_arguments wrote (the record key's part)
         self.opaque = []  # what the guards leave out and a record cannot describe, in words
@@ -148,7 +145,7 @@ class _Trace:
         else:
             return
         filename = caller.f_code.co_filename
-        if caller.f_code not in _LOGGING_CODES and not filename.startswith(_SKIP_GLOBALS_OF):
+        if caller.f_code not in _LOGGING_CODES and not _records.library_code(filename):
             self.side_effects.setdefault((filename, caller.f_lineno), "print" if caller is frame else "logging")
 
     # -- guards on arguments ---------------------------------------------------
@@ -208,6 +205,7 @@ class _Trace:
                 continue
             self.modules_seen.add(id(sub))
             self.module_paths[id(sub)] = (slot, sub_name)
+            self.guard_classes(type(sub))
             attrs = sub.__dict__
             self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
             for attr in ("_parameters", "_buffers", "_modules"):
@@ -223,6 +221,16 @@ class _Trace:
                 for key, t in d.items():
                     if type(t) in _TENSOR_TYPES:
                         self.param_slot(d, key, t, f"{qual}.{key}", ("module", slot, sub_name, attr))
+
+    def guard_classes(self, cls):
+        """Snapshots of the dicts of cls and its bases (but object): a method
+        or class attribute replaced after the trace is a miss. A tool that
+        patches a class for a while (make_fx patches nn.Module) costs one
+        full comparison once it has put the attribute back."""
+        for c in cls.__mro__[:-1]:
+            if c not in self.classes_seen and not _records.library_code(_defined_in(c)):
+                self.classes_seen.add(c)
+                self.guard_dict(_C.class_dict(c), f"class {c.__qualname__}", ("classdict", c))
 
     def guard_dict(self, d, name, path=None):
         """A snapshot of dict d (found by path in another process): every
@@ -268,7 +276,7 @@ class _Trace:
         trace out of the persistent cache."""
         guarded, seen = {}, set()  # id(globals) -> (globals, {name: value})
         for code, globs in self.codes:
-            if code.co_filename.startswith(_SKIP_GLOBALS_OF) or "<frozen" in code.co_filename:
+            if _records.library_code(code.co_filename):
                 continue
             names = guarded.setdefault(id(globs), (globs, {}))[1]
             for name in _global_loads(code):
@@ -291,6 +299,11 @@ class _Trace:
                 for name, value in names.items():
                     if type(value) in _TENSOR_TYPES:
                         self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
+
+
+def _defined_in(cls):
+    """The file of the module that defined cls ("" when it has none)."""
+    return getattr(sys.modules.get(cls.__module__), "__file__", None) or ""
 
 
 _global_names = weakref.WeakKeyDictionary()

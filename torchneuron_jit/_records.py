@@ -63,9 +63,23 @@ _code_hashes = weakref.WeakKeyDictionary()
 
 
 def _versioned(filename):
+    """Code of torch, of this package or of the standard library."""
     if filename.startswith("<frozen") or filename.startswith(_VERSIONED):
         return True
-    return filename.startswith(_STDLIB + os.sep) and "-packages" + os.sep not in filename
+    return filename.startswith(_STDLIB + os.sep) and not _installed_file(filename)
+
+
+def _installed_file(filename):
+    return os.sep + "site-packages" + os.sep in filename or os.sep + "dist-packages" + os.sep in filename
+
+
+def library_code(filename):
+    """Whether code of this file belongs to a library rather than to the
+    user: torch, this package, the standard library, an installed
+    distribution. jit does not guard the globals library code reads, nor
+    snapshot library classes (tools patch nn.Module for a while); records
+    identify library code by version, not by hash."""
+    return _versioned(filename) or _installed_file(filename)
 
 
 def code_hash(code):
@@ -192,8 +206,7 @@ def _installed(globs):
     methods among it, that no name finds)."""
     modname = globs.get("__name__")
     filename = globs.get("__file__")
-    if not isinstance(modname, str) or not isinstance(filename, str) or \
-            not any(part in filename for part in (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)):
+    if not isinstance(modname, str) or not isinstance(filename, str) or not _installed_file(filename):
         return None
     top = modname.split(".")[0]
     version = _dist_version(top)
@@ -227,7 +240,14 @@ class _Describer:
         self.depth = 0  # objects described by their attributes, nested
         self.budget = _MAX_DESCRIBED  # values left to describe
 
-    def value(self, v):
+    def value(self, v, lenient=False):
+        """v's description (raises Unportable); lenient: a value with none
+        (a descriptor in a class's dict) is described by its type."""
+        if lenient:
+            try:
+                return self.value(v)
+            except Unportable:
+                return ["kind", type(v).__module__, type(v).__qualname__]
         self.budget -= 1
         if self.budget < 0:
             raise Unportable(f"the guards hold more than {_MAX_DESCRIBED} values")
@@ -319,6 +339,8 @@ def _matches(desc, v, live):
         return type(v) is _C.JitFunction and _matches(desc[1], v.fn, live)
     if kind == "obj":
         return v is _lookup(*desc[1])
+    if kind == "kind":
+        return type(v).__module__ == desc[1] and type(v).__qualname__ == desc[2]
     if kind == "fn":
         return v is _lookup(*desc[1]) and isinstance(v, types.FunctionType) and code_hash(v.__code__) == desc[2]
     return False
@@ -353,9 +375,11 @@ def portable_spec(trace, upto=None):
         elif kind == "dict":
             if any(type(k) not in (str, int) for k in inst[2]):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
-            out.append(["dict", inst[1], list(inst[2]), [describe.value(v) for v in inst[3]], inst[4]])
+            lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
+            out.append(["dict", inst[1], list(inst[2]), [describe.value(v, lenient) for v in inst[3]], inst[4]])
         elif kind == "call" and inst[1] is torch.is_grad_enabled:
             out.append(["grad", inst[2]])
+
         else:
             raise Unportable(f"guard {kind} of {spec.names[slot]}")
     return out
@@ -372,6 +396,8 @@ def _portable_path(path, held, name):
             raise Unportable(f"{name} is not a real dense CPU tensor of at most {_MAX_CONST_NUMEL} elements")
         return ["value", str(t.dtype).removeprefix("torch."), list(t.shape), list(t.stride()),
                 t.reshape(-1).tolist()]
+    if path[0] == "classdict":
+        return ["classdict", _type_ref(path[1])]
     if path[0] in ("global", "globals"):
         try:
             found = _resolve(path, None, ())
@@ -397,6 +423,11 @@ def _resolve(path, fn, live):
         return d[path[2]] if kind == "global" else d
     if kind == "closure":
         return fn.__closure__[path[1]]
+    if kind == "classdict":
+        cls = _lookup(*path[1])
+        if not isinstance(cls, type):
+            raise LookupError(f"no class {'.'.join(path[1])}")
+        return _C.class_dict(cls)
     if kind == "value":
         _, dtype, sizes, strides, data = path
         t = torch.empty_strided(sizes, strides, dtype=getattr(torch, dtype))
@@ -454,6 +485,7 @@ def live_spec(pspec, names, fn, args):
                 inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
             elif kind == "grad":
                 inst = ("call", torch.is_grad_enabled, inst[1])
+
         except (LookupError, AttributeError, TypeError, ValueError) as exc:
             raise Mismatch(f"{name}: {type(exc).__name__}: {exc}") from None
         spec.add(tuple(inst), name)

@@ -31,6 +31,7 @@ typedef struct tn_entries {
   tn_entry *es_v;
   int es_n, es_cap;
   int es_gave_up;        /* reached its limit: runs as Python does */
+  PyObject *es_code;     /* the code they were traced for (a function's __code__ may be replaced) */
 } tn_entries;
 
 /* What a code object keeps in its extra slot. */
@@ -61,6 +62,7 @@ static void entries_clear(tn_entries *es)
   for (int i = 0; i < es->es_n; i++)
     entry_clear(&es->es_v[i]);
   PyMem_Free(es->es_v);
+  Py_XDECREF(es->es_code);
   memset(es, 0, sizeof *es);
 }
 
@@ -340,6 +342,10 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     return NULL;
   if ((code_state && code_state->cs_disabled) || cs->es_gave_up)
     return prev_eval(ts, f, 0);
+  if (cs->es_code != (PyObject *)f->f_code) {
+    entries_clear(cs);  /* none, or traced for code the function no longer has */
+    cs->es_code = Py_NewRef(f->f_code);
+  }
   Py_ssize_t nargs = frame_nargs(f->f_code);
   JitFunctionObject *jf = a->ac_jf;
   int limit = jf->jf_limit > 0 ? jf->jf_limit : (int)tn_config_int(TN_CFG_jit_cache_limit);
@@ -666,7 +672,20 @@ static PyObject *py_jit_tracing(PyObject *self, PyObject *unused)
   return PyBool_FromLong(t_tracing > 0);
 }
 
+/* class_dict(type) -> the dict behind type.__dict__ (a mappingproxy), for
+** a guard to snapshot: only read, never written */
+static PyObject *py_class_dict(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  if (!PyType_Check(arg) || !((PyTypeObject *)arg)->tp_dict) {
+    PyErr_Format(PyExc_TypeError, "class_dict needs a ready type, not %s", Py_TYPE(arg)->tp_name);
+    return NULL;
+  }
+  return Py_NewRef(((PyTypeObject *)arg)->tp_dict);
+}
+
 PyMethodDef tn_py_tracer_methods[] = {
+  {"class_dict", py_class_dict, METH_O, "class_dict(type) -> the dict behind type.__dict__, for a guard to snapshot"},
   {"jit_disable", py_jit_disable, METH_VARARGS, "jit_disable(fn_or_code, on=True): never trace it"},
   {"jit_disabled", py_jit_disabled, METH_O, "jit_disabled(fn_or_code) -> whether jit_disable marked it"},
   {"jit_tracing", py_jit_tracing, METH_NOARGS, "whether this thread is tracing a jit call"},

@@ -645,3 +645,40 @@ def test_writes_to_arguments_that_overlap():
     want = y[:3].add_(1) + y[1:4]
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(x, y)
+
+
+# -- code and classes --------------------------------------------------------------------
+
+class _WithHelper(torch.nn.Module):
+    def helper(self, x):
+        return x + 1
+
+    def forward(self, x):
+        return self.helper(x) * 2
+
+
+def test_a_helper_method_replaced_after_the_trace_is_a_miss():
+    m = torchneuron_jit.jit(_WithHelper())
+    x = torch.randn(4)
+    torch.testing.assert_close(m(x), (x + 1) * 2)
+    original = _WithHelper.helper
+    try:
+        _WithHelper.helper = lambda self, x: x - 1
+        out, log = _recompile_reason(m, x)
+        torch.testing.assert_close(out, (x - 1) * 2)
+        assert "class _WithHelper.helper: a function" in log, log
+    finally:
+        _WithHelper.helper = original
+    torch.testing.assert_close(m(x), (x + 1) * 2)
+
+
+def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
+    def f(x):
+        return x + 1
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(jf(x), x + 1)
+    f.__code__ = (lambda x: x - 1).__code__
+    torch.testing.assert_close(jf(x), x - 1)
+    assert _jit.entries(jf) == 1
