@@ -180,7 +180,8 @@ class _Trace:
                     continue
                 self.guard_value(spec.add(("key", slot, k), f"{name}[{k!r}]"), item, f"{name}[{k!r}]")
         elif isinstance(value, torch.nn.Module):
-            spec.add(("is", slot, value), name)
+            # weakly: a jitted function does not keep the modules passed to it alive
+            spec.add(("isweak", slot, weakref.ref(value)), name)
             self.guard_module(value, name, slot)
         elif isinstance(value, _NAMED):
             spec.add(("is", slot, value), name)
@@ -697,6 +698,9 @@ def _explain(spec, args, index):
         return f"{name}: type {inst[2].__name__} → {type(value).__name__}"
     if kind == "is":
         return f"{name}: {_short(inst[2])} → {_short(value)}"
+    if kind == "isweak":
+        was = inst[2]()
+        return f"{name}: {_short(was) if was is not None else 'a module no longer alive'} → {_short(value)}"
     if kind == "eq":
         return f"{name}: {inst[2]!r} → {value!r}"
     if kind == "len":

@@ -369,6 +369,11 @@ def portable_spec(trace, upto=None):
             out.append(["type", inst[1], _type_ref(inst[2])])
         elif kind in ("is", "eq"):
             out.append([kind, inst[1], describe.value(inst[2])])
+        elif kind == "isweak":
+            held = inst[2]()
+            if held is None:
+                raise Unportable(f"{spec.names[slot]} is gone")
+            out.append(["isweak", inst[1], describe.value(held)])
         elif kind == "tensor":
             out.append(["tensor", inst[1], str(inst[2]).removeprefix("torch."), list(inst[3]), list(inst[4]),
                         inst[5]])
@@ -467,11 +472,11 @@ def live_spec(pspec, names, fn, args):
                 if not isinstance(t, type):
                     raise Mismatch(f"{name}: the type {'.'.join(inst[2])} is not loaded")
                 inst = ("type", inst[1], t)
-            elif kind in ("is", "eq"):
+            elif kind in ("is", "eq", "isweak"):
                 got = live[inst[1]]
                 if not _matches(inst[2], got, live):
                     raise Mismatch(f"{name}: {_change(inst[2], got)}")
-                inst = (kind, inst[1], got)
+                inst = (kind, inst[1], weakref.ref(got) if kind == "isweak" else got)
             elif kind == "tensor":
                 inst = ("tensor", inst[1], getattr(torch, inst[2]), tuple(inst[3]), tuple(inst[4]), inst[5])
             elif kind == "dict":

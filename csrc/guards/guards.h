@@ -19,6 +19,9 @@
 **   ("cell", s)                    load the contents of cell slot s; fails when empty
 **   ("type", s, type)              Py_TYPE(slot s) is type, exactly
 **   ("is", s, obj)                 slot s is obj
+**   ("isweak", s, ref)             slot s is the object weak reference ref
+**                                  points to (a module: the set does not keep
+**                                  it alive, and is dead once it is gone)
 **   ("eq", s, value)               slot s has value's type and equals it
 **   ("len", s, n)                  slot s (a list, tuple or dict) has n items
 **   ("tensor", s, dtype, sizes, strides, requires_grad)
@@ -54,6 +57,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
 
 /* Visits every object gs holds (for its owner's tp_traverse). */
 int tn_guards_traverse(tn_gset *gs, visitproc visit, void *arg);
+
+/* 1 when an "isweak" guard of gs lost its object: gs can never pass. */
+int tn_guards_dead(const tn_gset *gs);
 
 /* Number of instructions (and slots) of gs. */
 Py_ssize_t tn_guards_nslots(const tn_gset *gs);

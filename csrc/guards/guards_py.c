@@ -10,19 +10,20 @@
 
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL,                      /* loads */
-  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL,        /* checks */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, /* checks */
   G__COUNT
 };
 
 static const char *const g_names[G__COUNT] = {
-  "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call",
+  "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak",
 };
 
 typedef struct tn_ginst {
   int gi_op;
   Py_ssize_t gi_slot;     /* the slot an instruction reads (ITEM, KEY, checks) */
   Py_ssize_t gi_n;        /* ARG / ITEM index, LEN count, TENSOR rank, DICT entries */
-  PyObject *gi_obj;       /* KEY key, CONST / IS / EQ object, TYPE type, TENSOR dtype, DICT keys, CALL fn */
+  PyObject *gi_obj;       /* KEY key, CONST / IS / EQ object, TYPE type, TENSOR dtype, DICT keys, CALL fn,
+                             ISWEAK weak reference */
   PyObject *gi_obj2;      /* TENSOR requires_grad (a bool), DICT values, CALL result */
   int64_t *gi_ints;       /* TENSOR sizes then strides */
   int gi_sized;           /* DICT: nothing but the keys */
@@ -75,6 +76,14 @@ Py_ssize_t tn_guards_nslots(const tn_gset *gs)
   return gs->gs_n;
 }
 
+int tn_guards_dead(const tn_gset *gs)
+{
+  for (Py_ssize_t i = 0; i < gs->gs_n; i++)
+    if (gs->gs_inst[i].gi_op == G_ISWEAK && PyWeakref_GET_OBJECT(gs->gs_inst[i].gi_obj) == Py_None)
+      return 1;
+  return 0;
+}
+
 /* -- Building ----------------------------------------------------------------- */
 
 static int bad(Py_ssize_t i, const char *why)
@@ -119,7 +128,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op])
@@ -153,6 +162,11 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     g->gi_n = PyLong_AsSsize_t(a);
     if (g->gi_n < 0)
       return PyErr_Occurred() ? -1 : bad(i, "negative index or length");
+    return 0;
+  case G_ISWEAK:
+    if (!PyWeakref_CheckRef(a))
+      return bad(i, "isweak needs a weak reference");
+    g->gi_obj = Py_NewRef(a);
     return 0;
   case G_TYPE:
     if (!PyType_Check(a))
@@ -360,6 +374,11 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
     case G_IS:
       r = v == g->gi_obj;
       break;
+    case G_ISWEAK: {
+      PyObject *o = PyWeakref_GET_OBJECT(g->gi_obj);
+      r = o != Py_None && o == v;
+      break;
+    }
     case G_EQ:
       r = same_value(v, g->gi_obj);
       break;

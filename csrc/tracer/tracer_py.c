@@ -134,6 +134,30 @@ error:
   return -1;
 }
 
+/* Removes the entries whose guards lost a weakly held object (a module
+** argument that is gone): they can never pass, and would keep its
+** parameters and a place under the limit. The removed ones are freed once
+** the list is consistent again, since freeing may run Python. */
+static void entries_purge(tn_entries *cs)
+{
+  int dead = 0, kept = 0, n = 0;
+  for (int i = 0; i < cs->es_n; i++)
+    dead += tn_guards_dead(cs->es_v[i].en_gs);
+  tn_entry *gone = dead ? PyMem_Malloc(sizeof(tn_entry) * (size_t)dead) : NULL;
+  if (!gone)
+    return;  /* none, or no memory: they stay until the next miss */
+  for (int i = 0; i < cs->es_n; i++) {
+    if (n < dead && tn_guards_dead(cs->es_v[i].en_gs))
+      gone[n++] = cs->es_v[i];
+    else
+      cs->es_v[kept++] = cs->es_v[i];
+  }
+  cs->es_n = kept;
+  for (int k = 0; k < n; k++)
+    entry_clear(&gone[k]);
+  PyMem_Free(gone);
+}
+
 /* Moves entry i to the front (most recently used first). */
 static void entries_touch(tn_entries *cs, int i)
 {
@@ -385,6 +409,7 @@ retry:
   }
   /* a miss: the persistent cache's trace records first, once */
   if (!looked_up) {
+    entries_purge(cs);
     looked_up = 1;
     if (cs->es_n > 0)
       tn_stat_add(TN_STAT_guard_failures, 1);

@@ -547,6 +547,32 @@ def test_a_jitted_module_is_freed_with_its_variants():
     assert ref() is None
 
 
+def test_a_jitted_function_does_not_keep_the_modules_passed_to_it():
+    """A module argument is guarded by a weak reference: the variants of a
+    jitted function do not keep it alive, and once it is gone they are
+    dropped at the next miss, so re-creating a model (a notebook cell run
+    again) never fills the entry limit."""
+    import weakref
+
+    @torchneuron_jit.jit(cache_limit=3)
+    def f(model, x):
+        return model(x) * 2
+
+    x = torch.randn(2, 8)
+    refs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the limit's warning would fail the test
+        for seed in range(6):
+            torch.manual_seed(seed)
+            model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+            torch.testing.assert_close(f(model, x), model(x) * 2)
+            refs.append(weakref.ref(model))
+            del model
+            gc.collect()
+    assert all(r() is None for r in refs)
+    assert _jit.entries(f) == 1 and not f.gave_up
+
+
 def test_instances_keep_their_own_variants():
     torch.manual_seed(0)
     a, b = torch.nn.Linear(4, 4).eval(), torch.nn.Linear(4, 4).eval()
