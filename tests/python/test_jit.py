@@ -647,7 +647,15 @@ def test_guard_programs_in_c():
     d["k"] = 1
     with torch.enable_grad():
         assert gs.check(x, [0, 2.5]) == 10
+    import weakref
+    m = torch.nn.ReLU()
+    weak = _C.GuardSet([("arg", 0), ("isweak", 0, weakref.ref(m))])
+    assert weak.check(m) == -1 and weak.check(torch.nn.ReLU()) == 1
+    del m
+    gc.collect()
+    assert weak.check(None) == 1  # a dead reference matches nothing, None included
     for bad, words in [([("nope", 0)], "unknown instruction"), ([("arg", 0), ("len", 5, 1)], "earlier load"),
+                       ([("arg", 0), ("isweak", 0, x)], "weak reference"),
                        ([("arg", 0), ("type", 0, list), ("len", 1, 2)], "earlier load"),  # a check loads nothing
                        ([("arg", 0), ("tensor", 0, torch.float32, (2,), (1, 1), False)], "rank's length"),
                        ([("arg",)], "tuple")]:
