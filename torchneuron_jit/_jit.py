@@ -451,6 +451,17 @@ class _Runner:
         # a result that is one computed tensor skips the rebuild
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
+    def direct(self):
+        """The entry's runner: a _C.DirectRunner calling the compiled graph
+        module itself when this runner would only pick one of its outputs
+        (no value checks, no write-backs, one computed tensor returned);
+        else this one."""
+        from .backend import _Guarded
+        graph = self.compiled.compiled if isinstance(self.compiled, _Guarded) else None
+        if self.checks or self.writebacks or self.single is None or not isinstance(graph, torch.fx.GraphModule):
+            return self
+        return _C.DirectRunner(graph.forward, self.single, self)
+
     def __call__(self, *inputs):
         outs = self.compiled(list(inputs))
         for k, want in self.checks:
@@ -551,7 +562,7 @@ class _Tracer:
         runner = _Runner(compiled, checks, writebacks, out_plan)
         if _records_on():
             runner.record = self._store(trace, fgm, slots, checks, writebacks, out_plan)
-        return (trace.spec, tuple(slots), runner)
+        return (trace.spec, tuple(slots), runner.direct())
 
     @staticmethod
     def _store(trace, fgm, slots, checks, writebacks, out_plan):
@@ -602,7 +613,7 @@ class _Tracer:
                                f"({type(exc).__name__}: {exc})", stacklevel=2)
                 continue
             runner.record = v["id"]
-            entries.append((spec, tuple(v["slots"]), runner))
+            entries.append((spec, tuple(v["slots"]), runner.direct()))
             for filename, line, what in v["effects"]:
                 _warn_skipped_call(fn, filename, line, what)
         # another thread may have added the same records while these compiled

@@ -716,3 +716,62 @@ def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
     f.__code__ = (lambda x: x - 1).__code__
     torch.testing.assert_close(jf(x), x - 1)
     assert _jit.entries(jf) == 1
+
+
+def test_direct_runner_falls_back_as_the_back_end_does():
+    """_C.DirectRunner (an entry's runner when it only picks one output):
+    item `index` of forward's result; when forward raises, the Python
+    runner decides: its success means the failure was ours (forward is
+    not called again), its error is the user's (it propagates, forward
+    stays); a KeyboardInterrupt stops the call at once."""
+    calls = []
+
+    def forward(*args):
+        calls.append(args)
+        if args and args[0] in ("ours", "theirs"):
+            raise RuntimeError("a kernel failed")
+        if args and args[0] == "stop":
+            raise KeyboardInterrupt
+        return ("a", "b")
+
+    class Runner:
+        record = "its id"
+
+        def __call__(self, *args):
+            if args[0] == "theirs":
+                raise ValueError("the user's error")
+            return "eager"
+
+    r = _C.DirectRunner(forward, 1, Runner())
+    assert r(1) == "b" and r.record == "its id" and r.direct
+    r.record = "another"
+    assert r.runner.record == "another"
+    with pytest.raises(KeyboardInterrupt):
+        r("stop")
+    assert r.direct
+    calls.clear()
+    with pytest.raises(ValueError, match="the user's error"):
+        r("theirs")
+    assert r.direct and len(calls) == 1  # the user's error: forward stays
+    assert r("ours") == "eager" and not r.direct
+    calls.clear()
+    assert r(1) == "eager" and calls == []  # ours: the Python runner from now on
+    with pytest.raises(TypeError):
+        _C.DirectRunner(forward, -1, Runner())
+
+
+def test_the_entry_runner_is_direct_when_it_only_picks_an_output():
+    @torchneuron_jit.jit
+    def one(x):
+        return (x * 2).relu()
+
+    @torchneuron_jit.jit
+    def two(x):
+        return x * 2, x + 1
+
+    x = torch.randn(4)
+    one(x)
+    two(x)
+    assert isinstance(one.entries()[0][1], _C.DirectRunner)
+    assert isinstance(two.entries()[0][1], _jit._Runner)
+    torch.testing.assert_close(one(x), (x * 2).relu())
