@@ -7,13 +7,16 @@ rebuild it without tracing:
 
 - guards by path: every object the guard program holds is named by how to
   reach it (a submodule of an argument, a module's globals, a closure
-  cell), and every value it compares by identity is described (primitives
-  by value, containers item by item, tensors by metadata, modules by class
-  and path, classes and functions by qualified name, Python functions with
-  the hash of their code); anything else makes the variant unportable;
+  cell, a class's dict), and every value it compares by identity is
+  described (primitives by value, containers item by item, tensors by
+  metadata, modules by class and path, classes and functions by qualified
+  name, Python functions with the hash of their code, other objects by
+  their attributes; what a class's dict holds besides, descriptors, by
+  type); anything else makes the variant unportable;
 - the code the trace ran, by qualified name and hash (the hash covers the
-  code nested in it), except torch's, ours and the standard library's,
-  whose versions are in the key;
+  code nested in it); an installed distribution's by its version; torch's,
+  ours and the standard library's not at all: their versions are in the
+  key;
 - the functional ATen graph the back end compiles, with each node's
   tensor metadata, and what the runner does around it (value checks,
   write-backs, how the result is rebuilt).
