@@ -57,13 +57,16 @@ static void codestate_free(void *p)
   PyMem_Free(p);
 }
 
+/* Empties es (the limit's mark too). The entries are detached before they
+** are freed: freeing may run Python that uses es again. */
 static void entries_clear(tn_entries *es)
 {
-  for (int i = 0; i < es->es_n; i++)
-    entry_clear(&es->es_v[i]);
-  PyMem_Free(es->es_v);
-  Py_XDECREF(es->es_code);
+  tn_entries old = *es;
   memset(es, 0, sizeof *es);
+  for (int i = 0; i < old.es_n; i++)
+    entry_clear(&old.es_v[i]);
+  PyMem_Free(old.es_v);
+  Py_XDECREF(old.es_code);
 }
 
 /* The state of code (created when create is set), or NULL (with an
@@ -368,7 +371,7 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
     return prev_eval(ts, f, 0);
   if (cs->es_code != (PyObject *)f->f_code) {
     entries_clear(cs);  /* none, or traced for code the function no longer has */
-    cs->es_code = Py_NewRef(f->f_code);
+    Py_XSETREF(cs->es_code, Py_NewRef(f->f_code));
   }
   Py_ssize_t nargs = frame_nargs(f->f_code);
   JitFunctionObject *jf = a->ac_jf;
