@@ -4,6 +4,7 @@ cache (write, a fresh process's hit, a damaged file), GEMM and row fusion,
 threads, torchneuron_jit.jit, results compared with eager. A sanitizer finding aborts the
 process; so does a mismatch."""
 import copy
+import gc
 import os
 import subprocess
 import sys
@@ -105,6 +106,18 @@ with torch.no_grad():
             torch.testing.assert_close(jitted(a, b, torch.tensor(k)), want)
     jmodel = torchneuron_jit.jit(copy.deepcopy(model))  # jit takes the module itself: a twin of model
     torch.testing.assert_close(jmodel(inp), model(inp), atol=1e-4, rtol=1e-4)
+
+    # module arguments guarded weakly: the variants of modules that are gone are dropped
+    @torchneuron_jit.jit(cache_limit=2)
+    def through(m, x):
+        return m(x) * 2
+
+    for _ in range(4):
+        lin = torch.nn.Linear(96, 8).eval()
+        torch.testing.assert_close(through(lin, b[None]), lin(b[None]) * 2)
+        del lin
+        gc.collect()
+    assert not through.gave_up
 
 
 def jit_calls():
