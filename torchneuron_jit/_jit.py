@@ -645,6 +645,15 @@ class _Tracer:
         except Exception as exc:  # never let the words break the call
             return f"a guard failed ({type(exc).__name__}: {exc})"
 
+    def rebind(self, jf, module):
+        """A copy of a jitted module called through the original's forward
+        (copy.deepcopy keeps bound methods' functions): the copy gets its
+        own JitFunction, so the two never share variants or the limit."""
+        bound = module.__dict__.get("forward") if isinstance(module, torch.nn.Module) else None
+        if not (isinstance(bound, types.MethodType) and bound.__func__ is jf and bound.__self__ is module):
+            return jf
+        return _jit_forward(module, jf.fn, jf.limit)
+
     def give_up(self, fn, reason):
         limit = config.jit_cache_limit
         _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}) "
@@ -808,7 +817,7 @@ def jit(fn=None, *, cache_limit=None):
         forward = type(fn).forward
         if not isinstance(forward, types.FunctionType):
             raise TypeError(f"jit: {type(fn).__name__}.forward is not a Python function")
-        fn.forward = types.MethodType(_C.JitFunction(forward, _tracer, limit), fn)
+        _jit_forward(fn, forward, limit)
         return fn
     if isinstance(fn, _C.JitFunction):
         return fn
@@ -819,6 +828,16 @@ def jit(fn=None, *, cache_limit=None):
     wrapped = _C.JitFunction(fn, _tracer, limit)
     functools.update_wrapper(wrapped, fn)
     return wrapped
+
+
+def _jit_forward(module, forward, limit):
+    """Installs a JitFunction of forward as module's own bound forward; it
+    carries forward's name (so pickling the module saves the plain method)."""
+    jf = _C.JitFunction(forward, _tracer, limit)
+    functools.update_wrapper(jf, forward)
+    jf.owner = module
+    module.forward = types.MethodType(jf, module)
+    return jf
 
 
 def disable(fn):

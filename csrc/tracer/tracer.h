@@ -40,6 +40,10 @@
 **       why no entry took args; fails lists (spec, index of its first
 **       failing guard, or -1 for one that passed but side-exited) per entry
 **   tracer.give_up(fn, reason)    the code reached its entry limit
+**   tracer.rebind(jitfunction, module) -> JitFunction
+**       a call of a module's jitted forward whose self is not the module
+**       it was made for (its owner): a copy (copy.deepcopy keeps the bound
+**       forward); the answer, the copy's own, is called instead
 ** Generator, coroutine and throw evaluations, frames of other code and
 ** frames on other threads pass through to the previous hook untouched.
 ** While a thread traces, jitted functions it calls run as plain Python (so

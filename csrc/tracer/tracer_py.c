@@ -196,6 +196,7 @@ struct JitFunctionObject {
   tn_entries jf_entries;  /* its traced variants, with the guards that select them */
   PyObject *jf_dict;
   PyObject *jf_weakrefs;
+  PyObject *jf_owner;     /* jit(module): a weak reference to the module whose forward this is, or NULL */
 };
 
 #if TN_JIT_SUPPORTED
@@ -488,6 +489,18 @@ static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, s
 {
   JitFunctionObject *jf = (JitFunctionObject *)self;
 #if TN_JIT_SUPPORTED
+  if (jf->jf_owner && PyVectorcall_NARGS(nargsf) >= 1 && args[0] != PyWeakref_GET_OBJECT(jf->jf_owner)) {
+    /* a copy of the module (copy.deepcopy keeps its bound forward): it gets its own variants */
+    PyObject *own = tracer_call(jf, "rebind", PyTuple_Pack(2, self, args[0]));
+    if (!own)
+      tracer_failed(jf, "giving a copy of the module its own variants failed (it shares the original's)");
+    else if (own != self) {
+      PyObject *res = PyObject_Vectorcall(own, args, nargsf, kwnames);
+      Py_DECREF(own);
+      return res;
+    }
+    Py_XDECREF(own);
+  }
   if (t_tracing == 0) {
     tn_active a = {t_active, jf, (PyCodeObject *)PyFunction_GET_CODE(jf->jf_fn), 0, NULL};
     t_active = &a;
@@ -531,6 +544,7 @@ static int JitFunction_traverse(PyObject *o, visitproc visit, void *arg)
   Py_VISIT(jf->jf_fn);
   Py_VISIT(jf->jf_tracer);
   Py_VISIT(jf->jf_dict);
+  Py_VISIT(jf->jf_owner);
   for (int i = 0; i < jf->jf_entries.es_n; i++) {
     tn_entry *e = &jf->jf_entries.es_v[i];
     Py_VISIT(e->en_spec);
@@ -549,6 +563,7 @@ static int JitFunction_clear(PyObject *o)
   Py_CLEAR(jf->jf_fn);
   Py_CLEAR(jf->jf_tracer);
   Py_CLEAR(jf->jf_dict);
+  Py_CLEAR(jf->jf_owner);
   return 0;
 }
 
@@ -623,7 +638,27 @@ static PyObject *JitFunction_get_limit(PyObject *o, void *c)
   return PyLong_FromLong(((JitFunctionObject *)o)->jf_limit);
 }
 
+static PyObject *JitFunction_get_owner(PyObject *o, void *c)
+{
+  (void)c;
+  PyObject *ref = ((JitFunctionObject *)o)->jf_owner;
+  return Py_NewRef(ref ? PyWeakref_GET_OBJECT(ref) : Py_None);
+}
+
+static int JitFunction_set_owner(PyObject *o, PyObject *value, void *c)
+{
+  (void)c;
+  PyObject *ref = value && value != Py_None ? PyWeakref_NewRef(value, NULL) : NULL;
+  if (!ref && value && value != Py_None)
+    return -1;
+  Py_XSETREF(((JitFunctionObject *)o)->jf_owner, ref);
+  return 0;
+}
+
 static PyGetSetDef JitFunction_getset[] = {
+  {"owner", JitFunction_get_owner, JitFunction_set_owner,
+   "jit(module): the module whose forward this is (held weakly); a call through a copy of it gives the copy "
+   "its own JitFunction (tracer.rebind)", NULL},
   {"fn", JitFunction_get_fn, NULL, "the function this calls", NULL},
   {"limit", JitFunction_get_limit, NULL, "entries kept (0: config.jit_cache_limit)", NULL},
   {"gave_up", JitFunction_get_gave_up, NULL, "whether it reached its limit and runs eagerly", NULL},

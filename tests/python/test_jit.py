@@ -775,3 +775,36 @@ def test_the_entry_runner_is_direct_when_it_only_picks_an_output():
     assert isinstance(one.entries()[0][1], _C.DirectRunner)
     assert isinstance(two.entries()[0][1], _jit._Runner)
     torch.testing.assert_close(one(x), (x * 2).relu())
+
+
+def test_a_deep_copy_of_a_jitted_module_has_its_own_variants():
+    """copy.deepcopy keeps a bound method's function: the copy's first call
+    goes through the original's JitFunction, which gives the copy its own
+    (tracer.rebind), so the two never share variants or the limit."""
+    import copy
+    torch.manual_seed(0)
+    m = torchneuron_jit.jit(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval())
+    x = torch.randn(2, 4)
+    m(x)
+    c = copy.deepcopy(m)
+    with torch.no_grad():
+        c[0].weight.mul_(2)
+    torch.testing.assert_close(c(x), torch.relu(torch.nn.functional.linear(x, c[0].weight, c[0].bias)))
+    torch.testing.assert_close(m(x), torch.relu(torch.nn.functional.linear(x, m[0].weight, m[0].bias)))
+    assert c.forward.__func__ is not m.forward.__func__ and c.forward.__func__.owner is c
+    assert _jit.entries(m) == 1 and _jit.entries(c) == 1
+
+
+def test_a_jitted_module_saves_and_loads_as_the_plain_module():
+    import io
+    torch.manual_seed(0)
+    m = torchneuron_jit.jit(torch.nn.Sequential(torch.nn.Linear(4, 4)).eval())
+    x = torch.randn(2, 4)
+    m(x)
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert not isinstance(loaded.forward.__func__, _C.JitFunction)  # eager until jitted again
+    torch.testing.assert_close(loaded(x), m(x))
+    torch.testing.assert_close(torchneuron_jit.jit(loaded)(x), m(x))
