@@ -597,7 +597,16 @@ static PyObject *JitFunction_get_gave_up(PyObject *o, void *c)
   return PyBool_FromLong(((JitFunctionObject *)o)->jf_entries.es_gave_up);
 }
 
+/* __reduce__(): pickled by reference, as the function it wraps is: its
+** qualified name (pickle finds it in its module: the decorated function) */
+static PyObject *JitFunction_reduce(PyObject *o, PyObject *unused)
+{
+  (void)unused;
+  return PyObject_GetAttrString(((JitFunctionObject *)o)->jf_fn, "__qualname__");
+}
+
 static PyMethodDef JitFunction_methods[] = {
+  {"__reduce__", JitFunction_reduce, METH_NOARGS, "pickled by reference, by its function's qualified name"},
   {"entries", JitFunction_entries, METH_NOARGS, "entries() -> [(guard spec, runner)], most recently used first"},
   {"reset", JitFunction_reset, METH_NOARGS, "reset(): drops the entries and the reached-the-limit mark"},
   {NULL, NULL, 0, NULL},

@@ -808,3 +808,16 @@ def test_a_jitted_module_saves_and_loads_as_the_plain_module():
     assert not isinstance(loaded.forward.__func__, _C.JitFunction)  # eager until jitted again
     torch.testing.assert_close(loaded(x), m(x))
     torch.testing.assert_close(torchneuron_jit.jit(loaded)(x), m(x))
+
+
+@torchneuron_jit.jit
+def _module_level(x):
+    return x * 3
+
+
+def test_a_jitted_function_pickles_by_reference():
+    import pickle
+    assert pickle.loads(pickle.dumps(_module_level)) is _module_level
+    local = torchneuron_jit.jit(lambda x: x)
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        pickle.dumps(local)
