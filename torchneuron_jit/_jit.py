@@ -798,7 +798,11 @@ def jit(fn=None, *, cache_limit=None):
     On a module, returns the same module with its ``forward`` replaced by
     the jitted one: attributes, ``state_dict``, ``train()``/``eval()`` and
     submodules are the module's own; its own hooks run as in eager, and
-    hooks on submodules make the call run eagerly (with one warning).
+    hooks on submodules make the call run eagerly (with one warning). A
+    deep copy gets its own variants on its first call; ``torch.save``
+    saves the plain module (jit it again after loading). A shallow
+    ``copy.copy`` shares the original's bound forward, and so computes
+    with the original.
     cache_limit: traced variants kept per function (default
     config.jit_cache_limit).
     """
