@@ -277,7 +277,7 @@ class _Trace:
         trace out of the persistent cache."""
         guarded, seen = {}, set()  # id(globals) -> (globals, {name: value})
         for code, globs in self.codes:
-            if _records.library_code(code.co_filename):
+            if _records.library_code(code.co_filename) or _records.namedtuple_code(code, globs):
                 continue
             names = guarded.setdefault(id(globs), (globs, {}))[1]
             for name in _global_loads(code):

@@ -163,10 +163,19 @@ def _functions(obj):
     return found
 
 
+def namedtuple_code(code, globs):
+    """Whether code is a method collections.namedtuple generated (its
+    __new__): the standard library's, shaped by the field names alone."""
+    name = globs.get("__name__")
+    return code.co_filename == "<string>" and isinstance(name, str) and name.startswith("namedtuple_")
+
+
 def code_ref(code, globs):
     """[module, qualified name, hash] of the function that holds code: the
     function itself, or the one it is nested in (a closure, a
     comprehension, a class defined in a function)."""
+    if code.co_filename == "<string>":
+        raise Unportable(f"{code.co_qualname} is generated code (a dataclass's __init__, say) that no name finds")
     modname = globs.get("__name__")
     mod = sys.modules.get(modname) if isinstance(modname, str) else None
     if mod is None or getattr(mod, "__dict__", None) is not globs:
@@ -695,7 +704,7 @@ def variant(trace, fgm, slots, checks, writebacks, out_plan):
     """The record of one traced entry (raises Unportable)."""
     codes = []
     for code, globs in trace.codes:
-        if not _versioned(code.co_filename):
+        if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
             ref = _installed(globs) or code_ref(code, globs)
             if ref not in codes:
                 codes.append(ref)

@@ -1,5 +1,7 @@
 """jit's trace records: a fresh process with a warm cache runs without
 tracing; a record applies only while its guards and code hold."""
+import collections
+import dataclasses
 import json
 import os
 import sys
@@ -63,14 +65,20 @@ def _twin(x):
     return (x * 3).tanh() + torch.tensor([0.5, -0.5, 1.0])
 
 
-def _two_jitted_twins():
-    """Calls _twin through two JitFunctions; the counters' change."""
+def _twice(make, call):
+    """call(make()) twice (two JitFunctions of one program): both results
+    and the counters' change."""
     before = counters()
-    f, g = torchneuron_jit.jit(_twin), torchneuron_jit.jit(_twin)
+    first, second = call(make()), call(make())
+    return first, second, delta(before)
+
+
+def _two_jitted_twins():
     x = torch.randn(3)
-    torch.testing.assert_close(f(x), _twin(x))
-    torch.testing.assert_close(g(x), _twin(x))
-    return delta(before)
+    first, second, d = _twice(lambda: torchneuron_jit.jit(_twin), lambda f: f(x))
+    torch.testing.assert_close(first, _twin(x))
+    torch.testing.assert_close(second, _twin(x))
+    return d
 
 
 def test_records_off_stores_and_loads_nothing():
@@ -176,6 +184,78 @@ def test_an_unreadable_record_is_a_miss():
     before = counters()
     torch.testing.assert_close(f(x), _twin(x))
     assert delta(before)["traces"] == 1
+
+
+_Pair = collections.namedtuple("_Pair", "scaled total")
+
+
+def _structured(x, *, scale=2.0):
+    return {"pair": _Pair(x * scale, x.sum()), "rest": [x + 1, None, 3]}
+
+
+def _adds_into(x, y):
+    x.add_(y)
+    return x * 2
+
+
+class _Norm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(x).relu()
+
+
+def _loaded_once(make, call):
+    """_twice, where the second must load the first's record."""
+    first, second, d = _twice(make, call)
+    assert (d["traces"], d["traces_loaded"], d["trace_records_stored"]) == (1, 1, 1), d
+    return first, second
+
+
+def test_records_keep_keywords_result_structures_and_write_backs():
+    x = torch.randn(3, 4)
+    _, got = _loaded_once(lambda: torchneuron_jit.jit(_structured), lambda f: f(x, scale=3.0))
+    assert type(got["pair"]) is _Pair and got["rest"][1:] == [None, 3]  # a namedtuple (its generated __new__ ran)
+    torch.testing.assert_close(got["pair"].scaled, x * 3.0)
+    torch.testing.assert_close(got["rest"][0], x + 1)
+
+    xs, y = [torch.randn(3, 4) for _ in range(2)], torch.randn(3, 4)
+    want = [t + y for t in xs]
+    targets = iter(xs)
+    _, got = _loaded_once(lambda: torchneuron_jit.jit(_adds_into), lambda f: f(next(targets), y))
+    torch.testing.assert_close(xs[1], want[1])  # the loaded entry wrote back into its argument
+    torch.testing.assert_close(got, want[1] * 2)
+
+    torch.manual_seed(0)
+    a, b, ref = _Norm().train(), _Norm().train(), _Norm().train()
+    ref.load_state_dict(b.state_dict())
+    x = torch.randn(8, 4)
+    want = ref(x)
+    modules = iter([a, b])
+    _, got = _loaded_once(lambda: torchneuron_jit.jit(next(modules)), lambda m: m(x))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(b.bn.running_mean, ref.bn.running_mean)  # buffers updated as in eager
+    assert int(b.bn.num_batches_tracked) == 1
+
+
+@dataclasses.dataclass
+class _Settings:
+    scale: float = 2.0
+
+
+def _with_settings(x):
+    return x * _Settings().scale
+
+
+def test_generated_code_keeps_the_trace_out_of_the_cache(capsys):
+    """A dataclass's generated __init__ has no name a record could check it
+    by: the variant is not stored, and the log says so."""
+    config.log = "cache"
+    x = torch.randn(3)
+    torch.testing.assert_close(torchneuron_jit.jit(_with_settings)(x), x * 2.0)
+    assert "generated code (a dataclass's __init__, say) that no name finds" in capsys.readouterr().err
 
 
 # -- fresh processes --------------------------------------------------------------------
