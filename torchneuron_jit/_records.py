@@ -50,6 +50,7 @@ FORMAT = 1
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
+_MAX_NESTING = 32  # containers in containers, this deep
 _MAX_DESCRIBED = 20000  # values a record describes at most (a vocabulary in a guarded object is too many)
 
 
@@ -96,6 +97,40 @@ def code_hash(code):
         h = _C.content_key(b"\0".join(out)).hex()
         _code_hashes[code] = h
     return h
+
+
+def function_hash(fn):
+    """code_hash of fn's code, and of what shapes its behaviour outside the
+    code: its defaults (a helper's default changed in the source leaves its
+    code as it was) and the contents of its closure cells."""
+    h = code_hash(fn.__code__)
+    extra = []
+    if fn.__defaults__:
+        extra.append(["defaults", [_shallow(v) for v in fn.__defaults__]])
+    if fn.__kwdefaults__:
+        extra.append(["kwdefaults", [[k, _shallow(v)] for k, v in sorted(fn.__kwdefaults__.items())]])
+    if fn.__closure__:
+        extra.append(["cells", [_shallow(_cell_contents(c)) for c in fn.__closure__]])
+    return _C.content_key((h + json.dumps(extra)).encode()).hex() if extra else h
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # empty
+        return None
+
+
+def _shallow(v):
+    """v described for function_hash: by value where it has one, a function
+    by its code's hash (not following its cells: they may hold it), other
+    objects by type."""
+    if isinstance(v, types.FunctionType):
+        return ["code", code_hash(v.__code__)]
+    try:
+        return _Describer({}).value(v)
+    except Unportable:
+        return ["kind", type(v).__module__, type(v).__qualname__]
 
 
 def _code_bytes(code, out):
@@ -174,12 +209,12 @@ def code_ref(code, globs):
     """[module, qualified name, hash] of the function that holds code: the
     function itself, or the one it is nested in (a closure, a
     comprehension, a class defined in a function)."""
-    if code.co_filename == "<string>":
-        raise Unportable(f"{code.co_qualname} is generated code (a dataclass's __init__, say) that no name finds")
     modname = globs.get("__name__")
     mod = sys.modules.get(modname) if isinstance(modname, str) else None
     if mod is None or getattr(mod, "__dict__", None) is not globs:
         raise Unportable(f"{code.co_qualname} runs in globals that no imported module holds")
+    if code.co_filename == "<string>":
+        return _generated_ref(code, mod)
     parts = code.co_qualname.split(".")
     if "<locals>" in parts:
         parts = parts[:parts.index("<locals>")]
@@ -188,9 +223,22 @@ def code_ref(code, globs):
         raise Unportable(f"{code.co_qualname} ({code.co_filename}) cannot be found by name")
     for fn in _functions(_lookup(modname, qualname)):
         if _contains(fn.__code__, code):
-            return ["code", modname, qualname, code_hash(fn.__code__)]
+            return ["code", modname, qualname, function_hash(fn)]
     raise Unportable(f"{modname}.{qualname} is not the function whose code ran ({code.co_filename}:"
                      f"{code.co_firstlineno})")
+
+
+def _generated_ref(code, mod):
+    """The ref of generated code (a dataclass's __init__, exec'd in its
+    module's globals): the method of a class of that module that holds it,
+    by the method's name; its hash checks the code generated in another
+    process is the same."""
+    for cls in list(vars(mod).values()):
+        if isinstance(cls, type) and cls.__module__ == mod.__name__:
+            for name, fn in list(vars(cls).items()):
+                if isinstance(fn, types.FunctionType) and fn.__code__ is code:
+                    return ["code", mod.__name__, f"{cls.__qualname__}.{name}", function_hash(fn)]
+    raise Unportable(f"{code.co_qualname} is generated code that no class of {mod.__name__} holds")
 
 
 def code_matches(ref):
@@ -199,7 +247,7 @@ def code_matches(ref):
     if ref[0] == "dist":
         return _dist_version(ref[1]) == ref[2]
     modname, qualname, h = ref[1:]
-    return any(code_hash(fn.__code__) == h for fn in _functions(_lookup(modname, qualname)))
+    return any(function_hash(fn) == h for fn in _functions(_lookup(modname, qualname)))
 
 
 @functools.lru_cache(maxsize=None)
@@ -250,6 +298,7 @@ class _Describer:
     def __init__(self, module_paths):
         self.module_paths = module_paths  # id(module) -> (root slot, its path below that module)
         self.depth = 0  # objects described by their attributes, nested
+        self.nesting = 0  # values being described, nested
         self.budget = _MAX_DESCRIBED  # values left to describe
 
     def value(self, v, lenient=False):
@@ -263,6 +312,15 @@ class _Describer:
         self.budget -= 1
         if self.budget < 0:
             raise Unportable(f"the guards hold more than {_MAX_DESCRIBED} values")
+        self.nesting += 1
+        try:
+            return self._value(v)
+        finally:
+            self.nesting -= 1
+
+    def _value(self, v):
+        if self.nesting > _MAX_NESTING:
+            raise Unportable(f"a guarded value nests deeper than {_MAX_NESTING} (it may hold itself)")
         t = type(v)
         if v is None or t in (bool, int, float, str):
             return ["p", v]
@@ -292,7 +350,7 @@ class _Describer:
             ref = _name_ref(v)
             if _versioned(v.__code__.co_filename):
                 return ["obj", ref]
-            return ["fn", ref, code_hash(v.__code__)]
+            return ["fn", ref, function_hash(v)]
         if isinstance(v, types.MethodType):  # a jitted module's forward, among others
             return ["method", self.value(v.__self__), self.value(v.__func__)]
         if t is _C.JitFunction:
@@ -354,7 +412,7 @@ def _matches(desc, v, live):
     if kind == "kind":
         return type(v).__module__ == desc[1] and type(v).__qualname__ == desc[2]
     if kind == "fn":
-        return v is _lookup(*desc[1]) and isinstance(v, types.FunctionType) and code_hash(v.__code__) == desc[2]
+        return v is _lookup(*desc[1]) and isinstance(v, types.FunctionType) and function_hash(v) == desc[2]
     return False
 
 
