@@ -19,7 +19,7 @@ artifact cache) and the guards that make it valid are handed to C:
   the dict's version tag stands);
 - the primitive values of globals and closure cells the traced code reads,
   and the identity of tensors it reads from them;
-- grad mode;
+- grad mode, the default dtype and CPU autocast (on, and its dtype);
 - scalars read out of tensors (``item()``, ``bool()``): value guards
   checked after the graph ran; on a mismatch the call takes a side exit
   (the next entry, or a new trace) before anything is written back.
@@ -124,7 +124,8 @@ class _Trace:
         self.tensor_slot = {}   # id(tensor) -> slot that loads it
         self.tensors = []       # keeps them alive (ids stay unique)
         self.problems = []
-        self.grad = torch.is_grad_enabled()
+        self.state = {name: read() for name, read in _records.STATE.items()}
+        self.grad = self.state["grad mode"]
         self.recorder = _Recorder()
         self.modules_seen = set()  # ids of the modules guard_module has guarded
         self.classes_seen = set()  # the classes guard_class has guarded
@@ -520,7 +521,8 @@ class _Tracer:
         for (filename, line), what in trace.side_effects.items():
             _warn_skipped_call(trace.fn, filename, line, what)
         spec = trace.spec
-        spec.add(("call", torch.is_grad_enabled, trace.grad), "grad mode")
+        for name, read in _records.STATE.items():
+            spec.add(("call", read, trace.state[name]), name)
         try:
             with _compile_lock:
                 return self._entry(trace, result)
@@ -712,7 +714,9 @@ def _explain(spec, args, index):
     if kind in ("item", "key"):
         return f"{name}: missing"
     if kind == "call":
-        return f"{name}: {'on' if inst[2] else 'off'} → {'on' if inst[1]() else 'off'}"
+        def word(v):
+            return ("on" if v else "off") if isinstance(v, bool) else str(v).removeprefix("torch.")
+        return f"{name}: {word(inst[2])} → {word(inst[1]())}"
     value = _load(spec, args, inst[1])
     if kind == "type":
         return f"{name}: type {inst[2].__name__} → {type(value).__name__}"

@@ -54,6 +54,17 @@ _MAX_NESTING = 32  # containers in containers, this deep
 _MAX_DESCRIBED = 20000  # values a record describes at most (a vocabulary in a guarded object is too many)
 
 
+# The process state traced ops depend on besides their arguments (the
+# recorder sees autocast's casts and the default dtype's results as ops
+# and constants): guarded on every call, part of every record key.
+STATE = {
+    "grad mode": torch.is_grad_enabled,
+    "default dtype": torch.get_default_dtype,
+    "CPU autocast": functools.partial(torch.is_autocast_enabled, "cpu"),
+    "CPU autocast dtype": functools.partial(torch.get_autocast_dtype, "cpu"),
+}
+
+
 class Unportable(Exception):
     """The variant holds something a record cannot describe."""
 
@@ -452,8 +463,8 @@ def portable_spec(trace, upto=None):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
             lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
             out.append(["dict", inst[1], list(inst[2]), [describe.value(v, lenient) for v in inst[3]], inst[4]])
-        elif kind == "call" and inst[1] is torch.is_grad_enabled:
-            out.append(["grad", inst[2]])
+        elif kind == "call" and STATE.get(spec.names[slot]) is inst[1]:
+            out.append(["state", describe.value(inst[2])])
 
         else:
             raise Unportable(f"guard {kind} of {spec.names[slot]}")
@@ -558,8 +569,9 @@ def live_spec(pspec, names, fn, args):
                         raise Mismatch(f"{label}: {'missing' if k not in d else _change(desc, d[k])}")
                     values.append(d[k])
                 inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
-            elif kind == "grad":
-                inst = ("call", torch.is_grad_enabled, inst[1])
+            elif kind == "state":
+                desc = inst[1]
+                inst = ("call", STATE[name], getattr(torch, desc[1]) if desc[0] == "dtype" else desc[1])
 
         except (LookupError, AttributeError, TypeError, ValueError) as exc:
             raise Mismatch(f"{name}: {type(exc).__name__}: {exc}") from None
@@ -741,7 +753,8 @@ def trace_key(fn, trace):
     """The record key of a call: versions and options, fn's code, and its
     argument guards (trace after guard_arguments)."""
     from .backend import _key_context
-    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), trace.grad,
+    state = [[name, _Describer({}).value(value)] for name, value in trace.state.items()]
+    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state,
             portable_spec(trace, trace.argument_guards)]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
 

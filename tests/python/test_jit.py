@@ -821,3 +821,33 @@ def test_a_jitted_function_pickles_by_reference():
     local = torchneuron_jit.jit(lambda x: x)
     with pytest.raises((pickle.PicklingError, AttributeError)):
         pickle.dumps(local)
+
+
+def test_default_dtype_and_autocast_are_guarded():
+    """What the recorder saw as ops and constants depends on the default
+    dtype and on autocast: a change of either is a miss, in words."""
+    @torchneuron_jit.jit
+    def f(x):
+        return (x @ x.t()) * torch.tensor(0.5)
+
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(f(x), (x @ x.t()) * 0.5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = (x @ x.t()) * torch.tensor(0.5)
+        out, log = _recompile_reason(f, x)
+    assert out.dtype == want.dtype == torch.bfloat16 and "CPU autocast: off → on" in log, log
+    torch.testing.assert_close(out, want)
+    @torchneuron_jit.jit
+    def g(x):
+        return x + torch.ones(4)  # the ones' dtype is the default dtype
+
+    torch.testing.assert_close(g(x), x + 1)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out, log = _recompile_reason(g, x)
+        assert "default dtype: float32 → float64" in log, log
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, x + torch.ones(4))
+    finally:
+        torch.set_default_dtype(previous)
