@@ -522,7 +522,8 @@ class _Tracer:
             _warn_skipped_call(trace.fn, filename, line, what)
         spec = trace.spec
         for name, read in _records.STATE.items():
-            spec.add(("call", read, trace.state[name]), name)
+            if name != "CPU autocast dtype" or trace.state["CPU autocast"]:  # the dtype matters only under autocast
+                spec.add(("call", read, trace.state[name]), name)
         try:
             with _compile_lock:
                 return self._entry(trace, result)
