@@ -138,10 +138,7 @@ def _shallow(v):
     objects by type."""
     if isinstance(v, types.FunctionType):
         return ["code", code_hash(v.__code__)]
-    try:
-        return _Describer({}).value(v)
-    except Unportable:
-        return ["kind", type(v).__module__, type(v).__qualname__]
+    return _Describer({}).value(v, lenient=True)
 
 
 def _code_bytes(code, out):
@@ -217,9 +214,9 @@ def namedtuple_code(code, globs):
 
 
 def code_ref(code, globs):
-    """[module, qualified name, hash] of the function that holds code: the
-    function itself, or the one it is nested in (a closure, a
-    comprehension, a class defined in a function)."""
+    """["code", module, qualified name, function_hash] of the function that
+    holds code: the function itself, or the one it is nested in (a closure,
+    a comprehension, a class defined in a function)."""
     modname = globs.get("__name__")
     mod = sys.modules.get(modname) if isinstance(modname, str) else None
     if mod is None or getattr(mod, "__dict__", None) is not globs:
@@ -286,11 +283,9 @@ def _installed(globs):
 
 # -- values, described without identities ------------------------------------------
 
-def _type_ref(t):
-    ref = [t.__module__, t.__qualname__]
-    if _lookup(*ref) is not t:
-        raise Unportable(f"the type {t.__qualname__} cannot be found by name")
-    return ref
+def _torch_name(x):
+    """A dtype, layout or memory format by its name in torch (getattr(torch, name) finds it)."""
+    return str(x).removeprefix("torch.")
 
 
 def _name_ref(obj):
@@ -336,7 +331,7 @@ class _Describer:
         if v is None or t in (bool, int, float, str):
             return ["p", v]
         if t is torch.dtype:
-            return ["dtype", str(v).removeprefix("torch.")]
+            return ["dtype", _torch_name(v)]
         if t is torch.device:
             return ["device", str(v)]
         if t in (tuple, list, torch.Size):
@@ -346,16 +341,16 @@ class _Describer:
         if isinstance(v, dict) and t.__module__ in ("builtins", "collections"):
             if any(type(k) not in (str, int) for k in v):
                 raise Unportable("a guarded dict has keys other than strings and ints")
-            return ["map", _type_ref(t), [[k, self.value(x)] for k, x in v.items()]]
+            return ["map", _name_ref(t), [[k, self.value(x)] for k, x in v.items()]]
         if isinstance(v, torch.nn.Module):
             path = self.module_paths.get(id(v))
             if path is None:
                 raise Unportable(f"a {t.__name__} module outside the guarded modules is held")
-            return ["mod", _type_ref(t), path[0], path[1]]
+            return ["mod", _name_ref(t), path[0], path[1]]
         if isinstance(v, torch.Tensor):
             if t not in (torch.Tensor, torch.nn.Parameter) or not v.is_cpu or v.layout != torch.strided:
                 raise Unportable(f"a {t.__name__} on {v.device} is held")
-            return ["tensor", _type_ref(t), str(v.dtype).removeprefix("torch."), list(v.shape),
+            return ["tensor", _name_ref(t), _torch_name(v.dtype), list(v.shape),
                     list(v.stride()), bool(v.requires_grad)]
         if isinstance(v, types.FunctionType):
             ref = _name_ref(v)
@@ -375,7 +370,7 @@ class _Describer:
         if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH:  # a config object, say: by its attributes
             self.depth += 1
             try:
-                return ["object", _type_ref(t), [[k, self.value(x)] for k, x in attrs.items()]]
+                return ["object", _name_ref(t), [[k, self.value(x)] for k, x in attrs.items()]]
             finally:
                 self.depth -= 1
         raise Unportable(f"a {t.__qualname__} object is held by identity")
@@ -447,7 +442,7 @@ def portable_spec(trace, upto=None):
         elif kind == "const":
             out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])
         elif kind == "type":
-            out.append(["type", inst[1], _type_ref(inst[2])])
+            out.append(["type", inst[1], _name_ref(inst[2])])
         elif kind in ("is", "eq"):
             out.append([kind, inst[1], describe.value(inst[2])])
         elif kind == "isweak":
@@ -456,7 +451,7 @@ def portable_spec(trace, upto=None):
                 raise Unportable(f"{spec.names[slot]} is gone")
             out.append(["isweak", inst[1], describe.value(held)])
         elif kind == "tensor":
-            out.append(["tensor", inst[1], str(inst[2]).removeprefix("torch."), list(inst[3]), list(inst[4]),
+            out.append(["tensor", inst[1], _torch_name(inst[2]), list(inst[3]), list(inst[4]),
                         inst[5]])
         elif kind == "dict":
             if any(type(k) not in (str, int) for k in inst[2]):
@@ -465,7 +460,6 @@ def portable_spec(trace, upto=None):
             out.append(["dict", inst[1], list(inst[2]), [describe.value(v, lenient) for v in inst[3]], inst[4]])
         elif kind == "call" and STATE.get(spec.names[slot]) is inst[1]:
             out.append(["state", describe.value(inst[2])])
-
         else:
             raise Unportable(f"guard {kind} of {spec.names[slot]}")
     return out
@@ -480,10 +474,10 @@ def _portable_path(path, held, name):
         t = path[1]
         if t.numel() > _MAX_CONST_NUMEL or t.is_complex() or not t.is_cpu or t.layout != torch.strided:
             raise Unportable(f"{name} is not a real dense CPU tensor of at most {_MAX_CONST_NUMEL} elements")
-        return ["value", str(t.dtype).removeprefix("torch."), list(t.shape), list(t.stride()),
+        return ["value", _torch_name(t.dtype), list(t.shape), list(t.stride()),
                 t.reshape(-1).tolist()]
     if path[0] == "classdict":
-        return ["classdict", _type_ref(path[1])]
+        return ["classdict", _name_ref(path[1])]
     if path[0] in ("global", "globals"):
         try:
             found = _resolve(path, None, ())
@@ -539,9 +533,7 @@ def live_spec(pspec, names, fn, args):
         try:
             if kind == "arg":
                 value = args[inst[1]]
-            elif kind == "item":
-                value = live[inst[1]][inst[2]]
-            elif kind == "key":
+            elif kind in ("item", "key"):
                 value = live[inst[1]][inst[2]]
             elif kind == "cell":
                 value = live[inst[1]].cell_contents
@@ -572,7 +564,6 @@ def live_spec(pspec, names, fn, args):
             elif kind == "state":
                 desc = inst[1]
                 inst = ("call", STATE[name], getattr(torch, desc[1]) if desc[0] == "dtype" else desc[1])
-
         except (LookupError, AttributeError, TypeError, ValueError) as exc:
             raise Mismatch(f"{name}: {type(exc).__name__}: {exc}") from None
         spec.add(tuple(inst), name)
@@ -615,7 +606,7 @@ def _encode_arg(a, index):
         return [_encode_arg(x, index) for x in a]
     for tag, t in _ENUMS.items():
         if type(a) is t:
-            return {tag: str(a).removeprefix("torch.")}
+            return {tag: _torch_name(a)}
     if type(a) is torch.device:
         return {"device": str(a)}
     raise Unportable(f"the graph holds a {type(a).__name__} argument")
@@ -641,7 +632,7 @@ def _encode_val(v):
         dims = (*v.shape, *v.stride(), v.storage_offset())
         if not all(isinstance(d, int) for d in dims):
             raise Unportable("the graph has symbolic sizes")
-        return ["T", str(v.dtype).removeprefix("torch."), list(v.shape), list(v.stride()), v.storage_offset()]
+        return ["T", _torch_name(v.dtype), list(v.shape), list(v.stride()), v.storage_offset()]
     if isinstance(v, (list, tuple)):
         return ["L" if isinstance(v, list) else "U", [_encode_val(x) for x in v]]
     if v is None or type(v) in (bool, int, float):
@@ -720,7 +711,7 @@ def _encode_context(c):
     if isinstance(c, (list, tuple)):
         return {"list" if isinstance(c, list) else "tuple": [_encode_context(x) for x in c]}
     if isinstance(c, type):
-        return {"type": _type_ref(c)}
+        return {"type": _name_ref(c)}
     raise Unportable(f"the result's structure holds a {type(c).__name__}")
 
 
