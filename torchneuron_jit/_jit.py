@@ -124,8 +124,7 @@ class _Trace:
         self.tensor_slot = {}   # id(tensor) -> slot that loads it
         self.tensors = []       # keeps them alive (ids stay unique)
         self.problems = []
-        self.state = {name: read() for name, read in _records.STATE.items()}
-        self.grad = self.state["grad mode"]
+        self.state = _records.read_state()  # name -> value, each guarded
         self.recorder = _Recorder()
         self.modules_seen = set()  # ids of the modules guard_module has guarded
         self.classes_seen = set()  # the classes guard_class has guarded
@@ -521,9 +520,8 @@ class _Tracer:
         for (filename, line), what in trace.side_effects.items():
             _warn_skipped_call(trace.fn, filename, line, what)
         spec = trace.spec
-        for name, read in _records.STATE.items():
-            if name != "CPU autocast dtype" or trace.state["CPU autocast"]:  # the dtype matters only under autocast
-                spec.add(("call", read, trace.state[name]), name)
+        for name, value in trace.state.items():
+            spec.add(("call", _records.STATE[name], value), name)
         try:
             with _compile_lock:
                 return self._entry(trace, result)
@@ -544,7 +542,7 @@ class _Tracer:
             raise _NotCompilable(f"it calls {', '.join(disabled)}, marked by torchneuron_jit.disable")
         gm, inputs, constants, out_plan, checks = _graph_of(trace, result)
         trace.guard_globals(constants)
-        if trace.grad and any(t.requires_grad for t in inputs):
+        if trace.state["grad mode"] and any(t.requires_grad for t in inputs):
             raise _NotCompilable("grad mode is on and tensors it uses require grad (training goes through "
                                  "torch.compile for now; wrap inference in torch.no_grad() or "
                                  "torch.inference_mode())")
@@ -572,8 +570,9 @@ class _Tracer:
         """Stores the entry's trace record, when it can be described without
         identities; returns the record's id, or None."""
         try:
-            key = _records.trace_key(trace.fn, trace)
-            record = _records.variant(trace, fgm, slots, checks, writebacks, out_plan)
+            pspec = _records.portable_spec(trace)
+            key = _records.trace_key(trace.fn, trace, pspec)
+            record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan)
         except _records.Unportable as exc:
             _log.event("cache", f"{_where(trace.fn)}: no trace record stored: {exc}")
             return

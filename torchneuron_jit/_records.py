@@ -65,6 +65,15 @@ STATE = {
 }
 
 
+def read_state():
+    """The STATE a trace beginning now depends on, by name: all of it, but
+    the autocast dtype only under autocast (a guard fewer on every call)."""
+    state = {name: read() for name, read in STATE.items()}
+    if not state["CPU autocast"]:
+        del state["CPU autocast dtype"]
+    return state
+
+
 class Unportable(Exception):
     """The variant holds something a record cannot describe."""
 
@@ -740,13 +749,15 @@ def decode_treespec(e):
 
 # -- store and load ----------------------------------------------------------------
 
-def trace_key(fn, trace):
-    """The record key of a call: versions and options, fn's code, and its
-    argument guards (trace after guard_arguments)."""
+def trace_key(fn, trace, pspec=None):
+    """The record key of a call: versions and options, fn's code, the
+    process state it depends on and its argument guards (trace after
+    guard_arguments; pspec: its portable_spec when already made, of which
+    the argument guards are the first instructions)."""
     from .backend import _key_context
     state = [[name, _Describer({}).value(value)] for name, value in trace.state.items()]
-    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state,
-            portable_spec(trace, trace.argument_guards)]
+    arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
+    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
 
 
@@ -762,8 +773,8 @@ def read(key):
         return []
 
 
-def variant(trace, fgm, slots, checks, writebacks, out_plan):
-    """The record of one traced entry (raises Unportable)."""
+def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan):
+    """The record of one traced entry, pspec its portable_spec (raises Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -780,7 +791,7 @@ def variant(trace, fgm, slots, checks, writebacks, out_plan):
     for _, value in checks:
         if type(value) not in (bool, int, float):
             raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
-    record = {"spec": portable_spec(trace), "names": list(trace.spec.names), "slots": list(slots),
+    record = {"spec": pspec, "names": list(trace.spec.names), "slots": list(slots),
               "codes": codes, "graph": encode_graph(fgm), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan],
