@@ -746,18 +746,20 @@ def _explain(spec, args, index):
                f"{_layout(tuple(value.shape), tuple(value.stride()))})"
     if kind == "dict":
         keys, values = inst[2], inst[3]
-
-        def label(k):
-            return f"global {k}" if name == "globals" else f"{name}.{k}"
         for k, want in zip(keys, values):
             if k not in value:
-                return f"{label(k)}: removed"
+                return f"{_entry_name(name, k)}: removed"
             got = value[k]
             if got is not want and not (type(got) is type(want) and type(want) in _PRIMITIVES and got == want):
-                return f"{label(k)}: {_short(want)} → {_short(got)}"
+                return f"{_entry_name(name, k)}: {_short(want)} → {_short(got)}"
         extra = [k for k in value if k not in keys]
         return f"{name}: new entries {extra[:3]}" if extra else f"{name}: changed"
     return f"{name}: guard {kind} failed"
+
+
+def _entry_name(name, key):
+    """Entry key of the dict snapshot called name, in words."""
+    return f"global {key}" if name == "globals" else f"{name}.{key}"
 
 
 def _short(v):

@@ -534,7 +534,7 @@ def _change(desc, v):
 def live_spec(pspec, names, fn, args):
     """The guard program of a record rebuilt on live objects, and the value of
     each slot for args. Raises Mismatch (the reason) when it does not hold."""
-    from ._jit import Spec, _explain
+    from ._jit import Spec, _entry_name, _explain
     spec, live = Spec(), []
     for inst, name in zip(pspec, names):
         kind = inst[0]
@@ -566,8 +566,7 @@ def live_spec(pspec, names, fn, args):
                 values = []
                 for k, desc in zip(inst[2], inst[3]):
                     if k not in d or not _matches(desc, d[k], live):
-                        label = f"global {k}" if name == "globals" else f"{name}.{k}"
-                        raise Mismatch(f"{label}: {'missing' if k not in d else _change(desc, d[k])}")
+                        raise Mismatch(f"{_entry_name(name, k)}: {'missing' if k not in d else _change(desc, d[k])}")
                     values.append(d[k])
                 inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
             elif kind == "state":
