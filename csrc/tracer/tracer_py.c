@@ -716,10 +716,10 @@ typedef struct {
 static PyObject *DirectRunner_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
   DirectRunnerObject *dr = (DirectRunnerObject *)self;
-  PyObject *res = NULL, *out = NULL;
+  PyObject *res;
   if (dr->dr_forward) {
     PyObject *forward = Py_NewRef(dr->dr_forward);
-    out = PyObject_Vectorcall(forward, args, PyVectorcall_NARGS(nargsf), NULL);
+    PyObject *out = PyObject_Vectorcall(forward, args, PyVectorcall_NARGS(nargsf), NULL);
     Py_DECREF(forward);
     if (out) {
       if (PyTuple_Check(out) && dr->dr_index < PyTuple_GET_SIZE(out))
@@ -734,8 +734,8 @@ static PyObject *DirectRunner_vectorcall(PyObject *self, PyObject *const *args, 
     PyErr_Clear();  /* the Python runner meets it again, and decides */
   }
   res = PyObject_Vectorcall(dr->dr_runner, args, nargsf, kwnames);
-  if (res && out == NULL && dr->dr_forward)
-    Py_CLEAR(dr->dr_forward);  /* ours: the graph runs eagerly from now on */
+  if (res && dr->dr_forward)
+    Py_CLEAR(dr->dr_forward);  /* forward failed and eager did not: ours; eager from now on */
   return res;
 }
 
