@@ -30,6 +30,10 @@ static PyObject *config_value(int id)
   switch (tn_config_type(id)) {
   case TN_CFG_BOOL: return PyBool_FromLong((long)tn_config_int(id));
   case TN_CFG_STR: return PyUnicode_FromString(tn_config_str(id));
+  case TN_CFG_CHOICE: {
+    char name[64];
+    return PyUnicode_FromString(tn_config_choice(id, tn_config_int(id), name, sizeof name) ? name : "");
+  }
   default: return PyLong_FromLongLong((long long)tn_config_int(id));
   }
 }
@@ -53,7 +57,7 @@ static PyObject *py_config_set(PyObject *self, PyObject *args)
   if (id < 0)
     return NULL;
   int type = tn_config_type(id);
-  if (type == TN_CFG_STR) {
+  if (type == TN_CFG_STR || type == TN_CFG_CHOICE) {
     if (!PyUnicode_Check(value))
       return PyErr_Format(PyExc_TypeError, "config %s: expected str, got %s",
                           tn_config_name(id), Py_TYPE(value)->tp_name);
@@ -89,7 +93,7 @@ static PyObject *py_config_set(PyObject *self, PyObject *args)
 
 static PyObject *py_config_table(PyObject *self, PyObject *unused)
 {
-  static const char *const types[] = {"bool", "int", "bytes", "str"};
+  static const char *const types[] = {"bool", "int", "bytes", "str", "choice"};
   char def[128];
   (void)self;
   (void)unused;

@@ -4,6 +4,7 @@
 #include "tn_config.h"
 #include "tn_common.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -98,12 +99,29 @@ static int config_parse_int(const char *t, int bytes, int64_t *out)
   return TN_OK;
 }
 
+/* The index of choice t (case-insensitive) among the '|'-separated names
+** in list, or -1. */
+static int64_t config_choice_index(const char *list, const char *t)
+{
+  size_t len = strlen(t);
+  int64_t i = 0;
+  for (const char *p = list; p; i++) {
+    const char *bar = strchr(p, '|');
+    size_t n = bar ? (size_t)(bar - p) : strlen(p);
+    if (n == len && strncasecmp(p, t, n) == 0)
+      return i;
+    p = bar ? bar + 1 : NULL;
+  }
+  return -1;
+}
+
 static const char *config_expected(int type)
 {
   switch (type) {
   case TN_CFG_BOOL: return "a boolean (1, 0, true, false, yes, no, on, off)";
   case TN_CFG_INT: return "an integer";
   case TN_CFG_BYTES: return "a size in bytes >= 0, optionally with a K, M, G or T suffix";
+  case TN_CFG_CHOICE: return "one of";
   default: return "text";
   }
 }
@@ -132,9 +150,31 @@ const char *tn_config_str(int id)
   return config_sval[id] ? config_sval[id] : "";
 }
 
+const char *tn_config_choice(int id, int64_t i, char *buf, size_t len)
+{
+  const char *p = config_defs[id].ce_sdef;
+  assert(config_defs[id].ce_type == TN_CFG_CHOICE && len > 0);
+  buf[0] = 0;
+  for (; p && i > 0; i--) {
+    p = strchr(p, '|');
+    p = p ? p + 1 : NULL;
+  }
+  if (!p || i < 0)
+    return NULL;
+  size_t n = strcspn(p, "|");
+  snprintf(buf, len, "%.*s", (int)n, p);
+  return buf;
+}
+
 int tn_config_set_int(int id, int64_t value, char *err, size_t errlen)
 {
   int type = config_defs[id].ce_type;
+  char name[64];
+  if (type == TN_CFG_CHOICE && !tn_config_choice(id, value, name, sizeof name)) {
+    snprintf(err, errlen, "config %s: expected one of %s, got %" PRId64,
+             config_defs[id].ce_name, config_defs[id].ce_sdef, value);
+    return TN_EINVAL;
+  }
   if (type == TN_CFG_STR || (type == TN_CFG_BOOL && value != 0 && value != 1) ||
       (type == TN_CFG_BYTES && value < 0)) {
     snprintf(err, errlen, "config %s: expected %s, got %" PRId64,
@@ -161,11 +201,17 @@ int tn_config_set_text(int id, const char *text, char *err, size_t errlen)
   }
   while (isspace((unsigned char)*text))
     text++;
-  rc = type == TN_CFG_BOOL ? config_parse_bool(text, &v)
-                           : config_parse_int(text, type == TN_CFG_BYTES, &v);
+  if (type == TN_CFG_CHOICE) {
+    v = config_choice_index(config_defs[id].ce_sdef, text);
+    rc = v < 0 ? TN_EINVAL : TN_OK;
+  } else {
+    rc = type == TN_CFG_BOOL ? config_parse_bool(text, &v)
+                             : config_parse_int(text, type == TN_CFG_BYTES, &v);
+  }
   if (rc != TN_OK) {
-    snprintf(err, errlen, "config %s: expected %s, got '%s'",
-             config_defs[id].ce_name, config_expected(type), text);
+    snprintf(err, errlen, "config %s: expected %s%s%s, got '%s'", config_defs[id].ce_name,
+             config_expected(type), type == TN_CFG_CHOICE ? " " : "",
+             type == TN_CFG_CHOICE ? config_defs[id].ce_sdef : "", text);
     return rc;
   }
   return tn_config_set_int(id, v, err, errlen);
@@ -176,6 +222,8 @@ void tn_config_default_text(int id, char *buf, size_t len)
   const tn_config_entry *e = &config_defs[id];
   if (e->ce_type == TN_CFG_STR)
     snprintf(buf, len, "%s", e->ce_sdef ? e->ce_sdef : "");
+  else if (e->ce_type == TN_CFG_CHOICE)
+    tn_config_choice(id, e->ce_idef, buf, len);
   else
     snprintf(buf, len, "%" PRId64, e->ce_idef);
 }

@@ -14,8 +14,11 @@
 #define TN_CFG_INT   1   /* int64 */
 #define TN_CFG_BYTES 2   /* int64 >= 0; text may end in K, M, G or T (powers of 1024) */
 #define TN_CFG_STR   3   /* UTF-8 text */
+#define TN_CFG_CHOICE 4  /* one of the '|'-separated names in the string default (case-insensitive);
+                         ** held as its index, read from Python as its name */
 
-/* _(name, type, integer default, string default, doc) */
+/* _(name, type, integer default, string default, doc); a CHOICE's integer
+** default is the index of its default among the names of its string default */
 #define TN_CONFIG_DEF(_) \
   _(cache, TN_CFG_BOOL, 1, NULL, \
     "Use the persistent compile cache.") \
@@ -53,6 +56,11 @@
     "With cache on, torchneuron_jit.jit stores each traced variant it can describe without object identities " \
     "(guards by path, the code it ran by hash, its graph) in the persistent cache, and a call no entry accepts " \
     "looks there before tracing: a fresh process whose cache is warm runs without tracing or lowering.") \
+  _(cpu_isa, TN_CFG_CHOICE, 0, "auto|avx512|avx2|default", \
+    "Widest vector ISA the generated kernels' runtime uses for its math functions (libmvec's AVX-512 or " \
+    "AVX2 versions, else the scalar math library): auto is the CPU's widest; a narrower one shows what " \
+    "a machine without the wider ISA computes. It never goes past what the CPU has. The plain loops " \
+    "(loads, stores, arithmetic) are chosen by the dynamic linker from the CPU and cannot be narrowed.") \
   _(log, TN_CFG_STR, 0, "", \
     "Comma-separated event kinds printed to stderr as they happen: cache, compile, fallback, recompiles, or all.")
 
@@ -77,8 +85,8 @@ const char *tn_config_name(int id);
 int tn_config_type(int id);
 const char *tn_config_doc(int id);
 
-/* Current value of an integer-valued (BOOL, INT, BYTES) entry. Safe to read
-** from any thread. */
+/* Current value of an integer-valued (BOOL, INT, BYTES, CHOICE) entry. Safe
+** to read from any thread. */
 int64_t tn_config_int(int id);
 
 /* Current value of a STR entry; valid until the entry is next set. Read it
@@ -94,6 +102,10 @@ int tn_config_set_text(int id, const char *text, char *err, size_t errlen);
 /* Sets an integer-valued entry; TN_EINVAL for a negative BYTES value or a
 ** BOOL other than 0/1. */
 int tn_config_set_int(int id, int64_t value, char *err, size_t errlen);
+
+/* The name of choice i of CHOICE entry id, copied into buf (size len);
+** returns buf, or NULL when i is out of range (buf then empty). */
+const char *tn_config_choice(int id, int64_t i, char *buf, size_t len);
 
 /* Formats the default of entry id as text into buf (size len). */
 void tn_config_default_text(int id, char *buf, size_t len);

@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "../graph/graph.h"
+#include "../tn_config.h"
 
 /* glibc's libmvec holds SIMD versions of these (the accuracy class of
 ** eager's Sleef, NaN and infinity handled): declaring them as OpenMP SIMD
@@ -210,32 +211,33 @@ __attribute__((target("avx512f"))) static int64_t rt_vmath_avx512(int f, float *
   return i;
 }
 
-static int rt_have_avx2(void)
+/* The widest ISA of the CPU (RT_ISA_*), narrowed to config cpu_isa. */
+#define RT_ISA_DEFAULT 0
+#define RT_ISA_AVX2 1
+#define RT_ISA_AVX512 2
+static int rt_isa(void)
 {
-  static int have = -1;
-  if (have < 0)
-    have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return have;
+  static int cpu = -1;
+  if (cpu < 0)
+    cpu = __builtin_cpu_supports("avx512f") ? RT_ISA_AVX512
+          : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? RT_ISA_AVX2 : RT_ISA_DEFAULT;
+  /* cpu_isa's choices: auto, avx512, avx2, default */
+  static const int cap[] = {RT_ISA_AVX512, RT_ISA_AVX512, RT_ISA_AVX2, RT_ISA_DEFAULT};
+  int64_t c = tn_config_int(TN_CFG_cpu_isa);
+  int want = c >= 0 && c < (int64_t)(sizeof cap / sizeof cap[0]) ? cap[c] : RT_ISA_DEFAULT;
+  return want < cpu ? want : cpu;
 }
 
-static int rt_have_avx512(void)
-{
-  static int have = -1;
-  if (have < 0)
-    have = __builtin_cpu_supports("avx512f");
-  return have;
-}
-
-/* f over a[0..n) (and b): the widest vectors the CPU has (AVX-512, else
-** AVX2), the last elements too, padded to a vector, so that a value gives
+/* f over a[0..n) (and b): the widest vectors rt_isa() allows (AVX-512,
+** else AVX2), the last elements too, padded to a vector, so that a value gives
 ** the same result wherever it lies (libm's scalar functions differ from
 ** libmvec's in the last bit). Returns how many were done: n, or 0 without
 ** AVX2. T the element type, PAD a multiple of every width. */
 #define RT_VMATH_ALL(name, T, PAD, wide_fn, narrow_fn) \
   static int64_t name(int f, T *dst, const T *a, const T *b, int64_t n) \
   { \
-    int wide = rt_have_avx512(); \
-    if (!wide && !rt_have_avx2()) \
+    int isa = rt_isa(), wide = isa == RT_ISA_AVX512; \
+    if (isa == RT_ISA_DEFAULT) \
       return 0; \
     int64_t done = wide ? wide_fn(f, dst, a, b, n) : narrow_fn(f, dst, a, b, n); \
     if (done < n) { \

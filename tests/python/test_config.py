@@ -7,7 +7,7 @@ import pytest
 from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
-         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "jit_cache_limit", "jit_trace_records", "log"]
+         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "jit_cache_limit", "jit_trace_records", "cpu_isa", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -21,12 +21,13 @@ DEFAULTS = {
     "onednn_packed_weights": False,
     "jit_cache_limit": 8,
     "jit_trace_records": True,
+    "cpu_isa": "auto",
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "bool",
          "gemm_fusion": "bool", "onednn_linear": "bool", "onednn_packed_weights": "bool",
-         "jit_cache_limit": "int", "jit_trace_records": "bool", "log": "str"}
+         "jit_cache_limit": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}
 
 
 def parse_default(setting):
@@ -77,6 +78,10 @@ def test_defaults_match_table():
     ("cache_dir", "/some/where", "/some/where"),
     ("cache_dir", "", ""),
     ("log", "cache,compile", "cache,compile"),
+    ("cpu_isa", "avx2", "avx2"),
+    ("cpu_isa", "AVX512", "avx512"),
+    ("cpu_isa", " default", "default"),
+    ("cpu_isa", "auto", "auto"),
 ])
 def test_set_and_read_back(name, value, expected):
     setattr(config, name, value)
@@ -135,6 +140,11 @@ def test_set_survives_other_settings():
     ("cache_dir", 5, TypeError),
     ("cache_dir", None, TypeError),
     ("log", b"cache", TypeError),
+    ("cpu_isa", "sse9", ValueError),
+    ("cpu_isa", "", ValueError),
+    ("cpu_isa", "avx", ValueError),
+    ("cpu_isa", 2, TypeError),
+    ("cpu_isa", None, TypeError),
 ])
 def test_bad_values_raise_naming_the_setting(name, value, exc):
     before = getattr(config, name)
@@ -210,9 +220,11 @@ def test_reset_applies_environment(monkeypatch):
     monkeypatch.setenv("TORCHNEURON_CACHE_MAX_BYTES", "3M")
     monkeypatch.setenv("TORCHNEURON_CACHE", "off")
     monkeypatch.setenv("TORCHNEURON_LOG", "fallback")
+    monkeypatch.setenv("TORCHNEURON_CPU_ISA", "AVX2")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         config.reset()
+    assert config.cpu_isa == "avx2"
     assert config.cache_max_bytes == 3 << 20
     assert config.cache is False
     assert config.log == "fallback"
@@ -227,6 +239,13 @@ def test_reset_warns_about_a_bad_variable(monkeypatch):
     assert len([w for w in record if "TORCHNEURON_" in str(w.message)]) == 1
     assert config.cache_max_bytes == DEFAULTS["cache_max_bytes"]
     assert config.cache_initial_map_bytes == 2 << 20
+
+
+def test_a_choice_not_offered_warns_naming_the_choices(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_CPU_ISA", "neon")
+    with pytest.warns(RuntimeWarning, match=r"TORCHNEURON_CPU_ISA: .*auto\|avx512\|avx2\|default.*'neon'"):
+        config.reset()
+    assert config.cpu_isa == "auto"
 
 
 # -- Environment at import, in a fresh interpreter -----------------------------
