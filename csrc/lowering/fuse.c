@@ -417,10 +417,9 @@ static int fusable(const tn_graph *g, const tn_node *n)
     return arg_fits(&n->no_args[1], dt, 0, 0) && (n->no_nargs < 3 || arg_fits(&n->no_args[2], dt, 0, 0));
   case FK_CLAMP:
     return arg_fits(&n->no_args[1], dt, 0, 1) && arg_fits(&n->no_args[2], dt, 0, 1);
-  case FK_GELU: { /* eager's float16 erf GELU is another kernel (gelu(inf) = inf, not NaN): left to it */
+  case FK_GELU: { /* exact or tanh, in every float dtype */
     const tn_arg *s = &n->no_args[1];
-    return (s->ar_len == 4 && memcmp(s->u.ar_str, "none", 4) == 0 && dt != TN_DTYPE_FLOAT16) ||
-           (s->ar_len == 4 && memcmp(s->u.ar_str, "tanh", 4) == 0);
+    return s->ar_len == 4 && (memcmp(s->u.ar_str, "none", 4) == 0 || memcmp(s->u.ar_str, "tanh", 4) == 0);
   }
   case FK_COMPARE: /* in their one dtype (mixed ones would need torch's promotion) */
     return arg_dtype(g, &n->no_args[0]) == arg_dtype(g, &n->no_args[1]);

@@ -362,9 +362,10 @@ static inline __attribute__((always_inline)) void rt_unary_f32_loop(int op, floa
   case TN_RT_ERF: UNARY_LOOP(erff(x));
   case TN_RT_SIN: UNARY_LOOP(sinf(x));
   case TN_RT_COS: UNARY_LOOP(cosf(x));
-  /* eager's exact gelu gives NaN for both infinities (its vectorised erf
-  ** does); the tanh form gives +inf for +inf, as the formula does */
-  case TN_RT_GELU: UNARY_LOOP(isinf(x) ? NAN : 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)));
+  /* gelu(+inf) = +inf and gelu(-inf) = NaN (0 * -inf), as the formula
+  ** gives. Eager's answer for +inf depends on its kernel: its own (ATen)
+  ** kernels and oneDNN's AVX2 one give +inf, oneDNN's AVX-512 one NaN. */
+  case TN_RT_GELU: UNARY_LOOP(0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)));
   case TN_RT_GELU_TANH:
     UNARY_LOOP(0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))));
   case TN_RT_ZERO_INF: UNARY_LOOP(isinf(x) ? 0.0f : x);
@@ -463,8 +464,8 @@ RT_BINARY_FNS(f32, float, rt_vmath, powf)
 
 /* float64: computed in double throughout, with the math library's double
 ** functions (libmvec's where the CPU has AVX2 or AVX-512); special values
-** follow eager's float64 kernels (which, unlike its float32 exact gelu,
-** give gelu(+inf) = +inf and gelu(-inf) = NaN, as the formula does). */
+** follow eager's float64 kernels (gelu(+inf) = +inf and gelu(-inf) = NaN,
+** as the formula gives, and as the float32 kernel above). */
 static inline __attribute__((always_inline)) void rt_unary_f64_loop(int op, double *dst, const double *a, int64_t n)
 {
   switch (op) {

@@ -15,6 +15,7 @@
 #include "neuron_backend/pool.h"
 #include "neuron_backend/runtime.h"
 #include "neuron_backend/tcc.h"
+#include "tn_config.h"
 #include "tn_check.h"
 
 static tn_arg T(int32_t v) { tn_arg a = {TN_ARG_TENSOR, 0, {.ar_ref = v}}; return a; }
@@ -177,8 +178,22 @@ START_TEST(test_kernel_tiles_and_rows)
 }
 END_TEST
 
+/* The runtime's ISA for loop tests: _i indexes config cpu_isa's choices
+** (auto, avx512, avx2, default); the fixture puts auto back. */
+static void set_isa(int i)
+{
+  char err[TN_ERRMSG_LEN];
+  ck_assert_int_eq(tn_config_set_int(TN_CFG_cpu_isa, i, err, sizeof err), TN_OK);
+}
+
+static void reset_isa(void)
+{
+  set_isa(0);
+}
+
 START_TEST(test_runtime_nan_rules)
 {
+  set_isa(_i);
   float a[6] = {NAN, -NAN, 1.0f, -0.0f, INFINITY, -INFINITY}, b[6] = {0, 0, NAN, 0.0f, 1, 1}, r[6];
   tn_rt_unary_f32(TN_RT_RELU, r, a, 6);
   ck_assert(isnan(r[0]) && isnan(r[1]) && r[2] == 1.0f && r[4] == INFINITY && r[5] == 0.0f);
@@ -186,15 +201,60 @@ START_TEST(test_runtime_nan_rules)
   ck_assert(isnan(r[0]) && isnan(r[2]) && r[4] == INFINITY && r[5] == 1.0f);
   tn_rt_binary_f32(TN_RT_B_CLAMP_MIN, r, a, b, 6);
   ck_assert(isnan(r[0]) && isnan(r[2]));
+  /* gelu(+inf) = +inf, gelu(-inf) = NaN (0 * -inf), as the formula gives */
   tn_rt_unary_f32(TN_RT_GELU, r, a, 6);
-  ck_assert(isnan(r[4]) && isnan(r[5]) && r[3] == 0.0f && signbit(r[3]));
+  ck_assert(isnan(r[0]) && r[4] == INFINITY && isnan(r[5]) && r[3] == 0.0f && signbit(r[3]));
+  double d[6] = {NAN, -NAN, 1.0, -0.0, INFINITY, -INFINITY}, rd[6];
+  tn_rt_unary_f64(TN_RT_GELU, rd, d, 6);
+  ck_assert(isnan(rd[0]) && rd[4] == INFINITY && isnan(rd[5]) && rd[3] == 0.0 && signbit(rd[3]));
   tn_rt_unary_f32(TN_RT_NEG, r, a, 6);
   ck_assert(signbit(r[0]) != signbit(a[0]) && r[3] == 0.0f && !signbit(r[3]));
 }
 END_TEST
 
+/* Every math op gives the same special values (NaN, infinities, zeros and
+** their signs, saturation) whatever ISA the runtime uses, and values within
+** a few ulp of each other: a kernel's answer does not depend on the machine. */
+START_TEST(test_math_specials_do_not_depend_on_the_isa)
+{
+  static const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f, 1e-40f, -1e-40f,
+                             88.8f, -88.8f, 89.5f, -104.0f, 20.0f, -20.0f, 9.0f, -9.0f, 0.5f, 1e-7f, 3e38f};
+  enum { NS = sizeof sp / sizeof sp[0], N = 3 * NS + 5 }; /* vectors and a tail */
+  static const int ops[] = {TN_RT_EXP, TN_RT_LOG, TN_RT_LOG1P, TN_RT_EXPM1, TN_RT_SQRT, TN_RT_RSQRT,
+                            TN_RT_SIGMOID, TN_RT_TANH, TN_RT_SILU, TN_RT_ERF, TN_RT_SIN, TN_RT_COS,
+                            TN_RT_GELU, TN_RT_GELU_TANH};
+  float x[N], want[N], got[N];
+  double xd[N], wantd[N], gotd[N];
+  for (int i = 0; i < N; i++) {
+    x[i] = sp[i % NS];
+    xd[i] = x[i];
+  }
+  for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+    set_isa(3); /* default: the scalar math library */
+    tn_rt_unary_f32(ops[o], want, x, N);
+    tn_rt_unary_f64(ops[o], wantd, xd, N);
+    for (int isa = 0; isa < 3; isa++) {
+      set_isa(isa);
+      tn_rt_unary_f32(ops[o], got, x, N);
+      tn_rt_unary_f64(ops[o], gotd, xd, N);
+      for (int i = 0; i < N; i++) {
+        ck_assert_msg(isnan(got[i]) == isnan(want[i]) && isinf(got[i]) == isinf(want[i]) &&
+                      (isnan(got[i]) || signbit(got[i]) == signbit(want[i]) || got[i] == 0) &&
+                      (!isfinite(got[i]) || fabsf(got[i] - want[i]) <= 4e-7f * fabsf(want[i]) + 1e-38f),
+                      "op %d isa %d at %g: %.9g, scalar library %.9g", ops[o], isa, x[i], got[i], want[i]);
+        ck_assert_msg(isnan(gotd[i]) == isnan(wantd[i]) && isinf(gotd[i]) == isinf(wantd[i]) &&
+                      (!isfinite(gotd[i]) || fabs(gotd[i] - wantd[i]) <= 1e-14 * fabs(wantd[i]) + 1e-300),
+                      "op %d isa %d at %g (f64): %.17g, scalar library %.17g", ops[o], isa, xd[i], gotd[i],
+                      wantd[i]);
+      }
+    }
+  }
+}
+END_TEST
+
 START_TEST(test_vector_math_accuracy)
 {
+  set_isa(_i);
   enum { N = 4096 };
   static float x[N], r[N];
   for (int i = 0; i < N; i++)
@@ -1734,11 +1794,13 @@ int main(void)
 {
   Suite *s = suite_create("fuse");
   TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, NULL, reset_isa);
   tcase_add_test(tc, test_groups_and_outputs);
   tcase_add_test(tc, test_kernel_matches_reference_with_broadcast_and_strides);
   tcase_add_test(tc, test_kernel_tiles_and_rows);
-  tcase_add_test(tc, test_runtime_nan_rules);
-  tcase_add_test(tc, test_vector_math_accuracy);
+  tcase_add_loop_test(tc, test_runtime_nan_rules, 0, 4);
+  tcase_add_loop_test(tc, test_vector_math_accuracy, 0, 4);
+  tcase_add_test(tc, test_math_specials_do_not_depend_on_the_isa);
   tcase_add_test(tc, test_pool_runs_every_part_once);
   tcase_add_test(tc, test_row_kernels);
   tcase_add_test(tc, test_rt_int_loads_widen);

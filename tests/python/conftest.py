@@ -191,3 +191,116 @@ def in_child():
             pytest.fail(f"the forked child still ran after {timeout} s")
         assert os.waitstatus_to_exitcode(done[1]) == 0, "the forked child failed"
     return run
+
+
+# -- eager along each of its CPU kernel paths ------------------------------------
+
+def eager_paths():
+    """Context managers, each running eager PyTorch along one of the CPU
+    kernel paths this process can reach: as torch dispatches (oneDNN takes
+    some ops: exact GELU of a contiguous float tensor of more than one
+    element), and with oneDNN off (ATen's own kernels). Their special values
+    differ: exact GELU of +inf is +inf through ATen's kernels and oneDNN's
+    AVX2 one, NaN through oneDNN's AVX-512 one; which oneDNN kernel runs
+    depends on the CPU (ONEDNN_MAX_CPU_ISA narrows it). Where eager is not
+    consistent with itself, a test accepts any of its answers."""
+    import contextlib
+    import warnings
+
+    import torch
+
+    @contextlib.contextmanager
+    def without_onednn():
+        with warnings.catch_warnings():  # flags() also sets oneDNN's TF32 switch, which warns on CPU builds
+            warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+            with torch.backends.mkldnn.flags(enabled=False):
+                yield
+
+    return [contextlib.nullcontext, without_onednn]
+
+
+def eager_answers(f, *args):
+    """f(*args) under each of eager_paths(), without grad."""
+    import torch
+    answers = []
+    for path in eager_paths():
+        with path(), torch.no_grad():
+            answers.append(f(*args))
+    return answers
+
+
+# torch.testing.assert_close's default (rtol, atol) by dtype
+_TOLERANCES = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
+               "float64": (1e-7, 1e-7)}
+
+
+def close_elementwise(got, want):
+    """Where got is want, elementwise: assert_close's tolerances for the
+    dtype, NaN where want is NaN, integers and bool exactly."""
+    if not got.dtype.is_floating_point:
+        return got == want
+    rtol, atol = _TOLERANCES[str(got.dtype).replace("torch.", "")]
+    g, w = got.double(), want.double()
+    return (g.isnan() & w.isnan()) | (g == w) | ((g - w).abs() <= atol + rtol * w.abs())
+
+
+def assert_matches_an_eager_path(got, answers):
+    """got (a tensor or a structure of them) matches eager: each element is
+    close to one of eager's answers (eager_answers) at that element. Where
+    those agree, this is assert_close with equal_nan."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+    outs = tree_leaves(got)
+    wants = [tree_leaves(a) for a in answers]
+    assert all(len(w) == len(outs) for w in wants), (len(outs), [len(w) for w in wants])
+    for i, g in enumerate(outs):
+        first = wants[0][i]
+        assert g.dtype == first.dtype and g.shape == first.shape, (i, g.dtype, g.shape, first.dtype, first.shape)
+        ok = torch.zeros(g.shape, dtype=torch.bool)
+        for w in wants:
+            ok |= close_elementwise(g, w[i])
+        if not bool(ok.all()):
+            at = (~ok).nonzero()[:5].tolist()
+            shown = "; ".join(f"at {tuple(p)}: ours {g[tuple(p)].item()}, eager "
+                              + " / ".join(str(w[i][tuple(p)].item()) for w in wants) for p in at)
+            pytest.fail(f"output {i}: {int((~ok).sum())} of {g.numel()} elements match no eager path: {shown}")
+
+
+# -- machines with narrower vector ISAs ---------------------------------------------
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def isa_profiles():
+    """ISA name -> the environment under which a child interpreter computes
+    as a machine with at most that vector ISA does: ATen's kernels
+    (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) and our runtime's
+    math (TORCHNEURON_CPU_ISA). avx512 only where the CPU has it (ATen's
+    AVX-512 kernels need F, BW, VL and DQ), avx2 where it has AVX2 and FMA."""
+    flags = _cpu_flags()
+    profiles = {"default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                            "TORCHNEURON_CPU_ISA": "default"}}
+    if {"avx2", "fma"} <= flags:
+        profiles["avx2"] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "TORCHNEURON_CPU_ISA": "avx2"}
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        profiles["avx512"] = {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+                              "TORCHNEURON_CPU_ISA": "avx512"}
+    return profiles
+
+
+# Set in a child run of the isa_parity tests (tests/python/test_isa.py) to the
+# profile it runs under; not TORCHNEURON_*, which the fixture above removes.
+ISA_CHILD_VAR = "TN_TEST_ISA"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "isa_parity: special-value and half-precision parity with eager, run again "
+                            "in a child interpreter under each narrower ISA profile (tests/python/test_isa.py)")
