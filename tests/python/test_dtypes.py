@@ -13,7 +13,7 @@ import torch
 import torchneuron_jit
 from torchneuron_jit import config
 
-pytestmark = pytest.mark.usefixtures("fresh_backend")
+pytestmark = [pytest.mark.usefixtures("fresh_backend"), pytest.mark.isa_parity]
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]

@@ -519,6 +519,7 @@ SPECIAL_OPS = {
 }
 
 
+@pytest.mark.isa_parity
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_nan_and_infinities_inside_rows(dtype, compiled):
     x = _special_rows(dtype)
@@ -527,6 +528,7 @@ def test_nan_and_infinities_inside_rows(dtype, compiled):
     check_bundle(compiled, SPECIAL_OPS, x)
 
 
+@pytest.mark.isa_parity
 def test_nan_and_infinities_in_rows_of_several_dims(compiled):
     x = _special_rows().view(8, 3, 3)
     fns = {"amax_2": (lambda x: x.amax((-1, -2)), AMAX),
@@ -537,6 +539,7 @@ def test_nan_and_infinities_in_rows_of_several_dims(compiled):
     check_bundle(compiled, fns, x)
 
 
+@pytest.mark.isa_parity
 def test_nan_in_later_blocks_of_long_rows_propagates(compiled):
     x = _x((4, 3000))
     x[0, 2500] = nan   # third block
@@ -562,6 +565,7 @@ HALF_OPS.update({
 })
 
 
+@pytest.mark.isa_parity
 @pytest.mark.parametrize("shape", [(6, 37), (4, 3000)], ids=["short", "long"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_precision_against_eager_and_float64(dtype, shape, compiled):
@@ -570,6 +574,7 @@ def test_half_precision_against_eager_and_float64(dtype, shape, compiled):
     assert all(g.dtype == dtype for g in got)
 
 
+@pytest.mark.isa_parity
 def test_half_precision_layer_norm_with_weight_bias_and_stats(compiled):
     for dtype in (torch.float16, torch.bfloat16):
         torch._dynamo.reset()

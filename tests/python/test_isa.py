@@ -1,0 +1,72 @@
+"""Parity with eager on machines with narrower vector ISAs than this one.
+
+Eager's special values (infinities, NaN, signed zeros, saturation) depend on
+the kernel PyTorch dispatches to, which depends on the CPU: ATen picks
+default / AVX2 / AVX-512 kernels (ATEN_CPU_CAPABILITY forces one), oneDNN
+JITs its own (ONEDNN_MAX_CPU_ISA caps it), and our runtime picks libmvec's
+AVX-512 or AVX2 math or the scalar library (config.cpu_isa caps it). Each
+setting is read once per process, so the isa_parity tests (the pointwise,
+half-precision and special-value ones) run again here in a child
+interpreter per profile (conftest.isa_profiles), as a machine with only
+that ISA would run them; a developer on an AVX-512 machine sees what an
+AVX2 machine computes."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ISA_CHILD_VAR, REPO, isa_profiles, subprocess_env
+
+PROFILES = isa_profiles()
+IN_CHILD = os.environ.get(ISA_CHILD_VAR)
+
+
+@pytest.fixture(scope="module")
+def child_runs(tmp_path_factory):
+    """Every profile's child run, started at once (they take a core each
+    and mostly wait on it): isa -> (Popen, its output file)."""
+    runs = {}
+    for isa, settings in PROFILES.items():
+        base = tmp_path_factory.mktemp(f"isa-{isa}")
+        env = subprocess_env(base / "cache", **settings, **{ISA_CHILD_VAR: isa})
+        out = open(base / "out.txt", "w+")
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "isa_parity",
+                                 "--basetemp", str(base / "tmp"), str(REPO / "tests" / "python")],
+                                cwd=str(REPO), env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        runs[isa] = (proc, out)
+    yield runs
+    for proc, out in runs.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+
+
+@pytest.mark.skipif(bool(IN_CHILD), reason="a child run under one ISA profile runs no others")
+@pytest.mark.parametrize("isa", ["default", "avx2", "avx512"])
+def test_parity_tests_pass_under(isa, child_runs):
+    if isa not in PROFILES:
+        pytest.skip(f"this CPU has no {isa}")
+    proc, out = child_runs[isa]
+    try:
+        proc.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    out.seek(0)
+    text = out.read()
+    assert proc.returncode == 0, f"isa_parity tests under {isa} ({PROFILES[isa]}):\n{text[-6000:]}"
+    assert " passed" in text, text[-2000:]
+
+
+@pytest.mark.isa_parity
+@pytest.mark.skipif(not IN_CHILD, reason="checks a child run's profile")
+def test_isa_profile_is_in_effect():
+    """The profile's settings reached torch and our runtime."""
+    import torch
+
+    from torchneuron_jit import config
+    assert torch.backends.cpu.get_cpu_capability() == {"default": "DEFAULT", "avx2": "AVX2",
+                                                       "avx512": "AVX512"}[IN_CHILD]
+    assert config.cpu_isa == IN_CHILD
