@@ -30,7 +30,7 @@ FUZZ_BINS := $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
 SECONDS ?= 60
 LDLIBS_FUZZ := $(LDLIBS_CORE) -ldl -lpthread -lm
 
-.PHONY: all deps build demo bench bench-quick test test-c test-python test-asan fuzz-c fuzz-deps clean
+.PHONY: all deps build demo bench bench-quick test test-long test-c test-python test-asan fuzz-c fuzz-deps clean
 
 all: build
 
@@ -110,6 +110,15 @@ test-python: build
 
 test: build test-c test-python
 	$(MAKE) --no-print-directory fuzz-c SECONDS=20
+
+# The long sweeps make test slices: the OpInfo tests in every dtype, then
+# every OpInfo sample; the differential fuzzer through both front doors for
+# 10 minutes; the libFuzzer targets 5 minutes each.
+test-long: test
+	TN_TEST_LONG=1 $(PYTHON) -m pytest -q tests/python/test_opinfo.py
+	$(PYTHON) -m torchneuron_jit.testing.opinfo --all
+	$(PYTHON) -m torchneuron_jit.testing.fuzz --seconds 600 --seed 1 --out build/fuzz-repros
+	$(MAKE) --no-print-directory fuzz-c SECONDS=300
 
 demo: build
 	$(PYTHON) -m torchneuron_jit.demo

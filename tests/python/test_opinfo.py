@@ -1,11 +1,13 @@
 """The OpInfo parity sweep (torchneuron_jit.testing.opinfo) on its CI subset:
-every OpInfo that reaches a lowered ATen op, float32 and every other dtype
-it supports, each sample plain and fused into a kernel, compiled with
+every OpInfo that reaches a lowered ATen op, in float32 and two of its
+other dtypes in turn (sweep.quick_dtypes; every dtype under make
+test-long), each sample plain and fused into a kernel, compiled with
 backend="neuron" against eager; a test per OpInfo, so a failure names the
 op. Known failures are in opinfo.KNOWN_FAILURES (an unexpected pass fails
 too). `python -m torchneuron_jit.testing.opinfo --all` runs every sample."""
 import contextlib
 import logging
+import os
 import types
 from pathlib import Path
 
@@ -19,6 +21,9 @@ from torchneuron_jit.testing import opinfo as sweep
 
 REPO = Path(__file__).resolve().parents[2]
 MATCH = sweep.match()
+# make test runs each OpInfo in float32 and two other dtypes (sweep.quick_dtypes);
+# make test-long sets TN_TEST_LONG and runs every dtype
+LONG = bool(os.environ.get("TN_TEST_LONG"))
 COVERED_ELSEWHERE = sweep.COVERED_ELSEWHERE
 _RESULTS = {}  # OpInfo name -> its Result in this session
 
@@ -39,7 +44,7 @@ def _no_structured_trace():
 
 def _run(name, full=False):
     with _no_structured_trace():
-        return sweep.run_opinfo(name, full=full)
+        return sweep.run_opinfo(name, full=full, dtypes=None if full or LONG else sweep.quick_dtypes(name))
 
 
 def _result(name):

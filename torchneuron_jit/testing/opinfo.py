@@ -93,6 +93,8 @@ VARIANTS = ("plain", "fused", "jit")
 # over the OpInfo's list), float32 and the other dtypes.
 CI_SAMPLES_FLOAT32 = 6
 CI_SAMPLES_OTHER = 2
+# make test's slice of it (quick_dtypes): dtypes besides float32 per OpInfo
+QUICK_OTHER_DTYPES = 2
 
 # Samples with a Python number operand added to the sample_inputs of the
 # OpInfos that reach a lowered .Scalar overload (takes_scalars).
@@ -238,6 +240,23 @@ def uses_fusion(name):
 def dtypes_of(name):
     sup = op_db()[name].supported_dtypes("cpu")
     return [d for d in DTYPES if d in sup]
+
+
+def quick_dtypes(name):
+    """The dtypes make test's slice runs an OpInfo in (test_opinfo.py):
+    float32 (else its first dtype), its known failures, and QUICK_OTHER_DTYPES
+    more taken in turn by the name's CRC, so that across the OpInfos each
+    dtype runs about equally often. Making an OpInfo's samples costs more
+    than running them, so this, not fewer samples, is what keeps the slice
+    short; make test-long runs every dtype."""
+    have = dtypes_of(name)
+    if not have:
+        return []
+    first = torch.float32 if torch.float32 in have else have[0]
+    others = [d for d in have if d != first]
+    start = zlib.crc32(name.encode()) % len(others) if others else 0
+    picked = [others[(start + k) % len(others)] for k in range(min(QUICK_OTHER_DTYPES, len(others)))]
+    return [d for d in have if d == first or d in picked or known_reason(name, d) is not None]
 
 
 def _is_number(x):
