@@ -35,11 +35,17 @@ data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
 import dis
+import enum
 import functools
+import inspect
 import operator
+import os
+import random
+import secrets
 import sys
 import threading
 import types
+import uuid
 import weakref
 
 import torch
@@ -133,20 +139,93 @@ class _Trace:
         self.opaque = []  # what the guards leave out and a record cannot describe, in words
         self.side_effects = {}  # (file, line) -> "print" or "logging": calls a compiled call skips
         self.prev_profile = None
+        # Python state the call may change, as it was before the code that reaches it ran:
+        # (words, object, _state_of(object)); compared again when the trace ends
+        self.before = []
+        self.before_seen = set()  # ids of the objects in before, and (id(globals), name) pairs
+        self.frames_seen = set()  # code objects whose frame's globals and closure are in before
+        self.outside = {}  # (file, line) -> what non-torch source of values the traced code called
+        self.content_guards = 0  # containers and objects guard_content has guarded
+        self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
 
     # -- calls that only tracing runs ---------------------------------------------
 
     def profile(self, frame, event, arg):
-        """sys.setprofile hook while the frame runs: notes print and logging calls."""
-        if event == "c_call" and arg is _PRINT:
+        """sys.setprofile hook while the frame runs: notes print and logging
+        calls, calls of non-torch sources of values (random, time, os.environ,
+        numpy's RNG, ...) made from user code, and the state each user frame
+        can reach as it was before the frame ran."""
+        if event == "call" and frame.f_code not in self.frames_seen:
+            self.frames_seen.add(frame.f_code)
+            try:
+                if not _records.library_code(frame.f_code.co_filename):
+                    self.remember_frame(frame)
+            except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
+                self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
+                                     f"({type(exc).__name__}: {exc})")
+        if event == "c_call":
+            what = "print" if arg is _PRINT else _outside_source(arg)
             caller = frame
-        elif event == "call" and frame.f_code in _LOGGING_CODES and frame.f_back is not None:
+        elif event == "call" and frame.f_back is not None:
+            what = "logging" if frame.f_code in _LOGGING_CODES else _outside_code(frame.f_code)
             caller = frame.f_back
         else:
             return
+        if what is None:
+            return
         filename = caller.f_code.co_filename
-        if caller.f_code not in _LOGGING_CODES and not _records.library_code(filename):
-            self.side_effects.setdefault((filename, caller.f_lineno), "print" if caller is frame else "logging")
+        if caller.f_code in _LOGGING_CODES or _records.library_code(filename):
+            return
+        if what in ("print", "logging"):
+            self.side_effects.setdefault((filename, caller.f_lineno), what)
+        else:
+            self.outside.setdefault((filename, caller.f_lineno), what)
+
+    # -- Python state the call may write ------------------------------------------
+
+    def remember(self, words, value):
+        """Notes value (reached by words) and its state now, once per object,
+        when it is something a call can change in place."""
+        if id(value) in self.before_seen or not _mutable(value):
+            return
+        self.before_seen.add(id(value))
+        self.before.append((words, value, _state_of(value)))
+
+    def remember_frame(self, frame):
+        """The globals a user frame's code loads and its closure variables,
+        before the frame runs."""
+        code, globs = frame.f_code, frame.f_globals
+        for name in _global_loads(code):
+            if name in globs and (id(globs), name) not in self.before_seen:
+                self.before_seen.add((id(globs), name))
+                self.remember(f"global {name}", globs[name])
+        if code.co_freevars:
+            local = frame.f_locals
+            for name in code.co_freevars:
+                if name in local:
+                    self.remember(f"closure variable {name}", local[name])
+
+    def check_writes(self):
+        """Problems for what the traced call wrote that outlives it: the state
+        remembered before (globals, closure variables, arguments and what
+        they hold) compared with the state now, and assignments to globals
+        and to closure variables the call does not own, with file and line.
+        A compiled call would skip each of them."""
+        for words, value, was in self.before:
+            change = _state_change(words, was, _state_of(value))
+            if change is not None:
+                where = _write_sites([c for c, _ in self.codes])
+                self.writes.append(f"it writes {change} during the call{where}, which a compiled call would "
+                                   "skip (return the new value instead, or pass the state in as a tensor)")
+                break
+        for code, what, line in _rebindings([c for c, _ in self.codes])[:1]:
+            self.writes.append(f"it assigns {what} at {code.co_filename}:{line}, which a compiled call would skip "
+                               "(return the new value instead)")
+        self.outside.update(_outside_globals(self.codes))
+        for (filename, line), what in list(self.outside.items())[:1]:
+            self.writes.append(f"it calls {what} at {filename}:{line}, whose result a compiled call would keep "
+                               "from the traced call (pass the value in as an argument)")
+        self.problems.extend(self.writes[:1])
 
     # -- guards on arguments ---------------------------------------------------
 
@@ -253,8 +332,20 @@ class _Trace:
     def guard_arguments(self):
         code = self.fn.__code__
         names = code.co_varnames[:len(self.args)]
+        # *args and **kwargs are made for the call: what the caller passed in them is its
+        varargs = code.co_argcount + code.co_kwonlyargcount if code.co_flags & inspect.CO_VARARGS else -1
+        varkw = code.co_argcount + code.co_kwonlyargcount + (varargs >= 0) \
+            if code.co_flags & inspect.CO_VARKEYWORDS else -1
         for i, (name, value) in enumerate(zip(names, self.args)):
             self.guard_value(self.spec.add(("arg", i), name), value, name)
+            if i == varargs and type(value) is tuple:
+                for k, item in enumerate(value):
+                    self.remember(f"argument {name}[{k}]", item)
+            elif i == varkw and type(value) is dict:
+                for k, item in value.items():
+                    self.remember(f"argument {name}[{k!r}]", item)
+            else:
+                self.remember(f"argument {name}", value)
         for k, cell in enumerate(self.fn.__closure__ or ()):
             name = code.co_freevars[k]
             try:
@@ -264,9 +355,87 @@ class _Trace:
             if isinstance(value, _PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
-            else:
-                self.opaque.append(f"closure variable {name} holds a {type(value).__qualname__}")
         self.argument_guards = len(self.spec)
+
+    def guard_closure(self):
+        """The contents of the containers and objects fn's closure variables
+        hold (after the trace: what it read), by content (guard_content)."""
+        code = self.fn.__code__
+        for k, cell in enumerate(self.fn.__closure__ or ()):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            if _content_guarded(value):
+                name = f"closure {code.co_freevars[k]}"
+                c = self.spec.add(("const", cell), name, ("closure", k))
+                self.guard_content(self.spec.add(("cell", c), name), value, name)
+
+    def guard_content(self, slot, value, words, depth=0):
+        """Guards what value (loaded at slot) holds, so that a change to it
+        after the trace is a miss in words (global CFG['scale']: 2.0 → 5.0):
+        a dict by a snapshot (O(1) while its version tag stands), a list item
+        by item, a set by value, a plain object by its __dict__ and its
+        class; containers and objects inside them the same way, to depth
+        _MAX_DEPTH. Tensors, numbers, strings, functions, classes and modules
+        inside are held by identity or value. What cannot be guarded so
+        (an object without a __dict__, too deep, too large) is a problem:
+        the variant runs eagerly."""
+        spec, t = self.spec, type(value)
+        self.content_guards += 1
+        if depth > _MAX_DEPTH or self.content_guards > _MAX_CONTENT:
+            self.problems.append(f"{words} holds state nested deeper than {_MAX_DEPTH} or larger than {_MAX_CONTENT} "
+                                 "values, which jit does not guard (pass what the function needs as arguments)")
+            return
+        if isinstance(value, torch.nn.Module):
+            spec.add(("is", slot, value), words)
+            self.guard_module(value, words, slot)
+            return
+        if isinstance(value, type):
+            self.guard_classes(value)
+            return
+        if t is dict:
+            spec.add(("type", slot, dict), words)
+            keys = tuple(value)
+            spec.add(("dict", slot, keys, tuple(value[k] for k in keys), True), words + "[...]")
+            for k in keys:
+                if _content_guarded(value[k]):
+                    self.guard_content(spec.add(("key", slot, k), f"{words}[{k!r}]"), value[k], f"{words}[{k!r}]",
+                                       depth + 1)
+        elif t is list:
+            spec.add(("type", slot, list), words)
+            spec.add(("len", slot, len(value)), words)
+            for k, item in enumerate(value):
+                s = spec.add(("item", slot, k), f"{words}[{k}]")
+                if type(item) in _PRIMITIVES:
+                    spec.add(("eq" if type(item) is not bool and item is not None else "is", s, item), f"{words}[{k}]")
+                else:
+                    spec.add(("is", s, item), f"{words}[{k}]")
+                    if _content_guarded(item):
+                        self.guard_content(s, item, f"{words}[{k}]", depth + 1)
+        elif t is tuple:
+            for k, item in enumerate(value):
+                if _content_guarded(item):
+                    self.guard_content(spec.add(("item", slot, k), f"{words}[{k}]"), item, f"{words}[{k}]", depth + 1)
+        elif t in (set, frozenset):
+            if not all(type(v) in _PRIMITIVES for v in value):
+                self.problems.append(f"{words} is a set of other values than numbers and strings, which jit does "
+                                     "not guard")
+            elif t is set:
+                spec.add(("eq", slot, set(value)), words)
+        elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED):
+            spec.add(("type", slot, t), words)
+            self.guard_classes(t)
+            attrs = value.__dict__
+            d = spec.add(("const", attrs), f"{words}.__dict__")
+            keys = tuple(attrs)
+            spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), words + ".*")
+            for k in keys:
+                if _content_guarded(attrs[k]):
+                    self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1)
+        else:
+            self.problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
+                                 "function needs from it as an argument)")
 
     def guard_globals(self, used_constants):
         """The globals the traced (user) code loads, one snapshot per module:
@@ -289,7 +458,7 @@ class _Trace:
                 if t in _TENSOR_TYPES:
                     if id(value) in used_constants:
                         names[name] = value
-                elif t in _PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED):
+                elif t in _PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value):
                     names[name] = value
                 else:
                     self.opaque.append(f"global {name} holds a {t.__qualname__}")
@@ -300,6 +469,223 @@ class _Trace:
                 for name, value in names.items():
                     if type(value) in _TENSOR_TYPES:
                         self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
+                    elif _content_guarded(value):
+                        self.guard_content(self.spec.add(("key", d, name), f"global {name}"), value, f"global {name}")
+
+
+# -- Python state: what guard_content guards, what a call may write ---------------
+
+_MAX_DEPTH = 6          # containers inside containers guard_content follows
+_MAX_CONTENT = 2000     # containers and objects one trace guards by content
+_MAX_STATE = 50000      # values one _state_of describes before it stops at identities
+# values that never change in place: held by value or identity, never followed
+_IMMUTABLE = _PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
+                            torch.memory_format, torch.Size, frozenset)
+
+
+def _content_guarded(value):
+    """Whether guard_content follows value: a container, a module, a user
+    class or any other object that may change in place (tensors are held
+    by identity and their data read by the graph; functions, library
+    classes and Python modules by identity)."""
+    t = type(value)
+    if t in _IMMUTABLE or t in _TENSOR_TYPES or isinstance(value, enum.Enum):
+        return False
+    if t is tuple:
+        return any(_content_guarded(v) for v in value)
+    if isinstance(value, type):
+        return not _records.library_code(_defined_in(value))
+    return not isinstance(value, _NAMED)
+
+
+def _mutable(value):
+    """Whether a call can change value in place (what _state_of follows)."""
+    t = type(value)
+    return not (t in _IMMUTABLE or t in _TENSOR_TYPES or isinstance(value, (type, types.ModuleType, enum.Enum)) or
+                isinstance(value, (types.FunctionType, types.BuiltinFunctionType, _C.JitFunction)))
+
+
+def _state_of(value, budget=None, depth=0, inside=None):
+    """A description of value's Python state that compares equal while
+    nothing in it changes: numbers and strings by value, tensors, functions
+    and classes by identity, containers, modules and other objects by
+    identity and content (their __dict__), _MAX_DEPTH deep and to
+    _MAX_STATE values; an object inside itself by identity."""
+    budget = budget if budget is not None else [_MAX_STATE]
+    inside = inside if inside is not None else set()
+    budget[0] -= 1
+    t = type(value)
+    if t in _IMMUTABLE:
+        return ("v", t, value)
+    if budget[0] < 0 or depth > _MAX_DEPTH or id(value) in inside or not _mutable(value):
+        return ("id", id(value))
+    inside.add(id(value))
+    try:
+        if t in (list, tuple):
+            return ("seq", id(value), t, [_state_of(v, budget, depth + 1, inside) for v in value])
+        if isinstance(value, dict):
+            return ("map", id(value), t, [(k, _state_of(v, budget, depth + 1, inside)) for k, v in list(value.items())])
+        if t is set:
+            return ("set", id(value), frozenset(value))
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict):
+            return ("obj", id(value), t, [(k, _state_of(v, budget, depth + 1, inside)) for k, v in list(attrs.items())])
+        return ("id", id(value))
+    finally:
+        inside.discard(id(value))
+
+
+def _same_value(a, b):
+    return a is b or (type(a) is type(b) and (a == b or (a != a and b != b)))
+
+
+def _state_change(words, was, now):
+    """How the state described by was became now, in words naming the
+    first place that differs (global CFG['n'] (an int)), or None: no
+    values, so that the words are the same on every call that writes."""
+    if was[0] != now[0] or (was[0] != "v" and was[1] != now[1]):
+        return f"{words} (another object)"
+    kind = was[0]
+    if kind == "v":
+        return None if _same_value(was[2], now[2]) else f"{words} ({'an' if type(was[2]).__name__[0] in 'aeiou' else 'a'} {type(was[2]).__name__})"
+    if kind == "id":
+        return None
+    if kind == "set":
+        return None if was[2] == now[2] else f"{words} (a set's items)"
+    if kind == "seq":
+        if len(was[3]) != len(now[3]):
+            return f"{words} (its length)"
+        for k, (a, b) in enumerate(zip(was[3], now[3])):
+            change = _state_change(f"{words}[{k}]", a, b)
+            if change:
+                return change
+        return None
+    before, after = dict(was[3]), dict(now[3])
+    step = (lambda k: f"{words}[{k!r}]") if kind == "map" else (lambda k: f"{words}.{k}")
+    for k in before:
+        if k not in after:
+            return f"{step(k)} (deleted)"
+        change = _state_change(step(k), before[k], after[k])
+        if change:
+            return change
+    added = [k for k in after if k not in before]
+    return f"{step(added[0])} (set)" if added else None
+
+
+_STORES = {"STORE_ATTR": "an attribute", "DELETE_ATTR": "an attribute", "STORE_SUBSCR": "an item",
+           "DELETE_SUBSCR": "an item"}
+_MUTATORS = frozenset(("append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem",
+                       "add", "discard", "sort", "reverse", "__setitem__", "__delitem__", "__setattr__"))
+
+
+def _instructions(code):
+    """code's instructions with their line numbers, nested code objects too."""
+    for i in dis.get_instructions(code):
+        yield code, i, (i.positions.lineno if i.positions else None)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _instructions(c)
+
+
+def _user_codes(codes):
+    return [c for c in dict.fromkeys(codes) if not _records.library_code(c.co_filename)]
+
+
+def _source_codes(codes):
+    """The user codes that have a source file (not exec'd or generated: a
+    dataclass's __init__ comes from "<string>")."""
+    return [c for c in _user_codes(codes) if not c.co_filename.startswith("<")] or _user_codes(codes)
+
+
+def _write_sites(codes):
+    """Where the user code a trace ran may write outside its locals, in
+    words (' (at f.py:12: an item set)'), or ''."""
+    sites = []
+    for code in _source_codes(codes):
+        for c, i, line in _instructions(code):
+            if i.opname in _STORES:
+                sites.append(f"{c.co_filename}:{line}: {_STORES[i.opname]} {'deleted' if 'DELETE' in i.opname else 'set'}")
+            elif i.opname in ("LOAD_METHOD", "LOAD_ATTR") and i.argval in _MUTATORS:
+                sites.append(f"{c.co_filename}:{line}: .{i.argval}()")
+    sites = list(dict.fromkeys(sites))
+    return f" (at {'; '.join(sites[:3])})" if sites else ""
+
+
+def _rebindings(codes):
+    """(code, words, line) for each assignment the user code a trace ran
+    makes to a global, or to a closure variable that no code of the trace
+    owns (a cell of an enclosing call that outlives this one)."""
+    codes = _user_codes(codes)
+    owned = set()  # (code nested in an executed code, a cell variable of that code)
+    for outer in codes:
+        for c, _, _ in _instructions(outer):
+            if c is not outer:
+                owned.update((c, name) for name in outer.co_cellvars)
+    out = []
+    for code in codes:
+        for i in dis.get_instructions(code):
+            line = i.positions.lineno if i.positions else None
+            if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                out.append((code, f"global {i.argval}", line))
+            elif i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval in code.co_freevars and \
+                    (code, i.argval) not in owned:
+                out.append((code, f"closure variable {i.argval}", line))
+    return out
+
+
+# non-torch sources of values: the files of their Python code, and the modules of their C functions
+_OUTSIDE_FILES = {os._Environ.__getitem__.__code__.co_filename: "os", random.Random.randint.__code__.co_filename:
+                  "random", uuid.uuid4.__code__.co_filename: "uuid", secrets.token_bytes.__code__.co_filename:
+                  "secrets"}
+_OUTSIDE_MODULES = ("random", "_random", "time", "datetime", "_datetime", "uuid", "_uuid", "secrets", "numpy.random",
+                    "posix")
+
+
+def _outside_source(fn):
+    """What builtin fn, called from traced user code, reads from outside
+    torch (random.random(), time.time(), ...), or None."""
+    mod = getattr(fn, "__module__", None)
+    owner = getattr(fn, "__self__", None)
+    if not mod and owner is not None:
+        mod = owner.__module__ if isinstance(owner, type) else type(owner).__module__
+    if not isinstance(mod, str) or not (mod in _OUTSIDE_MODULES or mod.startswith("numpy.random")):
+        return None
+    if mod == "posix" and getattr(fn, "__name__", "") not in ("urandom", "getrandom", "times"):
+        return None
+    return f"{mod}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}()"
+
+
+def _outside_globals(codes):
+    """{(file, line): words} for the non-torch sources of values user code
+    reaches through its globals that the profile hook cannot see calls of:
+    numpy's RNG (Cython functions make no call events), through numpy,
+    numpy.random or a function of it held by a global."""
+    np = sys.modules.get("numpy")
+    if np is None:
+        return {}
+    found = {}
+    for code, globs in codes:
+        if _records.library_code(code.co_filename):
+            continue
+        for c, i, line in _instructions(code):
+            if i.opname not in ("LOAD_GLOBAL", "LOAD_NAME"):
+                continue
+            value = globs.get(i.argval)
+            if value is np and "random" in c.co_names or value is np.random or \
+                    str(getattr(value, "__module__", None) or "").startswith("numpy.random"):
+                found.setdefault((c.co_filename, line), "numpy.random")
+    return found
+
+
+def _outside_code(code):
+    """What Python function of a non-torch source code is (os.environ[...],
+    random.Random.randint()), or None."""
+    mod = _OUTSIDE_FILES.get(code.co_filename)
+    if mod is None:
+        return None
+    if mod == "os" and code.co_qualname.startswith("_Environ"):
+        return "os.environ"
+    return f"{mod}.{code.co_qualname}()"
 
 
 def _defined_in(cls):
@@ -517,9 +903,19 @@ class _Tracer:
     def end(self, trace, result):
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
+        try:
+            trace.check_writes()
+        except Exception as exc:  # ours: this variant runs eagerly
+            trace.problems.append(f"checking what the call wrote failed ({type(exc).__name__}: {exc})")
         for (filename, line), what in trace.side_effects.items():
             _warn_skipped_call(trace.fn, filename, line, what)
         spec = trace.spec
+        if trace.writes and trace.problems[0] is trace.writes[0]:
+            # its eager entry takes every call with these argument types: a guard on the state it
+            # writes would miss on the next call, and trace again, on every call
+            spec = Spec()
+            for i, a in enumerate(trace.args):
+                spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")
         for name, value in trace.state.items():
             spec.add(("call", _records.STATE[name], value), name)
         try:
@@ -542,6 +938,9 @@ class _Tracer:
             raise _NotCompilable(f"it calls {', '.join(disabled)}, marked by torchneuron_jit.disable")
         gm, inputs, constants, out_plan, checks = _graph_of(trace, result)
         trace.guard_globals(constants)
+        trace.guard_closure()
+        if trace.problems:
+            raise _NotCompilable(trace.problems[0])
         if trace.state["grad mode"] and any(t.requires_grad for t in inputs):
             raise _NotCompilable("grad mode is on and tensors it uses require grad (training goes through "
                                  "torch.compile for now; wrap inference in torch.no_grad() or "
@@ -758,8 +1157,14 @@ def _explain(spec, args, index):
 
 
 def _entry_name(name, key):
-    """Entry key of the dict snapshot called name, in words."""
-    return f"global {key}" if name == "globals" else f"{name}.{key}"
+    """Entry key of the dict snapshot called name, in words: a global, a
+    dict's item (snapshots named "X[...]"), an object's attribute ("X.*")
+    or a module's."""
+    if name == "globals":
+        return f"global {key}"
+    if name.endswith("[...]"):
+        return f"{name[:-5]}[{key!r}]"
+    return f"{name[:-2] if name.endswith('.*') else name}.{key}"
 
 
 def _short(v):

@@ -46,7 +46,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
 
-FORMAT = 1
+FORMAT = 2  # 2: the contents of containers and objects that globals and closures hold are guarded
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep

@@ -1,0 +1,376 @@
+"""jit and Python state: every value a trace read through a global, a
+closure or what they hold is guarded (a change is a miss, in words); a
+traced call that writes state outliving it, or reads values from outside
+torch (random, time, os.environ, numpy's RNG), runs eagerly with one
+warning naming what and where. Each call is compared with eager from the
+same state, results and state both."""
+import os
+import random
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import torchneuron_jit
+from conftest import subprocess_env
+from test_jit import _recompile_reason
+
+pytestmark = pytest.mark.usefixtures("fresh_backend")
+
+X = torch.arange(4.0) + 1
+
+
+def _same_as_eager(f, set_state, read_state, calls=4):
+    """Calls jit(f) and f from the same state (set_state(i) before call i)
+    and compares results and the state after (read_state()). Returns the
+    jit door's warnings."""
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(calls):
+            set_state(i)
+            got = jf(X)
+            got_state = read_state()
+            set_state(i)
+            want = f(X)
+            torch.testing.assert_close(got, want, msg=lambda m: f"call {i}: {m}")
+            assert got_state == read_state(), f"call {i}: state {got_state} after jit, {read_state()} after eager"
+    return [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+
+
+def _no_records():
+    """The miss words come from a trace; records the calls above stored would be loaded instead."""
+    return torchneuron_jit.config.patch(jit_trace_records=False)
+
+
+def _one_warning(messages, *words):
+    assert len(messages) == 1, messages
+    for w in words:
+        assert w in messages[0], (w, messages[0])
+
+
+# -- reads ----------------------------------------------------------------------------
+
+CFG = {"scale": 2.0, "inner": {"shift": 1.0}}
+
+
+def _cfg_scale(x):
+    return x * CFG["scale"] + CFG["inner"]["shift"]
+
+
+def test_a_value_read_through_a_global_dict_is_guarded():
+    def set_state(i):
+        CFG["scale"], CFG["inner"]["shift"] = 2.0 + (i > 1) * 3.0, 1.0 + (i == 3)
+
+    assert _same_as_eager(_cfg_scale, set_state, lambda: repr(CFG)) == []
+    jf = torchneuron_jit.jit(_cfg_scale)
+    CFG["scale"], CFG["inner"]["shift"] = 2.0, 1.0
+    with _no_records():
+        jf(X)
+        CFG["scale"] = 5.0
+        out, log = _recompile_reason(jf, X)
+        torch.testing.assert_close(out, X * 5.0 + 1.0)
+        assert "global CFG['scale']: 2.0 → 5.0" in log, log
+        CFG["scale"], CFG["inner"]["shift"] = 2.0, 4.0
+        out, log = _recompile_reason(jf, X)
+        torch.testing.assert_close(out, X * 2.0 + 4.0)
+        assert "global CFG['inner']['shift']: 1.0 → 4.0" in log, log
+    CFG["scale"], CFG["inner"]["shift"] = 2.0, 1.0
+
+
+def test_a_list_item_read_through_a_closure_is_guarded():
+    def make():
+        k = [2.0]
+
+        def f(x):
+            return x * k[0]
+        return f, k
+
+    f, k = make()
+
+    def set_state(i):
+        k[0] = [2.0, 2.0, 5.0, 7.0][i]
+
+    assert _same_as_eager(f, set_state, lambda: list(k)) == []
+    jf = torchneuron_jit.jit(f)
+    k[0] = 2.0
+    with _no_records():
+        jf(X)
+        k[0] = 5.0
+        out, log = _recompile_reason(jf, X)
+    torch.testing.assert_close(out, X * 5.0)
+    assert "closure k[0]: 2.0 → 5.0" in log, log
+
+
+class _Settings:
+    def __init__(self, s):
+        self.s = s
+
+
+SETTINGS = _Settings(2.0)
+
+
+class _Scales:
+    factor = 3.0
+
+
+def _attr_reads(x):
+    return x * SETTINGS.s + _Scales.factor
+
+
+def test_attributes_of_a_plain_object_and_a_class_held_by_globals_are_guarded():
+    def set_state(i):
+        SETTINGS.s = [2.0, 3.0, 3.0, 4.0][i]
+        _Scales.factor = [3.0, 3.0, 6.0, 6.0][i]
+
+    assert _same_as_eager(_attr_reads, set_state, lambda: (SETTINGS.s, _Scales.factor)) == []
+    jf = torchneuron_jit.jit(_attr_reads)
+    SETTINGS.s, _Scales.factor = 2.0, 3.0
+    with _no_records():
+        jf(X)
+        SETTINGS.s = 5.0
+        out, log = _recompile_reason(jf, X)
+    torch.testing.assert_close(out, X * 5.0 + 3.0)
+    assert "global SETTINGS.s: 2.0 → 5.0" in log, log
+    SETTINGS.s = 2.0
+
+
+def test_state_reads_that_do_not_change_keep_hitting():
+    jf = torchneuron_jit.jit(_cfg_scale)
+    for _ in range(5):
+        torch.testing.assert_close(jf(X), _cfg_scale(X))
+    assert torchneuron_jit.stats()["traces"] == 1
+    assert torchneuron_jit.stats()["graphs_compiled"] == 1
+
+
+def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
+    arr = np.array([2.0])
+    scope = {"torch": torch, "ARR": arr}
+    exec("def f(x):\n    return x * float(ARR[0])\n", scope)
+    f = torchneuron_jit.jit(scope["f"])
+    with pytest.warns(RuntimeWarning, match=r"runs eagerly: global ARR is a ndarray, whose contents jit cannot guard"):
+        torch.testing.assert_close(f(X), X * 2.0)
+    arr[0] = 3.0
+    torch.testing.assert_close(f(X), X * 3.0)
+
+
+# -- writes ---------------------------------------------------------------------------
+
+def test_a_counter_in_a_closure_list_runs_eagerly_with_a_warning():
+    steps = [0]
+
+    def f(x):
+        steps[0] += 1
+        return x * steps[0]
+
+    def set_state(i):
+        steps[0] = i
+
+    _one_warning(_same_as_eager(f, set_state, lambda: list(steps)),
+                 "runs eagerly: it writes closure variable steps[0] (an int)", "test_jit_state.py", ": an item set")
+
+
+LOG = []
+
+
+def _appends(x):
+    LOG.append(1)
+    return x * len(LOG)
+
+
+def test_appending_to_a_global_list_runs_eagerly_with_a_warning():
+    def set_state(i):
+        LOG[:] = [0] * i
+
+    _one_warning(_same_as_eager(_appends, set_state, lambda: len(LOG)),
+                 "it writes global LOG (its length)", ".append()")
+
+
+def _sets_attribute(x):
+    SETTINGS.s = SETTINGS.s + 1
+    return x * SETTINGS.s
+
+
+def test_setting_an_attribute_of_a_global_object_runs_eagerly_with_a_warning():
+    def set_state(i):
+        SETTINGS.s = float(i)
+
+    _one_warning(_same_as_eager(_sets_attribute, set_state, lambda: SETTINGS.s),
+                 "it writes global SETTINGS.s (a float)", "an attribute set")
+    SETTINGS.s = 2.0
+
+
+STEP = 0
+
+
+def _global_counter(x):
+    global STEP
+    STEP += 1
+    return x * STEP
+
+
+def test_assigning_a_global_runs_eagerly_with_a_warning():
+    def set_state(i):
+        global STEP
+        STEP = i
+
+    _one_warning(_same_as_eager(_global_counter, set_state, lambda: STEP),
+                 "it assigns global STEP at", "test_jit_state.py:")
+
+
+def test_assigning_a_nonlocal_runs_eagerly_with_a_warning():
+    n = 0
+
+    def f(x):
+        nonlocal n
+        n += 1
+        return x * n
+
+    def set_state(i):
+        nonlocal n
+        n = i
+
+    _one_warning(_same_as_eager(f, set_state, lambda: n), "it assigns closure variable n at")
+
+
+def test_a_module_writing_its_own_attribute_runs_eagerly_with_a_warning():
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return x * self.calls
+
+    m = Counting()
+    jm = torchneuron_jit.jit(Counting())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            torch.testing.assert_close(jm(X), m(X))
+    assert jm.calls == m.calls == 4
+    # one warning and one trace: the eager entry does not guard what the call writes
+    _one_warning([str(w.message) for w in caught], "Counting.forward", "runs eagerly: it writes argument self.calls "
+                 "(an int)", "test_jit_state.py")
+    assert torchneuron_jit.stats()["traces"] == 1
+
+
+def test_writing_into_an_argument_dict_runs_eagerly_with_a_warning():
+    def f(x, d):
+        d["n"] = d.get("n", 0) + 1
+        return x * d["n"]
+
+    jf = torchneuron_jit.jit(f)
+    with pytest.warns(RuntimeWarning, match=r"it writes argument d\['n'\] \(set\)"):
+        for _ in range(3):
+            a, b = {}, {}
+            torch.testing.assert_close(jf(X, a), f(X, b))
+            assert a == b
+
+
+def test_state_made_by_the_call_itself_is_no_write():
+    """Locals, and the **kwargs dict the call gets, are the call's own."""
+    def f(x, **kw):
+        acc = []
+        acc.append(x * 2)
+        kw["extra"] = 1.0
+        return acc[0] + kw["extra"] + kw["bias"]
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            torch.testing.assert_close(jf(X, bias=0.5), f(X, bias=0.5))
+    assert torchneuron_jit.stats()["traces"] == 1 and torchneuron_jit.stats()["graphs_compiled"] == 1
+
+
+# -- values from outside torch ----------------------------------------------------------
+
+def _random_scale(x):
+    return x * random.random()
+
+
+def _time_scale(x):
+    return x * (time.time() % 7)
+
+
+def _env_scale(x):
+    return x * float(os.environ["TN_TEST_SCALE"])
+
+
+def _numpy_scale(x):
+    return x * float(np.random.rand())
+
+
+def _randint_scale(x):
+    return x * random.randint(1, 100)
+
+
+@pytest.mark.parametrize("f, words", [(_random_scale, "random.Random.random()"), (_time_scale, "time.time()"),
+                                      (_env_scale, "os.environ"), (_numpy_scale, "numpy.random"),
+                                      (_randint_scale, "random.Random.randint()")])
+def test_values_from_outside_torch_run_eagerly_with_a_warning(f, words, monkeypatch):
+    def set_state(i):
+        random.seed(i)
+        np.random.seed(i)
+        monkeypatch.setenv("TN_TEST_SCALE", str(i + 2))
+
+    if f is _time_scale:
+        jf = torchneuron_jit.jit(f)
+        with pytest.warns(RuntimeWarning, match=r"it calls time.time\(\) at .*test_jit_state.py:\d+"):
+            jf(X)
+        assert torchneuron_jit.stats()["graphs_compiled"] == 0
+        return
+    _one_warning(_same_as_eager(f, set_state, lambda: None), f"it calls {words} at", "test_jit_state.py:")
+    assert torchneuron_jit.stats()["graphs_compiled"] == 0
+
+
+def test_torch_random_ops_still_compile_and_draw_fresh_numbers():
+    def f(x):
+        return x * torch.rand(4)
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outs = [jf(X) for _ in range(3)]
+    assert not torch.equal(outs[1], outs[2])
+    torch.manual_seed(3)
+    got = jf(X)
+    torch.manual_seed(3)
+    torch.testing.assert_close(got, f(X))
+
+
+# -- records ---------------------------------------------------------------------------
+
+CHILD = r"""
+import json, sys, torch, torchneuron_jit
+CFG = {"scale": float(sys.argv[1])}
+@torchneuron_jit.jit
+def f(x):
+    return x * CFG["scale"]
+out = f(torch.ones(2))
+print(json.dumps([out.tolist(), torchneuron_jit.stats()["traces_loaded"]]))
+"""
+
+
+def test_a_record_applies_only_to_the_same_contents(cache_dir, tmp_path):
+    """A fresh process whose global dict holds another value does not take
+    the record made with the first (its content guards are in it)."""
+    import json
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+
+    def run(scale):
+        proc = subprocess.run([sys.executable, str(script), scale], env=subprocess_env(cache_dir),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert run("2.0") == [[2.0, 2.0], 0]
+    assert run("2.0") == [[2.0, 2.0], 1]
+    assert run("5.0") == [[5.0, 5.0], 0]
