@@ -1051,7 +1051,8 @@ class _Tracer:
         (copy.deepcopy keeps bound methods' functions): the copy gets its
         own JitFunction, so the two never share variants or the limit."""
         bound = module.__dict__.get("forward") if isinstance(module, torch.nn.Module) else None
-        if not (isinstance(bound, types.MethodType) and bound.__func__ is jf and bound.__self__ is module):
+        if not (isinstance(bound, types.MethodType) and getattr(bound.__func__, "_tn_jit", None) is jf and
+                bound.__self__ is module):
             return jf
         return _jit_forward(module, jf.fn, jf.limit)
 
@@ -1227,7 +1228,7 @@ def jit(fn=None, *, cache_limit=None):
     limit = cache_limit or 0
     if isinstance(fn, torch.nn.Module):
         bound = fn.__dict__.get("forward")
-        if isinstance(bound, types.MethodType) and isinstance(bound.__func__, _C.JitFunction):
+        if isinstance(bound, types.MethodType) and hasattr(bound.__func__, "_tn_jit"):
             return fn  # jitted already
         forward = type(fn).forward
         if not isinstance(forward, types.FunctionType):
@@ -1246,12 +1247,24 @@ def jit(fn=None, *, cache_limit=None):
 
 
 def _jit_forward(module, forward, limit):
-    """Installs a JitFunction of forward as module's own bound forward; it
-    carries forward's name (so pickling the module saves the plain method)."""
+    """Installs a JitFunction of forward as module's own bound forward,
+    through a Python function that carries forward's name (so pickling the
+    module saves the plain method), signature and __wrapped__ (inspect
+    follows it), and that TorchDynamo can trace: under torch.compile it is
+    the original forward. Returns the JitFunction."""
     jf = _C.JitFunction(forward, _tracer, limit)
     functools.update_wrapper(jf, forward)
     jf.owner = module
-    module.forward = types.MethodType(jf, module)
+    compiling = torch.compiler.is_compiling
+
+    def jitted_forward(self, *args, **kwargs):
+        if compiling():  # TorchDynamo is tracing this call: the plain forward, traced by it
+            return forward(self, *args, **kwargs)
+        return jf(self, *args, **kwargs)
+
+    functools.update_wrapper(jitted_forward, forward)
+    jitted_forward._tn_jit = jf
+    module.forward = types.MethodType(jitted_forward, module)
     return jf
 
 
@@ -1284,6 +1297,7 @@ def _jit_function_of(fn):
         fn = fn.__dict__.get("forward")
     if isinstance(fn, types.MethodType):
         fn = fn.__func__
+    fn = getattr(fn, "_tn_jit", fn)
     if not isinstance(fn, _C.JitFunction):
         raise TypeError(f"not a jitted function or module: {fn!r}")
     return fn

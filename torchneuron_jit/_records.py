@@ -361,6 +361,8 @@ class _Describer:
                 raise Unportable(f"a {t.__name__} on {v.device} is held")
             return ["tensor", _name_ref(t), _torch_name(v.dtype), list(v.shape),
                     list(v.stride()), bool(v.requires_grad)]
+        if isinstance(v, types.FunctionType) and isinstance(getattr(v, "_tn_jit", None), _C.JitFunction):
+            return ["jit", self.value(v._tn_jit.fn)]  # the forward jit(module) installs
         if isinstance(v, types.FunctionType):
             ref = _name_ref(v)
             if _versioned(v.__code__.co_filename):
@@ -421,7 +423,8 @@ def _matches(desc, v, live):
         return type(v) is types.MethodType and _matches(desc[1], v.__self__, live) and \
             _matches(desc[2], v.__func__, live)
     if kind == "jit":
-        return type(v) is _C.JitFunction and _matches(desc[1], v.fn, live)
+        jf = getattr(v, "_tn_jit", None) if isinstance(v, types.FunctionType) else v
+        return type(jf) is _C.JitFunction and _matches(desc[1], jf.fn, live)
     if kind == "obj":
         return v is _lookup(*desc[1])
     if kind == "kind":

@@ -807,7 +807,7 @@ def test_a_deep_copy_of_a_jitted_module_has_its_own_variants():
         c[0].weight.mul_(2)
     torch.testing.assert_close(c(x), torch.relu(torch.nn.functional.linear(x, c[0].weight, c[0].bias)))
     torch.testing.assert_close(m(x), torch.relu(torch.nn.functional.linear(x, m[0].weight, m[0].bias)))
-    assert c.forward.__func__ is not m.forward.__func__ and c.forward.__func__.owner is c
+    assert c.forward.__func__ is not m.forward.__func__ and c.forward.__func__._tn_jit.owner is c
     assert _jit.entries(m) == 1 and _jit.entries(c) == 1
 
 
@@ -867,3 +867,27 @@ def test_default_dtype_and_autocast_are_guarded():
         torch.testing.assert_close(out, x + torch.ones(4))
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_a_jitted_module_composes_with_torch_compile_and_inspect():
+    """torch.compile of a jitted module traces the plain forward (it failed
+    inside TorchDynamo: getfile returned None); inspect sees the original
+    signature through __wrapped__; the jit door still runs it after."""
+    import inspect
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU()).eval()
+    want_sig = inspect.signature(m.forward)
+    torchneuron_jit.jit(m)
+    assert m.forward.__wrapped__ is torch.nn.Sequential.forward
+    assert inspect.signature(m.forward) == want_sig
+    assert inspect.getsourcefile(m.forward).endswith(".py")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        want = torch.nn.Sequential.forward(m, x)
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(m, backend="eager")(x), want)
+        torch.testing.assert_close(torch.compile(m, backend="neuron")(x), want)
+        torch._dynamo.reset()
+        torch.testing.assert_close(m(x), want)
+        torch.testing.assert_close(m(x), want)
+    assert _jit.entries(m) == 1
