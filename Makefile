@@ -112,12 +112,14 @@ test: build test-c test-python
 	$(MAKE) --no-print-directory fuzz-c SECONDS=20
 
 # The long sweeps make test slices: the OpInfo tests in every dtype, then
-# every OpInfo sample; the differential fuzzer through both front doors for
-# 10 minutes; the libFuzzer targets 5 minutes each.
+# every OpInfo sample; the differential fuzzer through both front doors and
+# the Python-state fuzzer through jit for 10 minutes each; the libFuzzer
+# targets 5 minutes each.
 test-long: test
 	TN_TEST_LONG=1 $(PYTHON) -m pytest -q tests/python/test_opinfo.py
 	$(PYTHON) -m torchneuron_jit.testing.opinfo --all
 	$(PYTHON) -m torchneuron_jit.testing.fuzz --seconds 600 --seed 1 --out build/fuzz-repros
+	$(PYTHON) -m torchneuron_jit.testing.statefuzz --seconds 600 --seed 1
 	$(MAKE) --no-print-directory fuzz-c SECONDS=300
 
 demo: build
