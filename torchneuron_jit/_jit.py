@@ -169,6 +169,10 @@ class _Trace:
         elif event == "call" and frame.f_back is not None:
             what = "logging" if frame.f_code in _LOGGING_CODES else _outside_code(frame.f_code)
             caller = frame.f_back
+            # through the standard library (os.environ.get is Mapping.get, in _collections_abc)
+            while what not in (None, "logging") and caller.f_back is not None and \
+                    _records.stdlib_file(caller.f_code.co_filename):
+                caller = caller.f_back
         else:
             return
         if what is None:
@@ -448,29 +452,44 @@ class _Trace:
         for code, globs in self.codes:
             if _records.library_code(code.co_filename) or _records.namedtuple_code(code, globs):
                 continue
-            names = guarded.setdefault(id(globs), (globs, {}))[1]
+            names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
             for name in _global_loads(code):
+                value = globs.get(name)
+                if isinstance(value, types.ModuleType) and not _records.library_code(getattr(value, "__file__", "")
+                                                                                     or ""):
+                    # a module of the user's (import settings; settings.SCALE): the attributes the
+                    # code names, as globals of that module
+                    attrs = guarded.setdefault(id(value.__dict__), (value.__dict__, {}, value.__name__))[1]
+                    for attr in code.co_names:
+                        if attr in value.__dict__ and (id(value.__dict__), attr) not in seen:
+                            seen.add((id(value.__dict__), attr))
+                            self.guard_global_value(attrs, attr, value.__dict__[attr], used_constants)
                 if (id(globs), name) in seen or name not in globs:
                     continue
                 seen.add((id(globs), name))
-                value = globs[name]
-                t = type(value)
-                if t in _TENSOR_TYPES:
-                    if id(value) in used_constants:
-                        names[name] = value
-                elif t in _PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value):
-                    names[name] = value
-                else:
-                    self.opaque.append(f"global {name} holds a {t.__qualname__}")
-        for globs, names in guarded.values():
+                self.guard_global_value(names, name, value, used_constants)
+        for globs, names, label in guarded.values():
             if names:
-                d = self.spec.add(("const", globs), "globals", ("globals", globs.get("__name__")))
-                self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), "globals")
+                d = self.spec.add(("const", globs), label, ("globals", globs.get("__name__")))
+                self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), label)
                 for name, value in names.items():
+                    words = _entry_name(label, name)
                     if type(value) in _TENSOR_TYPES:
-                        self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), f"global {name}"))
+                        self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), words))
                     elif _content_guarded(value):
-                        self.guard_content(self.spec.add(("key", d, name), f"global {name}"), value, f"global {name}")
+                        self.guard_content(self.spec.add(("key", d, name), words), value, words)
+
+    def guard_global_value(self, names, name, value, used_constants):
+        """Adds global name (value) to names, the entries of its module's
+        snapshot, when it is guarded there."""
+        t = type(value)
+        if t in _TENSOR_TYPES:
+            if id(value) in used_constants:
+                names[name] = value
+        elif t in _PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value):
+            names[name] = value
+        else:
+            self.opaque.append(f"global {name} holds a {t.__qualname__}")
 
 
 # -- Python state: what guard_content guards, what a call may write ---------------

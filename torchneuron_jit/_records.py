@@ -88,9 +88,12 @@ _code_hashes = weakref.WeakKeyDictionary()
 
 def _versioned(filename):
     """Code of torch, of this package or of the standard library."""
-    if filename.startswith("<frozen") or filename.startswith(_VERSIONED):
-        return True
-    return filename.startswith(_STDLIB + os.sep) and not _installed_file(filename)
+    return filename.startswith(_VERSIONED) or stdlib_file(filename)
+
+
+def stdlib_file(filename):
+    """Whether filename is the standard library's (frozen modules too)."""
+    return filename.startswith("<frozen") or (filename.startswith(_STDLIB + os.sep) and not _installed_file(filename))
 
 
 def _installed_file(filename):

@@ -374,3 +374,41 @@ def test_a_record_applies_only_to_the_same_contents(cache_dir, tmp_path):
     assert run("2.0") == [[2.0, 2.0], 0]
     assert run("2.0") == [[2.0, 2.0], 1]
     assert run("5.0") == [[5.0, 5.0], 0]
+
+
+def test_attributes_of_a_users_module_are_guarded(monkeypatch):
+    """import settings; settings.SCALE: the module's attributes the code
+    names are guarded as that module's globals."""
+    import types
+    settings = types.ModuleType("tn_test_settings")
+    settings.SCALE, settings.OPTS = 2.0, {"shift": 1.0}
+    monkeypatch.setitem(sys.modules, "tn_test_settings", settings)
+    scope = {"torch": torch, "settings": settings}
+    exec("def f(x):\n    return x * settings.SCALE + settings.OPTS['shift']\n", scope)
+    f = scope["f"]
+
+    def set_state(i):
+        settings.SCALE = [2.0, 5.0, 5.0, 1.0][i]
+        settings.OPTS["shift"] = [1.0, 1.0, 3.0, 3.0][i]
+
+    assert _same_as_eager(f, set_state, lambda: (settings.SCALE, dict(settings.OPTS))) == []
+    jf = torchneuron_jit.jit(f)
+    settings.SCALE, settings.OPTS["shift"] = 2.0, 1.0
+    with _no_records():
+        jf(X)
+        settings.SCALE = 5.0
+        out, log = _recompile_reason(jf, X)
+    torch.testing.assert_close(out, X * 5.0 + 1.0)
+    assert "tn_test_settings.SCALE: 2.0 → 5.0" in log, log
+
+
+def _env_get_scale(x):
+    return x * float(os.environ.get("TN_TEST_SCALE", "1"))
+
+
+def test_os_environ_get_is_seen_through_the_standard_library(monkeypatch):
+    def set_state(i):
+        monkeypatch.setenv("TN_TEST_SCALE", str(i + 2))
+
+    _one_warning(_same_as_eager(_env_get_scale, set_state, lambda: None), "it calls os.environ at",
+                 "test_jit_state.py:")
