@@ -42,9 +42,15 @@ def _same_as_eager(f, set_state, read_state, calls=4):
     return [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
 
 
-def _no_records():
-    """The miss words come from a trace; records the calls above stored would be loaded instead."""
-    return torchneuron_jit.config.patch(jit_trace_records=False)
+def _miss(jf, change):
+    """Calls jitted jf once, then change(), then jf again: (its result, the
+    recompiles log of that call). Without trace records: the miss words
+    come from a trace, and a record the calls before stored would be
+    loaded instead."""
+    with torchneuron_jit.config.patch(jit_trace_records=False):
+        jf(X)
+        change()
+        return _recompile_reason(jf, X)
 
 
 def _one_warning(messages, *words):
@@ -69,16 +75,14 @@ def test_a_value_read_through_a_global_dict_is_guarded():
     assert _same_as_eager(_cfg_scale, set_state, lambda: repr(CFG)) == []
     jf = torchneuron_jit.jit(_cfg_scale)
     CFG["scale"], CFG["inner"]["shift"] = 2.0, 1.0
-    with _no_records():
-        jf(X)
-        CFG["scale"] = 5.0
-        out, log = _recompile_reason(jf, X)
-        torch.testing.assert_close(out, X * 5.0 + 1.0)
-        assert "global CFG['scale']: 2.0 → 5.0" in log, log
-        CFG["scale"], CFG["inner"]["shift"] = 2.0, 4.0
-        out, log = _recompile_reason(jf, X)
-        torch.testing.assert_close(out, X * 2.0 + 4.0)
-        assert "global CFG['inner']['shift']: 1.0 → 4.0" in log, log
+    out, log = _miss(jf, lambda: CFG.update(scale=5.0))
+    torch.testing.assert_close(out, X * 5.0 + 1.0)
+    assert "global CFG['scale']: 2.0 → 5.0" in log, log
+    CFG["scale"] = 2.0
+    out, log = _miss(jf, lambda: CFG["inner"].update(shift=4.0))
+    torch.testing.assert_close(out, X * 2.0 + 4.0)
+    assert "global CFG['inner']['shift']: 1.0 → 4.0" in log, log
+    CFG["inner"]["shift"] = 1.0
     CFG["scale"], CFG["inner"]["shift"] = 2.0, 1.0
 
 
@@ -96,12 +100,8 @@ def test_a_list_item_read_through_a_closure_is_guarded():
         k[0] = [2.0, 2.0, 5.0, 7.0][i]
 
     assert _same_as_eager(f, set_state, lambda: list(k)) == []
-    jf = torchneuron_jit.jit(f)
     k[0] = 2.0
-    with _no_records():
-        jf(X)
-        k[0] = 5.0
-        out, log = _recompile_reason(jf, X)
+    out, log = _miss(torchneuron_jit.jit(f), lambda: k.__setitem__(0, 5.0))
     torch.testing.assert_close(out, X * 5.0)
     assert "closure k[0]: 2.0 → 5.0" in log, log
 
@@ -128,12 +128,8 @@ def test_attributes_of_a_plain_object_and_a_class_held_by_globals_are_guarded():
         _Scales.factor = [3.0, 3.0, 6.0, 6.0][i]
 
     assert _same_as_eager(_attr_reads, set_state, lambda: (SETTINGS.s, _Scales.factor)) == []
-    jf = torchneuron_jit.jit(_attr_reads)
     SETTINGS.s, _Scales.factor = 2.0, 3.0
-    with _no_records():
-        jf(X)
-        SETTINGS.s = 5.0
-        out, log = _recompile_reason(jf, X)
+    out, log = _miss(torchneuron_jit.jit(_attr_reads), lambda: setattr(SETTINGS, "s", 5.0))
     torch.testing.assert_close(out, X * 5.0 + 3.0)
     assert "global SETTINGS.s: 2.0 → 5.0" in log, log
     SETTINGS.s = 2.0
@@ -392,12 +388,8 @@ def test_attributes_of_a_users_module_are_guarded(monkeypatch):
         settings.OPTS["shift"] = [1.0, 1.0, 3.0, 3.0][i]
 
     assert _same_as_eager(f, set_state, lambda: (settings.SCALE, dict(settings.OPTS))) == []
-    jf = torchneuron_jit.jit(f)
     settings.SCALE, settings.OPTS["shift"] = 2.0, 1.0
-    with _no_records():
-        jf(X)
-        settings.SCALE = 5.0
-        out, log = _recompile_reason(jf, X)
+    out, log = _miss(torchneuron_jit.jit(f), lambda: setattr(settings, "SCALE", 5.0))
     torch.testing.assert_close(out, X * 5.0 + 1.0)
     assert "tn_test_settings.SCALE: 2.0 → 5.0" in log, log
 
