@@ -434,8 +434,8 @@ class _Trace:
             d = spec.add(("const", attrs), f"{words}.__dict__")
             keys = tuple(attrs)
             spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), words + ".*")
-            for k in keys:
-                if _content_guarded(attrs[k]):
+            for k in keys:  # what a library object's attributes hold is the library's (see _state_of)
+                if _content_guarded(attrs[k]) and not _library_class(t):
                     self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1)
         else:
             self.problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
@@ -513,8 +513,12 @@ def _content_guarded(value):
     if t is tuple:
         return any(_content_guarded(v) for v in value)
     if isinstance(value, type):
-        return not _records.library_code(_defined_in(value))
+        return not _library_class(value)
     return not isinstance(value, _NAMED)
+
+
+def _library_class(cls):
+    return _records.library_code(_defined_in(cls))
 
 
 def _mutable(value):
@@ -548,7 +552,10 @@ def _state_of(value, budget=None, depth=0, inside=None):
             return ("set", id(value), frozenset(value))
         attrs = getattr(value, "__dict__", None)
         if isinstance(attrs, dict):
-            return ("obj", id(value), t, [(k, _state_of(v, budget, depth + 1, inside)) for k, v in list(attrs.items())])
+            # an instance of a library class (a logger, a config) by its own attributes only:
+            # what they hold is the library's (a logger's level cache fills as it logs)
+            inner = depth + 1 if not _library_class(t) else _MAX_DEPTH + 1
+            return ("obj", id(value), t, [(k, _state_of(v, budget, inner, inside)) for k, v in list(attrs.items())])
         return ("id", id(value))
     finally:
         inside.discard(id(value))

@@ -404,3 +404,25 @@ def test_os_environ_get_is_seen_through_the_standard_library(monkeypatch):
 
     _one_warning(_same_as_eager(_env_get_scale, set_state, lambda: None), "it calls os.environ at",
                  "test_jit_state.py:")
+
+
+LOGGER = __import__("logging").getLogger("tn_test_state")
+
+
+def _logs(x):
+    LOGGER.debug("scaling %s", 2)
+    return x * 2
+
+
+def test_a_library_object_held_by_a_global_is_guarded_by_its_own_attributes():
+    """A module-level logger: its level cache fills as it logs, which is
+    the library's state, not a write of the call's; the variant compiles
+    (the logging call itself warns that compiled calls skip it)."""
+    jf = torchneuron_jit.jit(_logs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(jf(X), X * 2)
+    messages = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    _one_warning(messages, "the logging call at", "test_jit_state.py")
+    assert torchneuron_jit.stats()["graphs_compiled"] == 1
