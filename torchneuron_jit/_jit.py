@@ -140,7 +140,7 @@ class _Trace:
         self.side_effects = {}  # (file, line) -> "print" or "logging": calls a compiled call skips
         self.prev_profile = None
         # Python state the call may change, as it was before the code that reaches it ran:
-        # (words, object, _state_of(object)); compared again when the trace ends
+        # (words, a function describing it (_state_of), what it said then); compared when the trace ends
         self.before = []
         self.before_seen = set()  # ids of the objects in before, and (id(globals), name) pairs
         self.frames_seen = set()  # code objects whose frame's globals and closure are in before
@@ -193,7 +193,19 @@ class _Trace:
         if id(value) in self.before_seen or not _mutable(value):
             return
         self.before_seen.add(id(value))
-        self.before.append((words, value, _state_of(value)))
+        describe = functools.partial(_state_of, value)
+        self.before.append((words, describe, describe()))
+
+    def remember_module(self, module, names):
+        """Notes the attributes names of a module of the user's (the code
+        that reads settings.SCALE may assign it too) and what they hold."""
+        d = module.__dict__
+        for attr in names:
+            if attr in d and (id(d), attr) not in self.before_seen:
+                self.before_seen.add((id(d), attr))
+                describe = functools.partial(_attribute_state, d, attr)
+                self.before.append((f"{module.__name__}.{attr}", describe, describe()))
+                self.remember(f"{module.__name__}.{attr}", d[attr])
 
     def remember_frame(self, frame):
         """The globals a user frame's code loads and its closure variables,
@@ -203,6 +215,8 @@ class _Trace:
             if name in globs and (id(globs), name) not in self.before_seen:
                 self.before_seen.add((id(globs), name))
                 self.remember(f"global {name}", globs[name])
+                if _user_module(globs[name]):
+                    self.remember_module(globs[name], code.co_names)
         if code.co_freevars:
             local = frame.f_locals
             for name in code.co_freevars:
@@ -215,8 +229,8 @@ class _Trace:
         they hold) compared with the state now, and assignments to globals
         and to closure variables the call does not own, with file and line.
         A compiled call would skip each of them."""
-        for words, value, was in self.before:
-            change = _state_change(words, was, _state_of(value))
+        for words, describe, was in self.before:
+            change = _state_change(words, was, describe())
             if change is not None:
                 where = _write_sites([c for c, _ in self.codes])
                 self.writes.append(f"it writes {change} during the call{where}, which a compiled call would "
@@ -455,8 +469,7 @@ class _Trace:
             names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
             for name in _global_loads(code):
                 value = globs.get(name)
-                if isinstance(value, types.ModuleType) and not _records.library_code(getattr(value, "__file__", "")
-                                                                                     or ""):
+                if _user_module(value):
                     # a module of the user's (import settings; settings.SCALE): the attributes the
                     # code names, as globals of that module
                     attrs = guarded.setdefault(id(value.__dict__), (value.__dict__, {}, value.__name__))[1]
@@ -517,6 +530,17 @@ def _content_guarded(value):
     return not isinstance(value, _NAMED)
 
 
+def _attribute_state(d, attr):
+    """The state of entry attr of dict d (a module's), as _state_of says it:
+    deleted and bound to another object are changes."""
+    return _state_of(d[attr]) if attr in d else ("deleted",)
+
+
+def _user_module(value):
+    """Whether value is a Python module of the user's (not a library's)."""
+    return isinstance(value, types.ModuleType) and not _records.library_code(getattr(value, "__file__", "") or "")
+
+
 def _library_class(cls):
     return _records.library_code(_defined_in(cls))
 
@@ -569,6 +593,8 @@ def _state_change(words, was, now):
     """How the state described by was became now, in words naming the
     first place that differs (global CFG['n'] (an int)), or None: no
     values, so that the words are the same on every call that writes."""
+    if "deleted" in (was[0], now[0]):
+        return None if was[0] == now[0] else f"{words} ({'deleted' if now[0] == 'deleted' else 'set'})"
     if was[0] != now[0] or (was[0] != "v" and was[1] != now[1]):
         return f"{words} (another object)"
     kind = was[0]

@@ -426,3 +426,18 @@ def test_a_library_object_held_by_a_global_is_guarded_by_its_own_attributes():
     messages = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     _one_warning(messages, "the logging call at", "test_jit_state.py")
     assert torchneuron_jit.stats()["graphs_compiled"] == 1
+
+
+def test_assigning_an_attribute_of_a_users_module_runs_eagerly_with_a_warning(monkeypatch):
+    import types
+    settings = types.ModuleType("tn_test_counter")
+    settings.COUNT = 0
+    monkeypatch.setitem(sys.modules, "tn_test_counter", settings)
+    scope = {"torch": torch, "settings": settings}
+    exec("def f(x):\n    settings.COUNT += 1\n    return x * settings.COUNT\n", scope)
+
+    def set_state(i):
+        settings.COUNT = i
+
+    _one_warning(_same_as_eager(scope["f"], set_state, lambda: settings.COUNT),
+                 "it writes tn_test_counter.COUNT (an int)")
