@@ -7,8 +7,10 @@ process, cold (empty cache) and warm (the cache a first process filled).
 Per call (one thread, two 8-element float32 tensors, f = x + y): eager
 (the op itself: the floor), the compiled graph called bare (the runner's
 graph module forward, no guards), jit (frame hook, C guards, runner,
-graph), torch.compile(backend="neuron") (Dynamo's guards and wrappers);
-rounds interleave the four, medians of per-call means. First calls: the
+graph), torch.compile(backend="neuron") (Dynamo's guards and wrappers),
+and the same op as an nn.Module's forward, eager and jitted (jit(module)'s
+forward is a Python function that TorchDynamo can trace); rounds
+interleave the six, medians of per-call means. First calls: the
 demo model (encoder2 at batch 4 x 64) through benchmarks/startup.py, eager
 first call against jit's (cold: a trace and lowering; warm: the trace
 record and the lowered artifact from the cache, no trace).
@@ -36,18 +38,26 @@ def add(x, y):
     return x + y
 
 
+class Add(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
 def per_call(rounds, calls):
     torch.set_num_threads(1)
     x, y = torch.randn(8), torch.randn(8)
     jitted = torchneuron_jit.jit(add)
     dynamo = torch.compile(add, backend="neuron")
+    module, jitted_module = Add(), torchneuron_jit.jit(Add())
     with torch.no_grad():
         jitted(x, y)
         jitted(x, y)
+        jitted_module(x, y)
         dynamo(x, y)
         runner = jitted.entries()[0][1]
         bare = runner.compiled.compiled.forward  # the compiled graph module (backend._Guarded holds it)
-        ways = {"eager": add, "compiled graph, bare": bare, "jit": jitted, "torch.compile neuron": dynamo}
+        ways = {"eager": add, "compiled graph, bare": bare, "jit": jitted, "torch.compile neuron": dynamo,
+                "eager module": module, "jit module": jitted_module}
         times = {k: [] for k in ways}
         for _ in range(rounds):
             for name, fn in ways.items():
