@@ -99,19 +99,13 @@ static int config_parse_int(const char *t, int bytes, int64_t *out)
   return TN_OK;
 }
 
-/* The index of choice t (case-insensitive) among the '|'-separated names
-** in list, or -1. */
-static int64_t config_choice_index(const char *list, const char *t)
+/* The index of choice t (case-insensitive) of CHOICE entry id, or -1. */
+static int64_t config_choice_index(int id, const char *t)
 {
-  size_t len = strlen(t);
-  int64_t i = 0;
-  for (const char *p = list; p; i++) {
-    const char *bar = strchr(p, '|');
-    size_t n = bar ? (size_t)(bar - p) : strlen(p);
-    if (n == len && strncasecmp(p, t, n) == 0)
+  char name[64];
+  for (int64_t i = 0; tn_config_choice(id, i, name, sizeof name); i++)
+    if (strcasecmp(name, t) == 0)
       return i;
-    p = bar ? bar + 1 : NULL;
-  }
   return -1;
 }
 
@@ -202,7 +196,7 @@ int tn_config_set_text(int id, const char *text, char *err, size_t errlen)
   while (isspace((unsigned char)*text))
     text++;
   if (type == TN_CFG_CHOICE) {
-    v = config_choice_index(config_defs[id].ce_sdef, text);
+    v = config_choice_index(id, text);
     rc = v < 0 ? TN_EINVAL : TN_OK;
   } else {
     rc = type == TN_CFG_BOOL ? config_parse_bool(text, &v)
