@@ -326,7 +326,7 @@ class _Trace:
         patches a class for a while (make_fx patches nn.Module) costs one
         full comparison once it has put the attribute back."""
         for c in cls.__mro__[:-1]:
-            if c not in self.classes_seen and not _records.library_code(_defined_in(c)):
+            if c not in self.classes_seen and not _library_class(c):
                 self.classes_seen.add(c)
                 self.guard_dict(_C.class_dict(c), f"class {c.__qualname__}", ("classdict", c))
 
@@ -364,12 +364,7 @@ class _Trace:
                     self.remember(f"argument {name}[{k!r}]", item)
             else:
                 self.remember(f"argument {name}", value)
-        for k, cell in enumerate(self.fn.__closure__ or ()):
-            name = code.co_freevars[k]
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
+        for k, name, cell, value in _closure_cells(self.fn):
             if isinstance(value, _PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
@@ -378,14 +373,9 @@ class _Trace:
     def guard_closure(self):
         """The contents of the containers and objects fn's closure variables
         hold (after the trace: what it read), by content (guard_content)."""
-        code = self.fn.__code__
-        for k, cell in enumerate(self.fn.__closure__ or ()):
-            try:
-                value = cell.cell_contents
-            except ValueError:
-                continue
+        for k, name, cell, value in _closure_cells(self.fn):
             if _content_guarded(value):
-                name = f"closure {code.co_freevars[k]}"
+                name = f"closure {name}"
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_content(self.spec.add(("cell", c), name), value, name)
 
@@ -426,7 +416,7 @@ class _Trace:
             for k, item in enumerate(value):
                 s = spec.add(("item", slot, k), f"{words}[{k}]")
                 if type(item) in _PRIMITIVES:
-                    spec.add(("eq" if type(item) is not bool and item is not None else "is", s, item), f"{words}[{k}]")
+                    self.guard_value(s, item, f"{words}[{k}]")
                 else:
                     spec.add(("is", s, item), f"{words}[{k}]")
                     if _content_guarded(item):
@@ -541,6 +531,16 @@ def _user_module(value):
     return isinstance(value, types.ModuleType) and not _records.library_code(getattr(value, "__file__", "") or "")
 
 
+def _closure_cells(fn):
+    """(index, name, cell, value) of each of fn's closure cells that holds a value."""
+    for k, cell in enumerate(fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        yield k, fn.__code__.co_freevars[k], cell, value
+
+
 def _library_class(cls):
     return _records.library_code(_defined_in(cls))
 
@@ -630,13 +630,21 @@ _MUTATORS = frozenset(("append", "extend", "insert", "pop", "remove", "clear", "
                        "add", "discard", "sort", "reverse", "__setitem__", "__delitem__", "__setattr__"))
 
 
-def _instructions(code):
-    """code's instructions with their line numbers, nested code objects too."""
-    for i in dis.get_instructions(code):
-        yield code, i, (i.positions.lineno if i.positions else None)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            yield from _instructions(c)
+_code_instructions = weakref.WeakKeyDictionary()
+
+
+def _instructions(code, nested=True):
+    """(code, instruction, line) of code's instructions, and of the code
+    objects nested in it when nested; disassembled once per code object."""
+    own = _code_instructions.get(code)
+    if own is None:
+        own = tuple((code, i, i.positions.lineno if i.positions else None) for i in dis.get_instructions(code))
+        _code_instructions[code] = own
+    yield from own
+    if nested:
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                yield from _instructions(c)
 
 
 def _user_codes(codes):
@@ -675,8 +683,7 @@ def _rebindings(codes):
                 owned.update((c, name) for name in outer.co_cellvars)
     out = []
     for code in codes:
-        for i in dis.get_instructions(code):
-            line = i.positions.lineno if i.positions else None
+        for _, i, line in _instructions(code, nested=False):
             if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
                 out.append((code, f"global {i.argval}", line))
             elif i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval in code.co_freevars and \
@@ -752,7 +759,7 @@ def _global_loads(code):
     """The names code loads as globals (LOAD_GLOBAL, LOAD_NAME)."""
     names = _global_names.get(code)
     if names is None:
-        names = tuple(dict.fromkeys(i.argval for i in dis.get_instructions(code)
+        names = tuple(dict.fromkeys(i.argval for _, i, _ in _instructions(code, nested=False)
                                     if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")))
         _global_names[code] = names
     return names

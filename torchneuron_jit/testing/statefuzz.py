@@ -52,6 +52,7 @@ CHANGES = ('G_dict["a"] = {v}', 'G_dict["b"]["c"] = {v}', 'G_list[1] = {v}', 'G_
            'C.factor = {v}', 'k[0] = {v}', 'cfg["a"] = {v}', 'G_num = {v}', 'G_dict["b"] = {{"c": {v}}}',
            'G_list[:] = [{v}, {v}, {v}]')
 SNAPSHOT = '(G_num, G_dict, G_list, G_obj.s, G_obj.t, C.factor, k, cfg)'
+CALLS = 6  # calls of each program
 
 
 def _number(rng):
@@ -83,7 +84,7 @@ def generate(rng):
     source = STATE.format(num=_number(rng), a=_number(rng), c=_number(rng), l0=_number(rng), l1=_number(rng),
                           l2=_number(rng), s=_number(rng), factor=_number(rng), k=_number(rng), cfg=_number(rng),
                           body=body)
-    calls = [None if rng.random() < 0.4 else rng.choice(CHANGES).format(v=_number(rng)) for _ in range(6)]
+    calls = [None if rng.random() < 0.4 else rng.choice(CHANGES).format(v=_number(rng)) for _ in range(CALLS)]
     return source, calls
 
 
@@ -141,7 +142,7 @@ def fuzz(seconds=None, seed=0, programs=None, log=print):
             log(f"MISMATCH seed {seed} program {i}: {why}\n{source}\nchanges before each call: {calls}")
         i += 1
         ran += 1
-    return ran, ran * 6, bad
+    return ran, ran * CALLS, bad
 
 
 def main(argv=None):
