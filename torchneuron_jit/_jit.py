@@ -99,6 +99,23 @@ class _NotCompilable(Exception):
 
 # -- the recorder --------------------------------------------------------------
 
+# Ops tagged dynamic_output_shape whose result's shape follows from their
+# arguments' shapes unless an index is a mask (bool or uint8): with integer
+# indices, index gathers a shape the indices' shapes fix.
+_INDEXING = (torch.ops.aten.index.Tensor,)
+
+
+def _known_shape(func, args, kwargs):
+    """Whether this call of an op tagged as data-dependent had a result
+    whose shape its arguments' shapes determine (what it actually did, not
+    what the op may do)."""
+    if func not in _INDEXING:
+        return False
+    indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+    return all(i is None or (isinstance(i, torch.Tensor) and not i.dtype.is_floating_point
+                             and i.dtype not in (torch.bool, torch.uint8)) for i in indices)
+
+
 class _Recorder(TorchDispatchMode):
     """Records each ATen op run under it, with its real arguments and results."""
 
@@ -113,7 +130,8 @@ class _Recorder(TorchDispatchMode):
         # item() and friends become value guards; other data-dependent ops cannot be replayed
         tags = getattr(func, "tags", ())
         if self.problem is None and func is not torch.ops.aten._local_scalar_dense.default and \
-                (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags):
+                (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) and \
+                not _known_shape(func, args, kwargs):
             self.problem = f"{func} has a data-dependent result"
         self.ops.append((func, args, kwargs, out))
         return out

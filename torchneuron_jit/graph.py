@@ -158,7 +158,10 @@ class _Importer:
         if isinstance(value, torch.device):
             return (_C.ARG_DEVICE, str(value))
         if kind == "TensorType":
-            if isinstance(value, (bool, int, float)):
+            if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), (torch.SymInt, torch.SymFloat,
+                                                                                      torch.SymBool)):
+                value = value.meta["val"]  # a number computed in the graph (a dynamic int input)
+            if isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
                 # a wrapped number: ATen promotes it as a scalar (see _scalar_form)
                 return self.arg(torch._C.NumberType.get(), value, where)
             return (_C.ARG_TENSOR, self.tensor_ref(value, where))
@@ -166,23 +169,25 @@ class _Importer:
             elem = jit_type.getElementType().kind()
             if elem == "TensorType":
                 return (_C.ARG_TENSOR_LIST, [self.tensor_ref(v, where) for v in value])
+            if elem == "OptionalType" and jit_type.getElementType().getElementType().kind() == "TensorType":
+                # index's indices: None where a dim is taken whole
+                return (_C.ARG_OPT_TENSOR_LIST, [None if v is None else self.tensor_ref(v, where) for v in value])
             if elem in ("IntType", "SymIntType"):
                 items = value if isinstance(value, (list, tuple)) else [value]
                 return (_C.ARG_INT_LIST, [self.sint(v, where) for v in items])
             raise Unsupported(f"{where}: list of {elem} arguments are not supported")
-        if kind in ("IntType", "SymIntType", "NumberType"):
+        if kind in ("IntType", "SymIntType", "NumberType", "FloatType", "SymFloatType", "BoolType", "SymBoolType"):
             if isinstance(value, torch.fx.Node) and not isinstance(value.meta.get("val"), torch.Tensor):
                 value = value.meta.get("val")  # a size computed in the graph
-            if isinstance(value, bool):
-                return (_C.ARG_BOOL, int(value))
-            if isinstance(value, float):
-                return (_C.ARG_FLOAT, value)
+            if isinstance(value, (torch.SymFloat, torch.SymBool)):
+                # a number only known at run time: a fallback node's argument (sizes are SymInts)
+                return (_C.ARG_STRING, f"{type(value).__name__}({value.node.expr})")
+            if isinstance(value, bool) or kind in ("BoolType", "SymBoolType"):
+                return (_C.ARG_BOOL, int(bool(value)))
+            if isinstance(value, float) or kind in ("FloatType", "SymFloatType"):
+                return (_C.ARG_FLOAT, float(value))
             s = self.sint(value, where)
             return (_C.ARG_SYM, s) if isinstance(s, _C.Sym) else (_C.ARG_INT, s)
-        if kind == "FloatType":
-            return (_C.ARG_FLOAT, float(value))
-        if kind == "BoolType":
-            return (_C.ARG_BOOL, int(bool(value)))
         if kind == "StringType":
             return (_C.ARG_STRING, str(value))
         if kind == "DeviceObjType":
@@ -298,11 +303,16 @@ def from_fx(gm, roles=None):
                 tag == _C.ARG_TENSOR for tag, _ in args)
             name = alt if in_table else name
         if in_table:
-            ids = imp.g.add_node(name, args, outs)
-            result.lowered_nodes += 1
+            # arguments the op's signature does not take (a number only known at run time):
+            # a fallback node, which PyTorch runs
+            ids = imp.g.add_node(name, args, outs, or_fallback=op_name(node.target))
+            in_table = imp.g.node_op(imp.g.num_nodes - 1) != "fallback"
         else:
             ids = imp.g.add_node("fallback", args, outs, target=name)
-            result.fallback_ops.append(name)
+        if in_table:
+            result.lowered_nodes += 1
+        else:
+            result.fallback_ops.append(op_name(node.target))
         result.fx_nodes.append(node)
         imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
     result.fx_values = {vid: node for node, vid in imp.ids.items() if isinstance(vid, int)}

@@ -117,21 +117,6 @@ static void inputs_sort(const tn_graph *g, int32_t *ids, int32_t *tmp, uint32_t 
 
 /* The k-th tensor input of node n (across tensor args and list elements),
 ** or -1 when n has fewer. */
-static int32_t node_input(const tn_node *n, uint32_t *arg, uint32_t *elem)
-{
-  while (*arg < n->no_nargs) {
-    const tn_arg *a = &n->no_args[*arg];
-    if (a->ar_tag == TN_ARG_TENSOR && *elem == 0) {
-      (*elem)++;
-      return a->u.ar_ref;
-    }
-    if (a->ar_tag == TN_ARG_TENSOR_LIST && *elem < a->ar_len)
-      return a->u.ar_refs[(*elem)++];
-    (*arg)++;
-    *elem = 0;
-  }
-  return -1;
-}
 
 typedef struct walk_frame {
   int32_t wf_node;
@@ -149,7 +134,7 @@ static void walk_from(const tn_graph *g, int32_t root, uint8_t *seen, walk_frame
   stack[sp++] = (walk_frame){root, 0, 0};
   while (sp) {
     walk_frame *f = &stack[sp - 1];
-    int32_t v = node_input(&g->gr_nodes[f->wf_node], &f->wf_arg, &f->wf_elem);
+    int32_t v = tn_graph_node_input(&g->gr_nodes[f->wf_node], &f->wf_arg, &f->wf_elem);
     if (v < 0) {
       order[(*norder)++] = f->wf_node;
       sp--;
@@ -206,9 +191,10 @@ static void enc_arg(enc_state *e, const tn_arg *a)
     buf_le(b, (uint32_t)e->es_vmap[a->u.ar_ref], 4);
     break;
   case TN_ARG_TENSOR_LIST:
+  case TN_ARG_OPT_TENSOR_LIST:
     buf_le(b, a->ar_len, 4);
-    for (uint32_t i = 0; i < a->ar_len; i++)
-      buf_le(b, (uint32_t)e->es_vmap[a->u.ar_refs[i]], 4);
+    for (uint32_t i = 0; i < a->ar_len; i++)  /* None (-1) as 0xffffffff */
+      buf_le(b, a->u.ar_refs[i] < 0 ? UINT32_MAX : (uint32_t)e->es_vmap[a->u.ar_refs[i]], 4);
     break;
   case TN_ARG_INT: case TN_ARG_BOOL: case TN_ARG_DTYPE: case TN_ARG_LAYOUT: case TN_ARG_MEMFMT:
     buf_le(b, (uint64_t)a->u.ar_int, 8);
@@ -502,7 +488,8 @@ static void rd_arg(tn_rd *r, tn_graph *g, node_scratch *s, uint32_t i)
   case TN_ARG_TENSOR:
     a->u.ar_ref = (int32_t)(rd_le(r, 4) & INT32_MAX);
     break;
-  case TN_ARG_TENSOR_LIST: {
+  case TN_ARG_TENSOR_LIST:
+  case TN_ARG_OPT_TENSOR_LIST: {  /* the builder rejects a None in a plain tensor list */
     a->ar_len = rd_count(r, 4, TN_MAX_LIST, "tensor list");
     int32_t *refs = tn_graph_alloc(g, (size_t)a->ar_len * sizeof *refs);
     if (!refs) {
@@ -757,9 +744,14 @@ static void dump_arg(tn_buf *b, const tn_arg *a)
   case TN_ARG_NONE: buf_printf(b, "None"); break;
   case TN_ARG_TENSOR: buf_printf(b, "%%%d", a->u.ar_ref); break;
   case TN_ARG_TENSOR_LIST:
+  case TN_ARG_OPT_TENSOR_LIST:
     buf_printf(b, "[");
-    for (uint32_t i = 0; i < a->ar_len; i++)
-      buf_printf(b, "%s%%%d", i ? ", " : "", a->u.ar_refs[i]);
+    for (uint32_t i = 0; i < a->ar_len; i++) {
+      if (a->u.ar_refs[i] < 0)
+        buf_printf(b, "%sNone", i ? ", " : "");
+      else
+        buf_printf(b, "%s%%%d", i ? ", " : "", a->u.ar_refs[i]);
+    }
     buf_printf(b, "]");
     break;
   case TN_ARG_INT: buf_printf(b, "%" PRId64, a->u.ar_int); break;

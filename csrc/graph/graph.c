@@ -4,6 +4,7 @@
 */
 #include "graph_internal.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -385,6 +386,27 @@ int tn_graph_add_input(tn_graph *g, const tn_input_desc *in, int32_t *out)
 
 /* -- Nodes: argument checks ---------------------------------------------- */
 
+int32_t tn_graph_node_input(const tn_node *n, uint32_t *arg, uint32_t *elem)
+{
+  while (*arg < n->no_nargs) {
+    const tn_arg *a = &n->no_args[*arg];
+    if (a->ar_tag == TN_ARG_TENSOR && *elem == 0) {
+      (*elem)++;
+      return a->u.ar_ref;
+    }
+    if (a->ar_tag == TN_ARG_TENSOR_LIST || a->ar_tag == TN_ARG_OPT_TENSOR_LIST) {
+      while (*elem < a->ar_len) {
+        int32_t v = a->u.ar_refs[(*elem)++];
+        if (v >= 0)
+          return v;
+      }
+    }
+    (*arg)++;
+    *elem = 0;
+  }
+  return -1;
+}
+
 static int sig_accepts(char c, int tag)
 {
   int none = tag == TN_ARG_NONE;
@@ -392,6 +414,7 @@ static int sig_accepts(char c, int tag)
   case 'T': return tag == TN_ARG_TENSOR;
   case 't': return tag == TN_ARG_TENSOR || none;
   case 'L': return tag == TN_ARG_TENSOR_LIST;
+  case 'O': return tag == TN_ARG_OPT_TENSOR_LIST;
   case 's': return tag == TN_ARG_INT || tag == TN_ARG_FLOAT || tag == TN_ARG_BOOL || tag == TN_ARG_SYM;
   case 'S': return sig_accepts('s', tag) || none;
   case 'i': return tag == TN_ARG_INT;
@@ -417,6 +440,7 @@ static int sig_accepts(char c, int tag)
 static const char *const arg_tag_names[TN_ARG__COUNT] = {
   "None", "tensor", "tensor list", "int", "float", "bool", "symbol",
   "int list", "string", "dtype", "layout", "device", "memory format",
+  "optional tensor list",
 };
 
 const char *tn_arg_tag_name(int tag)
@@ -439,12 +463,14 @@ static int arg_check(const tn_graph *g, const tn_arg *a, int allow_syms, char *m
     }
     return TN_OK;
   case TN_ARG_TENSOR_LIST:
+  case TN_ARG_OPT_TENSOR_LIST:
     if (a->ar_len > TN_MAX_LIST || (a->ar_len && !a->u.ar_refs)) {
       snprintf(msg, len, "bad tensor list of length %u", a->ar_len);
       return TN_EINVAL;
     }
     for (uint32_t i = 0; i < a->ar_len; i++)
-      if (a->u.ar_refs[i] < 0 || (uint32_t)a->u.ar_refs[i] >= g->gr_nvalues) {
+      if ((a->u.ar_refs[i] < 0 && !(a->ar_tag == TN_ARG_OPT_TENSOR_LIST && a->u.ar_refs[i] == -1)) ||
+          a->u.ar_refs[i] >= (int32_t)g->gr_nvalues) {
         snprintf(msg, len, "element %u refers to undefined value %d", i, a->u.ar_refs[i]);
         return TN_EINVAL;
       }
@@ -875,7 +901,8 @@ static int args_copy(tn_graph *g, const tn_arg *src, uint32_t n, tn_arg **out)
   for (uint32_t i = 0; i < n; i++) {
     dst[i] = src[i];
     switch (src[i].ar_tag) {
-    case TN_ARG_TENSOR_LIST: {
+    case TN_ARG_TENSOR_LIST:
+    case TN_ARG_OPT_TENSOR_LIST: {
       int32_t *r = tn_graph_alloc(g, (size_t)src[i].ar_len * sizeof *r);
       if (!r)
         return TN_ENOMEM;
@@ -902,6 +929,22 @@ static int args_copy(tn_graph *g, const tn_arg *src, uint32_t n, tn_arg **out)
   }
   *out = dst;
   return TN_OK;
+}
+
+int tn_graph_check_node(const tn_graph *g, int op, const tn_arg *args, uint32_t nargs,
+                        const tn_meta *outs, uint32_t nout, char *msg, size_t len)
+{
+  assert(msg && len);
+  if (op < 0 || op >= TN_OP__COUNT || op == TN_OP_fallback) {
+    snprintf(msg, len, "not an op of the table");
+    return TN_EINVAL;
+  }
+  if ((nargs && !args) || (nout && !outs)) {
+    snprintf(msg, len, "NULL argument or output arrays");
+    return TN_EINVAL;
+  }
+  node_ctx c = {g, op, args, nargs, outs, nout, msg, len};
+  return node_check(&c);
 }
 
 int tn_graph_add_node(tn_graph *g, int op, const char *target,

@@ -24,7 +24,7 @@
 
 /* Version of the canonical encoding; part of every graph key. Bump it when
 ** the encoding or the meaning of any op, signature or field changes. */
-#define TN_GRAPH_FORMAT_VERSION 2
+#define TN_GRAPH_FORMAT_VERSION 3
 
 #define TN_MAX_RANK 64
 #define TN_MAX_ARGS 64
@@ -100,7 +100,8 @@ typedef struct tn_value {
 #define TN_ARG_LAYOUT      10  /* ar_int: torch.layout number (0 = strided) */
 #define TN_ARG_DEVICE      11  /* ar_str: "cpu", ... */
 #define TN_ARG_MEMFMT      12  /* ar_int: 0 contiguous, 1 preserve, 2 channels_last, 3 channels_last_3d */
-#define TN_ARG__COUNT      13
+#define TN_ARG_OPT_TENSOR_LIST 13  /* ar_refs[ar_len]: value ids, -1 for None (index's indices) */
+#define TN_ARG__COUNT      14
 
 typedef struct tn_arg {
   int ar_tag;
@@ -176,6 +177,14 @@ int tn_graph_add_node(tn_graph *g, int op, const char *target,
                       const tn_arg *args, uint32_t nargs,
                       const tn_meta *outs, uint32_t nout, int32_t *out_values);
 
+/* Whether tn_graph_add_node would accept a node of op (not fallback) with
+** these arguments and outputs: TN_OK, or TN_EINVAL with the fault in msg.
+** Changes nothing and never poisons g, so a caller can add the node as a
+** fallback node instead (a number only known at run time where the op's
+** signature takes a constant). Any thread, while nobody mutates g. */
+int tn_graph_check_node(const tn_graph *g, int op, const tn_arg *args, uint32_t nargs,
+                        const tn_meta *outs, uint32_t nout, char *msg, size_t len);
+
 /* Sets the graph outputs (value ids; a value may appear more than once). */
 int tn_graph_set_outputs(tn_graph *g, const int32_t *values, uint32_t n);
 
@@ -189,6 +198,11 @@ const tn_value *tn_graph_value(const tn_graph *g, int32_t id);
 const tn_node *tn_graph_node(const tn_graph *g, int32_t id);
 uint32_t tn_graph_num_outputs(const tn_graph *g);
 const int32_t *tn_graph_outputs(const tn_graph *g);
+
+/* The tensor values node n reads, in argument order (tensor arguments,
+** then the elements of tensor lists; None elements skipped): start with
+** *arg = *elem = 0 and call until it returns -1. */
+int32_t tn_graph_node_input(const tn_node *n, uint32_t *arg, uint32_t *elem);
 
 /* -- Encoding and key (owner thread only) -------------------------------- */
 

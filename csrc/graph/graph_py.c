@@ -328,7 +328,8 @@ static int parse_arg(PyObject *item, tn_arg *a, void **store, Py_ssize_t i)
   case TN_ARG_FLOAT:
     a->u.ar_float = PyFloat_AsDouble(payload);
     return a->u.ar_float == -1.0 && PyErr_Occurred() ? -1 : 0;
-  case TN_ARG_TENSOR_LIST: {
+  case TN_ARG_TENSOR_LIST:
+  case TN_ARG_OPT_TENSOR_LIST: {  /* None elements (optional lists only) as -1 */
     PyObject *fast = PySequence_Fast(payload, "tensor list payload must be a sequence");
     if (!fast)
       return -1;
@@ -342,11 +343,17 @@ static int parse_arg(PyObject *item, tn_arg *a, void **store, Py_ssize_t i)
     }
     for (Py_ssize_t k = 0; k < n; k++) {
       int64_t v;
-      if (parse_int64(PySequence_Fast_GET_ITEM(fast, k), &v, i) < 0) {
+      PyObject *item = PySequence_Fast_GET_ITEM(fast, k);
+      if (tag == TN_ARG_OPT_TENSOR_LIST && item == Py_None) {
+        refs[k] = -1;
+        continue;
+      }
+      if (parse_int64(item, &v, i) < 0) {
         Py_DECREF(fast);
         return -1;
       }
-      refs[k] = v < INT32_MIN || v > INT32_MAX ? -1 : (int32_t)v;
+      /* out of range: an id no value has (-2), which the builder rejects */
+      refs[k] = v < 0 || v > INT32_MAX ? -2 : (int32_t)v;
     }
     Py_DECREF(fast);
     a->ar_len = (uint32_t)n;
@@ -383,9 +390,9 @@ static int parse_arg(PyObject *item, tn_arg *a, void **store, Py_ssize_t i)
 
 static PyObject *Graph_add_node(PyObject *o, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"op", "args", "outputs", "target", NULL};
+  static char *kwlist[] = {"op", "args", "outputs", "target", "or_fallback", NULL};
   GraphObject *self = (GraphObject *)o;
-  const char *opname, *target = NULL;
+  const char *opname, *target = NULL, *or_fallback = NULL;
   PyObject *pyargs, *pyouts, *fargs = NULL, *fouts = NULL, *res = NULL;
   tn_arg cargs[TN_MAX_ARGS];
   void *store[TN_MAX_ARGS] = {0};
@@ -394,7 +401,8 @@ static PyObject *Graph_add_node(PyObject *o, PyObject *args, PyObject *kwds)
   int32_t *ovals = NULL;
   Py_ssize_t nargs = 0, nout = 0;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOO|z:add_node", kwlist, &opname, &pyargs, &pyouts, &target))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOO|zz:add_node", kwlist, &opname, &pyargs, &pyouts, &target,
+                                   &or_fallback))
     return NULL;
   int op = tn_op_find(opname);
   if (op < 0)
@@ -431,6 +439,12 @@ static PyObject *Graph_add_node(PyObject *o, PyObject *args, PyObject *kwds)
     if (parse_meta(PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1), PyTuple_GET_ITEM(t, 2), &metas[k],
                    &dims[2 * k], &dims[2 * k + 1]) < 0)
       goto done;
+  }
+  char why[256];
+  if (or_fallback && op != TN_OP_fallback && !target &&
+      tn_graph_check_node(self->gr, op, cargs, (uint32_t)nargs, metas, (uint32_t)nout, why, sizeof why) != TN_OK) {
+    op = TN_OP_fallback;  /* the op's signature does not take these arguments: PyTorch runs it */
+    target = or_fallback;
   }
   int rc = tn_graph_add_node(self->gr, op, target, cargs, (uint32_t)nargs, metas, (uint32_t)nout, ovals);
   if (rc != TN_OK) {
@@ -556,14 +570,28 @@ static PyObject *Graph_get_counts(PyObject *o, void *which)
   }
 }
 
+static PyObject *Graph_node_op(PyObject *o, PyObject *arg)
+{
+  tn_graph *g = ((GraphObject *)o)->gr;
+  long id = PyLong_AsLong(arg);
+  if (id == -1 && PyErr_Occurred())
+    return NULL;
+  if (id < 0 || (unsigned long)id >= tn_graph_num_nodes(g))
+    return PyErr_Format(PyExc_IndexError, "node_op: no node %ld", id);
+  return PyUnicode_FromString(tn_op_name(tn_graph_node(g, (int32_t)id)->no_op));
+}
+
 static PyMethodDef Graph_methods[] = {
   {"add_symbol", Graph_add_symbol, METH_NOARGS, "add_symbol() -> id of a new size symbol."},
   {"add_input", (PyCFunction)(void (*)(void))Graph_add_input, METH_VARARGS | METH_KEYWORDS,
    "add_input(kind, dtype, sizes, strides, index=0, name=None) -> value id.\n"
    "kind: 'arg' (index = position, name = path), 'param' (name), 'const' (index)."},
   {"add_node", (PyCFunction)(void (*)(void))Graph_add_node, METH_VARARGS | METH_KEYWORDS,
-   "add_node(op, args, outputs, target=None) -> tuple of output value ids.\n"
-   "args: [(ARG_* tag, payload)], in schema order; outputs: [(dtype, sizes, strides)]."},
+   "add_node(op, args, outputs, target=None, or_fallback=None) -> tuple of output value ids.\n"
+   "args: [(ARG_* tag, payload)], in schema order; outputs: [(dtype, sizes, strides)].\n"
+   "or_fallback: a qualified name; when op's signature rejects args, the node is added as a\n"
+   "fallback node of that target instead of failing (see node_op)."},
+  {"node_op", Graph_node_op, METH_O, "node_op(node id) -> the node's op name ('fallback' for fallback nodes)."},
   {"set_outputs", Graph_set_outputs, METH_O, "set_outputs(ids): the graph's results."},
   {"encode", Graph_encode, METH_NOARGS, "Canonical encoding (bytes)."},
   {"key", (PyCFunction)(void (*)(void))Graph_key, METH_VARARGS | METH_KEYWORDS,
@@ -707,6 +735,7 @@ int tn_py_graph_init(PyObject *m)
     return -1;
   static const struct { const char *name; int value; } consts[] = {
     {"ARG_NONE", TN_ARG_NONE}, {"ARG_TENSOR", TN_ARG_TENSOR}, {"ARG_TENSOR_LIST", TN_ARG_TENSOR_LIST},
+    {"ARG_OPT_TENSOR_LIST", TN_ARG_OPT_TENSOR_LIST},
     {"ARG_INT", TN_ARG_INT}, {"ARG_FLOAT", TN_ARG_FLOAT}, {"ARG_BOOL", TN_ARG_BOOL},
     {"ARG_SYM", TN_ARG_SYM}, {"ARG_INT_LIST", TN_ARG_INT_LIST}, {"ARG_STRING", TN_ARG_STRING},
     {"ARG_DTYPE", TN_ARG_DTYPE}, {"ARG_LAYOUT", TN_ARG_LAYOUT}, {"ARG_DEVICE", TN_ARG_DEVICE},

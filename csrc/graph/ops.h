@@ -6,7 +6,7 @@
 **
 ** Signature letters, one per schema argument in schema order (keyword-only
 ** arguments included, defaults spelled out by the caller):
-**   T tensor        t tensor or None     L tensor list
+**   T tensor        t tensor or None     L tensor list   O list of tensors or None
 **   s scalar (int, float, bool or symbol)            S scalar or None
 **   i int           I int or None        l int list   M int list or None
 **   z int or symbol Z int, symbol or None            y int list that may hold symbols

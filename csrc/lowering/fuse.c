@@ -592,14 +592,10 @@ static int gemm_lowerable(const tn_graph *g, const tn_node *n)
 /* Whether node n reads value v (as a tensor argument or in a tensor list). */
 static int node_reads(const tn_node *n, int32_t v)
 {
-  for (uint32_t i = 0; i < n->no_nargs; i++) {
-    const tn_arg *arg = &n->no_args[i];
-    if (arg->ar_tag == TN_ARG_TENSOR && arg->u.ar_ref == v)
+  uint32_t a = 0, e = 0;
+  for (int32_t u; (u = tn_graph_node_input(n, &a, &e)) >= 0;)
+    if (u == v)
       return 1;
-    for (uint32_t e = 0; arg->ar_tag == TN_ARG_TENSOR_LIST && e < arg->ar_len; e++)
-      if (arg->u.ar_refs[e] == v)
-        return 1;
-  }
   return 0;
 }
 
@@ -645,21 +641,18 @@ static int in_groups(const fuse_state *s, int32_t p, int32_t k, int32_t h)
 static int push_inputs(fuse_state *s, int32_t i, int32_t k, int32_t h, int32_t lo, uint32_t *top, int members)
 {
   const tn_node *n = tn_graph_node(s->fs_g, i);
-  for (uint32_t a = 0; a < n->no_nargs; a++) {
-    const tn_arg *arg = &n->no_args[a];
-    uint32_t cnt = arg->ar_tag == TN_ARG_TENSOR ? 1 : arg->ar_tag == TN_ARG_TENSOR_LIST ? arg->ar_len : 0;
-    for (uint32_t e = 0; e < cnt; e++) {
-      int32_t p = producer(s->fs_g, arg->ar_tag == TN_ARG_TENSOR ? arg->u.ar_ref : arg->u.ar_refs[e]);
-      if (p < lo || s->fs_seen[p] == s->fs_stamp)
-        continue;
-      if (in_groups(s, p, k, h)) {
-        if (members)
-          return 1;
-        continue;
-      }
-      s->fs_seen[p] = s->fs_stamp;
-      s->fs_stack[(*top)++] = p;
+  uint32_t a = 0, e = 0;
+  for (int32_t v; (v = tn_graph_node_input(n, &a, &e)) >= 0;) {
+    int32_t p = producer(s->fs_g, v);
+    if (p < lo || s->fs_seen[p] == s->fs_stamp)
+      continue;
+    if (in_groups(s, p, k, h)) {
+      if (members)
+        return 1;
+      continue;
     }
+    s->fs_seen[p] = s->fs_stamp;
+    s->fs_stack[(*top)++] = p;
   }
   return 0;
 }
@@ -1566,15 +1559,11 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
   /* values a group must write: read outside it, or graph outputs */
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, (int32_t)i);
-    for (uint32_t a = 0; a < n->no_nargs; a++) {
-      const tn_arg *arg = &n->no_args[a];
-      uint32_t cnt = arg->ar_tag == TN_ARG_TENSOR ? 1 : arg->ar_tag == TN_ARG_TENSOR_LIST ? arg->ar_len : 0;
-      for (uint32_t e = 0; e < cnt; e++) {
-        int32_t v = arg->ar_tag == TN_ARG_TENSOR ? arg->u.ar_ref : arg->u.ar_refs[e];
-        int32_t p = producer(g, v);
-        if (p >= 0 && s.fs_group_of[p] >= 0 && s.fs_group_of[p] != s.fs_group_of[i])
-          needed[v] = 1;
-      }
+    uint32_t a = 0, e = 0;
+    for (int32_t v; (v = tn_graph_node_input(n, &a, &e)) >= 0;) {
+      int32_t p = producer(g, v);
+      if (p >= 0 && s.fs_group_of[p] >= 0 && s.fs_group_of[p] != s.fs_group_of[i])
+        needed[v] = 1;
     }
   }
   for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)

@@ -92,6 +92,61 @@ static void encoding_of(tn_graph *g, uint8_t **buf, size_t *len)
 
 /* -- Round trip and canonical form ------------------------------------------ */
 
+/* index's indices, [None, idx]: a fallback node whose optional tensor list
+** keeps its None, round-trips, counts idx as the node's one input, and
+** whose -1 a plain tensor list rejects. tn_graph_check_node says no to a
+** node its op's signature does not take, without poisoning the graph. */
+START_TEST(test_optional_tensor_list)
+{
+  tn_graph *g, *d;
+  int32_t x, idx, out, s;
+  tn_sint xs[2] = {TN_SINT(4), TN_SINT(6)}, xst[2] = {TN_SINT(6), TN_SINT(1)};
+  tn_sint is[1] = {TN_SINT(3)}, ist[1] = {TN_SINT(1)};
+  tn_sint os[2] = {TN_SINT(4), TN_SINT(3)}, ost[2] = {TN_SINT(3), TN_SINT(1)};
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  ck_assert_int_eq(tn_graph_add_symbol(g, &s), TN_OK);
+  tn_input_desc in_x = {TN_VALUE_ARG, 0, "", M(TN_DTYPE_FLOAT32, 2, xs, xst)};
+  tn_input_desc in_i = {TN_VALUE_ARG, 1, "", M(TN_DTYPE_INT64, 1, is, ist)};
+  ck_assert_int_eq(tn_graph_add_input(g, &in_x, &x), TN_OK);
+  ck_assert_int_eq(tn_graph_add_input(g, &in_i, &idx), TN_OK);
+  tn_meta om = M(TN_DTYPE_FLOAT32, 2, os, ost);
+  /* mul.Scalar of a symbol is in the signature; mul.Tensor of a symbol is not */
+  tn_arg bad[2] = {T(x), {TN_ARG_SYM, 0, {.ar_ref = s}}};
+  char msg[200];
+  ck_assert_int_eq(tn_graph_check_node(g, TN_OP_mul_Tensor, bad, 2, &om, 1, msg, sizeof msg), TN_EINVAL);
+  ck_assert_str_eq(tn_graph_errmsg(g), "");
+  int32_t refs[2] = {-1, idx};
+  tn_arg args[2] = {T(x), {TN_ARG_OPT_TENSOR_LIST, 2, {.ar_refs = refs}}};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_fallback, "aten::index.Tensor", args, 2, &om, 1, &out), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &out, 1), TN_OK);
+  uint32_t a = 0, e = 0;
+  const tn_node *n = tn_graph_node(g, 0);
+  ck_assert_int_eq(tn_graph_node_input(n, &a, &e), x);
+  ck_assert_int_eq(tn_graph_node_input(n, &a, &e), idx);
+  ck_assert_int_eq(tn_graph_node_input(n, &a, &e), -1);
+  const char *text;
+  ck_assert_int_eq(tn_graph_dump(g, &text), TN_OK);
+  ck_assert_ptr_nonnull(strstr(text, "[None, %1]"));
+  uint8_t *enc;
+  size_t len;
+  char err[TN_ERRMSG_LEN];
+  encoding_of(g, &enc, &len);
+  ck_assert_int_eq(tn_graph_decode(enc, len, &d, err, sizeof err), TN_OK);
+  const uint8_t *enc2;
+  size_t len2;
+  ck_assert_int_eq(tn_graph_encode(d, &enc2, &len2), TN_OK);
+  ck_assert_uint_eq(len, len2);
+  ck_assert_mem_eq(enc, enc2, len);
+  tn_graph_free(d);
+  free(enc);
+  /* the same -1 in a plain tensor list is an undefined value */
+  tn_arg plain[2] = {T(x), {TN_ARG_TENSOR_LIST, 2, {.ar_refs = refs}}};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_fallback, "aten::index.Tensor", plain, 2, &om, 1, &out), TN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(tn_graph_errmsg(g), "undefined value -1"));
+  tn_graph_free(g);
+}
+END_TEST
+
 START_TEST(test_round_trip)
 {
   tn_graph *g = build_mlp(0, 0, 0), *d;
@@ -470,6 +525,7 @@ static Suite *graph_suite(void)
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_round_trip);
+  tcase_add_test(tc, test_optional_tensor_list);
   tcase_add_test(tc, test_canonical_independent_of_insertion);
   tcase_add_test(tc, test_key_stable_across_processes);
   tcase_add_test(tc, test_every_truncation_rejected);
