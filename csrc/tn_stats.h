@@ -15,6 +15,7 @@
   _(kernels_compiled, "generated C kernels compiled by libtcc") \
   _(cache_hits, "compiled artifacts found in the persistent cache") \
   _(cache_misses, "compiled artifacts looked up and not found") \
+  _(lowered_nodes, "nodes of compiled graphs that run inside our kernels and GEMM calls") \
   _(fallback_nodes, "nodes of compiled graphs that run through PyTorch's eager kernels") \
   _(eager_fallbacks, "whole graphs that run eagerly because compiling them failed") \
   _(training_graphs, "graphs needing gradients, run eagerly for now") \

@@ -34,8 +34,14 @@ from . import cache  # noqa: E402
 def stats():
     """Process-wide counters: graphs_compiled, graphs_lowered, kernels_compiled,
     cache_hits, cache_misses, fallback_nodes, eager_fallbacks, training_graphs;
-    of jit: traces, guard_failures, recompiles."""
-    return _C.stats()
+    of jit: traces, guard_failures, recompiles; and fallback_ops, the nodes
+    of compiled graphs that run through PyTorch as {op: {reason: count}}
+    (reasons: "no lowering", "not fused")."""
+    import sys
+    out = _C.stats()
+    backend = sys.modules.get(__name__ + ".backend")  # not imported: nothing compiled yet
+    out["fallback_ops"] = backend.fallback_report() if backend else {}
+    return out
 
 
 def jit(fn=None, *, cache_limit=None):
@@ -74,7 +80,11 @@ def lowered_ops():
 
 def reset_stats():
     """Sets every counter of stats() to 0."""
+    import sys
     _C.stats_reset()
+    backend = sys.modules.get(__name__ + ".backend")
+    if backend:
+        backend.fallback_reasons.clear()
 
 
 def _register_backend():

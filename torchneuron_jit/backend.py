@@ -45,6 +45,10 @@ fail_next_compile = None
 # What this process's compilations did, for demos and reports.
 compile_seconds = 0.0                      # time spent in compile_inference
 fallback_ops = collections.Counter()       # ATen op -> nodes run through PyTorch
+# (ATen op, reason) -> nodes run through PyTorch; the reasons:
+NO_LOWERING = "no lowering"                # not in the op table (or arguments it does not take)
+NOT_FUSED = "not fused"                    # in the op table, left out of every kernel
+fallback_reasons = collections.Counter()
 
 
 def decompositions():
@@ -733,7 +737,6 @@ def _build(gm, example_inputs):
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()
     imported = from_fx(gm)
-    ops = len(imported.fx_nodes)
     lowering = _Lowering(imported)
     fused = _fuse(gm.graph, imported, lowering.groups)
     for head, kind in lowering.onednn_units(imported):
@@ -744,15 +747,37 @@ def _build(gm, example_inputs):
     _C.stat_add("graphs_compiled")
     if lowering.lowered:
         _C.stat_add("graphs_lowered")
-    _C.stat_add("fallback_nodes", ops - fused)
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem \
-                and not node.meta.get("neuron_kernel") and not node.meta.get("neuron_cat") \
-                and node.target is not torch.empty:
-            fallback_ops[str(node.target)] += 1
-    for name in imported.fallback_ops:
-        _log.event("fallback", f"{name}: no lowering")
+    _note_fallbacks(gm.graph, imported, fused)
     return gm
+
+
+def _note_fallbacks(graph, imported, fused):
+    """Counts the nodes of a compiled graph that run through PyTorch, by op
+    and reason (fallback_reasons, stats()["fallback_ops"], one
+    TORCHNEURON_LOG=fallback line per op and reason)."""
+    unlowered = {imported.fx_nodes[i] for i, name in enumerate(imported.node_ops) if name == "fallback"}
+    here = collections.Counter()
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem or node.meta.get("neuron_kernel") \
+                or node.meta.get("neuron_cat") or node.target is torch.empty:
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload):
+            continue  # our own calls (oneDNN's linear units)
+        fallback_ops[str(node.target)] += 1
+        here[(str(node.target), NO_LOWERING if node in unlowered else NOT_FUSED)] += 1
+    _C.stat_add("fallback_nodes", sum(here.values()))
+    _C.stat_add("lowered_nodes", max(0, len(imported.fx_nodes) - sum(here.values())))
+    fallback_reasons.update(here)
+    for (name, reason), n in sorted(here.items()):
+        _log.event("fallback", f"{name}: {reason} ({n} node{'s' if n > 1 else ''})")
+
+
+def fallback_report():
+    """{op: {reason: nodes}} over this process's compiled graphs."""
+    out = {}
+    for (name, reason), n in fallback_reasons.most_common():
+        out.setdefault(name, {})[reason] = n
+    return out
 
 
 def compile_inference(gm, example_inputs):

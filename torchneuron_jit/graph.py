@@ -87,6 +87,7 @@ class Imported:
     symbols: dict = field(default_factory=dict)        # expression text -> symbol id
     fx_nodes: list = field(default_factory=list)       # IR node id -> the FX node it came from
     fx_values: dict = field(default_factory=dict)      # IR value id -> the FX node that holds it
+    node_ops: list = field(default_factory=list)       # IR node id -> its op name ("fallback" for fallback nodes)
 
 
 class _Importer:
@@ -311,8 +312,10 @@ def from_fx(gm, roles=None):
             ids = imp.g.add_node("fallback", args, outs, target=name)
         if in_table:
             result.lowered_nodes += 1
+            result.node_ops.append(name)
         else:
             result.fallback_ops.append(op_name(node.target))
+            result.node_ops.append("fallback")
         result.fx_nodes.append(node)
         imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
     result.fx_values = {vid: node for node, vid in imp.ids.items() if isinstance(vid, int)}

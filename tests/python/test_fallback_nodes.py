@@ -94,3 +94,19 @@ def test_jit_index_by_mask_still_runs_eagerly_with_its_reason():
         torch.testing.assert_close(j(x), f(x))
     ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(ours) == 1 and "data-dependent" in ours[0], ours
+
+
+def test_stats_count_what_runs_through_pytorch_by_op_and_reason(capsys):
+    from torchneuron_jit import config
+
+    def f(x, idx):
+        return torch.sin(torch.exp(x * 2.0)[:, idx] + 1.0).cumsum(0)
+
+    with config.patch(log="fallback"):
+        _compiled_cleanly(f, (torch.randn(4, 6), torch.tensor([0, 2, 5])))
+    st = torchneuron_jit.stats()
+    assert st["fallback_ops"] == {"aten.index.Tensor": {"no lowering": 1}, "aten.cumsum.default": {"no lowering": 1}}
+    assert st["fallback_nodes"] == 2 and st["lowered_nodes"] == 4
+    assert "aten.index.Tensor: no lowering (1 node)" in capsys.readouterr().err
+    torchneuron_jit.reset_stats()
+    assert torchneuron_jit.stats()["fallback_ops"] == {}
