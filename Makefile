@@ -14,9 +14,10 @@ LDLIBS_C := $(LDLIBS_CORE) $$(pkg-config --libs check) -ldl -lpthread -lm
 
 CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
             csrc/neuron_backend/tcc.c csrc/neuron_backend/runtime.c csrc/neuron_backend/codegen.c \
-            csrc/neuron_backend/pool.c csrc/lowering/fuse.c
+            csrc/neuron_backend/pool.c csrc/neuron_backend/plan.c csrc/neuron_backend/executor.c \
+            csrc/fallback/fallback.c csrc/lowering/fuse.c
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
-C_SUITES := graph cache tcc fuse
+C_SUITES := graph cache tcc fuse plan
 C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
 # AddressSanitizer and UndefinedBehaviorSanitizer (make test-asan): any finding fails
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer

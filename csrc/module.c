@@ -263,7 +263,7 @@ PyMODINIT_FUNC PyInit__C(void)
       PyModule_AddFunctions(m, tn_py_graph_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_kernel_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_tracer_methods) < 0 ||
-      tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0 ||
+      tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0 || tn_py_plan_init(m) < 0 ||
       tn_py_tracer_init(m) < 0)
     goto error;
 #define TN_ERR_CONST(name, num, text) \

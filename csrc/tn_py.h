@@ -23,6 +23,9 @@ int tn_py_cache_init(PyObject *m);
 /* Adds the Kernel type to module m. */
 int tn_py_kernel_init(PyObject *m);
 
+/* Adds the Plan type (a compiled graph run by the executor) to module m. */
+int tn_py_plan_init(PyObject *m);
+
 /* Functions of each binding, appended to the module's method table. */
 extern PyMethodDef tn_py_graph_methods[];
 extern PyMethodDef tn_py_kernel_methods[];

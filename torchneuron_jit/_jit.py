@@ -907,7 +907,7 @@ class _Runner:
 
     def __init__(self, compiled, checks, writebacks, out_plan):
         self.record = None  # the id of its trace record, when it has one
-        self.compiled = compiled  # boxed: backend.compile_inference's result
+        self.compiled = compiled  # boxed: backend.compile_inference's result (a _C.Plan, or the eager graph)
         self.checks = checks
         self.writebacks = writebacks
         self.treespec, self.plan = out_plan
@@ -915,15 +915,13 @@ class _Runner:
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
     def direct(self):
-        """The entry's runner: a _C.DirectRunner calling the compiled graph
-        module itself when this runner would only pick one of its outputs
-        (no value checks, no write-backs, one computed tensor returned);
-        else this one."""
-        from .backend import _Guarded
-        graph = self.compiled.compiled if isinstance(self.compiled, _Guarded) else None
-        if self.checks or self.writebacks or self.single is None or not isinstance(graph, torch.fx.GraphModule):
+        """The entry's runner: a _C.DirectRunner calling the compiled plan
+        itself when this runner would only pick one of its outputs (no value
+        checks, no write-backs, one computed tensor returned); else this
+        one."""
+        if self.checks or self.writebacks or self.single is None or not isinstance(self.compiled, _C.Plan):
             return self
-        return _C.DirectRunner(graph.forward, self.single, self)
+        return _C.DirectRunner(self.compiled.call, self.single, self)
 
     def __call__(self, *inputs):
         outs = self.compiled(list(inputs))

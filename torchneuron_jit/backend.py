@@ -26,7 +26,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from . import _C, _log, cache, config, gemm
-from .graph import from_fx, static_val
+from .graph import _fetch_attr, _is_size, from_fx, op_name, static_val
 
 aten = torch.ops.aten
 
@@ -428,37 +428,82 @@ def _fuse(graph, imported, groups):
     return fused
 
 
-class _Guarded:
-    """A compiled graph that falls back to its eager original at run time.
+def _op_callable(target):
+    """What a plan step calls for an FX node's target: an ATen overload's
+    own C++ callable (OpOverload.__call__ only forwards to it), else the
+    target itself."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target._op
+    return target
 
-    If the compiled graph raises, the eager graph runs on the same inputs:
-    when eager raises too, the error is the user's and propagates exactly as
-    in eager; otherwise the failure was ours, so one warning names it and
-    this graph runs eagerly from then on.
-    """
 
-    _boxed_call = True
+def _step_kind(node):
+    if node.meta.get("neuron_kernel"):
+        return _C.STEP_KERNEL
+    if isinstance(node.target, torch._ops.OpOverload):
+        return _C.STEP_ATEN
+    return _C.STEP_CALL
 
-    def __init__(self, compiled, eager):
-        self.compiled = compiled
-        self.eager = eager
 
-    def __call__(self, args):
-        compiled = self.compiled
-        # a graph module's forward, past nn.Module.__call__ (a microsecond of
-        # hook machinery; our graph modules carry no hooks)
-        run = compiled.forward if isinstance(compiled, torch.fx.GraphModule) else compiled
-        try:
-            return run(*args)
-        except Exception as exc:
-            if self.compiled is self.eager:
-                raise
-            out = self.eager(*args)
-            _C.stat_add("eager_fallbacks")
-            _log.warn_once(f"a compiled graph failed at run time, running it eagerly from now on "
-                       f"({type(exc).__name__}: {exc})")
-            self.compiled = self.eager
-            return out
+def plan_of(gm, eager):
+    """The compiled-graph plan of a fused graph module gm (the FX graph is
+    its input format only): one step per call, slots for the inputs and each
+    step's result, every other argument a constant of the plan's table.
+    eager is the graph's eager original, which csrc/fallback runs when a
+    step fails."""
+    consts, const_ids = [], {}
+    slot = {}
+
+    def const(value):
+        key = (type(value), id(value))
+        if key not in const_ids:  # the objects stay alive in consts: ids stay unique
+            const_ids[key] = len(consts)
+            consts.append(value)
+        return const_ids[key]
+
+    def operand(a, in_list=False):
+        if isinstance(a, torch.fx.Node) and a.op == "get_attr":  # a tensor of the module: a constant
+            return (_C.OPND_CONST, const(_fetch_attr(gm, a.target)))
+        if isinstance(a, torch.fx.Node):
+            return (_C.OPND_SLOT, slot[a])
+        if isinstance(a, (list, tuple)) and not in_list and any(isinstance(e, torch.fx.Node) for e in a):
+            return (_C.OPND_LIST, [operand(e, True) for e in a])
+        if isinstance(a, (list, tuple)) and any(isinstance(e, torch.fx.Node) for e in a):
+            raise RuntimeError("plan: a list of nodes inside a list")
+        return (_C.OPND_CONST, const(a))
+
+    steps, ninputs = [], 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            slot[node] = ninputs
+            ninputs += 1
+    nslots = ninputs
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr":
+            continue
+        if node.op == "output":
+            outs = node.args[0]
+            outputs = [operand(o) for o in (outs if isinstance(outs, (list, tuple)) else (outs,))]
+            break
+        if node.op != "call_function":
+            raise RuntimeError(f"plan: {node.op} node {node.name}")
+        if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
+            steps.append((_C.STEP_ITEM, 0, node.args[1], [operand(node.args[0])], 0, 0))
+        else:
+            args = [operand(a) for a in node.args]
+            kw = list(node.kwargs.items())
+            kwargs = [operand(v) for _, v in kw]
+            names = const(tuple(k for k, _ in kw)) if kw else 0
+            steps.append((_step_kind(node), const(_op_callable(node.target)), 0, args + kwargs, len(kw), names))
+        slot[node] = nslots
+        nslots += 1
+    return _C.Plan(ninputs, tuple(consts), steps, outputs, eager, _warn_once, gm)
+
+
+def _warn_once(message):
+    _log.warn_once(message, stacklevel=4)
 
 
 # -- graph passes before import ---------------------------------------------------
@@ -721,11 +766,12 @@ def _recompose_linear(graph):
 
 
 def _build(gm, example_inputs):
-    """The compiled graph module for an inference graph (raises on any failure)."""
+    """The compiled plan of an inference graph (raises on any failure)."""
     global fail_next_compile
     if fail_next_compile is not None:
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
+    eager = gm
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
     _drop_copies(gm.graph)
     _recompose_linear(gm.graph)
@@ -743,12 +789,12 @@ def _build(gm, example_inputs):
         gemm.rewrite(gm.graph, head, kind)
     lowering.store()
     gm.graph.lint()
-    gm.recompile()
+    compiled = plan_of(gm, eager)
     _C.stat_add("graphs_compiled")
     if lowering.lowered:
         _C.stat_add("graphs_lowered")
     _note_fallbacks(gm.graph, imported, fused)
-    return gm
+    return compiled
 
 
 def _note_fallbacks(graph, imported, fused):
@@ -761,10 +807,10 @@ def _note_fallbacks(graph, imported, fused):
         if node.op != "call_function" or node.target is operator.getitem or node.meta.get("neuron_kernel") \
                 or node.meta.get("neuron_cat") or node.target is torch.empty:
             continue
-        if not isinstance(node.target, torch._ops.OpOverload):
-            continue  # our own calls (oneDNN's linear units)
         fallback_ops[str(node.target)] += 1
-        here[(str(node.target), NO_LOWERING if node in unlowered else NOT_FUSED)] += 1
+        if node.meta.get("neuron_gemm") or not isinstance(node.target, torch._ops.OpOverload) or _is_size(node):
+            continue  # our own calls (the linear units oneDNN runs), size arithmetic
+        here[(op_name(node.target), NO_LOWERING if node in unlowered else NOT_FUSED)] += 1
     _C.stat_add("fallback_nodes", sum(here.values()))
     _C.stat_add("lowered_nodes", max(0, len(imported.fx_nodes) - sum(here.values())))
     fallback_reasons.update(here)
@@ -795,7 +841,7 @@ def compile_inference(gm, example_inputs):
     compile_seconds += time.perf_counter() - t0
     _log.event("compile", f"graph of {sum(1 for n in gm.graph.nodes if n.op == 'call_function')} "
                           f"ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
-    return _Guarded(compiled, gm)
+    return compiled
 
 
 def _training(gm, example_inputs):

@@ -698,17 +698,15 @@ static PyTypeObject JitFunctionType = {
 /* -- DirectRunner ------------------------------------------------------------ */
 
 /* An entry's runner for the common case, in C: it calls the compiled
-** graph module's forward on the entry's inputs and returns item `index` of
-** its result, skipping the Python runner (value checks, write-backs and
-** result rebuilding it has none of) and the back end's fallback wrapper.
-** If forward raises, the Python runner runs instead: its wrapper runs the
-** graph eagerly; when that succeeds the failure was ours and this runner
-** goes through the Python one from then on, when it raises too the error
-** is the user's and propagates. Other attributes are the Python runner's. */
+** plan on the entry's inputs (plan.call) and returns item `index` of its
+** result, skipping the Python runner (value checks, write-backs and result
+** rebuilding it has none of). A failure is the plan's to settle (csrc/
+** fallback: ours runs eagerly, the user's propagates), so whatever forward
+** raises propagates. Other attributes are the Python runner's. */
 typedef struct {
   PyObject_HEAD
   vectorcallfunc dr_vectorcall;
-  PyObject *dr_forward;   /* NULL once the compiled graph failed */
+  PyObject *dr_forward;
   Py_ssize_t dr_index;
   PyObject *dr_runner;
 } DirectRunnerObject;
@@ -716,26 +714,18 @@ typedef struct {
 static PyObject *DirectRunner_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
   DirectRunnerObject *dr = (DirectRunnerObject *)self;
-  PyObject *res;
-  if (dr->dr_forward) {
-    PyObject *forward = Py_NewRef(dr->dr_forward);
-    PyObject *out = PyObject_Vectorcall(forward, args, PyVectorcall_NARGS(nargsf), NULL);
-    Py_DECREF(forward);
-    if (out) {
-      if (PyTuple_Check(out) && dr->dr_index < PyTuple_GET_SIZE(out))
-        res = Py_NewRef(PyTuple_GET_ITEM(out, dr->dr_index));
-      else
-        res = PySequence_GetItem(out, dr->dr_index);
-      Py_DECREF(out);
-      return res;
-    }
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
-      return NULL;  /* KeyboardInterrupt and the like stop the call */
-    PyErr_Clear();  /* the Python runner meets it again, and decides */
-  }
-  res = PyObject_Vectorcall(dr->dr_runner, args, nargsf, kwnames);
-  if (res && dr->dr_forward)
-    Py_CLEAR(dr->dr_forward);  /* forward failed and eager did not: ours; eager from now on */
+  if (!dr->dr_forward)
+    return PyErr_Format(PyExc_RuntimeError, "DirectRunner: called after it was cleared");
+  PyObject *res, *forward = Py_NewRef(dr->dr_forward);
+  PyObject *out = PyObject_Vectorcall(forward, args, PyVectorcall_NARGS(nargsf), kwnames);
+  Py_DECREF(forward);
+  if (!out)
+    return NULL;
+  if (PyTuple_Check(out) && dr->dr_index < PyTuple_GET_SIZE(out))
+    res = Py_NewRef(PyTuple_GET_ITEM(out, dr->dr_index));
+  else
+    res = PySequence_GetItem(out, dr->dr_index);
+  Py_DECREF(out);
   return res;
 }
 
@@ -803,15 +793,8 @@ static PyObject *DirectRunner_get_runner(PyObject *o, void *c)
   return Py_NewRef(((DirectRunnerObject *)o)->dr_runner);
 }
 
-static PyObject *DirectRunner_get_direct(PyObject *o, void *c)
-{
-  (void)c;
-  return PyBool_FromLong(((DirectRunnerObject *)o)->dr_forward != NULL);
-}
-
 static PyGetSetDef DirectRunner_getset[] = {
   {"runner", DirectRunner_get_runner, NULL, "the Python runner it stands for", NULL},
-  {"direct", DirectRunner_get_direct, NULL, "whether it still calls the compiled graph itself", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
 

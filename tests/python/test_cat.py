@@ -18,7 +18,7 @@ CAT = "aten.cat.default"
 
 @pytest.fixture
 def built(monkeypatch):
-    """The graph modules backend._build returned, in order."""
+    """The plans backend._build returned, in order."""
     made = []
     real = backend._build
 
@@ -32,10 +32,10 @@ def built(monkeypatch):
 
 
 def _targets(gms):
-    """Every call_function target of the graph modules, by name."""
+    """Every call_function target of the plans' fused graphs (a step each), by name."""
     names = []
-    for gm in gms:
-        for node in gm.graph.nodes:
+    for plan in gms:
+        for node in plan.source.graph.nodes:
             if node.op == "call_function":
                 names.append(getattr(node.target, "__name__", str(node.target)))
     return names

@@ -35,15 +35,21 @@ def test_planted_mismatch_is_found_shrunk_and_printed(monkeypatch, tmp_path, cac
     """A back end that gets exp wrong (its graphs holding an exp add 1 to
     their float32 results): the fuzzer reports it, shrinks the program to
     the statement that shows it, and prints a file that runs."""
-    real = backend._Guarded.__call__
+    real = backend.plan_of
 
-    def wrong(self, args):
-        out = real(self, args)
-        if any(n.target is torch.ops.aten.exp.default for n in self.eager.graph.nodes):
-            out = [o + 1 if isinstance(o, torch.Tensor) and o.dtype == torch.float32 else o for o in out]
-        return out
+    class Wrong:
+        _boxed_call = True
 
-    monkeypatch.setattr(backend._Guarded, "__call__", wrong)
+        def __init__(self, plan):
+            self.plan = plan
+
+        def __call__(self, args):
+            out = self.plan(args)
+            if any(n.target is torch.ops.aten.exp.default for n in self.plan.eager.graph.nodes):
+                out = [o + 1 if isinstance(o, torch.Tensor) and o.dtype == torch.float32 else o for o in out]
+            return out
+
+    monkeypatch.setattr(backend, "plan_of", lambda gm, eager: Wrong(real(gm, eager)))
     program = fuzz.Program([(torch.float32, (4, 5), "t")],
                            [("relu", (0,), {}), ("exp", (1,), {}), ("mul_s", (2,), {"p": 2}), ("neg", (0,), {})],
                            [3, 4])
@@ -51,7 +57,7 @@ def test_planted_mismatch_is_found_shrunk_and_printed(monkeypatch, tmp_path, cac
     assert why and why.startswith("output 0"), why
     small = fuzz.shrink(program, 1, why)
     assert [op for op, _, _ in small.stmts] == ["exp"] and small.inputs[0][2] == "c", small.source()
-    monkeypatch.setattr(backend._Guarded, "__call__", real)
+    monkeypatch.setattr(backend, "plan_of", real)
     script = tmp_path / "repro.py"
     script.write_text(small.script(1))
     p = subprocess.run([sys.executable, str(script)], env=subprocess_env(cache_dir), capture_output=True, text=True,

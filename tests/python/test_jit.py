@@ -734,44 +734,29 @@ def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
     assert _jit.entries(jf) == 1
 
 
-def test_direct_runner_falls_back_as_the_back_end_does():
+def test_direct_runner_picks_an_output_and_propagates_errors():
     """_C.DirectRunner (an entry's runner when it only picks one output):
-    item `index` of forward's result; when forward raises, the Python
-    runner decides: its success means the failure was ours (forward is
-    not called again), its error is the user's (it propagates, forward
-    stays); a KeyboardInterrupt stops the call at once."""
-    calls = []
-
+    item `index` of forward's result; what forward raises propagates (the
+    plan settled whose failure it was: csrc/fallback); other attributes are
+    the Python runner's."""
     def forward(*args):
-        calls.append(args)
-        if args and args[0] in ("ours", "theirs"):
-            raise RuntimeError("a kernel failed")
-        if args and args[0] == "stop":
-            raise KeyboardInterrupt
+        if args and args[0] == "theirs":
+            raise ValueError("the user's error")
         return ("a", "b")
 
     class Runner:
         record = "its id"
 
         def __call__(self, *args):
-            if args[0] == "theirs":
-                raise ValueError("the user's error")
-            return "eager"
+            raise AssertionError("not called")
 
     r = _C.DirectRunner(forward, 1, Runner())
-    assert r(1) == "b" and r.record == "its id" and r.direct
+    assert r(1) == "b" and r.record == "its id"
     r.record = "another"
     assert r.runner.record == "another"
-    with pytest.raises(KeyboardInterrupt):
-        r("stop")
-    assert r.direct
-    calls.clear()
     with pytest.raises(ValueError, match="the user's error"):
         r("theirs")
-    assert r.direct and len(calls) == 1  # the user's error: forward stays
-    assert r("ours") == "eager" and not r.direct
-    calls.clear()
-    assert r(1) == "eager" and calls == []  # ours: the Python runner from now on
+    assert r(1) == "b"
     with pytest.raises(TypeError):
         _C.DirectRunner(forward, -1, Runner())
 

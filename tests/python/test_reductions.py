@@ -617,14 +617,14 @@ def _compile_graph(f, example):
     kernels are shape-independent, so it can then run other shapes."""
     gm = make_fx(f)(example)
     g = backend.compile_inference(gm, [example])
-    assert isinstance(g, backend._Guarded)
+    assert isinstance(g, _C.Plan)
 
     def call(x):
         with torch.no_grad():
             out = g([x])
         return out[0] if isinstance(out, (list, tuple)) else out
 
-    kernels = [n.target for n in g.compiled.graph.nodes if isinstance(n.target, _C.Kernel)]
+    kernels = [c for kind, c in g.steps() if kind == "kernel"]
     return call, kernels
 
 
