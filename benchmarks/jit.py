@@ -6,7 +6,7 @@ process, cold (empty cache) and warm (the cache a first process filled).
 
 Per call (one thread, two 8-element float32 tensors, f = x + y): eager
 (the op itself: the floor), the compiled graph called bare (the runner's
-graph module forward, no guards), jit (frame hook, C guards, runner,
+plan, run by the executor in C; no guards), jit (frame hook, C guards, runner,
 graph), torch.compile(backend="neuron") (Dynamo's guards and wrappers),
 and the same op as an nn.Module's forward, eager and jitted (jit(module)'s
 forward is a Python function that TorchDynamo can trace); rounds
@@ -55,7 +55,7 @@ def per_call(rounds, calls):
         jitted_module(x, y)
         dynamo(x, y)
         runner = jitted.entries()[0][1]
-        bare = runner.compiled.compiled.forward  # the compiled graph module (backend._Guarded holds it)
+        bare = runner.runner.compiled.call  # the compiled plan, called with the inputs one by one
         ways = {"eager": add, "compiled graph, bare": bare, "jit": jitted, "torch.compile neuron": dynamo,
                 "eager module": module, "jit module": jitted_module}
         times = {k: [] for k in ways}

@@ -334,7 +334,7 @@ def _recording():
         entry = [{overload_name(n.target) for n in gm.graph.nodes if n.op == "call_function"} - {None}, None]
         _graphs.append(entry)
         out = build(gm, example_inputs)
-        entry[1] = {overload_name(n.target) for n in out.graph.nodes
+        entry[1] = {overload_name(n.target) for n in out.source.graph.nodes
                     if n.op == "call_function" and not n.meta.get("neuron_kernel")
                     and not n.meta.get("neuron_cat")} - {None}
         return out
