@@ -53,9 +53,9 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _log, _records, config
+from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
-_PRIMITIVES = (bool, int, float, str, type(None))
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 # held by identity: what a record finds again by name
@@ -63,22 +63,6 @@ _NAMED = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType,
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
-class Spec(list):
-    """A guard program (csrc/guards/guards.h) with the words for each slot,
-    and how to find each object a "const" holds in another process (the
-    path _records.py stores in place of the object)."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = []  # per instruction: what it loads or checks, in the user's words
-        self.paths = {}  # const slot -> path (_records._resolve)
-
-    def add(self, inst, name, path=None):
-        self.append(inst)
-        self.names.append(name)
-        if path is not None:
-            self.paths[len(self) - 1] = path
-        return len(self) - 1
 
 
 def _logging_codes():
@@ -279,7 +263,7 @@ class _Trace:
             self.tensors.append(value)
         elif t is bool or value is None:
             spec.add(("is", slot, value), name)
-        elif t in _PRIMITIVES or isinstance(value, (torch.dtype, torch.device)):
+        elif t in PRIMITIVES or isinstance(value, (torch.dtype, torch.device)):
             spec.add(("eq", slot, value), name)
         elif t in (list, tuple, torch.Size):
             spec.add(("type", slot, t), name)
@@ -383,7 +367,7 @@ class _Trace:
             else:
                 self.remember(f"argument {name}", value)
         for k, name, cell, value in _closure_cells(self.fn):
-            if isinstance(value, _PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES:
+            if isinstance(value, PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
         self.argument_guards = len(self.spec)
@@ -433,7 +417,7 @@ class _Trace:
             spec.add(("len", slot, len(value)), words)
             for k, item in enumerate(value):
                 s = spec.add(("item", slot, k), f"{words}[{k}]")
-                if type(item) in _PRIMITIVES:
+                if type(item) in PRIMITIVES:
                     self.guard_value(s, item, f"{words}[{k}]")
                 else:
                     spec.add(("is", s, item), f"{words}[{k}]")
@@ -444,7 +428,7 @@ class _Trace:
                 if _content_guarded(item):
                     self.guard_content(spec.add(("item", slot, k), f"{words}[{k}]"), item, f"{words}[{k}]", depth + 1)
         elif t in (set, frozenset):
-            if not all(type(v) in _PRIMITIVES for v in value):
+            if not all(type(v) in PRIMITIVES for v in value):
                 self.problems.append(f"{words} is a set of other values than numbers and strings, which jit does "
                                      "not guard")
             elif t is set:
@@ -494,7 +478,7 @@ class _Trace:
                 d = self.spec.add(("const", globs), label, ("globals", globs.get("__name__")))
                 self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), label)
                 for name, value in names.items():
-                    words = _entry_name(label, name)
+                    words = entry_name(label, name)
                     if type(value) in _TENSOR_TYPES:
                         self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), words))
                     elif _content_guarded(value):
@@ -507,7 +491,7 @@ class _Trace:
         if t in _TENSOR_TYPES:
             if id(value) in used_constants:
                 names[name] = value
-        elif t in _PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value):
+        elif t in PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value):
             names[name] = value
         else:
             self.opaque.append(f"global {name} holds a {t.__qualname__}")
@@ -519,7 +503,7 @@ _MAX_DEPTH = 6          # containers inside containers guard_content follows
 _MAX_CONTENT = 2000     # containers and objects one trace guards by content
 _MAX_STATE = 50000      # values one _state_of describes before it stops at identities
 # values that never change in place: held by value or identity, never followed
-_IMMUTABLE = _PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
+_IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
                             torch.memory_format, torch.Size, frozenset)
 
 
@@ -1116,8 +1100,8 @@ class _Tracer:
         try:
             if any(index < 0 for _, index in fails):
                 return "a value read from a tensor (item(), bool()) differs from every traced variant's"
-            spec, index = max(fails, key=lambda f: (f[1], -_tensor_distance(f[0], args, f[1])))
-            return _explain(spec, args, index)
+            spec, index = max(fails, key=lambda f: (f[1], -tensor_distance(f[0], args, f[1])))
+            return explain(spec, args, index)
         except Exception as exc:  # never let the words break the call
             return f"a guard failed ({type(exc).__name__}: {exc})"
 
@@ -1154,118 +1138,6 @@ _compile_lock = threading.Lock()  # make_fx and FX code generation keep global s
 def _where(fn):
     code = fn.__code__
     return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
-
-
-def _load(spec, args, slot):
-    inst = spec[slot]
-    kind = inst[0]
-    if kind == "arg":
-        return args[inst[1]]
-    if kind == "const":
-        return inst[1]
-    if kind == "cell":
-        return _load(spec, args, inst[1]).cell_contents
-    parent = _load(spec, args, inst[1])
-    return parent[inst[2]]
-
-
-def _tensor_distance(spec, args, index):
-    """How many of dtype, requires_grad, rank, sizes and strides differ at a
-    failing tensor guard (0 for other guards)."""
-    inst = spec[index]
-    if inst[0] != "tensor":
-        return 0
-    value = _load(spec, args, inst[1])
-    _, _, dtype, sizes, strides, rg = inst
-    if not isinstance(value, torch.Tensor):
-        return 5
-    return ((value.dtype != dtype) + (value.requires_grad != rg) + (value.dim() != len(sizes))
-            + sum(a != b for a, b in zip(sizes, value.shape)) + (tuple(value.stride()) != strides))
-
-
-def _explain(spec, args, index):
-    inst, name = spec[index], spec.names[index]
-    kind = inst[0]
-    if kind in ("item", "key"):
-        return f"{name}: missing"
-    if kind == "call":
-        def word(v):
-            return ("on" if v else "off") if isinstance(v, bool) else str(v).removeprefix("torch.")
-        return f"{name}: {word(inst[2])} → {word(inst[1]())}"
-    value = _load(spec, args, inst[1])
-    if kind == "type":
-        return f"{name}: type {inst[2].__name__} → {type(value).__name__}"
-    if kind == "is":
-        return f"{name}: {_short(inst[2])} → {_short(value)}"
-    if kind == "isweak":
-        was = inst[2]()
-        return f"{name}: {_short(was) if was is not None else 'a module no longer alive'} → {_short(value)}"
-    if kind == "eq":
-        return f"{name}: {inst[2]!r} → {value!r}"
-    if kind == "len":
-        return f"{name}: length {inst[2]} → {len(value)}"
-    if kind == "tensor":
-        _, _, dtype, sizes, strides, rg = inst
-        if value.dtype != dtype:
-            return f"{name}: dtype {dtype} → {value.dtype}"
-        if not value.is_cpu:
-            return f"{name}: device cpu → {value.device}"
-        if value.requires_grad != rg:
-            return f"{name}: requires_grad {rg} → {value.requires_grad}"
-        if value.dim() != len(sizes):
-            return f"{name}: rank {len(sizes)} → {value.dim()}"
-        for d, (a, b) in enumerate(zip(sizes, value.shape)):
-            if a != b:
-                return f"{name}: size[{d}] {a} → {b}"
-        return f"{name}: strides {strides} → {tuple(value.stride())} ({_layout(sizes, strides)} → " \
-               f"{_layout(tuple(value.shape), tuple(value.stride()))})"
-    if kind == "dict":
-        keys, values = inst[2], inst[3]
-        for k, want in zip(keys, values):
-            if k not in value:
-                return f"{_entry_name(name, k)}: removed"
-            got = value[k]
-            if got is not want and not (type(got) is type(want) and type(want) in _PRIMITIVES and got == want):
-                return f"{_entry_name(name, k)}: {_short(want)} → {_short(got)}"
-        extra = [k for k in value if k not in keys]
-        return f"{name}: new entries {extra[:3]}" if extra else f"{name}: changed"
-    return f"{name}: guard {kind} failed"
-
-
-def _entry_name(name, key):
-    """Entry key of the dict snapshot called name, in words: a global, a
-    dict's item (snapshots named "X[...]"), an object's attribute ("X.*")
-    or a module's."""
-    if name == "globals":
-        return f"global {key}"
-    if name.endswith("[...]"):
-        return f"{name[:-5]}[{key!r}]"
-    return f"{name[:-2] if name.endswith('.*') else name}.{key}"
-
-
-def _short(v):
-    if type(v) in _PRIMITIVES:
-        return repr(v)
-    if isinstance(v, torch.Tensor):
-        return f"a tensor {tuple(v.shape)} {v.dtype}"
-    return f"a {type(v).__name__} at {id(v):#x}"
-
-
-def _layout(sizes, strides):
-    """contiguous, channels_last or other: whether the strides are dense in
-    row-major order, or (4-D) in N, H, W, C order; size-1 dims do not count."""
-    def dense(order):
-        expect = 1
-        for d in reversed(order):
-            if sizes[d] != 1 and strides[d] != expect:
-                return False
-            expect *= sizes[d]
-        return True
-    if dense(range(len(sizes))):
-        return "contiguous"
-    if len(sizes) == 4 and dense((0, 2, 3, 1)):
-        return "channels_last"
-    return "other"
 
 
 # -- the API ---------------------------------------------------------------------

@@ -45,6 +45,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
+from ._spec import Spec, entry_name, explain
 
 FORMAT = 2  # 2: the contents of containers and objects that globals and closures hold are guarded
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
@@ -540,7 +541,6 @@ def _change(desc, v):
 def live_spec(pspec, names, fn, args):
     """The guard program of a record rebuilt on live objects, and the value of
     each slot for args. Raises Mismatch (the reason) when it does not hold."""
-    from ._jit import Spec, _entry_name, _explain
     spec, live = Spec(), []
     for inst, name in zip(pspec, names):
         kind = inst[0]
@@ -572,7 +572,7 @@ def live_spec(pspec, names, fn, args):
                 values = []
                 for k, desc in zip(inst[2], inst[3]):
                     if k not in d or not _matches(desc, d[k], live):
-                        raise Mismatch(f"{_entry_name(name, k)}: {'missing' if k not in d else _change(desc, d[k])}")
+                        raise Mismatch(f"{entry_name(name, k)}: {'missing' if k not in d else _change(desc, d[k])}")
                     values.append(d[k])
                 inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
             elif kind == "state":
@@ -584,7 +584,7 @@ def live_spec(pspec, names, fn, args):
         live.append(value)
     failed = _C.GuardSet(list(spec)).check(*args)
     if failed >= 0:
-        raise Mismatch(_explain(spec, args, failed))
+        raise Mismatch(explain(spec, args, failed))
     return spec, live
 
 

@@ -1,0 +1,139 @@
+"""Guard programs in words: the instructions csrc/guards runs (a Spec is
+one program with the words for each slot), and the sentence that says why
+one failed (explain). Shared by the jit door (_jit.py) and its trace
+records (_records.py), which import this and not each other.
+"""
+import torch
+
+PRIMITIVES = (bool, int, float, str, type(None))
+
+
+class Spec(list):
+    """A guard program (csrc/guards/guards.h) with the words for each slot,
+    and how to find each object a "const" holds in another process (the
+    path _records.py stores in place of the object)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []  # per instruction: what it loads or checks, in the user's words
+        self.paths = {}  # const slot -> path (_records._resolve)
+
+    def add(self, inst, name, path=None):
+        self.append(inst)
+        self.names.append(name)
+        if path is not None:
+            self.paths[len(self) - 1] = path
+        return len(self) - 1
+
+
+
+def load(spec, args, slot):
+    inst = spec[slot]
+    kind = inst[0]
+    if kind == "arg":
+        return args[inst[1]]
+    if kind == "const":
+        return inst[1]
+    if kind == "cell":
+        return load(spec, args, inst[1]).cell_contents
+    parent = load(spec, args, inst[1])
+    return parent[inst[2]]
+
+
+def tensor_distance(spec, args, index):
+    """How many of dtype, requires_grad, rank, sizes and strides differ at a
+    failing tensor guard (0 for other guards)."""
+    inst = spec[index]
+    if inst[0] != "tensor":
+        return 0
+    value = load(spec, args, inst[1])
+    _, _, dtype, sizes, strides, rg = inst
+    if not isinstance(value, torch.Tensor):
+        return 5
+    return ((value.dtype != dtype) + (value.requires_grad != rg) + (value.dim() != len(sizes))
+            + sum(a != b for a, b in zip(sizes, value.shape)) + (tuple(value.stride()) != strides))
+
+
+def explain(spec, args, index):
+    inst, name = spec[index], spec.names[index]
+    kind = inst[0]
+    if kind in ("item", "key"):
+        return f"{name}: missing"
+    if kind == "call":
+        def word(v):
+            return ("on" if v else "off") if isinstance(v, bool) else str(v).removeprefix("torch.")
+        return f"{name}: {word(inst[2])} → {word(inst[1]())}"
+    value = load(spec, args, inst[1])
+    if kind == "type":
+        return f"{name}: type {inst[2].__name__} → {type(value).__name__}"
+    if kind == "is":
+        return f"{name}: {short(inst[2])} → {short(value)}"
+    if kind == "isweak":
+        was = inst[2]()
+        return f"{name}: {short(was) if was is not None else 'a module no longer alive'} → {short(value)}"
+    if kind == "eq":
+        return f"{name}: {inst[2]!r} → {value!r}"
+    if kind == "len":
+        return f"{name}: length {inst[2]} → {len(value)}"
+    if kind == "tensor":
+        _, _, dtype, sizes, strides, rg = inst
+        if value.dtype != dtype:
+            return f"{name}: dtype {dtype} → {value.dtype}"
+        if not value.is_cpu:
+            return f"{name}: device cpu → {value.device}"
+        if value.requires_grad != rg:
+            return f"{name}: requires_grad {rg} → {value.requires_grad}"
+        if value.dim() != len(sizes):
+            return f"{name}: rank {len(sizes)} → {value.dim()}"
+        for d, (a, b) in enumerate(zip(sizes, value.shape)):
+            if a != b:
+                return f"{name}: size[{d}] {a} → {b}"
+        return f"{name}: strides {strides} → {tuple(value.stride())} ({layout(sizes, strides)} → " \
+               f"{layout(tuple(value.shape), tuple(value.stride()))})"
+    if kind == "dict":
+        keys, values = inst[2], inst[3]
+        for k, want in zip(keys, values):
+            if k not in value:
+                return f"{entry_name(name, k)}: removed"
+            got = value[k]
+            if got is not want and not (type(got) is type(want) and type(want) in PRIMITIVES and got == want):
+                return f"{entry_name(name, k)}: {short(want)} → {short(got)}"
+        extra = [k for k in value if k not in keys]
+        return f"{name}: new entries {extra[:3]}" if extra else f"{name}: changed"
+    return f"{name}: guard {kind} failed"
+
+
+def entry_name(name, key):
+    """Entry key of the dict snapshot called name, in words: a global, a
+    dict's item (snapshots named "X[...]"), an object's attribute ("X.*")
+    or a module's."""
+    if name == "globals":
+        return f"global {key}"
+    if name.endswith("[...]"):
+        return f"{name[:-5]}[{key!r}]"
+    return f"{name[:-2] if name.endswith('.*') else name}.{key}"
+
+
+def short(v):
+    if type(v) in PRIMITIVES:
+        return repr(v)
+    if isinstance(v, torch.Tensor):
+        return f"a tensor {tuple(v.shape)} {v.dtype}"
+    return f"a {type(v).__name__} at {id(v):#x}"
+
+
+def layout(sizes, strides):
+    """contiguous, channels_last or other: whether the strides are dense in
+    row-major order, or (4-D) in N, H, W, C order; size-1 dims do not count."""
+    def dense(order):
+        expect = 1
+        for d in reversed(order):
+            if sizes[d] != 1 and strides[d] != expect:
+                return False
+            expect *= sizes[d]
+        return True
+    if dense(range(len(sizes))):
+        return "contiguous"
+    if len(sizes) == 4 and dense((0, 2, 3, 1)):
+        return "channels_last"
+    return "other"
