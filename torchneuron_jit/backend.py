@@ -24,6 +24,7 @@ import torch
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, _log, cache, config, gemm
 from .graph import _fetch_attr, _is_size, from_fx, op_name, static_val
@@ -772,7 +773,9 @@ def _build(gm, example_inputs):
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
     eager = gm
-    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the caller keeps the eager original
+    # the caller keeps the eager original; the copy is the plan's input, never run, so its
+    # Python code is never generated (a lazy graph module makes it on a first call only)
+    gm = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
     _drop_copies(gm.graph)
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)
