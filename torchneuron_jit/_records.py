@@ -30,6 +30,8 @@ A lookup rebuilds the guard program from live objects, checks it on the
 call's arguments, checks the code hashes, and compiles the graph, which
 finds its lowered artifact in the cache: no trace, no lowering.
 """
+import contextlib
+import contextvars
 import functools
 import importlib.metadata
 import json
@@ -184,8 +186,33 @@ def _contains(outer, code):
     return any(isinstance(c, types.CodeType) and _contains(c, code) for c in outer.co_consts)
 
 
+# While a guard program is described or rebuilt (_memo), the objects its
+# paths name are looked up once each: a model's program names each of its
+# modules and their classes once per parameter.
+_names = contextvars.ContextVar("torchneuron_jit_record_names", default=None)
+
+
+@contextlib.contextmanager
+def _memo():
+    token = _names.set({})
+    try:
+        yield
+    finally:
+        _names.reset(token)
+
+
 def _lookup(modname, qualname):
     """The object qualname names in module modname (not imported here), or None."""
+    memo = _names.get()
+    if memo is None:
+        return _find(modname, qualname)
+    key = ("name", modname, qualname)
+    if key not in memo:
+        memo[key] = _find(modname, qualname)
+    return memo[key]
+
+
+def _find(modname, qualname):
     obj = sys.modules.get(modname) if isinstance(modname, str) else None
     for part in qualname.split(".") if qualname else ():
         d = getattr(obj, "__dict__", None)
@@ -439,7 +466,15 @@ def _matches(desc, v, live):
 
 
 def _submodule(root, path):
-    return root.get_submodule(path) if path else root
+    if not path:
+        return root
+    memo = _names.get()
+    if memo is None:
+        return root.get_submodule(path)
+    key = ("module", id(root), path)  # the program holds root for the memo's life: its id stays its own
+    if key not in memo:
+        memo[key] = root.get_submodule(path)
+    return memo[key]
 
 
 # -- guard programs, by path ---------------------------------------------------------
@@ -447,6 +482,11 @@ def _submodule(root, path):
 def portable_spec(trace, upto=None):
     """The trace's guard program (the first upto instructions) with every
     held object replaced by its path or description."""
+    with _memo():
+        return _portable_spec(trace, upto)
+
+
+def _portable_spec(trace, upto):
     if trace.opaque:
         raise Unportable(f"{trace.opaque[0]} (not guarded)")
     spec, out = trace.spec, []
@@ -541,6 +581,11 @@ def _change(desc, v):
 def live_spec(pspec, names, fn, args):
     """The guard program of a record rebuilt on live objects, and the value of
     each slot for args. Raises Mismatch (the reason) when it does not hold."""
+    with _memo():
+        return _live_spec(pspec, names, fn, args)
+
+
+def _live_spec(pspec, names, fn, args):
     spec, live = Spec(), []
     for inst, name in zip(pspec, names):
         kind = inst[0]
