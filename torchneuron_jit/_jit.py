@@ -1089,8 +1089,10 @@ class _Tracer:
         """The runner of a stored variant: its graph compiled on inputs."""
         from . import backend
         with _compile_lock, torch.no_grad():
+            # the decoded graph is the back end's to rewrite; the eager original is decoded again
+            # only if a step of the plan fails
             fgm = _records.decode_graph(v["graph"])
-            compiled = backend.compile_inference(fgm, inputs)
+            compiled = backend.compile_inference(fgm, inputs, eager=_records.EagerGraph(v["graph"]))
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan)
 

@@ -762,6 +762,28 @@ def decode_graph(nodes):
     return _LazyGraphModule({}, graph)
 
 
+class EagerGraph:
+    """The eager original of a record's graph, decoded when first needed:
+    a compiled plan calls it only if one of its steps fails, so a warm
+    start decodes the graph once, for the back end to rewrite."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.gm = None
+
+    def module(self):
+        if self.gm is None:
+            self.gm = decode_graph(self.nodes)
+        return self.gm
+
+    @property
+    def graph(self):
+        return self.module().graph
+
+    def __call__(self, *args):
+        return self.module()(*args)
+
+
 # -- result structures -----------------------------------------------------------------
 
 def _encode_context(c):

@@ -486,7 +486,8 @@ def plan_of(gm, eager):
             continue
         if node.op == "output":
             outs = node.args[0]
-            outputs = [operand(o) for o in (outs if isinstance(outs, (list, tuple)) else (outs,))]
+            bare = not isinstance(outs, (list, tuple))  # returned as eager's graph returns it
+            outputs = [operand(o) for o in ((outs,) if bare else outs)]
             break
         if node.op != "call_function":
             raise RuntimeError(f"plan: {node.op} node {node.name}")
@@ -500,7 +501,7 @@ def plan_of(gm, eager):
             steps.append((_step_kind(node), const(_op_callable(node.target)), 0, args + kwargs, len(kw), names))
         slot[node] = nslots
         nslots += 1
-    return _C.Plan(ninputs, tuple(consts), steps, outputs, eager, _warn_once, gm)
+    return _C.Plan(ninputs, tuple(consts), steps, outputs, eager, _warn_once, gm, bare)
 
 
 def _warn_once(message):
@@ -766,16 +767,18 @@ def _recompose_linear(graph):
     return done
 
 
-def _build(gm, example_inputs):
-    """The compiled plan of an inference graph (raises on any failure)."""
+def _build(gm, example_inputs, eager=None):
+    """The compiled plan of an inference graph (raises on any failure); gm
+    is rewritten in place when eager (its original) is given."""
     global fail_next_compile
     if fail_next_compile is not None:
         reason, fail_next_compile = fail_next_compile, None
         raise RuntimeError(reason)
-    eager = gm
-    # the caller keeps the eager original; the copy is the plan's input, never run, so its
-    # Python code is never generated (a lazy graph module makes it on a first call only)
-    gm = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
+    if eager is None:
+        eager = gm
+        # the caller keeps the eager original; the copy is the plan's input, never run, so its
+        # Python code is never generated (a lazy graph module makes it on a first call only)
+        gm = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
     _drop_copies(gm.graph)
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)
@@ -829,21 +832,24 @@ def fallback_report():
     return out
 
 
-def compile_inference(gm, example_inputs):
-    """aot_autograd's compiler for graphs that need no gradients."""
+def compile_inference(gm, example_inputs, eager=None):
+    """aot_autograd's compiler for graphs that need no gradients. eager:
+    the graph's eager original when the caller hands gm over (a graph
+    nothing else runs: the back end then rewrites gm itself instead of a
+    copy); by default gm is the original, and stays as it is."""
     global compile_seconds
     t0 = time.perf_counter()
+    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
     try:
-        compiled = _build(gm, example_inputs)
+        compiled = _build(gm, example_inputs, eager)
     except Exception as exc:  # any failure of ours: this graph runs eagerly
         _C.stat_add("eager_fallbacks")
         reason = f"{type(exc).__name__}: {exc}"
         _log.warn_once(f"could not compile a graph, running it eagerly ({reason})")
         _log.event("compile", f"failed after {(time.perf_counter() - t0) * 1e3:.2f} ms: {reason}")
-        return make_boxed_func(gm)
+        return make_boxed_func(gm if eager is None else eager)
     compile_seconds += time.perf_counter() - t0
-    _log.event("compile", f"graph of {sum(1 for n in gm.graph.nodes if n.op == 'call_function')} "
-                          f"ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
+    _log.event("compile", f"graph of {ops} ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
     return compiled
 
 

@@ -1,7 +1,7 @@
 /*
 ** torchneuron_jit._C.Plan: a compiled graph as the executor runs it.
 **
-** Plan(ninputs, constants, steps, outputs, eager, warn, source=None):
+** Plan(ninputs, constants, steps, outputs, eager, warn, source=None, bare=False):
 **   constants  the plan's constant table: callables (kernels, ATen ops'
 **              callables, ours), and every argument that is not a slot
 **   steps      [(kind, callable, item, operands, nkw, kwnames)], operands
@@ -9,6 +9,7 @@
 **   outputs    [(0, slot) | (1, constant)]
 **   eager      the graph's eager original, called with the inputs
 **   warn       warn(message): the one warning of our failure
+**   bare       the graph returns its one output itself (as eager does), not in a tuple
 ** Called with one list of inputs (aot_autograd's boxed convention; also
 ** jit's), it returns a tuple of the outputs; plan.call(*inputs) likewise.
 ** A failure of a step goes through csrc/fallback: eager decides whose it
@@ -31,6 +32,7 @@ typedef struct {
   PyObject *pl_eager;
   PyObject *pl_warn;
   PyObject *pl_source;    /* the fused FX graph it was built from, for reports; or None */
+  int pl_bare;            /* the graph returns its one output itself, not in a tuple */
   tn_fallback pl_fb;
 } PlanObject;
 
@@ -115,6 +117,11 @@ static PyObject *plan_run(PlanObject *p, PyObject *const *inputs, Py_ssize_t n)
       PyTuple_SET_ITEM(res, i, (PyObject *)outs[i]);
   if (outs != outs_stack)
     PyMem_Free(outs);
+  if (rc == TN_OK && p->pl_bare) {
+    PyObject *only = Py_NewRef(PyTuple_GET_ITEM(res, 0));
+    Py_DECREF(res);
+    return only;
+  }
   if (rc == TN_OK)
     return res;
   Py_DECREF(res);
@@ -276,15 +283,16 @@ done:
 
 static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"ninputs", "constants", "steps", "outputs", "eager", "warn", "source", NULL};
+  static char *kwlist[] = {"ninputs", "constants", "steps", "outputs", "eager", "warn", "source", "bare", NULL};
   unsigned int ninputs;
+  int bare = 0;
   PyObject *consts, *steps, *outputs, *eager, *warn, *source = Py_None, *fsteps = NULL, *fouts = NULL;
   tn_plan *plan = NULL;
   tn_operand outs_stack[64], *outs = outs_stack;
   PlanObject *self = NULL;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "IOOOOO|O:Plan", kwlist, &ninputs, &consts, &steps, &outputs,
-                                   &eager, &warn, &source))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "IOOOOO|Op:Plan", kwlist, &ninputs, &consts, &steps, &outputs,
+                                   &eager, &warn, &source, &bare))
     return NULL;
   if (!PyTuple_Check(consts) || !PyCallable_Check(eager) || !PyCallable_Check(warn))
     return PyErr_Format(PyExc_TypeError, "Plan: constants must be a tuple, eager and warn callables");
@@ -305,6 +313,10 @@ static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   for (Py_ssize_t i = 0; i < nout; i++)
     if (parse_operand(PySequence_Fast_GET_ITEM(fouts, i), &outs[i], 0, "output") < 0)
       goto fail;
+  if (bare && nout != 1) {
+    PyErr_Format(PyExc_ValueError, "Plan: bare takes exactly one output, not %zd", nout);
+    goto fail;
+  }
   rc = tn_plan_finish(plan, outs, (uint32_t)nout);
   if (rc != TN_OK) {
     plan_raise(plan, rc);
@@ -319,6 +331,7 @@ static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   self->pl_eager = Py_NewRef(eager);
   self->pl_warn = Py_NewRef(warn);
   self->pl_source = Py_NewRef(source);
+  self->pl_bare = bare;
   memset(&self->pl_fb, 0, sizeof self->pl_fb);
   plan = NULL;
 fail:

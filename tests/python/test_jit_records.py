@@ -362,3 +362,32 @@ def test_what_the_records_depend_on_sends_a_fresh_process_tracing(program):
     changed = PROGRAM.replace("return y * torch.sigmoid(y)", "return y * torch.tanh(y)")
     assert program(source=changed)["traces"] == 1  # a submodule's forward changed
     assert program()["traces"] == 0  # each variant keeps its record
+
+
+def test_a_record_graph_compiled_in_place_falls_back_to_its_original_decoded_again(monkeypatch):
+    """A warm start hands the decoded graph to the back end to rewrite (no
+    copy); if a step of the plan then fails, the eager original is the
+    record's graph decoded again: the answer is eager's, with one warning."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torchneuron_jit import _C, backend
+
+    def f(x, y):
+        return torch.tanh(x * 2.0 + y) - 1.0
+
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    with torch.no_grad():
+        nodes = _records.encode_graph(make_fx(f)(x, y))
+        real = backend._op_callable
+
+        def boom(*args):
+            raise RuntimeError("kernel exploded")
+
+        monkeypatch.setattr(backend, "_op_callable", lambda t: boom if isinstance(t, _C.Kernel) else real(t))
+        eager = _records.EagerGraph(nodes)
+        plan = backend.compile_inference(_records.decode_graph(nodes), [x, y], eager=eager)
+        assert isinstance(plan, _C.Plan) and eager.gm is None  # not decoded until needed
+        with pytest.warns(RuntimeWarning, match="kernel exploded"):
+            out = plan([x, y])
+    torch.testing.assert_close(out, f(x, y))  # the graph returns one tensor, as the plan does
+    assert eager.gm is not None and torchneuron_jit.stats()["eager_fallbacks"] == 1
