@@ -233,25 +233,12 @@ DOORS = ("eager", "neuron", "jit", "inductor")
 BENCH_SEQ = 128
 
 
-def _compiled(model, door):
-    if door == "eager":
-        return model
-    if door == "jit":
-        import torchneuron_jit
-        return torchneuron_jit.jit(model)
-    return torch.compile(model, backend=door)
-
-
-def _first(out):
-    return out[0] if isinstance(out, tuple) else out
-
-
 def _error(got, want, name):
     """Max abs error over every output; the sentence embeddings' lowest
     cosine similarity for MiniLM."""
     err = max((g - w).abs().max().item() for g, w in zip(_leaves(got), _leaves(want)))
     if name == "minilm":
-        return err, F.cosine_similarity(_first(got), _first(want), dim=1).min().item()
+        return err, F.cosine_similarity(_leaves(got)[0], _leaves(want)[0], dim=1).min().item()
     return err, None
 
 
@@ -264,6 +251,7 @@ def row(name, attn, batch, size="bench", doors=DOORS, seconds=1.0, min_iters=5):
     timed in turns (median and p99 of calls interleaved across doors), with
     what our doors lowered and left to PyTorch."""
     import torchneuron_jit
+    from benchmarks.suite import compiled
     from torchneuron_jit import backend
     model, make = build(name, size, attn)
     torch.manual_seed(batch)
@@ -275,7 +263,7 @@ def row(name, attn, batch, size="bench", doors=DOORS, seconds=1.0, min_iters=5):
         for door in doors:
             torch._dynamo.reset()
             torchneuron_jit.reset_stats()
-            fn = _compiled(model if door != "jit" else build(name, size, attn)[0], door)
+            fn = compiled(model if door != "jit" else build(name, size, attn)[0], door)  # jit takes its own model
             t0 = time.perf_counter()
             got = fn(*inputs)
             first = time.perf_counter() - t0

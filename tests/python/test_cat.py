@@ -22,8 +22,8 @@ def built(monkeypatch):
     made = []
     real = backend._build
 
-    def spy(gm, example_inputs):
-        out = real(gm, example_inputs)
+    def spy(gm, example_inputs, eager=None):
+        out = real(gm, example_inputs, eager)
         made.append(out)
         return out
 

@@ -330,10 +330,10 @@ def _recording():
     from torchneuron_jit import _log, backend
     build, warn_once = backend._build, _log.warn_once
 
-    def recording_build(gm, example_inputs):
+    def recording_build(gm, example_inputs, eager=None):
         entry = [{overload_name(n.target) for n in gm.graph.nodes if n.op == "call_function"} - {None}, None]
         _graphs.append(entry)
-        out = build(gm, example_inputs)
+        out = build(gm, example_inputs, eager)
         entry[1] = {overload_name(n.target) for n in out.source.graph.nodes
                     if n.op == "call_function" and not n.meta.get("neuron_kernel")
                     and not n.meta.get("neuron_cat")} - {None}
