@@ -162,6 +162,27 @@ def test_harness_counts_a_graph_that_fell_back_to_eager():
     assert not sweep.tested_ops([sweep.Result("planted", [sweep.Case("planted", torch.float32, 0, "fused", out)])])
 
 
+def test_harness_fails_a_case_its_own_wrapper_broke(monkeypatch):
+    """When the harness's wrapper of the back end breaks (here: what the
+    back end returns lacks the plan's source graph), the case fails,
+    naming the harness, instead of passing as an eager fallback that tests
+    nothing of ours."""
+    real = backend.plan_of
+
+    class Opaque:  # a compiled graph the harness cannot read
+        _boxed_call = True
+
+        def __init__(self, plan):
+            self.plan = plan
+
+        def __call__(self, args):
+            return self.plan(args)
+
+    monkeypatch.setattr(backend, "plan_of", lambda gm, eager: Opaque(real(gm, eager)))
+    out = sweep.run_case(_fake_opinfo(torch.sin), SampleInput(torch.randn(5)), "fused")
+    assert out.status == "fail" and "the harness failed" in out.detail and "source" in out.detail, out
+
+
 def test_harness_compiles_every_case():
     """The same generated function twice: each is compiled anew (Dynamo is
     reset, so no recompile limit turns the sweep into eager vs eager), and

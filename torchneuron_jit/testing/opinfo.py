@@ -318,6 +318,7 @@ def overload_name(target):
 
 _graphs = []  # [ops in the graph, ops left to PyTorch (None: it failed)] of each graph the back end built
 _fallbacks = []  # why the back end ran a graph eagerly (its warnings), during the current case
+_harness_errors = []  # what went wrong in _recording's own wrapper, during the current case
 
 
 @contextlib.contextmanager
@@ -330,20 +331,30 @@ def _recording():
     from torchneuron_jit import _log, backend
     build, warn_once = backend._build, _log.warn_once
 
-    def recording_build(gm, example_inputs, eager=None):
-        entry = [{overload_name(n.target) for n in gm.graph.nodes if n.op == "call_function"} - {None}, None]
-        _graphs.append(entry)
-        out = build(gm, example_inputs, eager)
-        entry[1] = {overload_name(n.target) for n in out.source.graph.nodes
-                    if n.op == "call_function" and not n.meta.get("neuron_kernel")
-                    and not n.meta.get("neuron_cat")} - {None}
+    def recording_build(gm, *args, **kwargs):
+        # the back end's own arguments pass through as they are; a failure of this
+        # bookkeeping is the harness's (_harness_errors), never the back end's eager fallback
+        try:
+            entry = [{overload_name(n.target) for n in gm.graph.nodes if n.op == "call_function"} - {None}, None]
+            _graphs.append(entry)
+        except Exception as exc:
+            _harness_errors.append(f"recording the graph failed ({type(exc).__name__}: {exc})")
+            raise
+        out = build(gm, *args, **kwargs)
+        try:
+            entry[1] = {overload_name(n.target) for n in out.source.graph.nodes
+                        if n.op == "call_function" and not n.meta.get("neuron_kernel")
+                        and not n.meta.get("neuron_cat")} - {None}
+        except Exception as exc:
+            _harness_errors.append(f"recording the compiled plan failed ({type(exc).__name__}: {exc})")
+            raise
         return out
 
     def recording_warn_once(message, stacklevel=3):
         _fallbacks.append(message)
         return warn_once(message, stacklevel=stacklevel + 1)
 
-    del _graphs[:], _fallbacks[:]
+    del _graphs[:], _fallbacks[:], _harness_errors[:]
     backend._build, _log.warn_once = recording_build, recording_warn_once
     try:
         with _no_guard_profiling():
@@ -636,6 +647,8 @@ def _run_case(fn, tensors, reference, jit=False):
     why_eager = "; ".join(dict.fromkeys(_fallbacks)) if fallback else ""
     done = functools.partial(Outcome, fallback=fallback, graph_ops=graph_ops, kernel_ops=kernel_ops,
                              fallback_reason=why_eager)
+    if _harness_errors:  # the back end was not what ran: nothing of ours was tested
+        return done("fail", f"the harness failed: {_harness_errors[0]}")
 
     if want_exc is not None:
         if got_exc is None:
