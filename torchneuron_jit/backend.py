@@ -369,13 +369,12 @@ def _finish_cats(graph, cats):
 def _fuse(graph, imported, groups):
     """Replaces each fused group of graph by one generated kernel.
 
-    Returns the number of FX nodes now running inside kernels. Groups are
+    Groups are
     found on the graph's canonical order, where every input of a group
     exists before its first node; in the graph's own order that need not
     hold, so the nodes are put back in a topological order afterwards (a
     group is convex, so one exists).
     """
-    fused = 0
     moved = {}  # FX node of a group output -> the getitem that now holds it
     cats = {}   # cat written into by kernels -> (its buffer, the kernels' results written there)
     members_all = {imported.fx_nodes[i] for grp in groups for i in grp["nodes"]}
@@ -419,14 +418,12 @@ def _fuse(graph, imported, groups):
                 if user.target is operator.getitem and not user.users:
                     graph.erase_node(user)
             graph.erase_node(node)
-        fused += len(members)
         _log.event("compile", f"fused {len(members)} ops into one kernel: "
                               + ", ".join(str(m.target) for m in members))
-    fused += _finish_cats(graph, cats)
+    _finish_cats(graph, cats)
     if groups:
-        fused += _drop_unread(graph)
+        _drop_unread(graph)
         _stable_toposort(graph)
-    return fused
 
 
 def _op_callable(target):
@@ -790,7 +787,7 @@ def _build(gm, example_inputs, eager=None):
     _share_torch_threads()
     imported = from_fx(gm)
     lowering = _Lowering(imported)
-    fused = _fuse(gm.graph, imported, lowering.groups)
+    _fuse(gm.graph, imported, lowering.groups)
     for head, kind in lowering.onednn_units(imported):
         gemm.rewrite(gm.graph, head, kind)
     lowering.store()
@@ -799,11 +796,11 @@ def _build(gm, example_inputs, eager=None):
     _C.stat_add("graphs_compiled")
     if lowering.lowered:
         _C.stat_add("graphs_lowered")
-    _note_fallbacks(gm.graph, imported, fused)
+    _note_fallbacks(gm.graph, imported)
     return compiled
 
 
-def _note_fallbacks(graph, imported, fused):
+def _note_fallbacks(graph, imported):
     """Counts the nodes of a compiled graph that run through PyTorch, by op
     and reason (fallback_reasons, stats()["fallback_ops"], one
     TORCHNEURON_LOG=fallback line per op and reason)."""
@@ -839,7 +836,8 @@ def compile_inference(gm, example_inputs, eager=None):
     copy); by default gm is the original, and stays as it is."""
     global compile_seconds
     t0 = time.perf_counter()
-    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    # counted before _build may rewrite gm in place, and only for the log line
+    ops = sum(1 for n in gm.graph.nodes if n.op == "call_function") if _log.enabled("compile") else 0
     try:
         compiled = _build(gm, example_inputs, eager)
     except Exception as exc:  # any failure of ours: this graph runs eagerly

@@ -251,8 +251,8 @@ int tn_plan_finish(tn_plan *p, const tn_operand *outs, uint32_t nouts)
     u.lu_step = k;
     each_read(p, &p->pl_steps[k], note_read, &u);
   }
-  /* a slot nobody reads dies after the step that writes it (inputs: before
-  ** the first step, which the executor does by not keeping them) */
+  /* a step's slot nobody reads dies right after that step; an input nobody
+  ** reads is held until the run ends, with the outputs */
   uint32_t total = 0;
   for (uint32_t s = 0; s < p->pl_nslots; s++) {
     if (last[s] == INT64_MAX)
@@ -284,12 +284,9 @@ int tn_plan_finish(tn_plan *p, const tn_operand *outs, uint32_t nouts)
     tn_step *st = &p->pl_steps[last[s]];
     p->pl_rel[st->st_rel_first + st->st_nrel++] = s;
   }
-  /* the peak of live slots: inputs held until their last reader, each step's
-  ** slot from its step until its release */
-  uint32_t live = 0, peak = 0;
-  for (uint32_t s = 0; s < p->pl_ninputs; s++)
-    live += last[s] >= 0;
-  peak = live;
+  /* the peak of live slots: every input from the start (until its last
+  ** reader, or the end), each step's slot from its step until its release */
+  uint32_t live = p->pl_ninputs, peak = live;
   for (uint32_t k = 0; k < p->pl_nsteps; k++) {
     live++;
     if (live > peak)
