@@ -23,7 +23,8 @@
   _(guard_failures, "calls of jitted functions that no entry's guards accepted") \
   _(recompiles, "traces of a function that already had an entry (guard_failures that traced)") \
   _(traces_loaded, "entries of jitted functions made from trace records of the persistent cache, not traced") \
-  _(trace_records_stored, "trace records written to the persistent cache")
+  _(trace_records_stored, "trace records written to the persistent cache") \
+  _(plans_loaded, "compiled graphs made from the plan a trace record stores (nothing imported, fused or lowered)")
 
 typedef enum tn_stat_id {
 #define TN_STAT_ENUM(name, doc) TN_STAT_##name,

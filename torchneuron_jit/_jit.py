@@ -52,7 +52,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _C, _log, _records, config
+from . import _C, _log, _planform, _records, config
 from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -1020,17 +1020,23 @@ class _Tracer:
             compiled = backend.compile_inference(fgm, inputs)
         runner = _Runner(compiled, checks, writebacks, out_plan)
         if _records_on():
-            runner.record = self._store(trace, fgm, slots, checks, writebacks, out_plan)
+            runner.record = self._store(trace, fgm, slots, checks, writebacks, out_plan, compiled)
         return (trace.spec, tuple(slots), runner.direct())
 
     @staticmethod
-    def _store(trace, fgm, slots, checks, writebacks, out_plan):
+    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled):
         """Stores the entry's trace record, when it can be described without
-        identities; returns the record's id, or None."""
+        identities, with its compiled plan when that can be too; returns the
+        record's id, or None."""
         try:
             pspec = _records.portable_spec(trace)
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan)
+            try:
+                record["compiled"] = _planform.encode(compiled)
+            except _planform.Unportable as exc:  # a warm process compiles the graph instead
+                _log.event("cache", f"{_where(trace.fn)}: the trace record keeps no plan: {exc}")
+            record["id"] = _records.record_id(record)
         except _records.Unportable as exc:
             _log.event("cache", f"{_where(trace.fn)}: no trace record stored: {exc}")
             return
@@ -1088,11 +1094,17 @@ class _Tracer:
     def _rebuild(v, inputs):
         """The runner of a stored variant: its graph compiled on inputs."""
         from . import backend
+        eager = _records.EagerGraph(v["graph"])  # decoded only if a step of the plan fails
+        compiled = None
         with _compile_lock, torch.no_grad():
-            # the decoded graph is the back end's to rewrite; the eager original is decoded again
-            # only if a step of the plan fails
-            fgm = _records.decode_graph(v["graph"])
-            compiled = backend.compile_inference(fgm, inputs, eager=_records.EagerGraph(v["graph"]))
+            if v.get("compiled") is not None:
+                try:
+                    compiled = _planform.load(v["compiled"], eager)
+                except Exception as exc:  # ours (a plan this build cannot make): its graph compiles instead
+                    _log.warn_once(f"a stored compiled plan could not be loaded, compiling its graph "
+                                   f"({type(exc).__name__}: {exc})", stacklevel=5)
+            if compiled is None:  # the decoded graph is the back end's to rewrite
+                compiled = backend.compile_inference(_records.decode_graph(v["graph"]), inputs, eager=eager)
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan)
 

@@ -868,8 +868,13 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan):
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
-    record["id"] = _C.content_key(json.dumps(record).encode()).hex()
+    record["id"] = record_id(record)
     return record
+
+
+def record_id(record):
+    """The id of a variant record: the key of its content (its id aside)."""
+    return _C.content_key(json.dumps({k: v for k, v in record.items() if k != "id"}).encode()).hex()
 
 
 def store(key, record, limit):

@@ -26,7 +26,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from . import _C, _log, cache, config, gemm
+from . import _C, _log, _planform, cache, config, gemm
 from .graph import _fetch_attr, _is_size, from_fx, op_name, static_val
 
 aten = torch.ops.aten
@@ -391,10 +391,10 @@ def _fuse(graph, imported, groups):
             into = [slot and slot[1:] for slot in slots] if any(slots) else None
             donors = [-1 if slot else d for d, slot in zip(grp["donors"], slots)]
             donors = donors if any(d >= 0 for d in donors) else None
-        kernel = _C.Kernel(grp["source"], len(inputs), len(outputs), torch.empty,
-                           [getattr(torch, d) for d in grp["dtypes"]],
-                           grp["reduce_dims"], grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"],
-                           grp["out_strides"], grp["gathers"], views, donors, into)
+        spec = (grp["source"], len(inputs), len(outputs), list(grp["dtypes"]), grp["reduce_dims"],
+                grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"], grp["out_strides"],
+                grp["gathers"], views, donors, into)
+        kernel = make_kernel(spec)
         with graph.inserting_before(members[0]):
             targets = []
             for slot in filter(None, slots):
@@ -405,7 +405,7 @@ def _fuse(graph, imported, groups):
                     cats[slot[0]] = (buf, [])
                 targets.append(cats[slot[0]][0])
             call = graph.call_function(kernel, tuple(inputs) + tuple(targets))
-            call.meta["neuron_kernel"] = True
+            call.meta["neuron_kernel"] = spec  # how to make it again (a stored plan's constant)
             for i, old in enumerate(outputs):
                 item = graph.call_function(operator.getitem, (call, i))
                 item.meta = dict(old.meta)
@@ -424,6 +424,14 @@ def _fuse(graph, imported, groups):
     if groups:
         _drop_unread(graph)
         _stable_toposort(graph)
+
+
+def make_kernel(spec):
+    """The generated kernel of spec: _C.Kernel's arguments, its dtypes by
+    name and without the allocator (the one place a kernel is made, for a
+    fused group and for a stored plan's constant)."""
+    source, nin, nout, dtypes, *rest = spec
+    return _C.Kernel(source, nin, nout, torch.empty, [getattr(torch, d) for d in dtypes], *rest)
 
 
 def _op_callable(target):
@@ -449,14 +457,15 @@ def plan_of(gm, eager):
     step's result, every other argument a constant of the plan's table.
     eager is the graph's eager original, which csrc/fallback runs when a
     step fails."""
-    consts, const_ids = [], {}
+    consts, const_ids, described = [], {}, []
     slot = {}
 
-    def const(value):
+    def const(value, what=None):
         key = (type(value), id(value))
         if key not in const_ids:  # the objects stay alive in consts: ids stay unique
             const_ids[key] = len(consts)
             consts.append(value)
+            described.append(value if what is None else what)
         return const_ids[key]
 
     def operand(a, in_list=False):
@@ -495,10 +504,15 @@ def plan_of(gm, eager):
             kw = list(node.kwargs.items())
             kwargs = [operand(v) for _, v in kw]
             names = const(tuple(k for k, _ in kw)) if kw else 0
-            steps.append((_step_kind(node), const(_op_callable(node.target)), 0, args + kwargs, len(kw), names))
+            what = node.meta.get("neuron_kernel")
+            what = _planform.KernelSpec(what) if what else node.target
+            steps.append((_step_kind(node), const(_op_callable(node.target), what), 0, args + kwargs, len(kw),
+                          names))
         slot[node] = nslots
         nslots += 1
-    return _C.Plan(ninputs, tuple(consts), steps, outputs, eager, _warn_once, gm, bare)
+    plan = _C.Plan(ninputs, tuple(consts), steps, outputs, eager, _warn_once, gm, bare)
+    plan.form = {"consts": described}  # what each constant is, for _planform.encode
+    return plan
 
 
 def _warn_once(message):
@@ -782,9 +796,7 @@ def _build(gm, example_inputs, eager=None):
     _materialize_number_operands(gm.graph)
     _full_like_as_full(gm.graph)
     _fold_static_arange(gm)
-    threads = config.kernel_threads or torch.get_num_threads()
-    _C.set_kernel_threads(max(1, min(64, threads)))
-    _share_torch_threads()
+    set_threads()
     imported = from_fx(gm)
     lowering = _Lowering(imported)
     _fuse(gm.graph, imported, lowering.groups)
@@ -796,28 +808,49 @@ def _build(gm, example_inputs, eager=None):
     _C.stat_add("graphs_compiled")
     if lowering.lowered:
         _C.stat_add("graphs_lowered")
-    _note_fallbacks(gm.graph, imported)
+    report = _fallback_report_of(gm.graph, imported)
+    if isinstance(compiled, _C.Plan):  # kept for the plan's stored form (_planform)
+        compiled.form["report"] = report
+    count_fallbacks(report)
     return compiled
 
 
-def _note_fallbacks(graph, imported):
-    """Counts the nodes of a compiled graph that run through PyTorch, by op
-    and reason (fallback_reasons, stats()["fallback_ops"], one
-    TORCHNEURON_LOG=fallback line per op and reason)."""
+def set_threads():
+    """Our kernels' thread count (config.kernel_threads, else torch's), and
+    torch's OpenMP pool shared with them."""
+    threads = config.kernel_threads or torch.get_num_threads()
+    _C.set_kernel_threads(max(1, min(64, threads)))
+    _share_torch_threads()
+
+
+def _fallback_report_of(graph, imported):
+    """What a compiled graph runs through PyTorch: {"lowered": nodes of
+    ours, "ops": [[op, reason, nodes]], "targets": {str(target): nodes}}
+    (count_fallbacks counts it; a stored plan keeps it)."""
     unlowered = {imported.fx_nodes[i] for i, name in enumerate(imported.node_ops) if name == "fallback"}
-    here = collections.Counter()
+    here, targets = collections.Counter(), collections.Counter()
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or node.meta.get("neuron_kernel") \
                 or node.meta.get("neuron_cat") or node.target is torch.empty:
             continue
-        fallback_ops[str(node.target)] += 1
+        targets[str(node.target)] += 1
         if node.meta.get("neuron_gemm") or not isinstance(node.target, torch._ops.OpOverload) or _is_size(node):
             continue  # our own calls (the linear units oneDNN runs), size arithmetic
         here[(op_name(node.target), NO_LOWERING if node in unlowered else NOT_FUSED)] += 1
-    _C.stat_add("fallback_nodes", sum(here.values()))
-    _C.stat_add("lowered_nodes", max(0, len(imported.fx_nodes) - sum(here.values())))
-    fallback_reasons.update(here)
-    for (name, reason), n in sorted(here.items()):
+    return {"lowered": max(0, len(imported.fx_nodes) - sum(here.values())),
+            "ops": [[name, reason, n] for (name, reason), n in sorted(here.items())], "targets": dict(targets)}
+
+
+def count_fallbacks(report):
+    """Counts a compiled graph's report (_fallback_report_of): the nodes
+    that run through PyTorch by op and reason (fallback_reasons,
+    stats()["fallback_ops"], one TORCHNEURON_LOG=fallback line per op and
+    reason) and those that run in ours."""
+    fallback_ops.update(report["targets"])
+    _C.stat_add("fallback_nodes", sum(n for _, _, n in report["ops"]))
+    _C.stat_add("lowered_nodes", report["lowered"])
+    for name, reason, n in report["ops"]:
+        fallback_reasons[(name, reason)] += n
         _log.event("fallback", f"{name}: {reason} ({n} node{'s' if n > 1 else ''})")
 
 

@@ -257,7 +257,7 @@ def rewrite(graph, head, kind="onednn"):
     with graph.inserting_before(tail):
         call = graph.call_function(target, args)
     call.meta = dict(tail.meta)
-    call.meta["neuron_gemm"] = True  # an external GEMM step of ours (backend._note_fallbacks)
+    call.meta["neuron_gemm"] = True  # an external GEMM step of ours (backend._fallback_report_of)
     tail.replace_all_uses_with(call)
     for n in reversed(unit.nodes):
         graph.erase_node(n)

@@ -341,6 +341,210 @@ const char *tn_plan_kind_name(int kind)
   return kind >= 0 && kind < TN_STEP__COUNT ? names[kind] : "unknown";
 }
 
+/* -- Binary form -------------------------------------------------------- */
+
+static const uint8_t plan_magic[4] = {'T', 'N', 'P', 'L'};
+
+typedef struct enc_buf {
+  uint8_t *eb_data;
+  uint32_t eb_len, eb_cap;
+  int eb_rc;
+} enc_buf;
+
+static void enc_u32(enc_buf *b, uint32_t v)
+{
+  if (b->eb_rc == TN_OK && (b->eb_len > UINT32_MAX / 2 ||
+                            grow((void **)&b->eb_data, &b->eb_cap, b->eb_len + 4, 1) != TN_OK))
+    b->eb_rc = TN_ENOMEM;
+  if (b->eb_rc != TN_OK)
+    return;
+  for (int i = 0; i < 4; i++)
+    b->eb_data[b->eb_len++] = (uint8_t)(v >> (8 * i));
+}
+
+int tn_plan_encode(const tn_plan *p, uint32_t flags, uint8_t **buf, size_t *len)
+{
+  enc_buf b = {0};
+  *buf = NULL;
+  *len = 0;
+  if (!p->pl_finished)
+    return TN_EINVAL;
+  enc_u32(&b, (uint32_t)plan_magic[0] | (uint32_t)plan_magic[1] << 8 | (uint32_t)plan_magic[2] << 16 |
+                  (uint32_t)plan_magic[3] << 24);
+  enc_u32(&b, TN_PLAN_FORMAT_VERSION);
+  enc_u32(&b, flags);
+  enc_u32(&b, p->pl_ninputs);
+  enc_u32(&b, p->pl_nconsts);
+  enc_u32(&b, p->pl_nsteps);
+  enc_u32(&b, p->pl_nouts);
+  for (uint32_t k = 0; k < p->pl_nsteps; k++) {
+    const tn_step *st = &p->pl_steps[k];
+    uint32_t lists = st->st_first + st->st_nargs, nlist = 0;
+    for (uint32_t i = 0; i < st->st_nargs; i++)
+      if (p->pl_pool[st->st_first + i].od_kind == TN_OPND_LIST)
+        nlist += p->pl_pool[st->st_first + i].od_len;
+    enc_u32(&b, (uint32_t)st->st_kind);
+    enc_u32(&b, st->st_callable);
+    enc_u32(&b, st->st_item);
+    enc_u32(&b, st->st_nargs);
+    enc_u32(&b, st->st_nkw);
+    enc_u32(&b, st->st_kwnames);
+    enc_u32(&b, nlist);
+    for (uint32_t i = 0; i < st->st_nargs; i++) {
+      const tn_operand *o = &p->pl_pool[st->st_first + i];
+      /* a step's lists follow its operands in the pool, in operand order */
+      assert(o->od_kind != TN_OPND_LIST || (o->od_index >= lists && o->od_index - lists + o->od_len <= nlist));
+      enc_u32(&b, o->od_kind);
+      enc_u32(&b, o->od_kind == TN_OPND_LIST ? o->od_index - lists : o->od_index);
+      enc_u32(&b, o->od_len);
+    }
+    for (uint32_t e = 0; e < nlist; e++) {
+      enc_u32(&b, p->pl_pool[lists + e].od_kind);
+      enc_u32(&b, p->pl_pool[lists + e].od_index);
+    }
+  }
+  for (uint32_t i = 0; i < p->pl_nouts; i++) {
+    enc_u32(&b, p->pl_outs[i].od_kind);
+    enc_u32(&b, p->pl_outs[i].od_index);
+  }
+  if (b.eb_rc != TN_OK) {
+    free(b.eb_data);
+    return b.eb_rc;
+  }
+  *buf = b.eb_data;
+  *len = b.eb_len;
+  return TN_OK;
+}
+
+typedef struct dec_buf {
+  const uint8_t *db_at;
+  size_t db_left;
+} dec_buf;
+
+static int dec_u32(dec_buf *d, uint32_t *v)
+{
+  if (d->db_left < 4)
+    return 0;
+  *v = (uint32_t)d->db_at[0] | (uint32_t)d->db_at[1] << 8 | (uint32_t)d->db_at[2] << 16 |
+       (uint32_t)d->db_at[3] << 24;
+  d->db_at += 4;
+  d->db_left -= 4;
+  return 1;
+}
+
+static int dec_fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  if (err && errlen)
+    vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Reads n operands (with their len when with_len) into out. */
+static int dec_operands(dec_buf *d, tn_operand *out, uint32_t n, int with_len)
+{
+  for (uint32_t i = 0; i < n; i++) {
+    out[i].od_len = 0;
+    if (!dec_u32(d, &out[i].od_kind) || !dec_u32(d, &out[i].od_index) || (with_len && !dec_u32(d, &out[i].od_len)))
+      return 0;
+  }
+  return 1;
+}
+
+int tn_plan_decode(const uint8_t *buf, size_t len, uint32_t nconsts, tn_plan **out, uint32_t *flags,
+                   char *err, size_t errlen)
+{
+  dec_buf d = {buf, len};
+  uint32_t magic, version, ninputs, nc, nsteps, nouts;
+  tn_operand args[TN_PLAN_MAX_ARGS], *items = NULL, *outs = NULL;
+  uint32_t capitems = 0;
+  tn_plan *p = NULL;
+  int rc = TN_OK;
+
+  *out = NULL;
+  if (err && errlen)
+    err[0] = 0;
+  if (!dec_u32(&d, &magic) || !dec_u32(&d, &version))
+    return dec_fail(TN_ETRUNC, err, errlen, "plan: %zu bytes, shorter than its header", len);
+  if (memcmp(buf, plan_magic, 4) != 0)
+    return dec_fail(TN_ECORRUPT, err, errlen, "plan: not a plan's binary form");
+  if (version != TN_PLAN_FORMAT_VERSION)
+    return dec_fail(TN_EVERSION, err, errlen, "plan: format version %" PRIu32 ", this build reads %d",
+                    version, TN_PLAN_FORMAT_VERSION);
+  if (!dec_u32(&d, flags) || !dec_u32(&d, &ninputs) || !dec_u32(&d, &nc) || !dec_u32(&d, &nsteps) ||
+      !dec_u32(&d, &nouts))
+    return dec_fail(TN_ETRUNC, err, errlen, "plan: truncated header");
+  if (nc != nconsts)
+    return dec_fail(TN_ECORRUPT, err, errlen, "plan: made for %" PRIu32 " constants, given %" PRIu32, nc, nconsts);
+  /* every step takes 28 bytes at least, every output 8: counts the bytes cannot hold are corrupt */
+  if (nsteps > d.db_left / 28 || nouts > d.db_left / 8)
+    return dec_fail(TN_ECORRUPT, err, errlen, "plan: %" PRIu32 " steps and %" PRIu32 " outputs in %zu bytes",
+                    nsteps, nouts, d.db_left);
+  rc = tn_plan_new(ninputs, nconsts, &p);
+  if (rc != TN_OK) {
+    rc = dec_fail(rc, err, errlen, "plan: %" PRIu32 " inputs", ninputs);
+    goto done;
+  }
+  for (uint32_t k = 0; k < nsteps; k++) {
+    uint32_t kind, callable, item, nargs, nkw, kwnames, nlist, slot;
+    if (!dec_u32(&d, &kind) || !dec_u32(&d, &callable) || !dec_u32(&d, &item) || !dec_u32(&d, &nargs) ||
+        !dec_u32(&d, &nkw) || !dec_u32(&d, &kwnames) || !dec_u32(&d, &nlist)) {
+      rc = dec_fail(TN_ETRUNC, err, errlen, "plan: truncated at step %" PRIu32, k);
+      goto done;
+    }
+    if (nargs > TN_PLAN_MAX_ARGS || kind > INT32_MAX || nlist > d.db_left / 8) {
+      rc = dec_fail(TN_ECORRUPT, err, errlen, "plan: step %" PRIu32 ": %" PRIu32 " operands, %" PRIu32
+                    " list elements", k, nargs, nlist);
+      goto done;
+    }
+    if (nlist > capitems) {
+      tn_operand *grown = realloc(items, (size_t)nlist * sizeof *items);
+      if (!grown) {
+        rc = dec_fail(TN_ENOMEM, err, errlen, "plan: out of memory");
+        goto done;
+      }
+      items = grown;
+      capitems = nlist;
+    }
+    if (!dec_operands(&d, args, nargs, 1) || !dec_operands(&d, items, nlist, 0)) {
+      rc = dec_fail(TN_ETRUNC, err, errlen, "plan: truncated at step %" PRIu32 "'s operands", k);
+      goto done;
+    }
+    rc = tn_plan_add_step(p, (int)kind, callable, item, args, nargs, nkw, kwnames, items, nlist, &slot);
+    if (rc != TN_OK) {
+      rc = dec_fail(rc, err, errlen, "plan: %s", tn_plan_errmsg(p));
+      goto done;
+    }
+  }
+  outs = malloc((size_t)(nouts ? nouts : 1) * sizeof *outs);
+  if (!outs) {
+    rc = dec_fail(TN_ENOMEM, err, errlen, "plan: out of memory");
+    goto done;
+  }
+  if (!dec_operands(&d, outs, nouts, 0)) {
+    rc = dec_fail(TN_ETRUNC, err, errlen, "plan: truncated outputs");
+    goto done;
+  }
+  if (d.db_left) {
+    rc = dec_fail(TN_ECORRUPT, err, errlen, "plan: %zu bytes after its end", d.db_left);
+    goto done;
+  }
+  rc = tn_plan_finish(p, outs, nouts);
+  if (rc != TN_OK) {
+    rc = dec_fail(rc, err, errlen, "plan: %s", tn_plan_errmsg(p));
+    goto done;
+  }
+  *out = p;
+  p = NULL;
+done:
+  free(items);
+  free(outs);
+  tn_plan_free(p);
+  return rc;
+}
+
 /* -- Listing ------------------------------------------------------------ */
 
 typedef struct dump_buf {

@@ -104,6 +104,30 @@ const uint32_t *tn_plan_releases(const tn_plan *p, const tn_step *st); /* st_nre
 /* Most slots alive at once while the plan runs (inputs and outputs included). */
 uint32_t tn_plan_peak_live(const tn_plan *p);
 
+/* -- Binary form ------------------------------------------------------------
+** What the cache stores: the plan's structure, versioned, without its
+** constant table (the user encodes that) or liveness (recomputed). All
+** integers little-endian u32:
+**   "TNPL" version flags ninputs nconsts nsteps nouts
+**   step*:    kind callable item nargs nkw kwnames nlist, operand[nargs], element[nlist]
+**   operand:  kind index len (a LIST's index counts into its step's elements)
+**   element, output: kind index */
+#define TN_PLAN_FORMAT_VERSION 1
+
+/* The binary form of finished plan p, with the caller's flags (kept, not
+** read): *buf (malloc'd, the caller frees it) of *len bytes. TN_EINVAL
+** (not finished), TN_ENOMEM. */
+int tn_plan_encode(const tn_plan *p, uint32_t flags, uint8_t **buf, size_t *len);
+
+/* A finished plan from tn_plan_encode's bytes for a constant table of
+** nconsts entries, every step checked as tn_plan_add_step checks it and
+** liveness recomputed; the flags go to *flags. Errors (message in err):
+** TN_ETRUNC, TN_ECORRUPT (bad magic, counts, trailing bytes, another
+** table size), TN_EVERSION, TN_EINVAL (a step the builder rejects),
+** TN_ENOMEM. Never reads past len. */
+int tn_plan_decode(const uint8_t *buf, size_t len, uint32_t nconsts, tn_plan **out, uint32_t *flags,
+                   char *err, size_t errlen);
+
 /* Name of a step kind ("kernel", "aten", "call", "item"). */
 const char *tn_plan_kind_name(int kind);
 

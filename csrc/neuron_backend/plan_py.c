@@ -10,6 +10,8 @@
 **   eager      the graph's eager original, called with the inputs
 **   warn       warn(message): the one warning of our failure
 **   bare       the graph returns its one output itself (as eager does), not in a tuple
+** Plan.from_bytes(data, constants, eager, warn, source=None) makes one from
+** plan.encode()'s binary form (plan.h) and a constant table.
 ** Called with one list of inputs (aot_autograd's boxed convention; also
 ** jit's), it returns a tuple of the outputs; plan.call(*inputs) likewise.
 ** A failure of a step goes through csrc/fallback: eager decides whose it
@@ -32,6 +34,7 @@ typedef struct {
   PyObject *pl_eager;
   PyObject *pl_warn;
   PyObject *pl_source;    /* the fused FX graph it was built from, for reports; or None */
+  PyObject *pl_form;      /* what the back end keeps to store the plan (its portable constants), or None */
   int pl_bare;            /* the graph returns its one output itself, not in a tuple */
   tn_fallback pl_fb;
 } PlanObject;
@@ -281,6 +284,35 @@ done:
   return rc;
 }
 
+/* A Plan object owning finished plan *plan (taken: *plan is NULL afterwards
+** on success; on failure the caller still frees it). */
+static PyObject *plan_wrap(PyTypeObject *type, tn_plan **plan, PyObject *consts, PyObject *eager, PyObject *warn,
+                           PyObject *source, int bare)
+{
+  PlanObject *self = (PlanObject *)type->tp_alloc(type, 0);
+  if (!self)
+    return NULL;
+  self->pl_vectorcall = Plan_vectorcall;
+  self->pl_plan = *plan;
+  self->pl_consts = Py_NewRef(consts);
+  self->pl_eager = Py_NewRef(eager);
+  self->pl_warn = Py_NewRef(warn);
+  self->pl_source = Py_NewRef(source);
+  self->pl_form = Py_NewRef(Py_None);
+  self->pl_bare = bare;
+  memset(&self->pl_fb, 0, sizeof self->pl_fb);
+  *plan = NULL;
+  return (PyObject *)self;
+}
+
+static int plan_args_ok(PyObject *consts, PyObject *eager, PyObject *warn)
+{
+  if (PyTuple_Check(consts) && PyCallable_Check(eager) && PyCallable_Check(warn))
+    return 1;
+  PyErr_Format(PyExc_TypeError, "Plan: constants must be a tuple, eager and warn callables");
+  return 0;
+}
+
 static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"ninputs", "constants", "steps", "outputs", "eager", "warn", "source", "bare", NULL};
@@ -289,13 +321,13 @@ static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   PyObject *consts, *steps, *outputs, *eager, *warn, *source = Py_None, *fsteps = NULL, *fouts = NULL;
   tn_plan *plan = NULL;
   tn_operand outs_stack[64], *outs = outs_stack;
-  PlanObject *self = NULL;
+  PyObject *self = NULL;
 
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "IOOOOO|Op:Plan", kwlist, &ninputs, &consts, &steps, &outputs,
                                    &eager, &warn, &source, &bare))
     return NULL;
-  if (!PyTuple_Check(consts) || !PyCallable_Check(eager) || !PyCallable_Check(warn))
-    return PyErr_Format(PyExc_TypeError, "Plan: constants must be a tuple, eager and warn callables");
+  if (!plan_args_ok(consts, eager, warn))
+    return NULL;
   int rc = tn_plan_new(ninputs, (uint32_t)PyTuple_GET_SIZE(consts), &plan);
   if (rc != TN_OK)
     return rc == TN_ENOMEM ? PyErr_NoMemory() : PyErr_Format(PyExc_ValueError, "Plan: too many inputs");
@@ -322,25 +354,68 @@ static PyObject *Plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     plan_raise(plan, rc);
     goto fail;
   }
-  self = (PlanObject *)type->tp_alloc(type, 0);
-  if (!self)
-    goto fail;
-  self->pl_vectorcall = Plan_vectorcall;
-  self->pl_plan = plan;
-  self->pl_consts = Py_NewRef(consts);
-  self->pl_eager = Py_NewRef(eager);
-  self->pl_warn = Py_NewRef(warn);
-  self->pl_source = Py_NewRef(source);
-  self->pl_bare = bare;
-  memset(&self->pl_fb, 0, sizeof self->pl_fb);
-  plan = NULL;
+  self = plan_wrap(type, &plan, consts, eager, warn, source, bare);
 fail:
   if (outs != outs_stack)
     PyMem_Free(outs);
   Py_XDECREF(fsteps);
   Py_XDECREF(fouts);
   tn_plan_free(plan);
-  return (PyObject *)self;
+  return self;
+}
+
+/* -- The binary form ---------------------------------------------------------- */
+
+#define PLAN_FLAG_BARE 1u
+
+static PyObject *Plan_encode(PyObject *o, PyObject *unused)
+{
+  PlanObject *p = (PlanObject *)o;
+  uint8_t *buf;
+  size_t len;
+  (void)unused;
+  int rc = tn_plan_encode(p->pl_plan, p->pl_bare ? PLAN_FLAG_BARE : 0, &buf, &len);
+  if (rc != TN_OK)
+    return rc == TN_ENOMEM ? PyErr_NoMemory() : PyErr_Format(PyExc_ValueError, "plan: %s", tn_strerror(rc));
+  PyObject *res = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)len);
+  free(buf);
+  return res;
+}
+
+static PyObject *Plan_from_bytes(PyObject *cls, PyObject *args, PyObject *kwds)
+{
+  static char *kwlist[] = {"data", "constants", "eager", "warn", "source", NULL};
+  Py_buffer data;
+  PyObject *consts, *eager, *warn, *source = Py_None, *self = NULL;
+  tn_plan *plan = NULL;
+  uint32_t flags = 0;
+  char err[TN_ERRMSG_LEN];
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*OOO|O:from_bytes", kwlist, &data, &consts, &eager, &warn,
+                                   &source))
+    return NULL;
+  if (!plan_args_ok(consts, eager, warn))
+    goto done;
+  int rc = tn_plan_decode(data.buf, (size_t)data.len, (uint32_t)PyTuple_GET_SIZE(consts), &plan, &flags, err,
+                          sizeof err);
+  if (rc == TN_ENOMEM) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (rc != TN_OK) {
+    PyErr_Format(PyExc_ValueError, "%s (%s)", err, tn_strerror(rc));
+    goto done;
+  }
+  if ((flags & ~PLAN_FLAG_BARE) || ((flags & PLAN_FLAG_BARE) && tn_plan_num_outputs(plan) != 1)) {
+    PyErr_Format(PyExc_ValueError, "plan: flags %u do not fit a plan of %u outputs", flags,
+                 tn_plan_num_outputs(plan));
+    goto done;
+  }
+  self = plan_wrap((PyTypeObject *)cls, &plan, consts, eager, warn, source, (flags & PLAN_FLAG_BARE) != 0);
+done:
+  tn_plan_free(plan);
+  PyBuffer_Release(&data);
+  return self;
 }
 
 static int Plan_traverse(PyObject *o, visitproc visit, void *arg)
@@ -350,6 +425,7 @@ static int Plan_traverse(PyObject *o, visitproc visit, void *arg)
   Py_VISIT(p->pl_eager);
   Py_VISIT(p->pl_warn);
   Py_VISIT(p->pl_source);
+  Py_VISIT(p->pl_form);
   return 0;
 }
 
@@ -360,6 +436,7 @@ static int Plan_clear(PyObject *o)
   Py_CLEAR(p->pl_eager);
   Py_CLEAR(p->pl_warn);
   Py_CLEAR(p->pl_source);
+  Py_CLEAR(p->pl_form);
   return 0;
 }
 
@@ -414,11 +491,28 @@ static PyObject *Plan_get(PyObject *o, void *which)
   }
 }
 
+static int Plan_set_form(PyObject *o, PyObject *value, void *c)
+{
+  (void)c;
+  Py_XSETREF(((PlanObject *)o)->pl_form, Py_NewRef(value ? value : Py_None));
+  return 0;
+}
+
+static PyObject *Plan_get_form(PyObject *o, void *c)
+{
+  (void)c;
+  return Py_NewRef(((PlanObject *)o)->pl_form);
+}
+
 static PyMethodDef Plan_methods[] = {
   {"call", (PyCFunction)(void (*)(void))Plan_call_method, METH_FASTCALL,
    "call(*inputs) -> tuple of outputs (the plan called with its inputs one by one)."},
   {"dump", Plan_dump, METH_NOARGS, "The steps, one line each, with the slots each frees."},
   {"steps", Plan_steps, METH_NOARGS, "[(kind, callable)] per step (callable None for items)."},
+  {"encode", Plan_encode, METH_NOARGS, "The plan's binary form (plan.h), its constant table left out."},
+  {"from_bytes", (PyCFunction)(void (*)(void))Plan_from_bytes, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+   "from_bytes(data, constants, eager, warn, source=None): the plan of encode()'s bytes over the constant "
+   "table given (ValueError naming the fault when the bytes are damaged or do not fit the table)."},
   {NULL, NULL, 0, NULL},
 };
 
@@ -429,6 +523,7 @@ static PyGetSetDef Plan_getset[] = {
   {"eager", Plan_get, NULL, "the graph's eager original", (void *)3},
   {"peak_live", Plan_get, NULL, "most slots alive at once", (void *)4},
   {"constants", Plan_get, NULL, "the constant table", (void *)5},
+  {"form", Plan_get_form, Plan_set_form, "what the back end keeps to store the plan, or None", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
 

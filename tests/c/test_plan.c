@@ -2,7 +2,8 @@
 ** Check suite of the compiled-graph plan (plan.h), the executor
 ** (executor.h) and the fallback decision (fallback.h): builder validation,
 ** liveness, a run over counted mock values, every reference released after
-** a failing step, lists, and whose failure a failing run was.
+** a failing step, lists, the binary form (round trip, damage refused), and
+** whose failure a failing run was.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,118 @@ START_TEST(test_list_operands_and_keywords)
 }
 END_TEST
 
+/* -- Binary form --------------------------------------------------------------- */
+
+/* A plan with a list operand, keywords and an item: chain() plus a step
+** %7 = c1([%6, c0, %3], kw0=%6). */
+static tn_plan *listed(void)
+{
+  tn_plan *p;
+  uint32_t s;
+  ck_assert_int_eq(tn_plan_new(2, 4, &p), TN_OK);
+  tn_operand a[3] = {S(0), S(1)};
+  ck_assert_int_eq(tn_plan_add_step(p, TN_STEP_KERNEL, 0, 0, a, 2, 0, 0, NULL, 0, &s), TN_OK);
+  a[0] = S(2);
+  ck_assert_int_eq(tn_plan_add_step(p, TN_STEP_CALL, 2, 0, a, 1, 0, 0, NULL, 0, &s), TN_OK);
+  a[0] = S(3);
+  ck_assert_int_eq(tn_plan_add_step(p, TN_STEP_ITEM, 0, 1, a, 1, 0, 0, NULL, 0, &s), TN_OK);
+  tn_operand elems[3] = {S(4), C(0), S(2)};
+  tn_operand args[2] = {{TN_OPND_LIST, 0, 3}, S(4)};
+  ck_assert_int_eq(tn_plan_add_step(p, TN_STEP_ATEN, 1, 0, args, 2, 1, 3, elems, 3, &s), TN_OK);
+  tn_operand outs[2] = {S(5), C(2)};
+  ck_assert_int_eq(tn_plan_finish(p, outs, 2), TN_OK);
+  return p;
+}
+
+START_TEST(test_binary_form_round_trip)
+{
+  tn_plan *p = listed(), *q = NULL;
+  uint8_t *buf;
+  size_t len;
+  uint32_t flags = 0;
+  char err[200];
+  const char *text;
+  ck_assert_int_eq(tn_plan_encode(p, 5, &buf, &len), TN_OK);
+  ck_assert_int_eq(tn_plan_decode(buf, len, 4, &q, &flags, err, sizeof err), TN_OK);
+  ck_assert_uint_eq(flags, 5);
+  ck_assert_int_eq(tn_plan_dump(p, &text), TN_OK);
+  char *want = strdup(text);
+  ck_assert_int_eq(tn_plan_dump(q, &text), TN_OK);
+  ck_assert_str_eq(text, want);  /* steps, operands, lists, keywords, outputs and releases alike */
+  ck_assert_ptr_nonnull(strstr(text, "aten c1([%4, c0, %2], kw0=%4)"));
+  ck_assert_uint_eq(tn_plan_peak_live(q), tn_plan_peak_live(p));
+  /* and it runs as the original does */
+  mock m = {.mk_fail_at = -1};
+  tn_exec_ops ops = mock_ops(&m);
+  box *x = mk_new(&m, 1), *y = mk_new(&m, 2);
+  void *in[2] = {x, y}, *out[2];
+  ck_assert_int_eq(tn_exec_run(q, &ops, in, out, NULL), TN_OK);
+  m_release(&m, out[0]);
+  m_release(&m, out[1]);
+  ck_assert_int_eq(x->bx_refs, 1);
+  ck_assert_int_eq(y->bx_refs, 1);
+  /* an unfinished plan has no binary form */
+  tn_plan *u;
+  ck_assert_int_eq(tn_plan_new(1, 1, &u), TN_OK);
+  uint8_t *none;
+  size_t nlen;
+  ck_assert_int_eq(tn_plan_encode(u, 0, &none, &nlen), TN_EINVAL);
+  tn_plan_free(u);
+  free(want);
+  free(buf);
+  tn_plan_free(p);
+  tn_plan_free(q);
+}
+END_TEST
+
+START_TEST(test_binary_form_rejects_damage)
+{
+  tn_plan *p = chain(), *q;
+  uint8_t *buf;
+  size_t len;
+  uint32_t flags;
+  char err[200];
+  ck_assert_int_eq(tn_plan_encode(p, 0, &buf, &len), TN_OK);
+  /* every truncation fails cleanly */
+  for (size_t n = 0; n < len; n++) {
+    int rc = tn_plan_decode(buf, n, 4, &q, &flags, err, sizeof err);
+    ck_assert_msg(rc == TN_ETRUNC || rc == TN_ECORRUPT, "%zu bytes: %d", n, rc);
+    ck_assert_ptr_null(q);
+    ck_assert_str_ne(err, "");
+  }
+  /* a trailing byte, another table size, another version, another magic */
+  uint8_t *longer = malloc(len + 1);
+  memcpy(longer, buf, len);
+  longer[len] = 0;
+  ck_assert_int_eq(tn_plan_decode(longer, len + 1, 4, &q, &flags, err, sizeof err), TN_ECORRUPT);
+  ck_assert_int_eq(tn_plan_decode(buf, len, 3, &q, &flags, err, sizeof err), TN_ECORRUPT);
+  buf[4]++;
+  ck_assert_int_eq(tn_plan_decode(buf, len, 4, &q, &flags, err, sizeof err), TN_EVERSION);
+  buf[4]--;
+  buf[0] = 'X';
+  ck_assert_int_eq(tn_plan_decode(buf, len, 4, &q, &flags, err, sizeof err), TN_ECORRUPT);
+  buf[0] = 'T';
+  /* a slot read before it is written (step 0 reading %5): the builder's check names it */
+  ck_assert_int_eq(buf[28 + 28], TN_OPND_SLOT);
+  buf[28 + 28 + 4] = 5;
+  ck_assert_int_eq(tn_plan_decode(buf, len, 4, &q, &flags, err, sizeof err), TN_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "step 0 operand 0: slot %5 is not written before it"));
+  /* any byte changed: decoded or refused, never read out of bounds (the sanitizer build checks) */
+  buf[28 + 28 + 4] = 0;
+  for (size_t i = 0; i < len; i++)
+    for (int bit = 0; bit < 8; bit++) {
+      buf[i] ^= (uint8_t)(1 << bit);
+      int rc = tn_plan_decode(buf, len, 4, &q, &flags, err, sizeof err);
+      ck_assert(rc == TN_OK ? q != NULL : q == NULL);
+      tn_plan_free(q);
+      buf[i] ^= (uint8_t)(1 << bit);
+    }
+  free(longer);
+  free(buf);
+  tn_plan_free(p);
+}
+END_TEST
+
 /* -- Fallback ------------------------------------------------------------------ */
 
 START_TEST(test_fallback_settles_whose_failure)
@@ -339,6 +452,8 @@ int main(void)
   tcase_add_test(tc, test_run_releases_all_but_the_outputs);
   tcase_add_test(tc, test_failing_step_releases_everything);
   tcase_add_test(tc, test_list_operands_and_keywords);
+  tcase_add_test(tc, test_binary_form_round_trip);
+  tcase_add_test(tc, test_binary_form_rejects_damage);
   tcase_add_test(tc, test_fallback_settles_whose_failure);
   suite_add_tcase(s, tc);
   return tn_check_run(s);

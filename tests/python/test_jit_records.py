@@ -18,7 +18,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import models  # noqa: E402
 
-COUNTERS = ("traces", "traces_loaded", "trace_records_stored", "graphs_lowered")
+COUNTERS = ("traces", "traces_loaded", "trace_records_stored", "graphs_lowered", "graphs_compiled", "plans_loaded")
 
 
 @pytest.fixture(autouse=True)
@@ -173,12 +173,76 @@ def test_a_record_that_cannot_be_rebuilt_warns_and_traces():
     assert len(variants) == 1
     call = next(node for node in variants[0]["graph"] if node[0] == "c")
     call[1] = "aten::no_such_op.default"
+    del variants[0]["compiled"]  # a record without a plan: its graph is compiled (the plan's own test is below)
     variants[0]["id"] = "changed"
     assert cache.put(cache.TRACES, key, json.dumps({"format": _records.FORMAT, "variants": variants}).encode())
     before = counters()
     with pytest.warns(RuntimeWarning, match="rebuilding a trace record of _twin .* failed, tracing instead"):
         torch.testing.assert_close(torchneuron_jit.jit(_twin)(x), _twin(x))
     assert delta(before)["traces"] == 1
+
+
+def _stored(fn, x):
+    """(key, variants) of fn's trace records for a call on x."""
+    trace = _jit._Trace(fn, (x,), [])
+    trace.guard_arguments()
+    key = _records.trace_key(fn, trace)
+    return key, _records.read(key)
+
+
+def _concat_scan(x):
+    """Kernels writing into a cat, an arange the back end folds into a
+    tensor constant, keyword arguments, an integer index, a reduction."""
+    idx = torch.tensor([2, 0, 1])
+    y = torch.cat([torch.sigmoid(x) * 2.0, x.tanh() + 1.0], dim=1)
+    pos = torch.arange(y.shape[1], dtype=torch.float32)
+    z = torch.nn.functional.layer_norm(y[idx] + pos, (y.shape[1],))
+    return z.sum(dim=1, keepdim=True), z.amax(dim=-1)
+
+
+def test_a_warm_start_runs_the_stored_plan():
+    """A record keeps the compiled plan: another JitFunction runs it with
+    nothing imported, fused or lowered (graphs_compiled does not move),
+    every kind of constant made again, and the same answers."""
+    x = torch.randn(3, 8)
+    want = _concat_scan(x)
+    torch.testing.assert_close(torchneuron_jit.jit(_concat_scan)(x), want)
+    _, variants = _stored(_concat_scan, x)
+    form = variants[0]["compiled"]
+    tags = {next(iter(c)) for c in form["consts"] if isinstance(c, dict)}
+    assert {"kernel", "op", "fn", "tensor"} <= tags, tags
+    st0 = torchneuron_jit.stats()
+    for _ in range(2):
+        torch.testing.assert_close(torchneuron_jit.jit(_concat_scan)(x), want)
+    st = torchneuron_jit.stats()
+    assert st["plans_loaded"] - st0["plans_loaded"] == 2 and st["traces"] == st0["traces"]
+    assert st["graphs_compiled"] == st0["graphs_compiled"], "the stored plan was not used"
+    # the stored report counts what the plan runs through PyTorch, as compiling it did
+    assert st["fallback_nodes"] - st0["fallback_nodes"] == 2 * sum(n for _, _, n in form["report"]["ops"])
+
+
+def test_a_stored_plan_that_cannot_be_made_warns_and_compiles_the_graph():
+    x = torch.randn(3, 8)
+    torchneuron_jit.jit(_concat_scan)(x)
+    key, variants = _stored(_concat_scan, x)
+    intact = json.loads(json.dumps(variants))
+    op = next(c for c in variants[0]["compiled"]["consts"] if isinstance(c, dict) and "op" in c)
+    op["op"] = "aten::no_such_op.default"
+    variants[0]["id"] = "changed"
+    assert cache.put(cache.TRACES, key, json.dumps({"format": _records.FORMAT, "variants": variants}).encode())
+    st0 = torchneuron_jit.stats()
+    with pytest.warns(RuntimeWarning, match="a stored compiled plan could not be loaded, compiling its graph"):
+        torch.testing.assert_close(torchneuron_jit.jit(_concat_scan)(x), _concat_scan(x))
+    st = torchneuron_jit.stats()
+    assert st["traces"] == st0["traces"] and st["plans_loaded"] == st0["plans_loaded"]
+    assert st["graphs_compiled"] == st0["graphs_compiled"] + 1
+    # damaged bytes: the binary form's own check refuses them
+    variants = intact
+    variants[0]["compiled"]["plan"] = variants[0]["compiled"]["plan"][:-8]
+    variants[0]["id"] = "changed again"
+    assert cache.put(cache.TRACES, key, json.dumps({"format": _records.FORMAT, "variants": variants}).encode())
+    with pytest.warns(RuntimeWarning, match=r"could not be loaded, compiling its graph \(ValueError: plan: trunc"):
+        torch.testing.assert_close(torchneuron_jit.jit(_concat_scan)(x), _concat_scan(x))
 
 
 def test_an_unreadable_record_is_a_miss():
@@ -343,8 +407,11 @@ def program(tmp_path, run_python):
 def test_fresh_process_with_a_warm_cache_does_not_trace(program):
     cold = program()
     assert cold["traces"] == 3 and cold["trace_records_stored"] == 3, cold  # the model, both branches
+    assert cold["graphs_compiled"] == 3 and cold["plans_loaded"] == 0, cold
     warm = program()
-    assert warm == {"traces": 0, "traces_loaded": 3, "trace_records_stored": 0, "graphs_lowered": 0}, warm
+    # each record's plan runs as stored: no graph imported, fused or lowered
+    assert warm == {"traces": 0, "traces_loaded": 3, "trace_records_stored": 0, "graphs_lowered": 0,
+                    "graphs_compiled": 0, "plans_loaded": 3}, warm
     other_weights = program(env={"SEED": "7"})  # parameters are inputs, not part of the record
     assert other_weights["traces"] == 0, other_weights
 

@@ -2,7 +2,8 @@
 through both doors, with each attention implementation, at batch 1 and
 then 8 on the same compiled model (Dynamo's second shape makes its graph
 dynamic; jit traces a second variant). Each call matches eager, no graph
-runs eagerly as a whole, and we warn about nothing."""
+runs eagerly as a whole, and we warn about nothing; through jit, another
+instance of the model then runs the plans its trace records stored."""
 import os
 import sys
 import warnings
@@ -49,3 +50,14 @@ def test_zoo_row_compiles_and_matches_eager(name, attn, door):
     assert st["graphs_compiled"] >= 1
     if door == "jit":
         assert st["traces"] == 2  # one variant per batch size, no eager entry
+        # another instance (same weights) runs both variants' stored plans, compiling nothing
+        again, _ = zoo.build(name, "ci", attn)
+        jitted = torchneuron_jit.jit(again)
+        with torch.no_grad():
+            for batch in (1, 8):
+                torch.manual_seed(batch)
+                inputs = make(batch, SEQ)
+                for g, w in zip(zoo._leaves(jitted(*inputs)), zoo._leaves(model(*inputs))):
+                    torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        now = torchneuron_jit.stats()
+        assert (now["plans_loaded"], now["graphs_compiled"], now["traces"]) == (2, st["graphs_compiled"], 2), now

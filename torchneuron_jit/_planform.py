@@ -1,0 +1,125 @@
+"""The stored form of a compiled-graph plan: what a jit trace record keeps
+so that a warm process runs its graph at once, with nothing decoded,
+rewritten, imported, fused or measured again.
+
+A form is a JSON-able dict:
+
+- "format": FORMAT;
+- "plan": the plan's binary form (``_C.Plan.encode()``, plan.h: steps,
+  operands, outputs), base64;
+- "consts": its constant table, one entry per constant: scalars,
+  containers, dtypes and devices as the trace records encode graph
+  arguments, and tagged ``{"op": name}`` (an ATen op, or an operator
+  function), ``{"fn": [module, qualname]}`` (a function of ours or torch's),
+  ``{"kernel": spec}`` (a generated kernel by backend.make_kernel's
+  arguments: libtcc compiles its source again), ``{"packed": [attr,
+  algorithm, rows]}`` (oneDNN's packed linear), ``{"tensor": [dtype, sizes,
+  bytes]}`` (a small constant the back end folded);
+- "report": what compiling the graph counted (backend.count_fallbacks), so
+  a warm process's stats() and fallback log say what the cold one's did.
+
+A plan whose constants cannot all be described raises Unportable: the
+record is stored without it and a warm process compiles its graph.
+"""
+import base64
+import operator
+import types
+
+import torch
+
+from . import _C
+
+FORMAT = 1
+
+
+class Unportable(Exception):
+    """A constant of the plan has no stored form."""
+
+
+class KernelSpec(tuple):
+    """What a generated kernel constant is: backend.make_kernel's spec."""
+
+
+def _ref(obj):
+    """[module, qualname] naming obj, checked to find obj again."""
+    from ._records import _find
+    modname, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if isinstance(modname, str) and isinstance(qualname, str) and _find(modname, qualname) is obj:
+        return [modname, qualname]
+    if getattr(torch, getattr(obj, "__name__", ""), None) is obj:  # torch.empty: its qualname is a C class's
+        return ["torch", obj.__name__]
+    raise Unportable(f"the plan calls {obj!r}, which has no name to find it by")
+
+
+def _const(what):
+    from . import _records, gemm
+    if isinstance(what, KernelSpec):
+        return {"kernel": _records._encode_arg(tuple(what), {})}
+    if isinstance(what, torch._ops.OpOverload) or (
+            callable(what) and getattr(operator, getattr(what, "__name__", ""), None) is what):
+        return {"op": _records._target_name(what)}
+    if isinstance(what, gemm.PackedLinear):
+        return {"packed": [what.attr, what.algorithm, what.rows]}
+    if isinstance(what, torch.Tensor):
+        if type(what) is not torch.Tensor or what.device.type != "cpu" or what.requires_grad or \
+                not what.is_contiguous() or what.storage_offset() or what.dtype.is_complex:
+            raise Unportable("the plan holds a tensor constant that is not a plain contiguous CPU tensor")
+        data = what.detach().reshape(-1).view(torch.uint8) if what.numel() else torch.empty(0, dtype=torch.uint8)
+        return {"tensor": [_records._torch_name(what.dtype), list(what.shape),
+                           base64.b64encode(data.numpy().tobytes()).decode()]}
+    if isinstance(what, (types.FunctionType, types.BuiltinFunctionType)):
+        return {"fn": _ref(what)}
+    try:
+        return _records._encode_arg(what, {})
+    except _records.Unportable as exc:
+        raise Unportable(str(exc)) from None
+
+
+def encode(plan):
+    """The stored form of plan (a _C.Plan that backend.plan_of built and
+    _build reported on), or Unportable."""
+    form = getattr(plan, "form", None)
+    if not isinstance(plan, _C.Plan) or not isinstance(form, dict) or "report" not in form:
+        raise Unportable("the graph is not a compiled plan (it runs eagerly)")
+    return {"format": FORMAT, "plan": base64.b64encode(plan.encode()).decode(),
+            "consts": [_const(what) for what in form["consts"]], "report": form["report"]}
+
+
+def _value(c):
+    from . import _records, backend
+    if isinstance(c, dict) and len(c) == 1:
+        (tag, v), = c.items()
+        if tag == "kernel":
+            return backend.make_kernel(_records._decode_arg(v, []))
+        if tag == "op":
+            return backend._op_callable(_records._target(v))
+        if tag == "fn":
+            obj = _records._find(*v)
+            if obj is None:
+                raise ValueError(f"{v[0]}.{v[1]} is not there")
+            return obj
+        if tag == "packed":
+            from .gemm import PackedLinear
+            return PackedLinear(*v)
+        if tag == "tensor":
+            dtype, sizes, data = v
+            raw = bytearray(base64.b64decode(data))
+            flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+            return flat.view(getattr(torch, dtype)).reshape(sizes).clone()
+    return _records._decode_arg(c, [])
+
+
+def load(form, eager):
+    """The plan of stored form (encode's), eager its graph's eager original;
+    counts the graph's report. Raises ValueError (or what a constant's
+    making raises) when the form cannot be read: the caller compiles the
+    graph instead."""
+    from . import backend
+    if not isinstance(form, dict) or form.get("format") != FORMAT:
+        raise ValueError(f"a stored plan of another format ({form.get('format') if isinstance(form, dict) else form!r})")
+    backend.set_threads()
+    consts = tuple(_value(c) for c in form["consts"])
+    plan = _C.Plan.from_bytes(base64.b64decode(form["plan"]), consts, eager, backend._warn_once)
+    _C.stat_add("plans_loaded")
+    backend.count_fallbacks(form["report"])
+    return plan
