@@ -135,8 +135,8 @@ def _onednn_linear():
     return bool(config.onednn_linear) and gemm.available()
 
 
-class _Lowering:
-    """The lowered plan of one graph: fused groups and GEMM choices.
+class _Artifact:
+    """The lowering artifact of one graph: its fused groups and GEMM choices.
 
     It comes from the persistent cache when an earlier process lowered the
     same graph; otherwise the canonical form of the graph is lowered here
@@ -798,15 +798,15 @@ def _build(gm, example_inputs, eager=None):
     _fold_static_arange(gm)
     set_threads()
     imported = from_fx(gm)
-    lowering = _Lowering(imported)
-    _fuse(gm.graph, imported, lowering.groups)
-    for head, kind in lowering.onednn_units(imported):
+    artifact = _Artifact(imported)
+    _fuse(gm.graph, imported, artifact.groups)
+    for head, kind in artifact.onednn_units(imported):
         gemm.rewrite(gm.graph, head, kind)
-    lowering.store()
+    artifact.store()
     gm.graph.lint()
     compiled = plan_of(gm, eager)
     _C.stat_add("graphs_compiled")
-    if lowering.lowered:
+    if artifact.lowered:
         _C.stat_add("graphs_lowered")
     report = _fallback_report_of(gm.graph, imported)
     if isinstance(compiled, _C.Plan):  # kept for the plan's stored form (_planform)

@@ -1,4 +1,4 @@
-"""Linear layers run by oneDNN (torchneuron_jit/gemm.py, backend._Lowering):
+"""Linear layers run by oneDNN (torchneuron_jit/gemm.py, backend._Artifact):
 a float32 aten.linear that stays in PyTorch, with the op after it (a bias
 added separately, relu, gelu, a residual add), becomes one
 mkldnn._linear_pointwise call where a measurement finds that faster.
