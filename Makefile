@@ -14,7 +14,8 @@ LDLIBS_C := $(LDLIBS_CORE) $$(pkg-config --libs check) -ldl -lpthread -lm
 
 CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
             csrc/neuron_backend/tcc.c csrc/neuron_backend/runtime.c csrc/neuron_backend/codegen.c \
-            csrc/neuron_backend/pool.c csrc/neuron_backend/plan.c csrc/neuron_backend/executor.c \
+            csrc/neuron_backend/pool.c csrc/neuron_backend/launch.c csrc/neuron_backend/gemm.c \
+            csrc/neuron_backend/plan.c csrc/neuron_backend/executor.c \
             csrc/fallback/fallback.c csrc/lowering/fuse.c
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
 C_SUITES := graph cache tcc fuse plan

@@ -261,7 +261,9 @@ PyMODINIT_FUNC PyInit__C(void)
       PyModule_AddObjectRef(m, "GraphError", tn_py_GraphError) < 0 ||
       PyModule_AddObjectRef(m, "CacheError", tn_py_CacheError) < 0 ||
       PyModule_AddFunctions(m, tn_py_graph_methods) < 0 ||
+      PyModule_AddFunctions(m, tn_py_fuse_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_kernel_methods) < 0 ||
+      PyModule_AddFunctions(m, tn_py_gemm_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_tracer_methods) < 0 ||
       tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0 || tn_py_plan_init(m) < 0 ||
       tn_py_tracer_init(m) < 0)

@@ -28,7 +28,9 @@ int tn_py_plan_init(PyObject *m);
 
 /* Functions of each binding, appended to the module's method table. */
 extern PyMethodDef tn_py_graph_methods[];
+extern PyMethodDef tn_py_fuse_methods[];
 extern PyMethodDef tn_py_kernel_methods[];
+extern PyMethodDef tn_py_gemm_methods[];
 
 /* A new list of the n ints ids, or NULL with an exception set. */
 PyObject *tn_py_ids_list(const int32_t *ids, uint32_t n);

@@ -1,251 +1,30 @@
 /*
-** Python binding of fused kernels: _C.fuse(graph) lists a graph's fused
-** groups with their generated source; _C.Kernel(source, ninputs, noutputs,
+** Python binding of fused kernels: _C.Kernel(source, ninputs, noutputs,
 ** empty, dtypes, reduce_dims=0, out_kinds=None, nonempty=False, gemm=False,
 ** epilogue=True) compiles one with libtcc and, called with the input
 ** tensors (of the dtypes given, one per operand the kernel loads, then one
 ** per output), allocates the outputs (contiguous, of their dtype, shaped
 ** as the broadcast of the inputs or, for per-row outputs of a row kernel,
-** that shape with its last reduce_dims dims reduced) and runs it.
+** that shape with its last reduce_dims dims reduced) and runs it through
+** the launcher (launch.h).
 **
-** A GEMM kernel takes the two matrices first. Their product is computed
-** by BLAS (the registered sgemm_), split across the kernel threads by rows
-** of the result (by columns when it has few rows); each thread runs the
-** epilogue over its rows as soon as it has computed them, while they are in
-** its cache. Inside PyTorch's OpenMP team each BLAS call runs on its
-** caller's thread, so the two pools never oversubscribe the cores.
+** A GEMM kernel takes the two matrices first; their product is computed by
+** the external GEMM (gemm.h, called from gemm_py.c), which runs the
+** epilogue, this kernel, over each part of it.
 */
 #include "../tn_py.h"
 
 #include "../graph/graph.h"
 #include "../lowering/fuse.h"
 #include "../tn_stats.h"
-#include "codegen.h"
+#include "kernel_internal.h"
+#include "launch.h"
 #include "pool.h"
 #include "runtime.h"
 #include "tcc.h"
 
-#define KERNEL_MAX_OPERANDS 64
 /* Launches smaller than this keep the GIL: releasing it costs more. */
 #define KERNEL_NOGIL_ELEMENTS 32768
-typedef void (*kernel_fn)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides, int64_t cols,
-                          const int64_t *cstrides);
-
-/* An input read as a view of the tensor passed: the layout that tensor must
-** have (its sizes, and its strides where a size is not 1), and the view's
-** sizes, strides and offset (elements from the tensor's first). */
-typedef struct kernel_view {
-  int kv_on;
-  int kv_brank, kv_rank;
-  int64_t kv_bsizes[TN_MAX_RANK], kv_bstrides[TN_MAX_RANK];
-  int64_t kv_sizes[TN_MAX_RANK], kv_strides[TN_MAX_RANK];
-  int64_t kv_offset;
-} kernel_view;
-
-typedef struct {
-  PyObject_HEAD
-  tn_tcc_unit *ke_unit;
-  kernel_fn ke_fn;
-  int ke_ninputs, ke_noutputs;
-  int ke_isz[KERNEL_MAX_OPERANDS]; /* bytes per element of each operand */
-  int ke_rdims;          /* row kernels: trailing dims that form a row; else 0 */
-  int ke_nonempty;       /* raise (as eager does) when rows are empty */
-  int ke_gemm;           /* called with (a, b, rest...): the kernel gets (a @ b, rest...) */
-  int ke_epilogue;       /* GEMM kernels: 0 when the product itself is the one output */
-  uint8_t ke_out_kinds[KERNEL_MAX_OPERANDS]; /* TN_FO_* */
-  PyObject *ke_empty;    /* torch.empty */
-  PyObject *ke_dtypes;   /* tuple: each operand's torch dtype */
-  PyObject *ke_empty_kws; /* tuple: {"dtype": d} of each output, for ke_empty */
-  PyObject *ke_out_strides; /* tuple: per output, None (contiguous) or its strides (pointwise kernels) */
-  PyObject *ke_empty_strided; /* torch.empty_strided, when some output has strides */
-  int ke_strided;         /* whether some output has strides */
-  int ke_ngathers;        /* gathered tables: (table operand, index operand, dim or -1 for rows) */
-  int ke_gather[KERNEL_MAX_OPERANDS][3];
-  kernel_view *ke_views;  /* per input, or NULL when every input is read as passed */
-  int ke_donor[KERNEL_MAX_OPERANDS]; /* per output: the input whose tensor it may take (its last use), or -1 */
-  int ke_ninto;           /* outputs written into tensors passed after the inputs (a cat's buffer) */
-  int ke_into_dim[KERNEL_MAX_OPERANDS]; /* per output: the dim it is a slice of that tensor along, or -1 */
-  int64_t ke_into_off[KERNEL_MAX_OPERANDS]; /* ... and the slice's offset there */
-  PyObject *ke_source;   /* str */
-} KernelObject;
-
-/* Elements per thread below which a launch stays on one thread. */
-#define KERNEL_PART_ELEMENTS 16384
-
-static int kernel_threads = 1; /* set from torch.get_num_threads() */
-
-/* How many parts work splits into: one per per_part units of it, at most
-** kernel_threads and most (the units it can split along), at least one. */
-static int split_parts(int64_t work, int64_t per_part, int64_t most)
-{
-  int64_t parts = work / per_part;
-  if (parts > kernel_threads)
-    parts = kernel_threads;
-  if (parts > most)
-    parts = most;
-  return parts < 1 ? 1 : (int)parts;
-}
-
-/* Part `part` of nparts of n units: [*start, *end), possibly empty. */
-static void part_range(int64_t n, int part, int nparts, int64_t *start, int64_t *end)
-{
-  int64_t chunk = (n + nparts - 1) / nparts;
-  *start = chunk * part < n ? chunk * part : n;
-  *end = *start + chunk < n ? *start + chunk : n;
-}
-
-/* One launch, split along the outermost (coalesced) dimension. */
-typedef struct launch {
-  kernel_fn la_fn;
-  int la_rank, la_nops;
-  const int *la_isz;
-  const int64_t *la_sizes;
-  void *const *la_ptrs;
-  const int64_t *la_strides;
-  int64_t la_cols;
-  const int64_t *la_cstrides;
-} launch;
-
-/* Runs la over [start, start + len) of its outermost dimension. */
-static void launch_range(const launch *la, int64_t start, int64_t len)
-{
-  int64_t sizes[TN_MAX_RANK];
-  void *ptrs[KERNEL_MAX_OPERANDS];
-  if (la->la_rank == 0) {
-    if (start == 0)
-      la->la_fn(0, la->la_sizes, (void **)la->la_ptrs, la->la_strides, la->la_cols, la->la_cstrides);
-    return;
-  }
-  if (len <= 0)
-    return;
-  for (int d = 0; d < la->la_rank; d++)
-    sizes[d] = la->la_sizes[d];
-  sizes[0] = len;
-  for (int k = 0; k < la->la_nops; k++)
-    ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_isz[k];
-  la->la_fn(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides);
-}
-
-static void launch_part(void *vctx, int part, int nparts)
-{
-  const launch *la = vctx;
-  if (la->la_rank == 0) {
-    if (part == 0)
-      launch_range(la, 0, 1);
-    return;
-  }
-  int64_t start, end;
-  part_range(la->la_sizes[0], part, nparts, &start, &end);
-  launch_range(la, start, end - start);
-}
-
-/* -- fuse ------------------------------------------------------------------------ */
-
-static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
-{
-  static char *kwlist[] = {"graph", "rows", "gemm", "linear_act", NULL};
-  PyObject *arg;
-  int rows = 0, gemm = 0, linear_act = 0;
-  (void)self;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|ppp:fuse", kwlist, &arg, &rows, &gemm, &linear_act))
-    return NULL;
-  tn_graph *g = tn_py_graph_get(arg);
-  tn_fusion *f = NULL;
-  PyObject *res = NULL;
-  if (!g)
-    return NULL;
-  int rc = tn_fuse_graph(g, (rows ? TN_FUSE_ROWS : 0) | (gemm ? TN_FUSE_GEMM : 0) |
-                              (linear_act ? TN_FUSE_LINEAR_ACT : 0), &f);
-  if (rc != TN_OK)
-    return PyErr_NoMemory();
-  res = PyList_New(0);
-  for (uint32_t i = 0; res && i < tn_fusion_count(f); i++) {
-    const tn_fgroup *grp = tn_fusion_group(f, i);
-    char *src = NULL;
-    if (tn_codegen_kernel(grp, &src) != TN_OK) {
-      Py_CLEAR(res);
-      PyErr_NoMemory();
-      break;
-    }
-    PyObject *kinds = PyList_New(grp->fg_noutputs);
-    for (uint32_t o = 0; kinds && o < grp->fg_noutputs; o++)
-      PyList_SET_ITEM(kinds, o, PyLong_FromLong(grp->fg_out_kinds[o]));
-    /* a GEMM group's callers pass the two matrices where the kernel loads their product */
-    int gemm_grp = grp->fg_gemm_a >= 0;
-    PyObject *ins = tn_py_ids_list(grp->fg_inputs + gemm_grp, grp->fg_ninputs - (uint32_t)gemm_grp);
-    if (ins && gemm_grp) {
-      int32_t ab[2] = {grp->fg_gemm_a, grp->fg_gemm_b};
-      PyObject *front = tn_py_ids_list(ab, 2);
-      if (!front || PyList_SetSlice(ins, 0, 0, front) < 0)
-        Py_CLEAR(ins);
-      Py_XDECREF(front);
-    }
-    /* a lone mm: the product is the result, no epilogue runs */
-    int epilogue = !gemm_grp || grp->fg_nnodes > 1 || tn_graph_node(g, grp->fg_nodes[0])->no_op != TN_OP_mm;
-    uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
-    PyObject *dts = PyList_New(nops);
-    for (uint32_t o = 0; dts && o < nops; o++) {
-      PyObject *name = PyUnicode_FromString(tn_dtype_name(grp->fg_odtypes[o]));
-      if (!name)
-        Py_CLEAR(dts);
-      else
-        PyList_SET_ITEM(dts, o, name);
-    }
-    /* outputs laid out otherwise than contiguous: their strides (else None) */
-    PyObject *ostr = dts ? PyList_New(grp->fg_noutputs) : NULL;
-    for (uint32_t o = 0; ostr && o < grp->fg_noutputs; o++) {
-      const tn_meta *m = &tn_graph_value(g, grp->fg_outputs[o])->va_meta;
-      PyObject *t = tn_fuse_contiguous(m) ? Py_NewRef(Py_None) : PyTuple_New(m->me_rank);
-      for (int dd = 0; t && t != Py_None && dd < m->me_rank; dd++) {
-        PyObject *v = PyLong_FromLongLong(m->me_strides[dd].si_val);
-        if (!v)
-          Py_CLEAR(t);
-        else
-          PyTuple_SET_ITEM(t, dd, v);
-      }
-      if (!t)
-        Py_CLEAR(ostr);
-      else
-        PyList_SET_ITEM(ostr, o, t);
-    }
-    /* gathers: [table operand, index operand, dim (-1: whole rows)] */
-    PyObject *gat = ostr ? PyList_New(0) : NULL;
-    for (uint32_t o = 0; gat && o < grp->fg_ninputs; o++) {
-      PyObject *pair = grp->fg_gather[o] >= 0 ? Py_BuildValue("[iii]", (int)o, grp->fg_gather[o], grp->fg_gather_dim[o])
-                                              : NULL;
-      if (grp->fg_gather[o] >= 0 && (!pair || PyList_Append(gat, pair) < 0))
-        Py_CLEAR(gat);
-      Py_XDECREF(pair);
-    }
-    if (ostr && !gat)
-      Py_CLEAR(ostr);
-    if (dts && !ostr)
-      Py_CLEAR(dts);
-    PyObject *d = kinds && ins && dts
-                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
-                                    tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
-                                    tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
-                                    "out_strides", ostr, "gathers", gat,
-                                    "donors", tn_py_ids_list(grp->fg_donor, grp->fg_noutputs),
-                                    "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
-                                    grp->fg_nonempty ? Py_True : Py_False, "gemm", gemm_grp ? Py_True : Py_False,
-                                    "epilogue", epilogue ? Py_True : Py_False)
-                    : NULL;
-    if (!kinds || !ins || !dts) { /* Py_BuildValue, when called, consumed all five */
-      Py_XDECREF(kinds);
-      Py_XDECREF(ins);
-      Py_XDECREF(dts);
-      Py_XDECREF(ostr);
-      Py_XDECREF(gat);
-    }
-    free(src);
-    if (!d || PyList_Append(res, d) < 0)
-      Py_CLEAR(res);
-    Py_XDECREF(d);
-  }
-  tn_fusion_free(f);
-  return res;
-}
 
 /* -- Kernel -------------------------------------------------------------------------- */
 
@@ -343,12 +122,12 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
   PyObject *views_arg = Py_None, *donors_arg = Py_None, *into_arg = Py_None;
   kernel_view *views = NULL;
-  int donors[KERNEL_MAX_OPERANDS], into_dim[KERNEL_MAX_OPERANDS], ninto = 0;
-  int64_t into_off[KERNEL_MAX_OPERANDS];
-  int strided = 0, ngathers = 0, gathers[KERNEL_MAX_OPERANDS][3];
-  int isz[KERNEL_MAX_OPERANDS];
+  int donors[TN_LAUNCH_MAX_OPERANDS], into_dim[TN_LAUNCH_MAX_OPERANDS], ninto = 0;
+  int64_t into_off[TN_LAUNCH_MAX_OPERANDS];
+  int strided = 0, ngathers = 0, gathers[TN_LAUNCH_MAX_OPERANDS][3];
+  int isz[TN_LAUNCH_MAX_OPERANDS];
   int nin, nout, rdims = 0, nonempty = 0, gemm = 0, epilogue = 1;
-  uint8_t kinds[KERNEL_MAX_OPERANDS] = {0};
+  uint8_t kinds[TN_LAUNCH_MAX_OPERANDS] = {0};
   char err[2048];
   tn_tcc_unit *u = NULL;
   int rc;
@@ -362,9 +141,9 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   if (!epilogue && (!gemm || nin != 2 || nout != 1))
     return PyErr_Format(PyExc_ValueError, "only a GEMM kernel of two inputs and one output can skip its epilogue");
   nin -= gemm; /* the kernel loads their product as one operand */
-  if (nin < 1 || nout < 1 || nin + nout > KERNEL_MAX_OPERANDS)
+  if (nin < 1 || nout < 1 || nin + nout > TN_LAUNCH_MAX_OPERANDS)
     return PyErr_Format(PyExc_ValueError, "a kernel takes 1..%d operands, got %d + %d",
-                        KERNEL_MAX_OPERANDS, nin, nout);
+                        TN_LAUNCH_MAX_OPERANDS, nin, nout);
   if (rdims < 0 || rdims > TN_MAX_RANK)
     return PyErr_Format(PyExc_ValueError, "reduce_dims must lie in [0, %d], got %d", TN_MAX_RANK, rdims);
   if (kinds_arg != Py_None) {
@@ -549,7 +328,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
     goto done;
   }
-  kernel_fn fn = (kernel_fn)tn_tcc_get(u, "tn_kernel");
+  tn_launch_fn fn = (tn_launch_fn)tn_tcc_get(u, "tn_kernel");
   if (!fn) {
     PyErr_Format(PyExc_RuntimeError, "generated kernel has no tn_kernel");
     goto done;
@@ -612,15 +391,13 @@ static void Kernel_dealloc(PyObject *o)
   Py_DECREF(tp);
 }
 
-
 /* Interned names of the tensor attributes a launch reads (made once, at
 ** module init: a lookup by interned name skips building a string). */
-static PyObject *str_dtype, *str_shape, *str_stride, *str_data_ptr;
+static PyObject *str_dtype, *str_shape, *str_stride;
+PyObject *tn_py_str_data_ptr;
 
-/* Reads tensor t's shape, stride and data pointer; t is input i of the
-** call and must be of the dtype of kernel operand op. */
-static int read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_t *sizes, int64_t *strides, int *rank,
-                       void **data)
+int tn_py_kernel_read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_t *sizes, int64_t *strides,
+                             int *rank, void **data)
 {
   PyObject *dtype = PyObject_GetAttr(t, str_dtype), *want = PyTuple_GET_ITEM(k->ke_dtypes, op);
   if (!dtype)
@@ -633,7 +410,7 @@ static int read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_t *siz
   }
   PyObject *shape = PyObject_GetAttr(t, str_shape);
   PyObject *stride = shape ? PyObject_CallMethodNoArgs(t, str_stride) : NULL;
-  PyObject *ptr = stride ? PyObject_CallMethodNoArgs(t, str_data_ptr) : NULL;
+  PyObject *ptr = stride ? PyObject_CallMethodNoArgs(t, tn_py_str_data_ptr) : NULL;
   int rc = -1, srank;
   if (ptr && read_ints(shape, sizes, rank) == 0 && read_ints(stride, strides, &srank) == 0) {
     *data = PyLong_AsVoidPtr(ptr);
@@ -660,114 +437,14 @@ static PyObject *shape_tuple(const int64_t *sizes, int n, int ones)
   return t;
 }
 
-/* The stride that walks dims [from, rank) of an operand (strides st, 0
-** where it broadcasts) as one run, or -1 when they do not form one. */
-static int64_t run_stride(const int64_t *st, const int64_t *shape, int from, int rank)
+/* tn_pool_run with the GIL released: the index checks' parts. */
+static int pool_run_nogil(void (*fn)(void *ctx, int part, int nparts), void *ctx, int nparts)
 {
-  int64_t first = 0, expect = -1;
-  for (int d = rank - 1; d >= from; d--) {
-    if (shape[d] == 1)
-      continue;
-    if (expect >= 0 && st[d] != expect)
-      return -1;
-    if (expect < 0)
-      first = st[d];
-    expect = st[d] * shape[d];
-  }
-  return first;
-}
-
-/* Reorders the dims of a pointwise launch (shape and every operand's
-** strides) so that the first output's strides decrease: a transposed
-** result is then written, and its transposed inputs read, at unit stride.
-** key holds that output's strides (a row of bst, copied first). */
-static void iteration_order(int64_t *shape, int64_t (*bst)[TN_MAX_RANK], int nops, int rank, const int64_t *key)
-{
-  int perm[TN_MAX_RANK];
-  int64_t k[TN_MAX_RANK], tmp[TN_MAX_RANK];
-  for (int d = 0; d < rank; d++) {
-    perm[d] = d;
-    k[d] = shape[d] == 1 ? INT64_MAX : key[d]; /* size-1 dims go outermost, where they cost nothing */
-  }
-  for (int i = 1; i < rank; i++) /* stable insertion sort, by stride decreasing */
-    for (int j = i; j > 0 && k[perm[j - 1]] < k[perm[j]]; j--) {
-      int t = perm[j];
-      perm[j] = perm[j - 1];
-      perm[j - 1] = t;
-    }
-  for (int d = 0; d < rank; d++)
-    tmp[d] = shape[perm[d]];
-  memcpy(shape, tmp, sizeof(int64_t) * (size_t)rank);
-  for (int p = 0; p < nops; p++) {
-    for (int d = 0; d < rank; d++)
-      tmp[d] = bst[p][perm[d]];
-    memcpy(bst[p], tmp, sizeof(int64_t) * (size_t)rank);
-  }
-}
-
-/* An index tensor being checked: the rows (all dims but the innermost)
-** split across threads; each part records its first bad row. */
-typedef struct index_check {
-  const char *ic_data;
-  const int64_t *ic_sizes, *ic_strides;
-  int ic_rank, ic_isz;
-  int64_t ic_lim, ic_outer, ic_inner;
-  int64_t ic_bad_row[64]; /* per part: the first row with a bad index, or -1 */
-} index_check;
-
-/* Byte offset of row o (an index over all dims but the innermost). */
-static int64_t check_row_offset(const index_check *c, int64_t o)
-{
-  int64_t off = 0;
-  for (int d = c->ic_rank - 2; d >= 0; d--) {
-    off += o % c->ic_sizes[d] * c->ic_strides[d];
-    o /= c->ic_sizes[d];
-  }
-  return off * c->ic_isz;
-}
-
-static void check_part(void *vctx, int part, int nparts)
-{
-  index_check *c = vctx;
-  int64_t start, end, ist = c->ic_rank ? c->ic_strides[c->ic_rank - 1] : 0;
-  part_range(c->ic_outer, part, nparts, &start, &end);
-  c->ic_bad_row[part] = -1;
-  for (int64_t o = start; o < end; o++)
-    if (tn_rt_index_scan(c->ic_data + check_row_offset(c, o), ist, c->ic_isz, c->ic_lim, c->ic_inner) >= 0) {
-      c->ic_bad_row[part] = o;
-      return;
-    }
-}
-
-/* Whether every element of an index tensor (sizes, strides in elements,
-** elements of isz bytes: int64 or int32) lies in [0, n); if not, *bad is
-** the first that does not. Rows are scanned with the runtime's vectorised
-** tn_rt_index_scan, a large tensor's on the kernel threads, so that
-** checking costs a fraction of the kernel it guards. */
-static int indices_in_range(const void *data, const int64_t *sizes, const int64_t *strides, int rank, int isz,
-                            int64_t n, int64_t *bad)
-{
-  index_check c = {data, sizes, strides, rank, isz, n, 1, rank ? sizes[rank - 1] : 1, {0}};
-  for (int d = 0; d + 1 < rank; d++)
-    c.ic_outer *= sizes[d];
-  if (c.ic_inner == 0 || c.ic_outer == 0)
-    return 1;
-  int parts = split_parts(c.ic_outer * c.ic_inner, 4 * KERNEL_PART_ELEMENTS, c.ic_outer);
-  if (parts > 1) {
-    Py_BEGIN_ALLOW_THREADS
-    parts = tn_pool_run(check_part, &c, parts);
-    Py_END_ALLOW_THREADS
-  } else {
-    check_part(&c, 0, 1);
-  }
-  for (int part = 0; part < parts; part++)
-    if (c.ic_bad_row[part] >= 0) {
-      const char *row = c.ic_data + check_row_offset(&c, c.ic_bad_row[part]);
-      int64_t ist = rank ? strides[rank - 1] : 0, e = tn_rt_index_scan(row, ist, isz, n, c.ic_inner);
-      *bad = isz == 8 ? *(const int64_t *)(row + e * ist * isz) : *(const int32_t *)(row + e * ist * isz);
-      return 0;
-    }
-  return 1;
+  int parts;
+  Py_BEGIN_ALLOW_THREADS
+  parts = tn_pool_run(fn, ctx, nparts);
+  Py_END_ALLOW_THREADS
+  return parts;
 }
 
 /* Element gather gi of k (aten.gather along dim): checks its indices
@@ -790,7 +467,8 @@ static int gather_elements(KernelObject *k, int gi, int64_t (*sizes)[TN_MAX_RANK
                    "than self [%lld] apart from dimension %d", d, (long long)sizes[q][d], (long long)sizes[t][d], dim);
       return -1;
     }
-  if (!indices_in_range(ptrs[q], sizes[q], strides[q], r, k->ke_isz[q], sizes[t][dim], &bad)) {
+  if (!tn_launch_indices_in_range(ptrs[q], sizes[q], strides[q], r, k->ke_isz[q], sizes[t][dim], &bad,
+                                  pool_run_nogil)) {
     PyErr_Format(PyExc_RuntimeError, "index %lld is out of bounds for dimension %d with size %lld", (long long)bad, dim,
                  (long long)sizes[t][dim]);
     return -1;
@@ -818,7 +496,8 @@ static int gather_operands(KernelObject *k, int gi, int64_t (*sizes)[TN_MAX_RANK
     PyErr_Format(PyExc_ValueError, "kernel gather %d: a table of rank %d indexed by rank %d", gi, tr, ir);
     return -1;
   }
-  if (!indices_in_range(ptrs[q], sizes[q], strides[q], ir, k->ke_isz[q], sizes[t][0], &bad)) {
+  if (!tn_launch_indices_in_range(ptrs[q], sizes[q], strides[q], ir, k->ke_isz[q], sizes[t][0], &bad,
+                                  pool_run_nogil)) {
     PyErr_SetString(PyExc_IndexError, "index out of range in self");
     return -1;
   }
@@ -864,7 +543,7 @@ static int into_slice(KernelObject *k, int j, PyObject *t, const int64_t *shape,
   int64_t sizes[TN_MAX_RANK];
   int trank, dim = k->ke_into_dim[j], op = k->ke_ninputs + j;
   int64_t off = k->ke_into_off[j];
-  if (read_tensor(k, t, op, op, sizes, st, &trank, data) < 0)
+  if (tn_py_kernel_read_tensor(k, t, op, op, sizes, st, &trank, data) < 0)
     return -1;
   int ok = trank == rank && dim < rank;
   for (int d = 0; ok && d < rank; d++)
@@ -878,30 +557,14 @@ static int into_slice(KernelObject *k, int j, PyObject *t, const int64_t *shape,
   return 0;
 }
 
-/* A launch, ready to run: its operands read, its outputs allocated. */
-typedef struct prepared {
-  launch pr_la;
-  int pr_rank;                  /* of the iteration space, before coalescing */
-  int64_t pr_shape[TN_MAX_RANK]; /* the iteration space */
-  int64_t pr_numel;             /* elements of the iteration space */
-  int pr_run;                   /* whether there is anything to compute */
-  int64_t pr_csizes[TN_MAX_RANK];
-  int64_t pr_st[KERNEL_MAX_OPERANDS * TN_MAX_RANK], pr_cst[KERNEL_MAX_OPERANDS];
-  void *pr_ptrs[KERNEL_MAX_OPERANDS];
-  PyObject *pr_held; /* operands copied for the launch, or NULL */
-} prepared;
-
-/* Reads k's input tensors (args), allocates its outputs and fills p.
-** Returns the tuple of outputs (new reference) or NULL with an exception
-** set; either way the caller releases p->pr_held. */
-static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
+PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared *p)
 {
   int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims, ninto = 0;
-  int64_t in_sizes[KERNEL_MAX_OPERANDS][TN_MAX_RANK], in_strides[KERNEL_MAX_OPERANDS][TN_MAX_RANK];
-  int64_t rowst[KERNEL_MAX_OPERANDS];
-  int in_rank[KERNEL_MAX_OPERANDS];
+  int64_t in_sizes[TN_LAUNCH_MAX_OPERANDS][TN_MAX_RANK], in_strides[TN_LAUNCH_MAX_OPERANDS][TN_MAX_RANK];
+  int64_t rowst[TN_LAUNCH_MAX_OPERANDS];
+  int in_rank[TN_LAUNCH_MAX_OPERANDS];
   int64_t *shape = p->pr_shape;
-  int64_t bst[KERNEL_MAX_OPERANDS][TN_MAX_RANK]; /* per operand, per dim of the iteration space */
+  int64_t bst[TN_LAUNCH_MAX_OPERANDS][TN_MAX_RANK]; /* per operand, per dim of the iteration space */
   int64_t *st = p->pr_st, *cst = p->pr_cst, *csizes = p->pr_csizes;
   void **ptrs = p->pr_ptrs;
   PyObject *outs = NULL, *shape_t = NULL, *held = NULL;
@@ -910,7 +573,8 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   p->pr_run = 0;
 
   for (int i = 0; i < k->ke_ninputs; i++)
-    if (read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0 ||
+    if (tn_py_kernel_read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i],
+                                 &ptrs[i]) < 0 ||
         (k->ke_views && k->ke_views[i].kv_on &&
          apply_view(&k->ke_views[i], i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i], k->ke_isz[i]) < 0))
       return NULL;
@@ -948,7 +612,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
         int di = d - (rank - in_rank[i]);
         bst[i][d] = di < 0 || (in_sizes[i][di] == 1 && shape[d] != 1) ? 0 : in_strides[i][di];
       }
-      cst[i] = rdims ? run_stride(bst[i], shape, rrank, rank) : 0;
+      cst[i] = rdims ? tn_launch_run_stride(bst[i], shape, rrank, rank) : 0;
       if (cst[i] >= 0)
         break;
       /* a row that is not one strided run: materialise this operand */
@@ -958,7 +622,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
       if (!held && c)
         held = PyList_New(0);
       if (!c || !held || PyList_Append(held, c) < 0 ||
-          read_tensor(k, c, i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0) {
+          tn_py_kernel_read_tensor(k, c, i, i, in_sizes[i], in_strides[i], &in_rank[i], &ptrs[i]) < 0) {
         Py_XDECREF(c);
         goto error;
       }
@@ -1007,7 +671,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
         goto error;
       }
     PyTuple_SET_ITEM(outs, j, t);
-    PyObject *ptr = PyObject_CallMethodNoArgs(t, str_data_ptr);
+    PyObject *ptr = PyObject_CallMethodNoArgs(t, tn_py_str_data_ptr);
     if (!ptr)
       goto error;
     ptrs[k->ke_ninputs + j] = PyLong_AsVoidPtr(ptr);
@@ -1026,12 +690,12 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
     cst[k->ke_ninputs + j] = kind == TN_FO_FULL ? 1 : 0;
   }
   if (k->ke_strided && !k->ke_ngathers) /* gathers need their index's dims outermost */
-    iteration_order(shape, bst, nops, rank, bst[k->ke_ninputs]);
+    tn_launch_iteration_order(shape, bst, nops, rank, bst[k->ke_ninputs]);
 
   /* coalesce the rows' dims: merge dim d into d+1 when every operand steps
   ** through both as one */
   int crank = 0;
-  int64_t cstr[KERNEL_MAX_OPERANDS * TN_MAX_RANK];
+  int64_t cstr[TN_LAUNCH_MAX_OPERANDS * TN_MAX_RANK];
   for (int d = 0; d < rrank; d++) {
     if (shape[d] == 1 && rrank > 1 && !k->ke_ngathers) /* a gather's rows stay innermost, even of 1 */
       continue;
@@ -1054,7 +718,7 @@ static PyObject *kernel_prepare(KernelObject *k, PyObject *args, prepared *p)
   for (int p = 0; p < nops; p++) /* the kernel's layout: strides[p * rank + d] */
     for (int d = 0; d < crank; d++)
       st[p * crank + d] = cstr[p * TN_MAX_RANK + d];
-  p->pr_la = (launch){k->ke_fn, crank, nops, k->ke_isz, csizes, ptrs, st, cols, cst};
+  p->pr_la = (tn_launch){k->ke_fn, crank, nops, k->ke_isz, csizes, ptrs, st, cols, cst};
   p->pr_rank = rank;
   p->pr_numel = rows * cols;
   p->pr_run = rows > 0 && (p->pr_numel > 0 || rdims > 0);
@@ -1068,256 +732,28 @@ error:
   return NULL;
 }
 
-/* Runs a prepared launch, split across threads when it is large. */
-static void kernel_execute(const prepared *p)
+void tn_py_kernel_execute(const kernel_prepared *p)
 {
-  const launch *la = &p->pr_la;
+  const tn_launch *la = &p->pr_la;
   if (!p->pr_run)
     return;
-  int parts = split_parts(p->pr_numel, KERNEL_PART_ELEMENTS, la->la_rank == 0 ? 1 : la->la_sizes[0]);
+  int parts =
+      tn_launch_split_parts(p->pr_numel, TN_LAUNCH_PART_ELEMENTS, la->la_rank == 0 ? 1 : la->la_sizes[0]);
   if (p->pr_numel >= KERNEL_NOGIL_ELEMENTS) {
     Py_BEGIN_ALLOW_THREADS
-    tn_pool_run(launch_part, (void *)la, parts);
+    tn_pool_run(tn_launch_part, (void *)la, parts);
     Py_END_ALLOW_THREADS
   } else {
-    launch_range(la, 0, la->la_rank == 0 ? 1 : la->la_sizes[0]);
+    tn_launch_range(la, 0, la->la_rank == 0 ? 1 : la->la_sizes[0]);
   }
 }
 
 static PyObject *kernel_run(KernelObject *k, PyObject *args)
 {
-  prepared p;
-  PyObject *outs = kernel_prepare(k, args, &p);
+  kernel_prepared p;
+  PyObject *outs = tn_py_kernel_prepare(k, args, &p);
   if (outs)
-    kernel_execute(&p);
-  Py_XDECREF(p.pr_held);
-  return outs;
-}
-
-/* -- GEMM ------------------------------------------------------------------ */
-
-/* Fortran sgemm (LP64), column-major; torch's own (MKL) when registered. */
-typedef void (*sgemm_fn)(const char *ta, const char *tb, const int *m, const int *n, const int *k, const float *alpha,
-                         const float *a, const int *lda, const float *b, const int *ldb, const float *beta, float *c,
-                         const int *ldc);
-static sgemm_fn kernel_sgemm;
-
-/* How BLAS reads row-major matrix x (r x c, strides sr, sc) as the
-** column-major operand x^T: 'N' with ld = sr when rows are contiguous,
-** 'T' with ld = sc when columns are. 0 when neither. */
-static char blas_layout(int64_t r, int64_t c, int64_t sr, int64_t sc, int *ld)
-{
-  if (c == 1)
-    sc = 1;
-  if (r == 1)
-    sr = c;
-  if (sc == 1 && sr >= (c > 1 ? c : 1) && sr <= INT32_MAX) {
-    *ld = (int)sr;
-    return 'N';
-  }
-  if (sr == 1 && sc >= (r > 1 ? r : 1) && sc <= INT32_MAX) {
-    *ld = (int)sc;
-    return 'T';
-  }
-  return 0;
-}
-
-/* Multiply-adds below which a GEMM runs as one BLAS call. */
-#define GEMM_PART_FLOPS (1 << 21)
-/* Fewest rows (columns) of the result a part of a split GEMM computes. */
-#define GEMM_PART_ROWS 32
-#define GEMM_PART_COLS 64
-
-/* One GEMM c = a b (row-major, m x n) as column-major BLAS sees it:
-** c^T = b^T a^T, and the fused epilogue to run over each finished part. */
-typedef struct gemm_job {
-  char gj_lay[2]; /* blas_layout of a and b */
-  int gj_ld[2], gj_m, gj_n, gj_k, gj_ldc;
-  const float *gj_a, *gj_b;
-  float *gj_c;
-  int64_t gj_batch;       /* products (bmm: the batch; 1 for mm) */
-  int64_t gj_bst[2];      /* elements from one product's a (b) to the next's */
-  int gj_split_cols;      /* parts are column (else row) ranges of c */
-  const launch *gj_epi;   /* run over each row part as soon as it is done; or NULL */
-  int64_t gj_epi_per_row; /* units of the epilogue's outer dim per row of c */
-} gemm_job;
-
-/* Computes rows [r0, r1) and columns [c0, c1) of c with one BLAS call. */
-static void gemm_block(const gemm_job *j, int r0, int r1, int c0, int c1)
-{
-  const float one = 1.0f, zero = 0.0f;
-  int m = r1 - r0, n = c1 - c0;
-  /* row r of a starts at r * lda ('N': rows contiguous) or at r ('T') */
-  const float *a = j->gj_a + (int64_t)r0 * (j->gj_lay[0] == 'N' ? j->gj_ld[0] : 1);
-  const float *b = j->gj_b + (int64_t)c0 * (j->gj_lay[1] == 'N' ? 1 : j->gj_ld[1]);
-  kernel_sgemm(&j->gj_lay[1], &j->gj_lay[0], &n, &m, &j->gj_k, &one, b, &j->gj_ld[1], a, &j->gj_ld[0], &zero,
-               j->gj_c + (int64_t)r0 * j->gj_ldc + c0, &j->gj_ldc);
-}
-
-static void gemm_part(void *vctx, int part, int nparts)
-{
-  const gemm_job *j = vctx;
-  int total = j->gj_split_cols ? j->gj_n : j->gj_m;
-  int align = j->gj_split_cols ? 16 : 8; /* whole register blocks of the BLAS kernels */
-  int chunk = ((total + nparts - 1) / nparts + align - 1) / align * align;
-  int from = chunk * part, to = from + chunk < total ? from + chunk : total;
-  if (from >= to)
-    return;
-  if (j->gj_split_cols) {
-    gemm_block(j, 0, j->gj_m, from, to);
-  } else {
-    gemm_block(j, from, to, 0, j->gj_n);
-    if (j->gj_epi) /* while the part is in this core's cache */
-      launch_range(j->gj_epi, from * j->gj_epi_per_row, (to - from) * j->gj_epi_per_row);
-  }
-}
-
-/* Reads matrices a (m x k) and b (k x n) into j and allocates their
-** product, a new contiguous m x n tensor (returned). A layout BLAS cannot
-** read is copied contiguous first; held[] keeps such copies. */
-static PyObject *gemm_plan(KernelObject *k, PyObject *a, PyObject *b, gemm_job *j, PyObject **held)
-{
-  int64_t sz[2][TN_MAX_RANK], st[2][TN_MAX_RANK];
-  int rank[2];
-  void *data[2];
-  PyObject *mats[2] = {a, b};
-  if (!kernel_sgemm)
-    return PyErr_Format(PyExc_RuntimeError, "no BLAS sgemm is registered");
-  memset(j, 0, sizeof *j);
-  for (int i = 0; i < 2; i++) {
-    for (int pass = 0; pass < 2 && !j->gj_lay[i]; pass++) {
-      if (read_tensor(k, mats[i], i, 0, sz[i], st[i], &rank[i], &data[i]) < 0)
-        return NULL;
-      if (rank[i] != 2 && rank[i] != 3)
-        return PyErr_Format(PyExc_ValueError, "GEMM operand %d must be a matrix or a batch of them, got rank %d",
-                            i, rank[i]);
-      if (rank[i] == 2) { /* a matrix: one product, as a batch of one */
-        memmove(sz[i] + 1, sz[i], 2 * sizeof(int64_t));
-        memmove(st[i] + 1, st[i], 2 * sizeof(int64_t));
-        sz[i][0] = 1;
-        st[i][0] = 0;
-      }
-      j->gj_lay[i] = blas_layout(sz[i][1], sz[i][2], st[i][1], st[i][2], &j->gj_ld[i]);
-      if (!j->gj_lay[i] && pass == 0) {
-        if (!(held[i] = PyObject_CallMethod(mats[i], "contiguous", NULL)))
-          return NULL;
-        mats[i] = held[i];
-      }
-    }
-  }
-  if (rank[0] != rank[1] || sz[0][0] != sz[1][0] || sz[0][2] != sz[1][1] || sz[0][1] > INT32_MAX ||
-      sz[1][2] > INT32_MAX || sz[0][2] > INT32_MAX)
-    return PyErr_Format(PyExc_ValueError, "GEMM shapes (%lld x %lld x %lld) @ (%lld x %lld x %lld) do not fit",
-                        (long long)sz[0][0], (long long)sz[0][1], (long long)sz[0][2], (long long)sz[1][0],
-                        (long long)sz[1][1], (long long)sz[1][2]);
-  j->gj_batch = sz[0][0];
-  j->gj_bst[0] = st[0][0];
-  j->gj_bst[1] = st[1][0];
-  j->gj_m = (int)sz[0][1];
-  j->gj_k = (int)sz[0][2];
-  j->gj_n = (int)sz[1][2];
-  j->gj_ldc = j->gj_n > 1 ? j->gj_n : 1;
-  j->gj_a = data[0];
-  j->gj_b = data[1];
-  PyObject *shape = rank[0] == 3 ? Py_BuildValue("((Lii))", (long long)j->gj_batch, j->gj_m, j->gj_n)
-                                 : Py_BuildValue("((ii))", j->gj_m, j->gj_n);
-  PyObject *res = shape ? PyObject_Call(k->ke_empty, shape, PyTuple_GET_ITEM(k->ke_empty_kws, 0)) : NULL;
-  Py_XDECREF(shape);
-  PyObject *ptr = res ? PyObject_CallMethodNoArgs(res, str_data_ptr) : NULL;
-  j->gj_c = ptr ? PyLong_AsVoidPtr(ptr) : NULL; /* NULL for an empty result */
-  Py_XDECREF(ptr);
-  if (!ptr || PyErr_Occurred())
-    Py_CLEAR(res);
-  return res;
-}
-
-/* Products [part * chunk, ...) of a batched GEMM, each whole, one BLAS
-** call each. */
-static void gemm_batch_part(void *vctx, int part, int nparts)
-{
-  gemm_job j = *(const gemm_job *)vctx;
-  int64_t start, end;
-  part_range(j.gj_batch, part, nparts, &start, &end);
-  const float *a = j.gj_a, *b = j.gj_b;
-  float *c = j.gj_c;
-  for (int64_t p = start; p < end; p++) {
-    j.gj_a = a + p * j.gj_bst[0];
-    j.gj_b = b + p * j.gj_bst[1];
-    j.gj_c = c + p * (int64_t)j.gj_m * j.gj_n;
-    gemm_block(&j, 0, j.gj_m, 0, j.gj_n);
-  }
-}
-
-/* How many parts a GEMM splits into, and along which dimension. */
-static int gemm_parts(gemm_job *j)
-{
-  j->gj_split_cols = j->gj_m < 2 * GEMM_PART_ROWS && j->gj_n >= j->gj_m;
-  return split_parts((int64_t)j->gj_m * j->gj_n * j->gj_k, GEMM_PART_FLOPS,
-                     j->gj_split_cols ? j->gj_n / GEMM_PART_COLS : j->gj_m / GEMM_PART_ROWS);
-}
-
-/* A GEMM kernel's call: the product of args[0] and args[1], then the
-** epilogue over (product, args[2:]). When the product splits by rows,
-** each thread runs the epilogue over its rows right after computing them. */
-static PyObject *gemm_run(KernelObject *k, PyObject *args)
-{
-  gemm_job j;
-  prepared p;
-  PyObject *held[2] = {NULL, NULL}, *outs = NULL;
-  Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-  p.pr_held = NULL;
-  PyObject *kargs = PyTuple_New(nargs - 1);
-  PyObject *prod = kargs ? gemm_plan(k, PyTuple_GET_ITEM(args, 0), PyTuple_GET_ITEM(args, 1), &j, held) : NULL;
-  if (!prod)
-    goto done;
-  PyTuple_SET_ITEM(kargs, 0, prod);
-  for (Py_ssize_t i = 2; i < nargs; i++)
-    PyTuple_SET_ITEM(kargs, i - 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
-  if (!k->ke_epilogue) {
-    outs = PyTuple_Pack(1, prod);
-  } else if (!(outs = kernel_prepare(k, kargs, &p))) {
-    goto done;
-  }
-  int parts = gemm_parts(&j);
-  const launch *la = &p.pr_la;
-  /* the epilogue follows the product's rows when its space is the product's */
-  if (k->ke_epilogue && p.pr_run && !j.gj_split_cols && p.pr_rank == 2 && p.pr_shape[0] == j.gj_m &&
-      p.pr_shape[1] == j.gj_n && la->la_rank >= 1 && la->la_rank <= 2 &&
-      la->la_sizes[0] == (la->la_rank == 2 ? j.gj_m : (int64_t)j.gj_m * j.gj_n)) {
-    j.gj_epi = la;
-    j.gj_epi_per_row = la->la_rank == 2 ? 1 : j.gj_n;
-  }
-  if (j.gj_batch != 1 && (int64_t)j.gj_m * j.gj_n > 0 && j.gj_batch > 0) { /* bmm: whole products per part */
-    j.gj_epi = NULL;
-    if (j.gj_k == 0) {
-      memset(j.gj_c, 0, sizeof(float) * (size_t)(j.gj_batch * j.gj_m * j.gj_n));
-    } else {
-      int bparts = split_parts(j.gj_batch * j.gj_m * j.gj_n * j.gj_k, GEMM_PART_FLOPS, j.gj_batch);
-      Py_BEGIN_ALLOW_THREADS
-      tn_pool_run(gemm_batch_part, &j, bparts);
-      Py_END_ALLOW_THREADS
-    }
-  } else if ((int64_t)j.gj_m * j.gj_n > 0 && j.gj_batch == 1) {
-    if (j.gj_k == 0) {
-      memset(j.gj_c, 0, sizeof(float) * (size_t)j.gj_m * (size_t)j.gj_n);
-      j.gj_epi = NULL;
-    } else {
-      Py_BEGIN_ALLOW_THREADS
-      if (parts == 1) {
-        gemm_block(&j, 0, j.gj_m, 0, j.gj_n);
-        j.gj_epi = NULL;
-      } else {
-        tn_pool_run(gemm_part, &j, parts);
-      }
-      Py_END_ALLOW_THREADS
-    }
-  }
-  if (k->ke_epilogue && !j.gj_epi)
-    kernel_execute(&p);
-done:
-  Py_XDECREF(kargs);
-  Py_XDECREF(held[0]);
-  Py_XDECREF(held[1]);
+    tn_py_kernel_execute(&p);
   Py_XDECREF(p.pr_held);
   return outs;
 }
@@ -1330,7 +766,7 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
     return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
   if (PyTuple_GET_SIZE(args) != nargs)
     return PyErr_Format(PyExc_TypeError, "kernel takes %zd tensors, got %zd", nargs, PyTuple_GET_SIZE(args));
-  return k->ke_gemm ? gemm_run(k, args) : kernel_run(k, args);
+  return k->ke_gemm ? tn_py_gemm_run(k, args) : kernel_run(k, args);
 }
 
 static PyObject *py_set_openmp(PyObject *self, PyObject *args)
@@ -1343,16 +779,6 @@ static PyObject *py_set_openmp(PyObject *self, PyObject *args)
   if (PyErr_Occurred())
     return NULL;
   tn_pool_use_openmp(pa, pb, pc);
-  Py_RETURN_NONE;
-}
-
-static PyObject *py_set_sgemm(PyObject *self, PyObject *arg)
-{
-  (void)self;
-  void *p = PyLong_AsVoidPtr(arg);
-  if (!p && PyErr_Occurred())
-    return NULL;
-  kernel_sgemm = (sgemm_fn)p;
   Py_RETURN_NONE;
 }
 
@@ -1397,38 +823,16 @@ static PyObject *py_set_kernel_threads(PyObject *self, PyObject *arg)
     return NULL;
   if (n < 1 || n > 64)
     return PyErr_Format(PyExc_ValueError, "threads must lie in [1, 64], got %ld", n);
-  kernel_threads = (int)n;
+  tn_launch_set_threads((int)n);
   Py_RETURN_NONE;
 }
 
-static PyObject *py_lowered_ops(PyObject *self, PyObject *unused)
-{
-  (void)self;
-  (void)unused;
-  PyObject *l = PyList_New(0);
-  for (int op = 0; l && op < tn_op_count(); op++) {
-    if (!tn_fuse_lowers(op))
-      continue;
-    PyObject *s = PyUnicode_FromString(tn_op_name(op));
-    if (!s || PyList_Append(l, s) < 0)
-      Py_CLEAR(l);
-    Py_XDECREF(s);
-  }
-  return l;
-}
-
 PyMethodDef tn_py_kernel_methods[] = {
-  {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
   {"set_openmp", py_set_openmp, METH_VARARGS,
    "set_openmp(GOMP_parallel, omp_get_thread_num, omp_get_num_threads): addresses of the OpenMP runtime "
    "large launches split across (PyTorch's); 0, 0, 0 for our own pool."},
-  {"set_sgemm", py_set_sgemm, METH_O,
-   "set_sgemm(address): the Fortran sgemm_ (LP64) GEMM kernels call (0 for none)."},
   {"set_kernel_threads", py_set_kernel_threads, METH_O,
    "set_kernel_threads(n): threads a large kernel launch is split across (default 1)."},
-  {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
-   "fuse(graph, rows=False, gemm=False, linear_act=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtypes', 'reduce_dims', "
-   "'out_kinds', 'nonempty', 'gemm', 'epilogue'}] for each fused group."},
   {NULL, NULL, 0, NULL},
 };
 
@@ -1436,7 +840,7 @@ int tn_py_kernel_init(PyObject *m)
 {
   if (!(str_dtype = PyUnicode_InternFromString("dtype")) || !(str_shape = PyUnicode_InternFromString("shape")) ||
       !(str_stride = PyUnicode_InternFromString("stride")) ||
-      !(str_data_ptr = PyUnicode_InternFromString("data_ptr")))
+      !(tn_py_str_data_ptr = PyUnicode_InternFromString("data_ptr")))
     return -1;
   PyObject *t = PyType_FromSpec(&Kernel_spec);
   if (!t)
@@ -1445,3 +849,4 @@ int tn_py_kernel_init(PyObject *m)
   Py_DECREF(t);
   return rc;
 }
+

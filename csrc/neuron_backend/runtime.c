@@ -1074,176 +1074,26 @@ void tn_rt_splat_rows_f32(float *dst, const float *s, int64_t rows, int64_t cols
     tn_rt_fill_f32(dst + r * cols, s[r], cols);
 }
 
+#define TN_RT_SYMBOL(ret, name, params) {#name, (const void *)name},
 static const tn_rt_symbol rt_symbols[] = {
-  {"tn_rt_load_f32", (const void *)tn_rt_load_f32},
-  {"tn_rt_store_f32", (const void *)tn_rt_store_f32},
-  {"tn_rt_load_f16", (const void *)tn_rt_load_f16},
-  {"tn_rt_store_f16", (const void *)tn_rt_store_f16},
-  {"tn_rt_load_bf16", (const void *)tn_rt_load_bf16},
-  {"tn_rt_store_bf16", (const void *)tn_rt_store_bf16},
-  {"tn_rt_fill_f32", (const void *)tn_rt_fill_f32},
-  {"tn_rt_unary_f32", (const void *)tn_rt_unary_f32},
-  {"tn_rt_binary_f32", (const void *)tn_rt_binary_f32},
-  {"tn_rt_binary_s_f32", (const void *)tn_rt_binary_s_f32},
-  {"tn_rt_load_f64", (const void *)tn_rt_load_f64},
-  {"tn_rt_store_f64", (const void *)tn_rt_store_f64},
-  {"tn_rt_fill_f64", (const void *)tn_rt_fill_f64},
-  {"tn_rt_unary_f64", (const void *)tn_rt_unary_f64},
-  {"tn_rt_binary_f64", (const void *)tn_rt_binary_f64},
-  {"tn_rt_binary_s_f64", (const void *)tn_rt_binary_s_f64},
-  {"tn_rt_load_i64", (const void *)tn_rt_load_i64},
-  {"tn_rt_store_i64", (const void *)tn_rt_store_i64},
-  {"tn_rt_load_i32", (const void *)tn_rt_load_i32},
-  {"tn_rt_store_i32", (const void *)tn_rt_store_i32},
-  {"tn_rt_load_i16", (const void *)tn_rt_load_i16},
-  {"tn_rt_store_i16", (const void *)tn_rt_store_i16},
-  {"tn_rt_load_i8", (const void *)tn_rt_load_i8},
-  {"tn_rt_store_i8", (const void *)tn_rt_store_i8},
-  {"tn_rt_load_u8", (const void *)tn_rt_load_u8},
-  {"tn_rt_store_u8", (const void *)tn_rt_store_u8},
-  {"tn_rt_load_b8", (const void *)tn_rt_load_b8},
-  {"tn_rt_store_b8", (const void *)tn_rt_store_b8},
-  {"tn_rt_fill_b8", (const void *)tn_rt_fill_b8},
-  {"tn_rt_unary_b8", (const void *)tn_rt_unary_b8},
-  {"tn_rt_binary_b8", (const void *)tn_rt_binary_b8},
-  {"tn_rt_binary_s_b8", (const void *)tn_rt_binary_s_b8},
-  {"tn_rt_compare_b8", (const void *)tn_rt_compare_b8},
-  {"tn_rt_compare_s_b8", (const void *)tn_rt_compare_s_b8},
-  {"tn_rt_where_b8", (const void *)tn_rt_where_b8},
-  {"tn_rt_fill_i64", (const void *)tn_rt_fill_i64},
-  {"tn_rt_unary_i64", (const void *)tn_rt_unary_i64},
-  {"tn_rt_binary_i64", (const void *)tn_rt_binary_i64},
-  {"tn_rt_binary_s_i64", (const void *)tn_rt_binary_s_i64},
-  {"tn_rt_compare_f32", (const void *)tn_rt_compare_f32},
-  {"tn_rt_compare_s_f32", (const void *)tn_rt_compare_s_f32},
-  {"tn_rt_compare_f64", (const void *)tn_rt_compare_f64},
-  {"tn_rt_compare_s_f64", (const void *)tn_rt_compare_s_f64},
-  {"tn_rt_compare_i64", (const void *)tn_rt_compare_i64},
-  {"tn_rt_compare_s_i64", (const void *)tn_rt_compare_s_i64},
-  {"tn_rt_where_f32", (const void *)tn_rt_where_f32},
-  {"tn_rt_where_f64", (const void *)tn_rt_where_f64},
-  {"tn_rt_where_i64", (const void *)tn_rt_where_i64},
-  {"tn_rt_cast", (const void *)tn_rt_cast},
-  {"tn_rt_gather", (const void *)tn_rt_gather},
-  {"tn_rt_argreduce_f32", (const void *)tn_rt_argreduce_f32},
-  {"tn_rt_argreduce_f64", (const void *)tn_rt_argreduce_f64},
-  {"tn_rt_argreduce_i64", (const void *)tn_rt_argreduce_i64},
-  {"tn_rt_reduce_f32", (const void *)tn_rt_reduce_f32},
-  {"tn_rt_combine", (const void *)tn_rt_combine},
-  {"tn_rt_load2d_f32", (const void *)tn_rt_load2d_f32},
-  {"tn_rt_store2d_f32", (const void *)tn_rt_store2d_f32},
-  {"tn_rt_load2d_f16", (const void *)tn_rt_load2d_f16},
-  {"tn_rt_store2d_f16", (const void *)tn_rt_store2d_f16},
-  {"tn_rt_load2d_bf16", (const void *)tn_rt_load2d_bf16},
-  {"tn_rt_store2d_bf16", (const void *)tn_rt_store2d_bf16},
-  {"tn_rt_load2d_f64", (const void *)tn_rt_load2d_f64},
-  {"tn_rt_store2d_f64", (const void *)tn_rt_store2d_f64},
-  {"tn_rt_load2d_i64", (const void *)tn_rt_load2d_i64},
-  {"tn_rt_store2d_i64", (const void *)tn_rt_store2d_i64},
-  {"tn_rt_load2d_i32", (const void *)tn_rt_load2d_i32},
-  {"tn_rt_store2d_i32", (const void *)tn_rt_store2d_i32},
-  {"tn_rt_load2d_i16", (const void *)tn_rt_load2d_i16},
-  {"tn_rt_store2d_i16", (const void *)tn_rt_store2d_i16},
-  {"tn_rt_load2d_i8", (const void *)tn_rt_load2d_i8},
-  {"tn_rt_store2d_i8", (const void *)tn_rt_store2d_i8},
-  {"tn_rt_load2d_u8", (const void *)tn_rt_load2d_u8},
-  {"tn_rt_store2d_u8", (const void *)tn_rt_store2d_u8},
-  {"tn_rt_load2d_b8", (const void *)tn_rt_load2d_b8},
-  {"tn_rt_store2d_b8", (const void *)tn_rt_store2d_b8},
-  {"tn_rt_reduce_rows_f32", (const void *)tn_rt_reduce_rows_f32},
-  {"tn_rt_binary_rs_f32", (const void *)tn_rt_binary_rs_f32},
-  {"tn_rt_splat_rows_f32", (const void *)tn_rt_splat_rows_f32},
-  {"tn_rt_binary_rb_f32", (const void *)tn_rt_binary_rb_f32},
+  TN_RT_ABI(TN_RT_SYMBOL, int64_t)
   {NULL, NULL},
 };
+#undef TN_RT_SYMBOL
+
+_Static_assert(sizeof rt_symbols / sizeof rt_symbols[0] - 1 <= TN_RT_MAX_SYMBOLS, "TN_RT_MAX_SYMBOLS is too small");
 
 const tn_rt_symbol *tn_rt_symbols(void)
 {
   return rt_symbols;
 }
 
+/* An entry's prototype as generated code declares it. */
+#define TN_RT_PROTOTYPE(ret, name, params) #ret " " #name #params ";\n"
+
 const char *tn_rt_prototypes(void)
 {
   return "typedef long long i64;\n"
          "static double tn_bits(unsigned long long u) { return *(double *)&u; }\n"
-         "void tn_rt_load_f32(float *dst, const float *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_f32(float *dst, i64 stride, const float *src, i64 n);\n"
-         "void tn_rt_load_f16(float *dst, const unsigned short *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_f16(unsigned short *dst, i64 stride, const float *src, i64 n);\n"
-         "void tn_rt_load_bf16(float *dst, const unsigned short *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_bf16(unsigned short *dst, i64 stride, const float *src, i64 n);\n"
-         "void tn_rt_fill_f32(float *dst, float v, i64 n);\n"
-         "void tn_rt_unary_f32(int op, float *dst, const float *a, i64 n);\n"
-         "void tn_rt_binary_f32(int op, float *dst, const float *a, const float *b, i64 n);\n"
-         "void tn_rt_binary_s_f32(int op, float *dst, const float *a, float s, i64 n);\n"
-         "void tn_rt_load_f64(double *dst, const double *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_f64(double *dst, i64 stride, const double *src, i64 n);\n"
-         "void tn_rt_fill_f64(double *dst, double v, i64 n);\n"
-         "void tn_rt_unary_f64(int op, double *dst, const double *a, i64 n);\n"
-         "void tn_rt_binary_f64(int op, double *dst, const double *a, const double *b, i64 n);\n"
-         "void tn_rt_binary_s_f64(int op, double *dst, const double *a, double s, i64 n);\n"
-         "void tn_rt_load_i64(i64 *dst, const i64 *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_i64(i64 *dst, i64 stride, const i64 *src, i64 n);\n"
-         "void tn_rt_load_i32(i64 *dst, const int *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_i32(int *dst, i64 stride, const i64 *src, i64 n);\n"
-         "void tn_rt_load_i16(i64 *dst, const short *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_i16(short *dst, i64 stride, const i64 *src, i64 n);\n"
-         "void tn_rt_load_i8(i64 *dst, const signed char *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_i8(signed char *dst, i64 stride, const i64 *src, i64 n);\n"
-         "void tn_rt_load_u8(i64 *dst, const unsigned char *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_u8(unsigned char *dst, i64 stride, const i64 *src, i64 n);\n"
-         "void tn_rt_load_b8(unsigned char *dst, const unsigned char *src, i64 stride, i64 n);\n"
-         "void tn_rt_store_b8(unsigned char *dst, i64 stride, const unsigned char *src, i64 n);\n"
-         "void tn_rt_fill_b8(unsigned char *dst, unsigned char v, i64 n);\n"
-         "void tn_rt_unary_b8(int op, unsigned char *dst, const unsigned char *a, i64 n);\n"
-         "void tn_rt_binary_b8(int op, unsigned char *dst, const unsigned char *a, const unsigned char *b, i64 n);\n"
-         "void tn_rt_binary_s_b8(int op, unsigned char *dst, const unsigned char *a, unsigned char s, i64 n);\n"
-         "void tn_rt_compare_b8(int op, unsigned char *dst, const unsigned char *a, const unsigned char *b, i64 n);\n"
-         "void tn_rt_compare_s_b8(int op, unsigned char *dst, const unsigned char *a, unsigned char s, i64 n);\n"
-         "void tn_rt_where_b8(unsigned char *dst, const unsigned char *c, const unsigned char *a, const unsigned char *b, i64 n);\n"
-         "void tn_rt_fill_i64(i64 *dst, i64 v, i64 n);\n"
-         "void tn_rt_unary_i64(int op, i64 *dst, const i64 *a, i64 n);\n"
-         "void tn_rt_binary_i64(int op, i64 *dst, const i64 *a, const i64 *b, i64 n);\n"
-         "void tn_rt_binary_s_i64(int op, i64 *dst, const i64 *a, i64 s, i64 n);\n"
-         "void tn_rt_compare_f32(int op, unsigned char *dst, const float *a, const float *b, i64 n);\n"
-         "void tn_rt_compare_s_f32(int op, unsigned char *dst, const float *a, float s, i64 n);\n"
-         "void tn_rt_compare_f64(int op, unsigned char *dst, const double *a, const double *b, i64 n);\n"
-         "void tn_rt_compare_s_f64(int op, unsigned char *dst, const double *a, double s, i64 n);\n"
-         "void tn_rt_compare_i64(int op, unsigned char *dst, const i64 *a, const i64 *b, i64 n);\n"
-         "void tn_rt_compare_s_i64(int op, unsigned char *dst, const i64 *a, i64 s, i64 n);\n"
-         "void tn_rt_where_f32(float *dst, const unsigned char *c, const float *a, const float *b, i64 n);\n"
-         "void tn_rt_where_f64(double *dst, const unsigned char *c, const double *a, const double *b, i64 n);\n"
-         "void tn_rt_where_i64(i64 *dst, const unsigned char *c, const i64 *a, const i64 *b, i64 n);\n"
-         "void tn_rt_cast(int to, int from, void *dst, const void *src, i64 n);\n"
-         "void tn_rt_gather(void *dst, const char *base, i64 st, const char *idx, i64 ist, i64 isz, i64 dimst, "
-         "i64 esz, i64 n);\n"
-         "double tn_rt_reduce_f32(int op, const float *a, i64 n);\n"
-         "void tn_rt_argreduce_f32(int op, const float *a, i64 n, i64 j0, float *best, i64 *at);\n"
-         "void tn_rt_argreduce_f64(int op, const double *a, i64 n, i64 j0, double *best, i64 *at);\n"
-         "void tn_rt_argreduce_i64(int op, const i64 *a, i64 n, i64 j0, i64 *best, i64 *at);\n"
-         "double tn_rt_combine(int op, double acc, double part);\n"
-         "void tn_rt_load2d_f32(float *dst, const float *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_f32(float *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_f16(float *dst, const unsigned short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_f16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_bf16(float *dst, const unsigned short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_bf16(unsigned short *dst, i64 rs, i64 cs, const float *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_f64(double *dst, const double *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_f64(double *dst, i64 rs, i64 cs, const double *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_i64(i64 *dst, const i64 *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_i64(i64 *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_i32(i64 *dst, const int *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_i32(int *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_i16(i64 *dst, const short *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_i16(short *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_i8(i64 *dst, const signed char *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_i8(signed char *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_u8(i64 *dst, const unsigned char *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_u8(unsigned char *dst, i64 rs, i64 cs, const i64 *src, i64 rows, i64 cols);\n"
-         "void tn_rt_load2d_b8(unsigned char *dst, const unsigned char *src, i64 rs, i64 cs, i64 rows, i64 cols);\n"
-         "void tn_rt_store2d_b8(unsigned char *dst, i64 rs, i64 cs, const unsigned char *src, i64 rows, i64 cols);\n"
-         "void tn_rt_reduce_rows_f32(int op, float *dst, const float *a, i64 rows, i64 cols);\n"
-         "void tn_rt_binary_rs_f32(int op, float *dst, const float *a, const float *s, i64 rows, i64 cols);\n"
-         "void tn_rt_splat_rows_f32(float *dst, const float *s, i64 rows, i64 cols);\n"
-         "void tn_rt_binary_rb_f32(int op, float *dst, const float *a, const float *row, i64 rows, i64 cols);\n";
+         TN_RT_ABI(TN_RT_PROTOTYPE, i64);
 }

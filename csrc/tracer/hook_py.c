@@ -1,0 +1,266 @@
+/*
+** The frame hook (PEP 523, tracer.h): a jit call's own frame is run by
+** its entries' runners when their guards pass, else traced into a new
+** entry, else evaluated as Python does.
+*/
+#include "tracer_internal.h"
+
+#include "../tn_stats.h"
+
+_Thread_local tn_active *tn_hook_active;
+_Thread_local int tn_hook_tracing;
+PyObject *tn_hook_side_exit;
+
+#if TN_JIT_SUPPORTED
+static _PyFrameEvalFunction prev_eval;
+static long hook_users;
+
+static PyObject *jit_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag);
+
+void tn_hook_add(void)
+{
+  if (hook_users++ == 0) {
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    prev_eval = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (prev_eval == jit_eval_frame)
+      prev_eval = _PyEval_EvalFrameDefault;
+    _PyInterpreterState_SetEvalFrameFunc(interp, jit_eval_frame);
+  }
+}
+
+void tn_hook_remove(void)
+{
+  if (--hook_users == 0) {
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    /* a hook set after ours (a debugger's) stays; it chains to ours no more */
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == jit_eval_frame)
+      _PyInterpreterState_SetEvalFrameFunc(interp, prev_eval);
+  }
+}
+
+static Py_ssize_t frame_nargs(PyCodeObject *co)
+{
+  return co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+         !!(co->co_flags & CO_VARKEYWORDS);
+}
+
+/* Appends (code, globals) of frame f to list codes. */
+static int note_frame_into(PyObject *codes, _PyInterpreterFrame *f)
+{
+  PyObject *t = PyTuple_Pack(2, (PyObject *)f->f_code, f->f_globals);
+  int rc = t ? PyList_Append(codes, t) : -1;
+  Py_XDECREF(t);
+  return rc;
+}
+
+/* Runs a hit: the runner on the slots its entry names. */
+static PyObject *run_entry(tn_entry *e, PyObject **slots)
+{
+  PyObject *small[8], **argv = small;
+  if (e->en_ninputs > 8 && !(argv = PyMem_Malloc(sizeof(PyObject *) * (size_t)e->en_ninputs)))
+    return PyErr_NoMemory();
+  for (Py_ssize_t k = 0; k < e->en_ninputs; k++)
+    argv[k] = slots[e->en_inputs[k]];
+  PyObject *runner = Py_NewRef(e->en_runner);  /* a trace on another thread may drop the entry */
+  PyObject *res = PyObject_Vectorcall(runner, argv, (size_t)e->en_ninputs, NULL);
+  Py_DECREF(runner);
+  if (argv != small)
+    PyMem_Free(argv);
+  return res;
+}
+
+PyObject *tn_tracer_call(JitFunctionObject *jf, const char *name, PyObject *args)
+{
+  PyObject *m = args ? PyObject_GetAttrString(jf->jf_tracer, name) : NULL;
+  PyObject *r = m ? PyObject_Call(m, args, NULL) : NULL;
+  Py_XDECREF(m);
+  Py_XDECREF(args);
+  return r;
+}
+
+void tn_tracer_failed(JitFunctionObject *jf, const char *what)
+{
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "torchneuron_jit: %S: %s (%S: %S)", jf->jf_fn, what,
+                       type ? type : Py_None, value ? value : Py_None) < 0)
+    PyErr_WriteUnraisable(jf->jf_fn);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+}
+
+PyObject *tn_hook_frame_args(_PyInterpreterFrame *f)
+{
+  Py_ssize_t nargs = frame_nargs(f->f_code);
+  PyObject *args = PyTuple_New(nargs);
+  for (Py_ssize_t k = 0; args && k < nargs; k++)
+    PyTuple_SET_ITEM(args, k, Py_NewRef(f->localsplus[k] ? f->localsplus[k] : Py_None));
+  return args;
+}
+
+/* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
+static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_entries *cs,
+                             PyObject *reason)
+{
+  PyObject *args = tn_hook_frame_args(f), *codes = PyList_New(0), *token = NULL, *res = NULL;
+  if (!args || !codes)
+    goto done;
+  if (note_frame_into(codes, f) < 0)
+    goto done;
+  token = tn_tracer_call(a->ac_jf, "begin", PyTuple_Pack(4, a->ac_jf->jf_fn, args, codes, reason));
+  if (!token) {
+    tn_tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly");
+    res = prev_eval(ts, f, 0);
+    goto done;
+  }
+  tn_stat_add(TN_STAT_traces, 1);
+  a->ac_codes = codes;
+  tn_hook_tracing++;
+  res = prev_eval(ts, f, 0);
+  tn_hook_tracing--;
+  a->ac_codes = NULL;
+  if (!res) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = tn_tracer_call(a->ac_jf, "abort", PyTuple_Pack(1, token));
+    if (!r)
+      tn_tracer_failed(a->ac_jf, "ending a trace the call aborted failed");
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+    goto done;
+  }
+  PyObject *entry = tn_tracer_call(a->ac_jf, "end", PyTuple_Pack(2, token, res));
+  if (!entry || (entry != Py_None && tn_entries_add(cs, entry) < 0))
+    tn_tracer_failed(a->ac_jf, "making an entry of a trace failed (the call's eager result stands; no variant added)");
+  Py_XDECREF(entry);
+done:
+  Py_XDECREF(args);
+  Py_XDECREF(codes);
+  Py_XDECREF(token);
+  return res;
+}
+
+/* The jit call's own frame: entries, else a trace. */
+static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a)
+{
+  PyObject *small[64], **slots = small, *res = NULL, *reason = NULL;
+  tn_codestate *code_state = tn_codestate_get((PyObject *)f->f_code, 0);
+  tn_entries *cs = &a->ac_jf->jf_entries;
+  if (!code_state && PyErr_Occurred())
+    return NULL;
+  if ((code_state && code_state->cs_disabled) || cs->es_gave_up)
+    return prev_eval(ts, f, 0);
+  if (cs->es_code != (PyObject *)f->f_code) {
+    tn_entries_clear(cs);  /* none, or traced for code the function no longer has */
+    Py_XSETREF(cs->es_code, Py_NewRef(f->f_code));
+  }
+  Py_ssize_t nargs = frame_nargs(f->f_code);
+  JitFunctionObject *jf = a->ac_jf;
+  int limit = tn_entries_limit(jf);
+  int looked_up = 0;
+retry:
+  for (int i = 0; i < cs->es_n; i++) {
+    tn_entry *e = &cs->es_v[i];
+    Py_ssize_t n = tn_guards_nslots(e->en_gs);
+    if (slots != small)
+      PyMem_Free(slots);
+    slots = small;
+    if (n > 64 && !(slots = PyMem_Malloc(sizeof(PyObject *) * (size_t)n)))
+      return PyErr_NoMemory();
+    Py_ssize_t r = tn_guards_check(e->en_gs, f->localsplus, nargs, slots);
+    if (r == -2)
+      goto done;
+    if (r >= 0)
+      continue;
+    PyObject *runner = e->en_runner;
+    if (runner == Py_None) {
+      tn_entries_touch(cs, i);
+      res = prev_eval(ts, f, 0);
+      goto done;
+    }
+    res = run_entry(e, slots);
+    if (res != tn_hook_side_exit) {
+      /* the runner ran Python: another thread may have added entries meanwhile */
+      for (int j = 0; res && j < cs->es_n; j++)
+        if (cs->es_v[j].en_runner == runner) {
+          tn_entries_touch(cs, j);
+          break;
+        }
+      goto done;
+    }
+    /* a value read from a tensor differs: the next entries may take it */
+    Py_CLEAR(res);
+  }
+  /* a miss: the persistent cache's trace records first, once */
+  if (!looked_up) {
+    tn_entries_purge(cs);
+    looked_up = 1;
+    if (cs->es_n > 0)
+      tn_stat_add(TN_STAT_guard_failures, 1);
+    if (cs->es_n < limit) {
+      if (tn_entries_load(f, jf, cs, limit) > 0)
+        goto retry;
+    }
+  }
+  if (cs->es_n > 0) {
+    PyObject *args = tn_hook_frame_args(f);
+    if (!args)
+      goto done;
+    /* every entry's first failing guard, for the tracer to find the nearest */
+    PyObject *fails = PyList_New(cs->es_n);
+    for (int i = 0; fails && i < cs->es_n; i++) {
+      tn_entry *e = &cs->es_v[i];
+      Py_ssize_t n = tn_guards_nslots(e->en_gs);
+      PyObject **sl = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1));
+      Py_ssize_t r = sl ? tn_guards_check(e->en_gs, f->localsplus, nargs, sl) : -2;
+      PyMem_Free(sl);
+      PyObject *item = r == -2 ? NULL : Py_BuildValue("(On)", e->en_spec, r);
+      if (!item)
+        Py_CLEAR(fails);
+      else
+        PyList_SET_ITEM(fails, i, item);
+    }
+    reason = fails ? tn_tracer_call(jf, "explain", Py_BuildValue("(OON)", jf->jf_fn, args, fails)) : NULL;
+    Py_DECREF(args);
+    if (!reason) {
+      tn_tracer_failed(jf, "explaining a guard failure failed (traced without a reason)");
+      reason = Py_NewRef(Py_None);
+    }
+  } else {
+    reason = Py_NewRef(Py_None);
+  }
+  if (cs->es_n >= limit) {
+    cs->es_gave_up = 1;
+    PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
+    if (!r)
+      tn_tracer_failed(jf, "warning of the entry limit failed (it runs eagerly from now on)");
+    Py_XDECREF(r);
+    res = prev_eval(ts, f, 0);
+    goto done;
+  }
+  if (cs->es_n > 0)
+    tn_stat_add(TN_STAT_recompiles, 1);
+  res = trace_frame(ts, f, a, cs, reason);
+done:
+  if (slots != small)
+    PyMem_Free(slots);
+  Py_XDECREF(reason);
+  return res;
+}
+
+static PyObject *jit_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int throwflag)
+{
+  tn_active *a = tn_hook_active;
+  if (!a || throwflag)
+    return prev_eval(ts, f, throwflag);
+  if (a->ac_codes && note_frame_into(a->ac_codes, f) < 0)
+    return NULL;
+  if (a->ac_consumed || f->f_code != a->ac_code ||
+      (f->f_code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)))
+    return prev_eval(ts, f, throwflag);
+  a->ac_consumed = 1;
+  return jit_frame(ts, f, a);
+}
+#endif /* TN_JIT_SUPPORTED */
