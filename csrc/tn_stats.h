@@ -13,6 +13,7 @@
   _(graphs_compiled, "graphs the back end accepted (lowered, or run node by node)") \
   _(graphs_lowered, "graphs that went through lowering and code generation") \
   _(kernels_compiled, "generated C kernels compiled by libtcc") \
+  _(kernels_loaded, "generated C kernels loaded from the object code a stored plan keeps (no compile)") \
   _(cache_hits, "compiled artifacts found in the persistent cache") \
   _(cache_misses, "compiled artifacts looked up and not found") \
   _(lowered_nodes, "nodes of compiled graphs that run inside our kernels and GEMM calls") \

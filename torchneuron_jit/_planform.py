@@ -1,6 +1,6 @@
 """The stored form of a compiled-graph plan: what a jit trace record keeps
 so that a warm process runs its graph at once, with nothing decoded,
-rewritten, imported, fused or measured again.
+rewritten, imported, fused, measured or compiled again.
 
 A form is a JSON-able dict:
 
@@ -11,8 +11,9 @@ A form is a JSON-able dict:
   containers, dtypes and devices as the trace records encode graph
   arguments, and tagged ``{"op": name}`` (an ATen op, or an operator
   function), ``{"fn": [module, qualname]}`` (a function of ours or torch's),
-  ``{"kernel": spec}`` (a generated kernel by backend.make_kernel's
-  arguments: libtcc compiles its source again), ``{"packed": [attr,
+  ``{"kernel": spec, "object": code}`` (a generated kernel by
+  backend.make_kernel's arguments and its object code, base64: libtcc
+  loads and relocates it, compiling nothing), ``{"packed": [attr,
   algorithm, rows]}`` (oneDNN's packed linear), ``{"tensor": [dtype, sizes,
   bytes]}`` (a small constant the back end folded);
 - "report": what compiling the graph counted (backend.count_fallbacks), so
@@ -51,10 +52,12 @@ def _ref(obj):
     raise Unportable(f"the plan calls {obj!r}, which has no name to find it by")
 
 
-def _const(what):
+def _const(value, what):
+    """The stored form of constant value, what says what it is."""
     from . import _records, gemm
     if isinstance(what, KernelSpec):
-        return {"kernel": _records._encode_arg(tuple(what), {})}
+        return {"kernel": _records._encode_arg(tuple(what), {}),
+                "object": base64.b64encode(value.object_code()).decode()}
     if isinstance(what, torch._ops.OpOverload) or (
             callable(what) and getattr(operator, getattr(what, "__name__", ""), None) is what):
         return {"op": _records._target_name(what)}
@@ -82,15 +85,16 @@ def encode(plan):
     if not isinstance(plan, _C.Plan) or not isinstance(form, dict) or "report" not in form:
         raise Unportable("the graph is not a compiled plan (it runs eagerly)")
     return {"format": FORMAT, "plan": base64.b64encode(plan.encode()).decode(),
-            "consts": [_const(what) for what in form["consts"]], "report": form["report"]}
+            "consts": [_const(value, what) for value, what in zip(plan.constants, form["consts"])],
+            "report": form["report"]}
 
 
 def _value(c):
     from . import _records, backend
+    if isinstance(c, dict) and "kernel" in c:
+        return backend.make_kernel(_records._decode_arg(c["kernel"], []), base64.b64decode(c["object"]))
     if isinstance(c, dict) and len(c) == 1:
         (tag, v), = c.items()
-        if tag == "kernel":
-            return backend.make_kernel(_records._decode_arg(v, []))
         if tag == "op":
             return backend._op_callable(_records._target(v))
         if tag == "fn":

@@ -426,12 +426,14 @@ def _fuse(graph, imported, groups):
         _stable_toposort(graph)
 
 
-def make_kernel(spec):
+def make_kernel(spec, object_code=None):
     """The generated kernel of spec: _C.Kernel's arguments, its dtypes by
     name and without the allocator (the one place a kernel is made, for a
-    fused group and for a stored plan's constant)."""
+    fused group and for a stored plan's constant, which gives its
+    object_code: loaded, not compiled)."""
     source, nin, nout, dtypes, *rest = spec
-    return _C.Kernel(source, nin, nout, torch.empty, [getattr(torch, d) for d in dtypes], *rest)
+    return _C.Kernel(source, nin, nout, torch.empty, [getattr(torch, d) for d in dtypes], *rest,
+                     object=object_code)
 
 
 def _op_callable(target):

@@ -117,10 +117,11 @@ static int apply_view(const kernel_view *w, int i, int64_t *sizes, int64_t *stri
 static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
-                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", "donors", "into", NULL};
+                           "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", "donors", "into",
+                           "object", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
-  PyObject *views_arg = Py_None, *donors_arg = Py_None, *into_arg = Py_None;
+  PyObject *views_arg = Py_None, *donors_arg = Py_None, *into_arg = Py_None, *object = Py_None;
   kernel_view *views = NULL;
   int donors[TN_LAUNCH_MAX_OPERANDS], into_dim[TN_LAUNCH_MAX_OPERANDS], ninto = 0;
   int64_t into_off[TN_LAUNCH_MAX_OPERANDS];
@@ -132,10 +133,12 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
                                    &dtypes_arg, &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg,
-                                   &gathers_arg, &views_arg, &donors_arg, &into_arg))
+                                   &gathers_arg, &views_arg, &donors_arg, &into_arg, &object))
     return NULL;
+  if (object != Py_None && !PyBytes_Check(object))
+    return PyErr_Format(PyExc_TypeError, "object must be bytes (Kernel.object_code()) or None, not %T", object);
   if (gemm && (nin < 2 || rdims != 0))
     return PyErr_Format(PyExc_ValueError, "a GEMM kernel takes the two matrices first and reduces nothing");
   if (!epilogue && (!gemm || nin != 2 || nout != 1))
@@ -321,11 +324,15 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   size_t nsyms = 0;
   for (const tn_rt_symbol *s = tn_rt_symbols(); s->rs_name && nsyms < TN_RT_MAX_SYMBOLS; s++)
     syms[nsyms++] = (tn_tcc_symbol){s->rs_name, s->rs_addr};
+  /* object code (a stored plan's kernel) is loaded, not compiled; the bytes object outlives the call */
+  const uint8_t *obj = object != Py_None ? (const uint8_t *)PyBytes_AS_STRING(object) : NULL;
+  size_t objlen = object != Py_None ? (size_t)PyBytes_GET_SIZE(object) : 0;
   Py_BEGIN_ALLOW_THREADS
-  rc = tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);
+  rc = obj ? tn_tcc_load_object(obj, objlen, syms, nsyms, &u, err, sizeof err)
+           : tn_tcc_compile(src, syms, nsyms, &u, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (rc != TN_OK) {
-    PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel: %s", err);
+    PyErr_Format(PyExc_RuntimeError, "libtcc rejected a generated kernel%s: %s", obj ? "'s object code" : "", err);
     goto done;
   }
   tn_launch_fn fn = (tn_launch_fn)tn_tcc_get(u, "tn_kernel");
@@ -363,7 +370,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   memcpy(k->ke_out_kinds, kinds, sizeof kinds);
   k->ke_empty = Py_NewRef(empty);
   k->ke_source = Py_NewRef(source);
-  tn_stat_add(TN_STAT_kernels_compiled, 1);
+  tn_stat_add(obj ? TN_STAT_kernels_loaded : TN_STAT_kernels_compiled, 1);
   res = (PyObject *)k;
 done:
   Py_XDECREF(dtypes);
@@ -795,6 +802,34 @@ static PyObject *Kernel_get_name(PyObject *o, void *closure)
   return PyUnicode_FromString("neuron_kernel");
 }
 
+static PyObject *Kernel_object_code(PyObject *o, PyObject *unused)
+{
+  (void)unused;
+  const char *src = PyUnicode_AsUTF8(((KernelObject *)o)->ke_source);
+  uint8_t *obj = NULL;
+  size_t len = 0;
+  char err[2048];
+  int rc;
+  if (!src)
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  rc = tn_tcc_compile_object(src, &obj, &len, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc != TN_OK)
+    return rc == TN_ENOMEM ? PyErr_NoMemory()
+                           : PyErr_Format(PyExc_RuntimeError, "compiling a kernel to object code failed: %s", err);
+  PyObject *res = PyBytes_FromStringAndSize((const char *)obj, (Py_ssize_t)len);
+  free(obj);
+  return res;
+}
+
+static PyMethodDef Kernel_methods[] = {
+  {"object_code", Kernel_object_code, METH_NOARGS,
+   "The kernel's source compiled again to relocatable object code (bytes): Kernel(..., object=) loads it "
+   "without compiling."},
+  {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef Kernel_getset[] = {
   {"source", Kernel_get_source, NULL, "the generated C", NULL},
   {"__name__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},
@@ -807,8 +842,10 @@ static PyType_Slot Kernel_slots[] = {
   {Py_tp_dealloc, Kernel_dealloc},
   {Py_tp_call, Kernel_call},
   {Py_tp_getset, Kernel_getset},
-  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, dtypes): a fused kernel compiled by libtcc; "
-              "call it with the input tensors to get a tuple of outputs."},
+  {Py_tp_methods, Kernel_methods},
+  {Py_tp_doc, "Kernel(source, ninputs, noutputs, empty, dtypes, ..., object=None): a fused kernel compiled by "
+              "libtcc (or loaded from object, its object_code()); call it with the input tensors to get a tuple "
+              "of outputs."},
   {0, NULL},
 };
 

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 struct tn_tcc_unit {
   TCCState *tu_state;  /* owns the relocated code */
@@ -37,41 +39,68 @@ static void tcc_collect(void *opaque, const char *msg)
     eb->eb_used += (size_t)n < eb->eb_len - eb->eb_used ? (size_t)n : eb->eb_len - eb->eb_used - 1;
 }
 
+/* A new state for output type `type`, its errors collected into eb. */
+static TCCState *tcc_state(tcc_errbuf *eb, int type)
+{
+  TCCState *s = tcc_new();
+  if (!s)
+    return NULL;
+  tcc_set_error_func(s, eb, tcc_collect);
+  tcc_set_lib_path(s, tcc_init_dir); /* tcc's own headers live in <dir>/include */
+  tcc_set_options(s, "-nostdlib");
+  if (tcc_set_output_type(s, type) < 0) {
+    tcc_delete(s);
+    return NULL;
+  }
+  return s;
+}
+
+/* Registers syms, links libtcc1.a and relocates s's code into a unit
+** (*out owns s then; on failure the caller still does). */
+static int tcc_link(TCCState *s, const tn_tcc_symbol *syms, size_t nsyms, tn_tcc_unit **out)
+{
+  tn_tcc_unit *u = calloc(1, sizeof *u);
+  if (!u)
+    return TN_ENOMEM;
+  for (size_t i = 0; i < nsyms; i++)
+    if (tcc_add_symbol(s, syms[i].ts_name, syms[i].ts_addr) < 0)
+      goto fail;
+  if (tcc_add_file(s, tcc_libtcc1) < 0 || tcc_relocate(s, TCC_RELOCATE_AUTO) < 0)
+    goto fail;
+  u->tu_state = s;
+  *out = u;
+  return TN_OK;
+fail:
+  free(u);
+  return TN_ECOMPILE;
+}
+
 static int tcc_build(const char *src, const tn_tcc_symbol *syms, size_t nsyms,
                      tn_tcc_unit **out, char *err, size_t errlen)
 {
   tcc_errbuf eb = {err, errlen, 0};
-  tn_tcc_unit *u = NULL;
-  TCCState *s = NULL;
   int rc = TN_ECOMPILE;
 
   *out = NULL;
   if (errlen)
     err[0] = 0;
-  if (!(u = calloc(1, sizeof *u)) || !(s = tcc_new())) {
-    rc = TN_ENOMEM;
-    goto done;
-  }
-  tcc_set_error_func(s, &eb, tcc_collect);
-  tcc_set_lib_path(s, tcc_init_dir); /* tcc's own headers live in <dir>/include */
-  tcc_set_options(s, "-nostdlib");
-  if (tcc_set_output_type(s, TCC_OUTPUT_MEMORY) < 0 || tcc_compile_string(s, src) < 0)
-    goto done;
-  for (size_t i = 0; i < nsyms; i++)
-    if (tcc_add_symbol(s, syms[i].ts_name, syms[i].ts_addr) < 0)
-      goto done;
-  if (tcc_add_file(s, tcc_libtcc1) < 0 || tcc_relocate(s, TCC_RELOCATE_AUTO) < 0)
-    goto done;
-  u->tu_state = s;
-  *out = u;
-  s = NULL;
-  u = NULL;
-  rc = TN_OK;
-done:
-  if (s)
+  TCCState *s = tcc_state(&eb, TCC_OUTPUT_MEMORY);
+  if (!s)
+    return TN_ENOMEM;
+  if (tcc_compile_string(s, src) == 0)
+    rc = tcc_link(s, syms, nsyms, out);
+  if (rc != TN_OK)
     tcc_delete(s);
-  free(u);
   return rc;
+}
+
+/* An anonymous in-memory file and the path libtcc opens it by; -1 (errno set) on failure. */
+static int tcc_memfile(char *path, size_t len)
+{
+  int fd = memfd_create("tn_kernel_object", MFD_CLOEXEC);
+  if (fd >= 0)
+    snprintf(path, len, "/proc/self/fd/%d", fd);
+  return fd;
 }
 
 static void tcc_do_init(void)
@@ -113,6 +142,96 @@ int tn_tcc_compile(const char *src, const tn_tcc_symbol *syms, size_t nsyms,
     return TN_EINVAL;
   }
   return tcc_build(src, syms, nsyms, out, err, errlen);
+}
+
+int tn_tcc_compile_object(const char *src, uint8_t **obj, size_t *len, char *err, size_t errlen)
+{
+  tcc_errbuf eb = {err, errlen, 0};
+  char path[64];
+  TCCState *s = NULL;
+  uint8_t *buf = NULL;
+  int fd = -1, rc = TN_ECOMPILE;
+
+  *obj = NULL;
+  *len = 0;
+  if (errlen)
+    err[0] = 0;
+  if (tcc_init_rc != TN_OK) {
+    snprintf(err, errlen, "libtcc is not initialised");
+    return TN_EINVAL;
+  }
+  if (!(s = tcc_state(&eb, TCC_OUTPUT_OBJ))) {
+    rc = TN_ENOMEM;
+    goto done;
+  }
+  if (tcc_compile_string(s, src) < 0)
+    goto done;
+  if ((fd = tcc_memfile(path, sizeof path)) < 0) {
+    snprintf(err, errlen, "no in-memory file for the object code");
+    rc = TN_EIO;
+    goto done;
+  }
+  if (tcc_output_file(s, path) < 0)
+    goto done;
+  off_t n = lseek(fd, 0, SEEK_END);
+  if (n <= 0 || !(buf = malloc((size_t)n)) || pread(fd, buf, (size_t)n, 0) != n) {
+    snprintf(err, errlen, "reading the object code back failed");
+    rc = buf || n <= 0 ? TN_EIO : TN_ENOMEM;
+    goto done;
+  }
+  *obj = buf;
+  *len = (size_t)n;
+  buf = NULL;
+  rc = TN_OK;
+done:
+  free(buf);
+  if (fd >= 0)
+    close(fd);
+  if (s)
+    tcc_delete(s);
+  return rc;
+}
+
+int tn_tcc_load_object(const uint8_t *obj, size_t len, const tn_tcc_symbol *syms, size_t nsyms,
+                       tn_tcc_unit **out, char *err, size_t errlen)
+{
+  tcc_errbuf eb = {err, errlen, 0};
+  char path[64];
+  TCCState *s = NULL;
+  int fd = -1, rc = TN_ECOMPILE;
+
+  *out = NULL;
+  if (errlen)
+    err[0] = 0;
+  if (tcc_init_rc != TN_OK) {
+    snprintf(err, errlen, "libtcc is not initialised");
+    return TN_EINVAL;
+  }
+  if (len < 4 || memcmp(obj, "\177ELF", 4) != 0) {
+    snprintf(err, errlen, "not object code (%zu bytes)", len);
+    return TN_ECORRUPT;
+  }
+  if ((fd = tcc_memfile(path, sizeof path)) < 0 || write(fd, obj, len) != (ssize_t)len) {
+    snprintf(err, errlen, "no in-memory file for the object code");
+    rc = TN_EIO;
+    goto done;
+  }
+  if (!(s = tcc_state(&eb, TCC_OUTPUT_MEMORY))) {
+    rc = TN_ENOMEM;
+    goto done;
+  }
+  tcc_set_options(s, "-xb"); /* the file has no extension: say it is binary, not C */
+  if (tcc_add_file(s, path) < 0)
+    goto done;
+  rc = tcc_link(s, syms, nsyms, out);
+  if (rc == TN_OK)
+    s = NULL;
+done:
+  if (fd >= 0)
+    close(fd);
+  if (s)
+    tcc_delete(s);
+  return rc;
 }
 
 void *tn_tcc_get(tn_tcc_unit *u, const char *name)

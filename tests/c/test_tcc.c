@@ -1,6 +1,7 @@
 /*
 ** Check suite of csrc/neuron_backend/tcc.c: warm-up, compiling, runtime
-** symbols, libtcc1.a, errors, concurrent compiles.
+** symbols, libtcc1.a, object code compiled and loaded, errors, concurrent
+** compiles.
 */
 #include <pthread.h>
 #include <stdio.h>
@@ -40,6 +41,48 @@ START_TEST(test_compile_and_call)
   ck_assert_uint_eq(g(1e19), 10000000000000000000ULL);
   ck_assert_ptr_null(tn_tcc_get(u, "nope"));
   tn_tcc_free(u);
+}
+END_TEST
+
+static double thrice(double x) { return 3 * x; }
+
+START_TEST(test_object_code_round_trip)
+{
+  /* compiled once to object code, then loaded (no compile) with the runtime's
+  ** symbols resolved at load: a different address each time is fine */
+  static const char src[] =
+      "double twice(double);\n"
+      "static double one(void) { return 1.0; }\n"
+      "double f(double x) { return twice(x) + one(); }\n"
+      "unsigned long long g(double x) { return (unsigned long long)x; }\n";
+  uint8_t *obj;
+  size_t len;
+  tn_tcc_unit *u, *v;
+  char err[512];
+  init();
+  ck_assert_int_eq(tn_tcc_compile_object(src, &obj, &len, err, sizeof err), TN_OK);
+  ck_assert_uint_gt(len, 64);
+  tn_tcc_symbol syms[] = {{"twice", (const void *)twice}}, other[] = {{"twice", (const void *)thrice}};
+  ck_assert_int_eq(tn_tcc_load_object(obj, len, syms, 1, &u, err, sizeof err), TN_OK);
+  ck_assert_int_eq(tn_tcc_load_object(obj, len, other, 1, &v, err, sizeof err), TN_OK);
+  double (*f)(double) = (double (*)(double))tn_tcc_get(u, "f");
+  double (*f3)(double) = (double (*)(double))tn_tcc_get(v, "f");
+  unsigned long long (*g)(double) = (unsigned long long (*)(double))tn_tcc_get(u, "g");
+  ck_assert_double_eq(f(20.0), 41.0);
+  ck_assert_double_eq(f3(20.0), 61.0);
+  ck_assert_uint_eq(g(1e19), 10000000000000000000ULL);  /* libtcc1.a linked at load */
+  tn_tcc_free(u);
+  tn_tcc_free(v);
+  /* a symbol left unresolved, bytes that are no object, a compile error: refused, not fatal */
+  ck_assert_int_eq(tn_tcc_load_object(obj, len, NULL, 0, &u, err, sizeof err), TN_ECOMPILE);
+  ck_assert_ptr_null(u);
+  ck_assert_ptr_nonnull(strstr(err, "twice"));
+  ck_assert_int_eq(tn_tcc_load_object((const uint8_t *)"int f;", 6, syms, 1, &u, err, sizeof err), TN_ECORRUPT);
+  ck_assert_int_eq(tn_tcc_load_object(obj, 3, syms, 1, &u, err, sizeof err), TN_ECORRUPT);
+  free(obj);
+  ck_assert_int_eq(tn_tcc_compile_object("int f( {", &obj, &len, err, sizeof err), TN_ECOMPILE);
+  ck_assert_ptr_null(obj);
+  ck_assert_ptr_nonnull(strstr(err, "error"));
 }
 END_TEST
 
@@ -108,6 +151,7 @@ int main(void)
   Suite *s = suite_create("tcc");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_compile_and_call);
+  tcase_add_test(tc, test_object_code_round_trip);
   tcase_add_test(tc, test_errors_are_reported_not_fatal);
   tcase_add_test(tc, test_concurrent_compiles);
   tcase_add_test(tc, test_bad_libdir_fails_cleanly);

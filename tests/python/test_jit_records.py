@@ -202,8 +202,9 @@ def _concat_scan(x):
 
 def test_a_warm_start_runs_the_stored_plan():
     """A record keeps the compiled plan: another JitFunction runs it with
-    nothing imported, fused or lowered (graphs_compiled does not move),
-    every kind of constant made again, and the same answers."""
+    nothing imported, fused, lowered or compiled (graphs_compiled and
+    kernels_compiled do not move), every kind of constant made again, and
+    the same answers."""
     x = torch.randn(3, 8)
     want = _concat_scan(x)
     torch.testing.assert_close(torchneuron_jit.jit(_concat_scan)(x), want)
@@ -217,6 +218,9 @@ def test_a_warm_start_runs_the_stored_plan():
     st = torchneuron_jit.stats()
     assert st["plans_loaded"] - st0["plans_loaded"] == 2 and st["traces"] == st0["traces"]
     assert st["graphs_compiled"] == st0["graphs_compiled"], "the stored plan was not used"
+    # its kernels come as object code: relocated, not compiled
+    kernels = sum(1 for c in form["consts"] if isinstance(c, dict) and "kernel" in c)
+    assert st["kernels_loaded"] - st0["kernels_loaded"] == 2 * kernels and st["kernels_compiled"] == st0["kernels_compiled"]
     # the stored report counts what the plan runs through PyTorch, as compiling it did
     assert st["fallback_nodes"] - st0["fallback_nodes"] == 2 * sum(n for _, _, n in form["report"]["ops"])
 

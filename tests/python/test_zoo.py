@@ -61,3 +61,4 @@ def test_zoo_row_compiles_and_matches_eager(name, attn, door):
                     torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
         now = torchneuron_jit.stats()
         assert (now["plans_loaded"], now["graphs_compiled"], now["traces"]) == (2, st["graphs_compiled"], 2), now
+        assert now["kernels_compiled"] == st["kernels_compiled"]  # loaded from object code
