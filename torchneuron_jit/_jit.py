@@ -899,13 +899,13 @@ class _Runner:
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
     def direct(self):
-        """The entry's runner: a _C.DirectRunner calling the compiled plan
+        """The entry's runner: a _C.ItemRunner calling the compiled plan
         itself when this runner would only pick one of its outputs (no value
         checks, no write-backs, one computed tensor returned); else this
         one."""
         if self.checks or self.writebacks or self.single is None or not isinstance(self.compiled, _C.Plan):
             return self
-        return _C.DirectRunner(self.compiled.call, self.single, self)
+        return _C.ItemRunner(self.compiled.call, self.single, self)
 
     def __call__(self, *inputs):
         outs = self.compiled(list(inputs))

@@ -1,7 +1,7 @@
 /*
 ** What the tracer's files share: the entries of a JitFunction and the
 ** registry that keeps them (entries_py.c), the frame hook (hook_py.c), the
-** JitFunction type (jitfunction_py.c), the DirectRunner (runner_py.c) and
+** JitFunction type (jitfunction_py.c), the ItemRunner (runner_py.c) and
 ** the module's functions (tracer_py.c). tracer.h says how they work
 ** together.
 */
@@ -142,6 +142,6 @@ void tn_tracer_failed(JitFunctionObject *jf, const char *what);
 /* -- The types ---------------------------------------------------------------- */
 
 extern PyTypeObject tn_py_JitFunctionType;  /* jitfunction_py.c */
-extern PyTypeObject tn_py_DirectRunnerType; /* runner_py.c */
+extern PyTypeObject tn_py_ItemRunnerType; /* runner_py.c */
 
 #endif /* TN_TRACER_INTERNAL_H */

@@ -81,13 +81,13 @@ int tn_py_tracer_init(PyObject *m)
   if (tn_codestate_init() < 0)
     return -1;
   if (PyType_Ready(&tn_py_JitFunctionType) < 0 || PyType_Ready(&tn_py_GuardSetType) < 0 ||
-      PyType_Ready(&tn_py_DirectRunnerType) < 0)
+      PyType_Ready(&tn_py_ItemRunnerType) < 0)
     return -1;
   if (!(tn_hook_side_exit = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)))
     return -1;
   if (PyModule_AddObjectRef(m, "JitFunction", (PyObject *)&tn_py_JitFunctionType) < 0 ||
       PyModule_AddObjectRef(m, "GuardSet", (PyObject *)&tn_py_GuardSetType) < 0 ||
-      PyModule_AddObjectRef(m, "DirectRunner", (PyObject *)&tn_py_DirectRunnerType) < 0 ||
+      PyModule_AddObjectRef(m, "ItemRunner", (PyObject *)&tn_py_ItemRunnerType) < 0 ||
       PyModule_AddObjectRef(m, "SIDE_EXIT", tn_hook_side_exit) < 0 ||
       PyModule_AddIntConstant(m, "JIT_SUPPORTED", TN_JIT_SUPPORTED) < 0)
     return -1;

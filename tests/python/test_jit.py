@@ -735,7 +735,7 @@ def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
 
 
 def test_direct_runner_picks_an_output_and_propagates_errors():
-    """_C.DirectRunner (an entry's runner when it only picks one output):
+    """_C.ItemRunner (an entry's runner when it only picks one output):
     item `index` of forward's result; what forward raises propagates (the
     plan settled whose failure it was: csrc/fallback); other attributes are
     the Python runner's."""
@@ -750,7 +750,7 @@ def test_direct_runner_picks_an_output_and_propagates_errors():
         def __call__(self, *args):
             raise AssertionError("not called")
 
-    r = _C.DirectRunner(forward, 1, Runner())
+    r = _C.ItemRunner(forward, 1, Runner())
     assert r(1) == "b" and r.record == "its id"
     r.record = "another"
     assert r.runner.record == "another"
@@ -758,7 +758,7 @@ def test_direct_runner_picks_an_output_and_propagates_errors():
         r("theirs")
     assert r(1) == "b"
     with pytest.raises(TypeError):
-        _C.DirectRunner(forward, -1, Runner())
+        _C.ItemRunner(forward, -1, Runner())
 
 
 def test_the_entry_runner_is_direct_when_it_only_picks_an_output():
@@ -773,7 +773,7 @@ def test_the_entry_runner_is_direct_when_it_only_picks_an_output():
     x = torch.randn(4)
     one(x)
     two(x)
-    assert isinstance(one.entries()[0][1], _C.DirectRunner)
+    assert isinstance(one.entries()[0][1], _C.ItemRunner)
     assert isinstance(two.entries()[0][1], _jit._Runner)
     torch.testing.assert_close(one(x), (x * 2).relu())
 
