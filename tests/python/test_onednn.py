@@ -452,3 +452,35 @@ def test_a_new_graph_with_a_timed_shape_times_nothing_in_a_new_process(run_pytho
     second = run_python("-c", script, "b")
     assert second.returncode == 0, second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1]) == ["linear 64x96->10"]
+
+
+@pytest.mark.parametrize("winner", ["packed", True])
+def test_a_stored_plan_keeps_the_gemm_choice(choose, winner, monkeypatch):
+    """jit's warm start runs the stored plan: the oneDNN call (packed or
+    not) comes back as the cold process chose it, with nothing timed."""
+    from torchneuron_jit import _planform
+    config.onednn_packed_weights = winner == "packed"
+    measured = choose(winner)
+    loaded, real_load = [], _planform.load
+    monkeypatch.setattr(_planform, "load", lambda form, eager: loaded.append(real_load(form, eager)) or loaded[-1])
+    model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.GELU(approximate="tanh")).eval()
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(torchneuron_jit.jit(model)(x), want, rtol=1e-5, atol=1e-5)
+        timed, st0, ran0 = len(measured), torchneuron_jit.stats(), backend.fallback_ops.copy()
+        again = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.GELU(approximate="tanh")).eval()
+        again.load_state_dict(model.state_dict())
+        jitted = torchneuron_jit.jit(again)
+        for _ in range(2):
+            torch.testing.assert_close(jitted(x), want, rtol=1e-5, atol=1e-5)
+    st = torchneuron_jit.stats()
+    assert st["plans_loaded"] - st0["plans_loaded"] == 1 and st["graphs_compiled"] == st0["graphs_compiled"]
+    assert len(measured) == timed >= 1  # nothing measured again
+    ran = backend.fallback_ops - ran0
+    assert ran[PACKED if winner == "packed" else ONEDNN] == 1 and ran[LINEAR] == 0, dict(ran)
+    (plan,) = loaded
+    called = [c for _, c in plan.steps()]
+    if winner == "packed":
+        assert [type(c) for c in called if isinstance(c, gemm.PackedLinear)] == [gemm.PackedLinear], plan.dump()
+    else:
+        assert any(c is torch.ops.mkldnn._linear_pointwise.default._op for c in called), plan.dump()
