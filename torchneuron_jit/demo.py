@@ -68,7 +68,7 @@ def run_once(iterations=30):
             report[name] = {k: after[k] - before[k] for k in ("graphs_compiled", "lowered_nodes", "fallback_nodes",
                                                                "eager_fallbacks", "cache_hits", "cache_misses",
                                                                "kernels_compiled", "traces", "traces_loaded",
-                                                               "plans_loaded")}
+                                                               "plans_loaded", "kernels_loaded")}
         for _ in range(3):
             for fn in doors.values():
                 fn(ids, mask)
@@ -104,7 +104,8 @@ def report(title, r):
             f", {d['plans_loaded']} stored plan(s) run" if d.get("plans_loaded") else "")
         did = (f"{graphs}: {d['lowered_nodes']} nodes lowered, {d['fallback_nodes']} "
                f"through PyTorch; {d['eager_fallbacks']} whole-graph eager fallbacks; cache hits {d['cache_hits']}, "
-               f"misses {d['cache_misses']}; kernels compiled {d['kernels_compiled']}")
+               f"misses {d['cache_misses']}; kernels compiled {d['kernels_compiled']}"
+               + (f", loaded {d['kernels_loaded']}" if d.get("kernels_loaded") else ""))
         if door == "jit":
             did += f"; traced {d['traces']}, from trace records {d['traces_loaded']}"
         print(f"  {door:8s} {first[door]:9.1f} ms {first[door] - first['eager']:+8.1f} ms {med[door]:6.2f} ms "
