@@ -133,14 +133,23 @@ int tn_tcc_init(const char *libdir, char *err, size_t errlen)
   return tcc_init_rc;
 }
 
+/* TN_OK once tn_tcc_init succeeded (err emptied), else TN_EINVAL with the message. */
+static int tcc_ready(char *err, size_t errlen)
+{
+  if (errlen)
+    err[0] = 0;
+  if (tcc_init_rc == TN_OK)
+    return TN_OK;
+  snprintf(err, errlen, "libtcc is not initialised");
+  return TN_EINVAL;
+}
+
 int tn_tcc_compile(const char *src, const tn_tcc_symbol *syms, size_t nsyms,
                    tn_tcc_unit **out, char *err, size_t errlen)
 {
   *out = NULL;
-  if (tcc_init_rc != TN_OK) {
-    snprintf(err, errlen, "libtcc is not initialised");
+  if (tcc_ready(err, errlen) != TN_OK)
     return TN_EINVAL;
-  }
   return tcc_build(src, syms, nsyms, out, err, errlen);
 }
 
@@ -154,12 +163,8 @@ int tn_tcc_compile_object(const char *src, uint8_t **obj, size_t *len, char *err
 
   *obj = NULL;
   *len = 0;
-  if (errlen)
-    err[0] = 0;
-  if (tcc_init_rc != TN_OK) {
-    snprintf(err, errlen, "libtcc is not initialised");
+  if (tcc_ready(err, errlen) != TN_OK)
     return TN_EINVAL;
-  }
   if (!(s = tcc_state(&eb, TCC_OUTPUT_OBJ))) {
     rc = TN_ENOMEM;
     goto done;
@@ -201,12 +206,8 @@ int tn_tcc_load_object(const uint8_t *obj, size_t len, const tn_tcc_symbol *syms
   int fd = -1, rc = TN_ECOMPILE;
 
   *out = NULL;
-  if (errlen)
-    err[0] = 0;
-  if (tcc_init_rc != TN_OK) {
-    snprintf(err, errlen, "libtcc is not initialised");
+  if (tcc_ready(err, errlen) != TN_OK)
     return TN_EINVAL;
-  }
   if (len < 4 || memcmp(obj, "\177ELF", 4) != 0) {
     snprintf(err, errlen, "not object code (%zu bytes)", len);
     return TN_ECORRUPT;
