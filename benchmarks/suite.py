@@ -1,8 +1,9 @@
-"""Eager vs Inductor vs neuron, same run: latency (p50/p99), speedup,
+"""Eager vs Inductor vs neuron (torch.compile) vs jit, same run: latency (p50/p99), speedup,
 error against eager, cold and warm start, peak RSS, cost per call.
 
-    python -m benchmarks [--quick] [--only mlp,bert] [--backends eager,neuron]
-                         [--out DIR] [--price-per-hour USD] [--iters N]
+    python -m benchmarks [--quick] [--only mlp,bert] [--backends eager,neuron,jit]
+                         [--zoo bert,minilm | all | none] [--out DIR]
+                         [--price-per-hour USD] [--iters N]
 
 Models (benchmarks/models.py), random weights, eval mode, no grad, built
 offline (HF_HUB_OFFLINE=1), PyTorch's MHA fast path off (so eager runs the
@@ -21,6 +22,9 @@ own FX graph and AOT caches), and the process's peak RSS. The machine's
 limits, measured in the same run: memory bandwidth (a triad through torch)
 and sgemm GFLOP/s (torch.mm).
 
+Then the Hugging Face zoo (benchmarks/zoo.py; --zoo picks its rows) through
+the same back ends, into DIR/zoo.json and DIR/zoo.md.
+
 Writes DIR/results.json (every raw sample), DIR/results.md and, when
 matplotlib is installed, DIR/speedup.png, DIR/latency.png, DIR/startup.png.
 --quick: one shape per model, 20 iterations, start-up processes for neuron
@@ -28,6 +32,7 @@ only (Inductor's cold compiles dominate a full run); a few minutes on 2
 cores.
 """
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -44,7 +49,7 @@ import torch
 import torchneuron_jit
 from benchmarks.models import SUITE
 
-BACKENDS = ("eager", "inductor", "neuron")
+BACKENDS = ("eager", "inductor", "neuron", "jit")
 SCHEMA = 1
 
 
@@ -57,6 +62,12 @@ def compiled(model, backend):
         import torchneuron_jit
         return torchneuron_jit.jit(model)
     return torch.compile(model, backend=backend)
+
+
+def doors(model, backends):
+    """{back end: model as it runs it}: jit compiles the module it is given,
+    so it gets a copy of its own and eager's stays eager."""
+    return {b: compiled(copy.deepcopy(model) if b == "jit" else model, b) for b in backends}
 
 
 def _first(out):
@@ -120,7 +131,7 @@ def steady(name, shape, backends, iters, warmup, price):
     torch.manual_seed(0)
     model, x = build().eval(), make_input(shape)
     torch._dynamo.reset()
-    fns = {b: compiled(model, b) for b in backends}
+    fns = doors(model, backends)
     rows = {b: {"model": name, "shape": list(shape), "backend": b} for b in backends}
     with torch.no_grad():
         want = _first(model(x)).float()
@@ -294,6 +305,9 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls per back end first (5; quick 2)")
     parser.add_argument("--price-per-hour", type=float, default=0.10, help="machine price, USD per hour")
     parser.add_argument("--no-startup", action="store_true", help="skip the cold and warm start processes")
+    parser.add_argument("--zoo", default="all",
+                        help="Hugging Face zoo rows to run too (benchmarks/zoo.py, written to DIR/zoo.md): "
+                             "comma-separated, 'all' or 'none'; --quick runs them with sdpa at batch 1")
     args = parser.parse_args(argv)
     models = [m for m in args.only.split(",") if m] or list(SUITE)
     backends = [b for b in args.backends.split(",") if b]
@@ -303,6 +317,11 @@ def main(argv=None):
     for b in backends:
         if b not in BACKENDS:
             parser.error(f"--backends: unknown back end {b!r} (known: {', '.join(BACKENDS)})")
+    from benchmarks import zoo
+    zoo_rows = [] if args.zoo == "none" else list(zoo.MODELS) if args.zoo == "all" else args.zoo.split(",")
+    for m in zoo_rows:
+        if m not in zoo.MODELS:
+            parser.error(f"--zoo: unknown zoo row {m!r} (known: {', '.join(zoo.MODELS)})")
     if "eager" not in backends:
         backends.insert(0, "eager")  # the reference of every ratio
     iters = args.iters or (20 if args.quick else 50)
@@ -341,3 +360,6 @@ def main(argv=None):
     if why:
         print(why)
     print(f"wrote {out_dir}/results.json and results.md in {result['seconds']:.0f} s")
+    if zoo_rows:
+        zoo.main(["--models", ",".join(zoo_rows), "--doors", ",".join(backends), "--out", str(out_dir)]
+                 + (["--attn", "sdpa", "--batch", "1"] if args.quick else []))

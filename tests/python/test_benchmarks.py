@@ -5,22 +5,24 @@ import json
 import subprocess
 import sys
 
+import torch
+
 from conftest import REPO, subprocess_env
 
 
 def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
     out = tmp_path / "results"
-    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp", "--backends", "eager,neuron",
-                        "--iters", "3", "--warmup", "1", "--out", str(out), "--price-per-hour", "2.0"],
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp", "--backends", "eager,neuron,jit",
+                        "--iters", "3", "--warmup", "1", "--out", str(out), "--price-per-hour", "2.0", "--zoo", "minilm"],
                        cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert result["schema"] == 1
     assert {"cpu", "cores", "torch", "commit", "date"} <= set(result["machine"])
     assert result["limits"]["triad_gb_per_s"] > 0 and result["limits"]["sgemm_gflop_per_s"] > 0
-    assert result["config"]["backends"] == ["eager", "neuron"] and result["config"]["iters"] == 3
+    assert result["config"]["backends"] == ["eager", "neuron", "jit"] and result["config"]["iters"] == 3
     rows = {r["backend"]: r for r in result["results"]}
-    assert set(rows) == {"eager", "neuron"}
+    assert set(rows) == {"eager", "neuron", "jit"}
     for r in rows.values():
         assert r["model"] == "mlp" and r["shape"] == [1, 32]
         assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
@@ -28,7 +30,7 @@ def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
         assert r["cost_per_million_calls"] == r["median_s"] * 1e6 / 3600 * 2.0
         assert r["speedup"] > 0 and r["p99_speedup"] > 0
     assert rows["eager"]["max_abs_err"] == 0
-    assert rows["neuron"]["max_rel_err"] < 1e-4
+    assert rows["neuron"]["max_rel_err"] < 1e-4 and rows["jit"]["max_rel_err"] < 1e-4
     (start,) = result["startup"]  # quick: the neuron back end's only
     assert start["backend"] == "neuron"
     cold, warm = start["cold"], start["warm"]
@@ -39,9 +41,30 @@ def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
         assert phase["compile_s"] == phase["first_call_s"] - phase["eager_first_call_s"]
     md = (out / "results.md").read_text()
     assert "| mlp | 1x32 |" in md and "Cold and warm start" in md
+    zoo = json.loads((out / "zoo.json").read_text())  # the zoo through the same doors, quick: sdpa at batch 1
+    assert [(r["model"], r["attn"], r["batch"]) for r in zoo["rows"]] == [("minilm", "sdpa", 1)]
+    assert set(zoo["rows"][0]["doors"]) == {"eager", "neuron", "jit"}
+    assert "| minilm | sdpa | 1 |" in (out / "zoo.md").read_text()
 
 
 def test_unknown_model_is_refused(tmp_path, cache_dir):
     p = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "resnet9000", "--out", str(tmp_path)],
                        cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "unknown model 'resnet9000'" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--zoo", "bert,gpt9", "--out", str(tmp_path)],
+                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "unknown zoo row 'gpt9'" in p.stderr
+
+
+def test_the_jit_door_gets_its_own_copy_of_the_model():
+    """jit compiles the module it is given: the suite hands it a copy, so
+    the eager reference of the same run stays eager."""
+    from benchmarks import suite
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    fns = suite.doors(model, ["eager", "neuron", "jit"])
+    assert fns["eager"] is model and getattr(model.forward, "_tn_jit", None) is None
+    assert getattr(fns["jit"].forward, "_tn_jit", None) is not None
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for fn in fns.values():
+            torch.testing.assert_close(fn(x), model(x))
