@@ -28,8 +28,8 @@ the same back ends, into DIR/zoo.json and DIR/zoo.md.
 Writes DIR/results.json (every raw sample), DIR/results.md and, when
 matplotlib is installed, DIR/speedup.png, DIR/latency.png, DIR/startup.png.
 --quick: one shape per model, 20 iterations, start-up processes for neuron
-only (Inductor's cold compiles dominate a full run); a few minutes on 2
-cores.
+only (Inductor's cold compiles dominate a full run), the zoo with sdpa at
+batch 1 (`--zoo none` skips it); a few minutes on 2 cores.
 """
 import argparse
 import copy

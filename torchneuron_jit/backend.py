@@ -47,7 +47,7 @@ fail_next_compile = None
 compile_seconds = 0.0                      # time spent in compile_inference
 fallback_ops = collections.Counter()       # ATen op -> nodes run through PyTorch
 # (ATen op, reason) -> nodes run through PyTorch; the reasons:
-NO_LOWERING = "no lowering"                # not in the op table (or arguments it does not take)
+NO_LOWERING = "no lowering"                # no kernel of ours can run it (or not with these arguments)
 NOT_FUSED = "not fused"                    # in the op table, left out of every kernel
 fallback_reasons = collections.Counter()
 
@@ -829,7 +829,8 @@ def _fallback_report_of(graph, imported):
     """What a compiled graph runs through PyTorch: {"lowered": nodes of
     ours, "ops": [[op, reason, nodes]], "targets": {str(target): nodes}}
     (count_fallbacks counts it; a stored plan keeps it)."""
-    unlowered = {imported.fx_nodes[i] for i, name in enumerate(imported.node_ops) if name == "fallback"}
+    lowers = _lowered_ops()
+    unlowered = {imported.fx_nodes[i] for i, name in enumerate(imported.node_ops) if name not in lowers}
     here, targets = collections.Counter(), collections.Counter()
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or node.meta.get("neuron_kernel") \
@@ -841,6 +842,12 @@ def _fallback_report_of(graph, imported):
         here[(op_name(node.target), NO_LOWERING if node in unlowered else NOT_FUSED)] += 1
     return {"lowered": max(0, len(imported.fx_nodes) - sum(here.values())),
             "ops": [[name, reason, n] for (name, reason), n in sorted(here.items())], "targets": dict(targets)}
+
+
+@functools.lru_cache(maxsize=None)
+def _lowered_ops():
+    """The ops of the IR's table that our lowering can put in a kernel."""
+    return frozenset(_C.lowered_ops())
 
 
 def count_fallbacks(report):

@@ -24,7 +24,7 @@
 
 /* Version of the canonical encoding; part of every graph key. Bump it when
 ** the encoding or the meaning of any op, signature or field changes. */
-#define TN_GRAPH_FORMAT_VERSION 3
+#define TN_GRAPH_FORMAT_VERSION 4
 
 #define TN_MAX_RANK 64
 #define TN_MAX_ARGS 64

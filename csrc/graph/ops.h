@@ -145,7 +145,9 @@
   _(ceil,                  "aten::ceil",                "T",        1, TN_OPC_POINTWISE) \
   _(trunc,                 "aten::trunc",               "T",        1, TN_OPC_POINTWISE) \
   _(round,                 "aten::round",               "T",        1, TN_OPC_POINTWISE) \
-  _(sign,                  "aten::sign",                "T",        1, TN_OPC_POINTWISE)
+  _(sign,                  "aten::sign",                "T",        1, TN_OPC_POINTWISE) \
+  /* known by id so that passes name it, not lowered: PyTorch (MKL or oneDNN) runs it */ \
+  _(linear,                "aten::linear",              "TTt",      1, TN_OPC_FALLBACK)
 
 typedef enum tn_op {
 #define TN_OP_ENUM(id, name, sig, nout, cls) TN_OP_##id,

@@ -1417,8 +1417,8 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
 }
 
 /* Whether n is a relu or gelu whose input is the float32 result of an
-** aten.linear (a fallback node) that n alone reads: the activation a
-** oneDNN linear takes as its post-op (TN_FUSE_LINEAR_ACT). */
+** aten.linear (not lowered: PyTorch runs it) that n alone reads: the
+** activation a oneDNN linear takes as its post-op (TN_FUSE_LINEAR_ACT). */
 static int linear_activation(const tn_graph *g, const tn_node *n)
 {
   if ((n->no_op != TN_OP_relu && n->no_op != TN_OP_gelu) || n->no_args[0].ar_tag != TN_ARG_TENSOR)
@@ -1427,8 +1427,7 @@ static int linear_activation(const tn_graph *g, const tn_node *n)
   if (p < 0)
     return 0;
   const tn_node *pn = tn_graph_node(g, p);
-  if (pn->no_op != TN_OP_fallback || !pn->no_target || strcmp(pn->no_target, "aten::linear") != 0 ||
-      tn_graph_value(g, v)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
+  if (pn->no_op != TN_OP_linear || tn_graph_value(g, v)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
     return 0;
   if (graph_output(g, v))
     return 0;

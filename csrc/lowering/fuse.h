@@ -138,8 +138,8 @@ int tn_fuse_contiguous(const tn_meta *m);
 /* Flags of tn_fuse_graph. */
 #define TN_FUSE_ROWS 1  /* form row groups (else reductions stay with eager) */
 #define TN_FUSE_GEMM 2  /* form GEMM groups: mm / addmm / bmm / baddbmm with their pointwise epilogue */
-#define TN_FUSE_LINEAR_ACT 4 /* leave the relu / gelu that alone reads a float32 aten.linear (a fallback
-                              ** node) out of groups: oneDNN takes it into the GEMM (torchneuron_jit/gemm.py) */
+#define TN_FUSE_LINEAR_ACT 4 /* leave the relu / gelu that alone reads a float32 aten.linear (TN_OP_linear,
+                              ** not lowered) out of groups: oneDNN takes it into the GEMM (torchneuron_jit/gemm.py) */
 
 /* Finds the pointwise groups of g and, with TN_FUSE_ROWS, its row groups. The result lives in a mimalloc heap of
 ** its own, which belongs to the calling thread. TN_ENOMEM. */
