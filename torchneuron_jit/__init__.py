@@ -67,7 +67,7 @@ _AROUND_KERNELS = ["aten::view", "aten::_unsafe_view", "aten::permute", "aten::t
                 "aten::expand", "aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims", "aten::unsqueeze",
                 "aten::slice.Tensor", "aten::select.int", "aten::split_with_sizes",
                 "aten::clone",  # a copy whose every reader is a kernel: they read what it copies
-                "aten::cat"]  # kernels write their parts of it in place (backend._cat_slot)
+                "aten::cat"]  # kernels write their parts of it in place (csrc/lowering/fuse.c cat_slot)
 
 
 def lowered_ops():

@@ -63,7 +63,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 27
+ARTIFACT_FORMAT = 28
 
 
 @functools.lru_cache(maxsize=None)
@@ -172,7 +172,9 @@ class _Artifact:
         order, value_of = self.order, {canon: v for v, canon in enumerate(vmap)}
         self.groups = [dict(grp, nodes=[order[n] for n in grp["nodes"]],
                             inputs=[value_of[v] for v in grp["inputs"]],
-                            outputs=[value_of[v] for v in grp["outputs"]]) for grp in self.artifact["groups"]]
+                            outputs=[value_of[v] for v in grp["outputs"]],
+                            into=[slot and [value_of[slot[0]], *slot[1:]] for slot in grp["into"]])
+                       for grp in self.artifact["groups"]]
 
     def onednn_units(self, imported):
         """[(linear node, kind)] for the units (gemm.find_unit) oneDNN runs:
@@ -324,24 +326,6 @@ def _cat_layout(cat):
     return dim, offsets
 
 
-def _cat_slot(node):
-    """(cat, dim, offset) when node's result goes only into a cat, once,
-    whose result is contiguous, of node's dtype and rank and of static
-    layout (as every part's is): a kernel computing node can write it into
-    the cat's result, the slice at offset along dim. Else None."""
-    if len(node.users) != 1:
-        return None
-    cat = next(iter(node.users))
-    if cat.op != "call_function" or cat.target is not aten.cat.default or cat.args[0].count(node) != 1:
-        return None
-    cv, nv = static_val(cat), static_val(node)
-    if cv is None or nv is None or not cv.is_contiguous() or cv.numel() == 0 or \
-            nv.dtype != cv.dtype or nv.dim() != cv.dim():
-        return None
-    layout = _cat_layout(cat)
-    return layout and (cat, layout[0], layout[1][cat.args[0].index(node)])
-
-
 def _cat_finish(buf, dim, parts, offsets, *written):
     """A cat's result: buf, whose slices kernels wrote (written: their
     results, which order this call after them), with the other parts
@@ -387,10 +371,10 @@ def _fuse(graph, imported, groups):
         if not grp["gemm"] and not grp["reduce_dims"]:
             inputs, views = zip(*(_input_view(n, members_all, cats) for n in inputs)) if inputs else ((), ())
             views = list(views) if any(views) else None
-            slots = [_cat_slot(n) for n in outputs]
+            # the cat each output is written into (fusion's cat slots): (its FX node, dim, offset)
+            slots = [slot and (imported.fx_values[slot[0]], slot[1], slot[2]) for slot in grp["into"]]
             into = [slot and slot[1:] for slot in slots] if any(slots) else None
-            donors = [-1 if slot else d for d, slot in zip(grp["donors"], slots)]
-            donors = donors if any(d >= 0 for d in donors) else None
+            donors = grp["donors"] if any(d >= 0 for d in grp["donors"]) else None  # none where a slot is
         spec = (grp["source"], len(inputs), len(outputs), list(grp["dtypes"]), grp["reduce_dims"],
                 grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"], grp["out_strides"],
                 grp["gathers"], views, donors, into)

@@ -826,30 +826,68 @@ static int32_t sole_reader_group(fuse_state *s, uint32_t i)
   return k;
 }
 
-/* Whether the one node of group k computes a value that only a cat reads,
-** once, into a result of its dtype, contiguous and of concrete sizes: the
-** back end has the kernel write it straight into the cat's result
-** (backend._fuse), which saves the cat's copy of it, so the group is kept
-** though it has one node. */
-static int feeds_cat(const fuse_state *s, int32_t k)
+/* The cat slot of value v: when v's only reader is a cat that takes it
+** once, into a dense contiguous result of v's dtype and rank with elements,
+** every part of concrete sizes, a kernel computing v can write it straight
+** into the cat's result (which saves the cat's copy of it; the back end's
+** _fuse and _finish_cats do the rest). Sets *cat (the cat's result), *dim
+** (the dim it joins along) and *offset (where v starts there: empty parts
+** take no room, as eager skips them); 0 when v has no slot. */
+static int cat_slot(const tn_graph *g, int32_t v, int32_t *cat, int *dim, int64_t *offset)
 {
-  const tn_graph *g = s->fs_g;
-  int32_t i = s->fs_first[k], v = tn_graph_node(g, i)->no_out[0], cat = -1, readers = 0, uses = 0;
-  if (graph_output(g, v))
+  int32_t p = producer(g, v), at = -1, readers = 0, uses = 0;
+  if (p < 0 || graph_output(g, v))
     return 0;
-  for (uint32_t j = (uint32_t)i + 1; j < tn_graph_num_nodes(g); j++)
+  for (uint32_t j = (uint32_t)p + 1; j < tn_graph_num_nodes(g); j++)
     if (node_reads(tn_graph_node(g, (int32_t)j), v)) {
       readers++;
-      cat = (int32_t)j;
+      at = (int32_t)j;
     }
-  const tn_node *c = readers == 1 ? tn_graph_node(g, cat) : NULL;
-  if (!c || c->no_op != TN_OP_cat || c->no_args[0].ar_tag != TN_ARG_TENSOR_LIST)
+  const tn_node *c = readers == 1 ? tn_graph_node(g, at) : NULL;
+  if (!c || c->no_op != TN_OP_cat || c->no_args[0].ar_tag != TN_ARG_TENSOR_LIST || c->no_args[1].ar_tag != TN_ARG_INT)
     return 0;
-  for (uint32_t e = 0; e < c->no_args[0].ar_len; e++)
-    uses += c->no_args[0].u.ar_refs[e] == v;
-  const tn_meta *cm = &tn_graph_value(g, c->no_out[0])->va_meta;
-  return uses == 1 && cm->me_dtype == tn_graph_value(g, v)->va_meta.me_dtype && meta_dense(cm) &&
-         meta_contiguous(cm);
+  const tn_meta *cm = &tn_graph_value(g, c->no_out[0])->va_meta, *vm = &tn_graph_value(g, v)->va_meta;
+  if (cm->me_dtype != vm->me_dtype || cm->me_rank != vm->me_rank || cm->me_rank == 0 || !meta_dense(cm) ||
+      !meta_contiguous(cm))
+    return 0;
+  int64_t numel = 1, d = c->no_args[1].u.ar_int, off = 0, at_off = -1;
+  for (int k = 0; k < cm->me_rank; k++)
+    numel *= cm->me_sizes[k].si_val;
+  d = d < 0 ? d + cm->me_rank : d;
+  if (numel == 0 || d < 0 || d >= cm->me_rank)
+    return 0;
+  for (uint32_t e = 0; e < c->no_args[0].ar_len; e++) {
+    int32_t part = c->no_args[0].u.ar_refs[e];
+    const tn_meta *pm = &tn_graph_value(g, part)->va_meta;
+    int64_t pn = 1;
+    for (int k = 0; k < pm->me_rank; k++) {
+      if (pm->me_sizes[k].si_sym >= 0)
+        return 0; /* a part of symbolic size: the offsets are not static */
+      pn *= pm->me_sizes[k].si_val;
+    }
+    if (part == v) {
+      uses++;
+      at_off = off;
+    }
+    if (pn) /* eager skips empty parts, of any rank */
+      off += pm->me_rank > d ? pm->me_sizes[d].si_val : 0;
+  }
+  if (uses != 1)
+    return 0;
+  *cat = c->no_out[0];
+  *dim = (int)d;
+  *offset = at_off;
+  return 1;
+}
+
+/* Whether the one node of group k computes a value with a cat slot: the
+** group is kept though it has one node. */
+static int feeds_cat(const fuse_state *s, int32_t k)
+{
+  int32_t cat;
+  int dim;
+  int64_t off;
+  return cat_slot(s->fs_g, tn_graph_node(s->fs_g, s->fs_first[k])->no_out[0], &cat, &dim, &off);
 }
 
 /* Whether group k reads a tensor from outside that is not a factory:
@@ -1436,8 +1474,9 @@ static int linear_activation(const tn_graph *g, const tn_node *n)
   return readers == 1; /* n alone */
 }
 
-/* Sets grp's donors (tn_fgroup.fg_donor): for each contiguous output of a
-** pointwise group, an input of its dtype and shape, once, that another
+/* Sets a pointwise group's cat slots (tn_fgroup.fg_into_*: cat_slot) and
+** its donors (tn_fgroup.fg_donor): for each contiguous output of a
+** pointwise group without a cat slot, an input of its dtype and shape, once, that another
 ** group computed (a fresh tensor, contiguous) and that nothing reads but
 ** that group and this one (k), which runs after it: the buffer the input
 ** leaves behind can take the output. */
@@ -1445,12 +1484,22 @@ static int find_donors(fuse_state *s, int32_t k, tn_fgroup *grp)
 {
   const tn_graph *g = s->fs_g;
   grp->fg_donor = heap_ids(s->fs_f, grp->fg_noutputs);
-  if (!grp->fg_donor)
+  grp->fg_into_cat = heap_ids(s->fs_f, grp->fg_noutputs);
+  grp->fg_into_dim = heap_ids(s->fs_f, grp->fg_noutputs);
+  grp->fg_into_off = mi_heap_calloc(s->fs_f->fu_heap, grp->fg_noutputs ? grp->fg_noutputs : 1, sizeof(int64_t));
+  if (!grp->fg_donor || !grp->fg_into_cat || !grp->fg_into_dim || !grp->fg_into_off)
     return TN_ENOMEM;
   for (uint32_t o = 0; o < grp->fg_noutputs; o++)
-    grp->fg_donor[o] = -1;
+    grp->fg_donor[o] = grp->fg_into_cat[o] = -1;
   if (grp->fg_reduce_dims || grp->fg_gemm_a >= 0)
     return TN_OK;
+  for (uint32_t o = 0; o < grp->fg_noutputs; o++) {
+    int dim;
+    if (cat_slot(g, grp->fg_outputs[o], &grp->fg_into_cat[o], &dim, &grp->fg_into_off[o]))
+      grp->fg_into_dim[o] = dim;
+    else
+      grp->fg_into_cat[o] = -1;
+  }
   for (uint32_t i = 0; i < grp->fg_ninputs; i++) {
     int32_t v = grp->fg_inputs[i], p = producer(g, v), ok = p >= 0 && s->fs_group_of[p] >= 0 &&
                                                             s->fs_group_of[p] != k && grp->fg_gather[i] == -1;
@@ -1464,7 +1513,8 @@ static int find_donors(fuse_state *s, int32_t k, tn_fgroup *grp)
            s->fs_group_of[j] == s->fs_group_of[p];
     for (uint32_t o = 0; ok && o < grp->fg_noutputs; o++) {
       const tn_meta *wm = &tn_graph_value(g, grp->fg_outputs[o])->va_meta;
-      if (grp->fg_donor[o] < 0 && grp->fg_out_kinds[o] == TN_FO_FULL && wm->me_dtype == vm->me_dtype &&
+      if (grp->fg_donor[o] < 0 && grp->fg_into_cat[o] < 0 && grp->fg_out_kinds[o] == TN_FO_FULL &&
+          wm->me_dtype == vm->me_dtype &&
           same_space(wm, vm) && meta_contiguous(wm)) {
         grp->fg_donor[o] = (int32_t)i;
         break;

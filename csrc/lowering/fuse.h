@@ -105,6 +105,11 @@ typedef struct tn_fgroup {
   int32_t *fg_donor;       /* per output: the input whose buffer it may be written into, or -1. A donor
                            ** is another group's contiguous result of the output's dtype and shape that
                            ** only this group reads: its last use. Its loads copy, never alias. */
+  int32_t *fg_into_cat;    /* per output of a pointwise group: the cat whose result it is written into
+                           ** (the cat's value), or -1; then fg_into_dim, fg_into_off: the slice along
+                           ** that dim, from that offset, it fills (its donor is then -1) */
+  int32_t *fg_into_dim;
+  int64_t *fg_into_off;
   int32_t *fg_outputs;     /* values the group materialises, operand order after the inputs */
   uint32_t fg_noutputs;
   uint8_t *fg_out_kinds;   /* TN_FO_* per output */

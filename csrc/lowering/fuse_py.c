@@ -85,15 +85,28 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
         Py_CLEAR(gat);
       Py_XDECREF(pair);
     }
+    /* cat slots: per output None or [cat value, dim, offset] */
+    PyObject *into = gat ? PyList_New(grp->fg_noutputs) : NULL;
+    for (uint32_t o = 0; into && o < grp->fg_noutputs; o++) {
+      PyObject *slot = grp->fg_into_cat[o] < 0 ? Py_NewRef(Py_None)
+                                               : Py_BuildValue("[iiL]", grp->fg_into_cat[o], grp->fg_into_dim[o],
+                                                               (long long)grp->fg_into_off[o]);
+      if (!slot)
+        Py_CLEAR(into);
+      else
+        PyList_SET_ITEM(into, o, slot);
+    }
+    if (gat && !into)
+      Py_CLEAR(gat);
     if (ostr && !gat)
       Py_CLEAR(ostr);
     if (dts && !ostr)
       Py_CLEAR(dts);
     PyObject *d = kinds && ins && dts
-                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
+                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
                                     tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
                                     tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
-                                    "out_strides", ostr, "gathers", gat,
+                                    "out_strides", ostr, "gathers", gat, "into", into,
                                     "donors", tn_py_ids_list(grp->fg_donor, grp->fg_noutputs),
                                     "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
                                     grp->fg_nonempty ? Py_True : Py_False, "gemm", gemm_grp ? Py_True : Py_False,
@@ -105,6 +118,7 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
       Py_XDECREF(dts);
       Py_XDECREF(ostr);
       Py_XDECREF(gat);
+      Py_XDECREF(into);
     }
     free(src);
     if (!d || PyList_Append(res, d) < 0)

@@ -1657,6 +1657,63 @@ START_TEST(test_donor_is_the_input_at_its_last_use)
 }
 END_TEST
 
+/* y[4,3], x[4,5]: a = exp(x), b = sin(x) * 2, c = cat([y, e, a, b], dim)
+** with e an empty [4,0] input: a's one-node group is kept for its cat
+** slot (offset 3 along dim 1: the empty part takes no room), b's group
+** fills the slice from 8. With a read twice by the cat, or a cat over
+** dim -1 of a result of another rank, there is no slot (and a's group
+** goes). */
+START_TEST(test_cat_slots)
+{
+  static const tn_sint SY[2] = {{4, -1}, {3, -1}}, STY[2] = {{3, -1}, {1, -1}};
+  static const tn_sint SE[2] = {{4, -1}, {0, -1}}, STE[2] = {{1, -1}, {1, -1}};
+  static const tn_sint SC[2] = {{4, -1}, {13, -1}}, STC[2] = {{13, -1}, {1, -1}};
+  static const tn_sint SD[2] = {{4, -1}, {18, -1}}, STD[2] = {{18, -1}, {1, -1}};
+  tn_meta f2 = {TN_DTYPE_FLOAT32, 2, S2, ST2}, fy = {TN_DTYPE_FLOAT32, 2, SY, STY};
+  tn_meta fe = {TN_DTYPE_FLOAT32, 2, SE, STE}, fc = {TN_DTYPE_FLOAT32, 2, SC, STC};
+  tn_meta fd = {TN_DTYPE_FLOAT32, 2, SD, STD};
+  for (int twice = 0; twice < 2; twice++) {
+    tn_graph *g;
+    tn_fusion *f;
+    int32_t y, e, x, a, sb, b, c;
+    ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+    tn_input_desc iy = {TN_VALUE_ARG, 0, NULL, fy}, ie = {TN_VALUE_ARG, 1, NULL, fe}, ix = {TN_VALUE_ARG, 2, NULL, f2};
+    ck_assert_int_eq(tn_graph_add_input(g, &iy, &y), TN_OK);
+    ck_assert_int_eq(tn_graph_add_input(g, &ie, &e), TN_OK);
+    ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+    tn_arg ax[1] = {T(x)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_exp, NULL, ax, 1, &f2, 1, &a), TN_OK);
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_sin, NULL, ax, 1, &f2, 1, &sb), TN_OK);
+    tn_arg am[2] = {T(sb), F(2.0)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &f2, 1, &b), TN_OK);
+    int32_t parts[5] = {y, e, a, b, a};
+    tn_arg ac[2] = {{TN_ARG_TENSOR_LIST, twice ? 5 : 4, {.ar_refs = parts}}, I(1)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_cat, NULL, ac, 2, twice ? &fd : &fc, 1, &c), TN_OK);
+    ck_assert_int_eq(tn_graph_set_outputs(g, &c, 1), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    int ga = group_of_node(f, node_of(g, a)), gb = group_of_node(f, node_of(g, b));
+    ck_assert_int_ge(gb, 0);
+    const tn_fgroup *bg = tn_fusion_group(f, (uint32_t)gb);
+    ck_assert_uint_eq(bg->fg_noutputs, 1);
+    ck_assert_int_eq(bg->fg_into_cat[0], c);
+    ck_assert_int_eq(bg->fg_into_dim[0], 1);
+    ck_assert_int_eq(bg->fg_into_off[0], 8);
+    ck_assert_int_eq(bg->fg_donor[0], -1);
+    if (twice) {
+      ck_assert_int_eq(ga, -1); /* a single node without a slot: left to eager */
+    } else {
+      ck_assert_int_ge(ga, 0);
+      const tn_fgroup *ag = tn_fusion_group(f, (uint32_t)ga);
+      ck_assert_int_eq(ag->fg_into_cat[0], c);
+      ck_assert_int_eq(ag->fg_into_dim[0], 1);
+      ck_assert_int_eq(ag->fg_into_off[0], 3);
+    }
+    tn_fusion_free(f);
+    tn_graph_free(g);
+  }
+}
+END_TEST
+
 /* x[4,5] with strides (1, 4) (a transpose): a = x * 2, b = a + 1, both
 ** results laid out as x. Densely permuted: one group. Not dense (strides
 ** (10, 2)): no group. */
@@ -1823,6 +1880,7 @@ int main(void)
   tcase_add_test(tc, test_gather_table_not_computed_in_group);
   tcase_add_test(tc, test_cycle_rule);
   tcase_add_test(tc, test_donor_is_the_input_at_its_last_use);
+  tcase_add_test(tc, test_cat_slots);
   tcase_add_test(tc, test_permuted_output);
   tcase_add_test(tc, test_mixed_dtype_group);
   suite_add_tcase(s, tc);

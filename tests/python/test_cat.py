@@ -1,5 +1,5 @@
-"""aten.cat lowered by writing into its result (backend._cat_slot,
-_finish_cats, _cat_finish; csrc/lowering/fuse.c feeds_cat) and pointwise
+"""aten.cat lowered by writing into its result (csrc/lowering/fuse.c
+cat_slot; backend._fuse, _finish_cats, _cat_finish) and pointwise
 kernels over tiles of short rows (csrc/neuron_backend/codegen.c): results
 against eager, through torch.compile(backend="neuron")."""
 import math
