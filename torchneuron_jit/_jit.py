@@ -1032,10 +1032,13 @@ class _Tracer:
             pspec = _records.portable_spec(trace)
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan)
-            try:
+            try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
-            except _planform.Unportable as exc:  # a warm process compiles the graph instead
+            except _planform.Unportable as exc:
                 _log.event("cache", f"{_where(trace.fn)}: the trace record keeps no plan: {exc}")
+            except Exception as exc:  # ours: the record is still worth storing
+                _log.warn_once(f"storing the compiled plan of {_where(trace.fn)} failed, its record keeps "
+                               f"the graph only ({type(exc).__name__}: {exc})", stacklevel=4)
             record["id"] = _records.record_id(record)
         except _records.Unportable as exc:
             _log.event("cache", f"{_where(trace.fn)}: no trace record stored: {exc}")
@@ -1092,7 +1095,8 @@ class _Tracer:
 
     @staticmethod
     def _rebuild(v, inputs):
-        """The runner of a stored variant: its graph compiled on inputs."""
+        """The runner of a stored variant: its stored plan, or else its
+        graph compiled on inputs."""
         from . import backend
         eager = _records.EagerGraph(v["graph"])  # decoded only if a step of the plan fails
         compiled = None

@@ -462,3 +462,23 @@ def test_a_record_graph_compiled_in_place_falls_back_to_its_original_decoded_aga
             out = plan([x, y])
     torch.testing.assert_close(out, f(x, y))  # the graph returns one tensor, as the plan does
     assert eager.gm is not None and torchneuron_jit.stats()["eager_fallbacks"] == 1
+
+
+def test_a_plan_that_cannot_be_stored_warns_and_the_record_keeps_the_graph(monkeypatch):
+    """Our failure to describe the plan costs the warm start its plan, not
+    the record: one warning, and another JitFunction compiles the graph."""
+    from torchneuron_jit import _planform
+
+    def broken(plan):
+        raise RuntimeError("object code exploded")
+
+    monkeypatch.setattr(_planform, "encode", broken)
+    x = torch.randn(3)
+    with pytest.warns(RuntimeWarning, match=r"storing the compiled plan of _twin .* failed.*object code exploded"):
+        torch.testing.assert_close(torchneuron_jit.jit(_twin)(x), _twin(x))
+    _, variants = _stored(_twin, x)
+    assert len(variants) == 1 and "compiled" not in variants[0]
+    before = counters()
+    torch.testing.assert_close(torchneuron_jit.jit(_twin)(x), _twin(x))
+    d = delta(before)
+    assert (d["traces"], d["traces_loaded"], d["plans_loaded"], d["graphs_compiled"]) == (0, 1, 0, 1), d
