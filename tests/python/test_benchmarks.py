@@ -12,8 +12,9 @@ from conftest import REPO, subprocess_env
 
 def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
     out = tmp_path / "results"
-    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp", "--backends", "eager,neuron,jit",
-                        "--iters", "3", "--warmup", "1", "--out", str(out), "--price-per-hour", "2.0", "--zoo", "minilm"],
+    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp",
+                        "--backends", "eager,neuron,jit", "--iters", "3", "--warmup", "1", "--out", str(out),
+                        "--price-per-hour", "2.0", "--zoo", "distilbert"],
                        cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
@@ -42,9 +43,9 @@ def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
     md = (out / "results.md").read_text()
     assert "| mlp | 1x32 |" in md and "Cold and warm start" in md
     zoo = json.loads((out / "zoo.json").read_text())  # the zoo through the same doors, quick: sdpa at batch 1
-    assert [(r["model"], r["attn"], r["batch"]) for r in zoo["rows"]] == [("minilm", "sdpa", 1)]
+    assert [(r["model"], r["attn"], r["batch"]) for r in zoo["rows"]] == [("distilbert", "sdpa", 1)]
     assert set(zoo["rows"][0]["doors"]) == {"eager", "neuron", "jit"}
-    assert "| minilm | sdpa | 1 |" in (out / "zoo.md").read_text()
+    assert "| distilbert | sdpa | 1 |" in (out / "zoo.md").read_text()
 
 
 def test_unknown_model_is_refused(tmp_path, cache_dir):
