@@ -826,6 +826,22 @@ static int32_t sole_reader_group(fuse_state *s, uint32_t i)
   return k;
 }
 
+/* The one node that reads value v, or -1 (none, several, or v is a graph
+** output). */
+static int32_t sole_reader(const tn_graph *g, int32_t v)
+{
+  int32_t at = -1, from = producer(g, v) + 1; /* an input (no producer): from node 0 */
+  if (graph_output(g, v))
+    return -1;
+  for (uint32_t j = (uint32_t)from; j < tn_graph_num_nodes(g); j++)
+    if (node_reads(tn_graph_node(g, (int32_t)j), v)) {
+      if (at >= 0)
+        return -1;
+      at = (int32_t)j;
+    }
+  return at;
+}
+
 /* The cat slot of value v: when v's only reader is a cat that takes it
 ** once, into a dense contiguous result of v's dtype and rank with elements,
 ** every part of concrete sizes, a kernel computing v can write it straight
@@ -835,15 +851,8 @@ static int32_t sole_reader_group(fuse_state *s, uint32_t i)
 ** take no room, as eager skips them); 0 when v has no slot. */
 static int cat_slot(const tn_graph *g, int32_t v, int32_t *cat, int *dim, int64_t *offset)
 {
-  int32_t p = producer(g, v), at = -1, readers = 0, uses = 0;
-  if (p < 0 || graph_output(g, v))
-    return 0;
-  for (uint32_t j = (uint32_t)p + 1; j < tn_graph_num_nodes(g); j++)
-    if (node_reads(tn_graph_node(g, (int32_t)j), v)) {
-      readers++;
-      at = (int32_t)j;
-    }
-  const tn_node *c = readers == 1 ? tn_graph_node(g, at) : NULL;
+  int32_t at = producer(g, v) >= 0 ? sole_reader(g, v) : -1, uses = 0;
+  const tn_node *c = at >= 0 ? tn_graph_node(g, at) : NULL;
   if (!c || c->no_op != TN_OP_cat || c->no_args[0].ar_tag != TN_ARG_TENSOR_LIST || c->no_args[1].ar_tag != TN_ARG_INT)
     return 0;
   const tn_meta *cm = &tn_graph_value(g, c->no_out[0])->va_meta, *vm = &tn_graph_value(g, v)->va_meta;
@@ -1461,17 +1470,11 @@ static int linear_activation(const tn_graph *g, const tn_node *n)
 {
   if ((n->no_op != TN_OP_relu && n->no_op != TN_OP_gelu) || n->no_args[0].ar_tag != TN_ARG_TENSOR)
     return 0;
-  int32_t v = n->no_args[0].u.ar_ref, p = producer(g, v), readers = 0;
-  if (p < 0)
+  int32_t v = n->no_args[0].u.ar_ref, p = producer(g, v);
+  if (p < 0 || tn_graph_node(g, p)->no_op != TN_OP_linear ||
+      tn_graph_value(g, v)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
     return 0;
-  const tn_node *pn = tn_graph_node(g, p);
-  if (pn->no_op != TN_OP_linear || tn_graph_value(g, v)->va_meta.me_dtype != TN_DTYPE_FLOAT32)
-    return 0;
-  if (graph_output(g, v))
-    return 0;
-  for (uint32_t j = (uint32_t)p + 1; j < tn_graph_num_nodes(g); j++)
-    readers += node_reads(tn_graph_node(g, (int32_t)j), v);
-  return readers == 1; /* n alone */
+  return sole_reader(g, v) >= 0; /* n alone (it reads v) */
 }
 
 /* Sets a pointwise group's cat slots (tn_fgroup.fg_into_*: cat_slot) and
