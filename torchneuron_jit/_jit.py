@@ -1034,7 +1034,7 @@ class _Tracer:
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan)
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
-            except _planform.Unportable as exc:
+            except _records.Unportable as exc:
                 _log.event("cache", f"{_where(trace.fn)}: the trace record keeps no plan: {exc}")
             except Exception as exc:  # ours: the record is still worth storing
                 _log.warn_once(f"storing the compiled plan of {_where(trace.fn)} failed, its record keeps "

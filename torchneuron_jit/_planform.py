@@ -19,11 +19,12 @@ A form is a JSON-able dict:
 - "report": what compiling the graph counted (backend.count_fallbacks), so
   a warm process's stats() and fallback log say what the cold one's did.
 
-A plan whose constants cannot all be described raises Unportable: the
-record is stored without it and a warm process compiles its graph.
+A plan whose constants cannot all be described raises the trace records'
+Unportable: the record is stored without it and a warm process compiles
+its graph. (The trace records are imported when a form is made or read:
+importing the back end does not load them.)
 """
 import base64
-import operator
 import types
 
 import torch
@@ -33,23 +34,19 @@ from . import _C
 FORMAT = 1
 
 
-class Unportable(Exception):
-    """A constant of the plan has no stored form."""
-
-
 class KernelSpec(tuple):
     """What a generated kernel constant is: backend.make_kernel's spec."""
 
 
 def _ref(obj):
-    """[module, qualname] naming obj, checked to find obj again."""
-    from ._records import _find
-    modname, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if isinstance(modname, str) and isinstance(qualname, str) and _find(modname, qualname) is obj:
-        return [modname, qualname]
-    if getattr(torch, getattr(obj, "__name__", ""), None) is obj:  # torch.empty: its qualname is a C class's
-        return ["torch", obj.__name__]
-    raise Unportable(f"the plan calls {obj!r}, which has no name to find it by")
+    """[module, qualname] naming function obj, checked to find obj again."""
+    from . import _records
+    try:
+        return _records._name_ref(obj)
+    except _records.Unportable:
+        if getattr(torch, getattr(obj, "__name__", ""), None) is obj:  # torch.empty: its qualname is a C class's
+            return ["torch", obj.__name__]
+        raise
 
 
 def _const(value, what):
@@ -58,32 +55,32 @@ def _const(value, what):
     if isinstance(what, KernelSpec):
         return {"kernel": _records._encode_arg(tuple(what), {}),
                 "object": base64.b64encode(value.object_code()).decode()}
-    if isinstance(what, torch._ops.OpOverload) or (
-            callable(what) and getattr(operator, getattr(what, "__name__", ""), None) is what):
-        return {"op": _records._target_name(what)}
     if isinstance(what, gemm.PackedLinear):
         return {"packed": [what.attr, what.algorithm, what.rows]}
     if isinstance(what, torch.Tensor):
         if type(what) is not torch.Tensor or what.device.type != "cpu" or what.requires_grad or \
                 not what.is_contiguous() or what.storage_offset() or what.dtype.is_complex:
-            raise Unportable("the plan holds a tensor constant that is not a plain contiguous CPU tensor")
+            raise _records.Unportable("the plan holds a tensor constant that is not a plain contiguous CPU tensor")
         data = what.detach().reshape(-1).view(torch.uint8) if what.numel() else torch.empty(0, dtype=torch.uint8)
         return {"tensor": [_records._torch_name(what.dtype), list(what.shape),
                            base64.b64encode(data.numpy().tobytes()).decode()]}
+    if isinstance(what, torch._ops.OpOverload):
+        return {"op": _records._target_name(what)}
     if isinstance(what, (types.FunctionType, types.BuiltinFunctionType)):
-        return {"fn": _ref(what)}
-    try:
-        return _records._encode_arg(what, {})
-    except _records.Unportable as exc:
-        raise Unportable(str(exc)) from None
+        try:  # an operator function, as graph targets are named
+            return {"op": _records._target_name(what)}
+        except _records.Unportable:
+            return {"fn": _ref(what)}
+    return _records._encode_arg(what, {})
 
 
 def encode(plan):
     """The stored form of plan (a _C.Plan that backend.plan_of built and
     _build reported on), or Unportable."""
+    from . import _records
     form = getattr(plan, "form", None)
     if not isinstance(plan, _C.Plan) or not isinstance(form, dict) or "report" not in form:
-        raise Unportable("the graph is not a compiled plan (it runs eagerly)")
+        raise _records.Unportable("the graph is not a compiled plan (it runs eagerly)")
     return {"format": FORMAT, "plan": base64.b64encode(plan.encode()).decode(),
             "consts": [_const(value, what) for value, what in zip(plan.constants, form["consts"])],
             "report": form["report"]}
@@ -120,7 +117,8 @@ def load(form, eager):
     graph instead."""
     from . import backend
     if not isinstance(form, dict) or form.get("format") != FORMAT:
-        raise ValueError(f"a stored plan of another format ({form.get('format') if isinstance(form, dict) else form!r})")
+        got = form.get("format") if isinstance(form, dict) else form
+        raise ValueError(f"a stored plan of another format ({got!r})")
     backend.set_threads()
     consts = tuple(_value(c) for c in form["consts"])
     plan = _C.Plan.from_bytes(base64.b64decode(form["plan"]), consts, eager, backend._warn_once)
