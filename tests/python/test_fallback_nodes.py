@@ -33,7 +33,8 @@ def test_index_with_a_none_in_its_indices_is_a_fallback_node():
     def f(x, idx):
         return torch.sin(torch.exp(x * 2.0)[:, idx] + 1.0)
 
-    st = _compiled_cleanly(f, (torch.randn(4, 6), torch.tensor([0, 2, 5])))
+    # inputs of moderate size: sin of exp(2x) + 1 for |x| up to 3 amplifies one ulp of exp beyond the tolerance
+    st = _compiled_cleanly(f, (torch.randn(4, 6) * 0.25, torch.tensor([0, 2, 5])))
     assert st["kernels_compiled"] == 2
 
 
@@ -103,7 +104,7 @@ def test_stats_count_what_runs_through_pytorch_by_op_and_reason(capsys):
         return torch.sin(torch.exp(x * 2.0)[:, idx] + 1.0).cumsum(0)
 
     with config.patch(log="fallback"):
-        _compiled_cleanly(f, (torch.randn(4, 6), torch.tensor([0, 2, 5])))
+        _compiled_cleanly(f, (torch.randn(4, 6) * 0.25, torch.tensor([0, 2, 5])))  # moderate, as above
     st = torchneuron_jit.stats()
     assert st["fallback_ops"] == {"aten::index.Tensor": {"no lowering": 1}, "aten::cumsum": {"no lowering": 1}}
     assert st["fallback_nodes"] == 2 and st["lowered_nodes"] == 4
