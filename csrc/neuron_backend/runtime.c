@@ -9,6 +9,7 @@
 #pragma GCC optimize("O3", "no-math-errno")
 
 #include "runtime.h"
+#include "runtime_ops.h"
 
 #include <math.h>
 
@@ -211,11 +212,10 @@ __attribute__((target("avx512f"))) static int64_t rt_vmath_avx512(int f, float *
   return i;
 }
 
-/* The widest ISA of the CPU (RT_ISA_*), narrowed to config cpu_isa. */
-#define RT_ISA_DEFAULT 0
-#define RT_ISA_AVX2 1
-#define RT_ISA_AVX512 2
-static int rt_isa(void)
+#define RT_ISA_DEFAULT TN_RT_ISA_DEFAULT
+#define RT_ISA_AVX2 TN_RT_ISA_AVX2
+#define RT_ISA_AVX512 TN_RT_ISA_AVX512
+int tn_rt_isa(void)
 {
   static int cpu = -1;
   if (cpu < 0)
@@ -228,7 +228,7 @@ static int rt_isa(void)
   return want < cpu ? want : cpu;
 }
 
-/* f over a[0..n) (and b): the widest vectors rt_isa() allows (AVX-512,
+/* f over a[0..n) (and b): the widest vectors tn_rt_isa() allows (AVX-512,
 ** else AVX2), the last elements too, padded to a vector, so that a value gives
 ** the same result wherever it lies (libm's scalar functions differ from
 ** libmvec's in the last bit). Returns how many were done: n, or 0 without
@@ -236,7 +236,7 @@ static int rt_isa(void)
 #define RT_VMATH_ALL(name, T, PAD, wide_fn, narrow_fn) \
   static int64_t name(int f, T *dst, const T *a, const T *b, int64_t n) \
   { \
-    int isa = rt_isa(), wide = isa == RT_ISA_AVX512; \
+    int isa = tn_rt_isa(), wide = isa == RT_ISA_AVX512; \
     if (isa == RT_ISA_DEFAULT) \
       return 0; \
     int64_t done = wide ? wide_fn(f, dst, a, b, n) : narrow_fn(f, dst, a, b, n); \
@@ -325,11 +325,6 @@ static int rt_vmath_unary(int op)
   }
 }
 
-static inline float rt_sigmoid(float x)
-{
-  return 1.0f / (1.0f + expf(-x));
-}
-
 #define UNARY_LOOP(expr) \
   for (int64_t i = 0; i < n; i++) { \
     __typeof__(*a) x = a[i]; \
@@ -337,38 +332,12 @@ static inline float rt_sigmoid(float x)
   } \
   break
 
+#define RT_UNARY_CASE(name, expr) case TN_RT_##name: UNARY_LOOP(expr);
+
 static inline __attribute__((always_inline)) void rt_unary_f32_loop(int op, float *dst, const float *a, int64_t n)
 {
   switch (op) {
-  case TN_RT_NEG: UNARY_LOOP(-x);
-  case TN_RT_ABS: UNARY_LOOP(fabsf(x));
-  case TN_RT_EXP: UNARY_LOOP(expf(x));
-  case TN_RT_LOG: UNARY_LOOP(logf(x));
-  case TN_RT_LOG1P: UNARY_LOOP(log1pf(x));
-  case TN_RT_EXPM1: UNARY_LOOP(expm1f(x));
-  case TN_RT_SQRT: UNARY_LOOP(sqrtf(x));
-  case TN_RT_RSQRT: UNARY_LOOP(1.0f / sqrtf(x));
-  case TN_RT_RECIPROCAL: UNARY_LOOP(1.0f / x);
-  case TN_RT_FLOOR: UNARY_LOOP(floorf(x));
-  case TN_RT_CEIL: UNARY_LOOP(ceilf(x));
-  case TN_RT_TRUNC: UNARY_LOOP(truncf(x));
-  case TN_RT_ROUND: UNARY_LOOP(rintf(x)); /* half to even, as eager */
-  case TN_RT_SIGN: UNARY_LOOP((float)((x > 0.0f) - (x < 0.0f))); /* NaN and -0 give +0, as eager */
-  /* relu propagates NaN and keeps -0, as eager's clamp_min(x, 0) does */
-  case TN_RT_RELU: UNARY_LOOP(x < 0.0f ? 0.0f : x);
-  case TN_RT_SIGMOID: UNARY_LOOP(rt_sigmoid(x));
-  case TN_RT_TANH: UNARY_LOOP(tanhf(x));
-  case TN_RT_SILU: UNARY_LOOP(x * rt_sigmoid(x));
-  case TN_RT_ERF: UNARY_LOOP(erff(x));
-  case TN_RT_SIN: UNARY_LOOP(sinf(x));
-  case TN_RT_COS: UNARY_LOOP(cosf(x));
-  /* gelu(+inf) = +inf and gelu(-inf) = NaN (0 * -inf), as the formula
-  ** gives. Eager's answer for +inf depends on its kernel: its own (ATen)
-  ** kernels and oneDNN's AVX2 one give +inf, oneDNN's AVX-512 one NaN. */
-  case TN_RT_GELU: UNARY_LOOP(0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)));
-  case TN_RT_GELU_TANH:
-    UNARY_LOOP(0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x))));
-  case TN_RT_ZERO_INF: UNARY_LOOP(isinf(x) ? 0.0f : x);
+  TN_RT_F32_UNARY_EXPR(RT_UNARY_CASE)
   default:
     break;
   }
@@ -405,23 +374,16 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
   } \
   break
 
-/* The cases of every binary op but pow's vector body, y read as Y; POW is
-** the math library's pow of the type. */
-#define BINARY_CASES(Y, POW) \
-  case TN_RT_B_ADD: BINARY_LOOP(Y, x + y); \
-  case TN_RT_B_SUB: BINARY_LOOP(Y, x - y); \
-  case TN_RT_B_MUL: BINARY_LOOP(Y, x * y); \
-  case TN_RT_B_DIV: BINARY_LOOP(Y, x / y); \
-  case TN_RT_B_MAXIMUM: BINARY_LOOP(Y, RT_MAX(x, y)); \
-  case TN_RT_B_MINIMUM: BINARY_LOOP(Y, RT_MIN(x, y)); \
-  case TN_RT_B_POW: BINARY_LOOP(Y, POW(x, y)); \
-  /* clamp_min(x, lo): NaN in x stays, a NaN bound gives NaN */ \
-  case TN_RT_B_CLAMP_MIN: BINARY_LOOP(Y, (x < y || y != y) ? y : x); \
-  case TN_RT_B_CLAMP_MAX: BINARY_LOOP(Y, (x > y || y != y) ? y : x);
+/* The math library's pow of x's type, for TN_RT_FLOAT_BINARY_EXPR; the
+** cases of every binary op but pow's vector body, y read as b[i] (V) or s
+** (S). */
+#define TN_RT_POW(x, y) _Generic((x), float: powf, default: pow)(x, y)
+#define RT_BINARY_CASE_V(name, expr) case TN_RT_B_##name: BINARY_LOOP(b[i], expr);
+#define RT_BINARY_CASE_S(name, expr) case TN_RT_B_##name: BINARY_LOOP(s, expr);
 
 /* The binary primitives of one type T (suffix SUF): pow's vector body
-** through VMATH, its scalar tail and every other op through BINARY_CASES. */
-#define RT_BINARY_FNS(SUF, T, VMATH, POW) \
+** through VMATH, its scalar tail and every other op through TN_RT_FLOAT_BINARY_EXPR. */
+#define RT_BINARY_FNS(SUF, T, VMATH) \
   RT_CLONES void tn_rt_binary_##SUF(int op, T *dst, const T *a, const T *b, int64_t n) \
   { \
     if (op == TN_RT_B_POW) { \
@@ -432,7 +394,7 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
       n -= done; \
     } \
     switch (op) { \
-    BINARY_CASES(b[i], POW) \
+    TN_RT_FLOAT_BINARY_EXPR(RT_BINARY_CASE_V) \
     default: \
       break; \
     } \
@@ -454,13 +416,13 @@ RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
       return; \
     } \
     switch (op) { \
-    BINARY_CASES(s, POW) \
+    TN_RT_FLOAT_BINARY_EXPR(RT_BINARY_CASE_S) \
     default: \
       break; \
     } \
   }
 
-RT_BINARY_FNS(f32, float, rt_vmath, powf)
+RT_BINARY_FNS(f32, float, rt_vmath)
 
 /* float64: computed in double throughout, with the math library's double
 ** functions (libmvec's where the CPU has AVX2 or AVX-512); special values
@@ -517,7 +479,7 @@ RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
   }
 }
 
-RT_BINARY_FNS(f64, double, rt_vmath_f64, pow)
+RT_BINARY_FNS(f64, double, rt_vmath_f64)
 
 /* -- Integers: int64 blocks -------------------------------------------------
 ** Arithmetic goes through uint64_t, so it wraps (as eager's integer

@@ -54,6 +54,13 @@ enum {
 #undef TN_RT_C
 };
 
+/* The widest vector ISA of the CPU, narrowed to config cpu_isa: what the
+** runtime's math functions use, and what tier-2 kernels are compiled for. */
+#define TN_RT_ISA_DEFAULT 0
+#define TN_RT_ISA_AVX2 1   /* AVX2 and FMA */
+#define TN_RT_ISA_AVX512 2 /* AVX-512 F */
+int tn_rt_isa(void);
+
 /* Reductions of a row: sum, and max/min that propagate NaN (as eager's
 ** amax/amin do). ZERO_INF above is x, or 0 where x is infinite
 ** (logsumexp's shift). */
