@@ -16,9 +16,9 @@ CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encod
             csrc/neuron_backend/tcc.c csrc/neuron_backend/runtime.c csrc/neuron_backend/codegen.c \
             csrc/neuron_backend/pool.c csrc/neuron_backend/launch.c csrc/neuron_backend/gemm.c \
             csrc/neuron_backend/plan.c csrc/neuron_backend/executor.c \
-            csrc/fallback/fallback.c csrc/lowering/fuse.c
+            csrc/neuron_backend/tier2.c csrc/fallback/fallback.c csrc/lowering/fuse.c
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
-C_SUITES := graph cache tcc fuse plan
+C_SUITES := graph cache tcc fuse plan tier2
 C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
 # AddressSanitizer and UndefinedBehaviorSanitizer (make test-asan): any finding fails
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer

@@ -57,7 +57,9 @@ static PyObject *py_config_set(PyObject *self, PyObject *args)
   if (id < 0)
     return NULL;
   int type = tn_config_type(id);
-  if (type == TN_CFG_STR || type == TN_CFG_CHOICE) {
+  if (type == TN_CFG_CHOICE && PyBool_Check(value)) { /* a choice of on|off|...: True is on, False off */
+    rc = tn_config_set_text(id, value == Py_True ? "on" : "off", err, sizeof err);
+  } else if (type == TN_CFG_STR || type == TN_CFG_CHOICE) {
     if (!PyUnicode_Check(value))
       return PyErr_Format(PyExc_TypeError, "config %s: expected str, got %s",
                           tn_config_name(id), Py_TYPE(value)->tp_name);
@@ -264,6 +266,7 @@ PyMODINIT_FUNC PyInit__C(void)
       PyModule_AddFunctions(m, tn_py_fuse_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_kernel_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_gemm_methods) < 0 ||
+      PyModule_AddFunctions(m, tn_py_tier2_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_tracer_methods) < 0 ||
       tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0 || tn_py_plan_init(m) < 0 ||
       tn_py_tracer_init(m) < 0)

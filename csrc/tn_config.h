@@ -32,14 +32,15 @@
     "Check an existing cache file in a child process before using it (LMDB has no page checksums).") \
   _(kernel_threads, TN_CFG_INT, 0, NULL, \
     "Threads a large generated kernel is split across; 0 follows torch.get_num_threads().") \
-  _(row_fusion, TN_CFG_BOOL, 0, NULL, \
-    "Lower reductions and norms over trailing dims (softmax, layer norm, sum, ...) into row kernels " \
-    "with their pointwise prologue and epilogue. Correct, but slower than eager's own kernels today, " \
-    "so off by default.") \
-  _(gemm_fusion, TN_CFG_BOOL, 0, NULL, \
+  _(row_fusion, TN_CFG_CHOICE, 0, "auto|on|off", \
+    "Lower reductions and norms over trailing dims (softmax, layer norm, RMS norm, sum, mean, amax, var, " \
+    "logsumexp, ...) into row kernels with their pointwise prologue and epilogue. auto: where tier 2 can run " \
+    "(compile_tier2 not off and a C compiler found), whose single-pass loops beat eager's kernels; tier 1's " \
+    "alone are slower than eager's. True/False set on/off.") \
+  _(gemm_fusion, TN_CFG_CHOICE, 2, "auto|on|off", \
     "Run float32 mm/addmm/bmm/baddbmm through torch's own BLAS sgemm with their pointwise epilogue (bias, " \
-    "activation, residual) fused into one kernel. Correct, but measured 5-20% slower than eager's addmm " \
-    "on 2 threads today, so off by default.") \
+    "activation, residual) fused into one kernel. auto: where tier 2 can run. Off by default: measured no " \
+    "faster than eager's addmm and the op after it. True/False set on/off.") \
   _(onednn_linear, TN_CFG_BOOL, 1, NULL, \
     "Run float32 linear layers that stay in PyTorch through oneDNN, with the op after each (a separate " \
     "bias add, relu, gelu or a residual add) in the same call, wherever a measurement when the graph is " \
@@ -49,6 +50,19 @@
     "first use and again when the weight is another tensor or its version counter moved (in-place updates, " \
     "load_state_dict). Fastest at small batches, but writes that bypass the version counter (through .data, " \
     "numpy) are not seen, and each such weight is held twice: for weights that stay put while served.") \
+  _(compile_tier2, TN_CFG_CHOICE, 0, "background|sync|off", \
+    "Tier 2 of generated kernels: each kernel's fused loops compiled by the system C compiler (tier2_cc, -O3 " \
+    "for the ISA cpu_isa names), cached in the compile cache, and swapped in while calls go on at tier 1. " \
+    "background: compiled on worker threads, no call waits; sync: compiled before the call that asks goes on " \
+    "(tests, benchmarks); off: tier 1 only. Without a compiler tier 1 stays (said once under log=compile).") \
+  _(tier2_after_calls, TN_CFG_INT, 2, NULL, \
+    "Launches of a kernel after which it goes to tier 2 (1: at its first; a kernel run once is not worth a " \
+    "compile). A cached tier 2 is loaded at that launch too.") \
+  _(tier2_jobs, TN_CFG_INT, 1, NULL, \
+    "Tier-2 compiles that run at once in the background (worker threads that wait for the compiler " \
+    "without holding the GIL).") \
+  _(tier2_cc, TN_CFG_STR, 0, "cc", \
+    "The C compiler of tier 2 (a name looked up on PATH, or a path); GCC or a compiler taking its options.") \
   _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
     "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
     "this runs eagerly from then on, with one warning giving the last reason.") \

@@ -31,6 +31,7 @@ extern PyMethodDef tn_py_graph_methods[];
 extern PyMethodDef tn_py_fuse_methods[];
 extern PyMethodDef tn_py_kernel_methods[];
 extern PyMethodDef tn_py_gemm_methods[];
+extern PyMethodDef tn_py_tier2_methods[];
 
 /* A new list of the n ints ids, or NULL with an exception set. */
 PyObject *tn_py_ids_list(const int32_t *ids, uint32_t n);

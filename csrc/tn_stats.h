@@ -14,6 +14,11 @@
   _(graphs_lowered, "graphs that went through lowering and code generation") \
   _(kernels_compiled, "generated C kernels compiled by libtcc") \
   _(kernels_loaded, "generated C kernels loaded from the object code a stored plan keeps (no compile)") \
+  _(tier2_compiled, "kernels whose tier 2 the system C compiler built") \
+  _(tier2_loaded, "kernels whose tier 2 came from the persistent cache (no compile)") \
+  _(tier2_failed, "kernels left at tier 1 because their tier 2 failed to compile or load") \
+  _(tier2_runs, "kernel calls (or parts of one, per thread) that ran tier-2 code") \
+  _(tier2_compile_ms, "milliseconds spent in tier-2 compiles (on worker threads unless compile_tier2=sync)") \
   _(cache_hits, "compiled artifacts found in the persistent cache") \
   _(cache_misses, "compiled artifacts looked up and not found") \
   _(lowered_nodes, "nodes of compiled graphs that run inside our kernels and GEMM calls") \

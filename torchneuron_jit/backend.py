@@ -26,7 +26,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from . import _C, _log, _planform, cache, config, gemm
+from . import _C, _log, _planform, _tier2, cache, config, gemm
 from .graph import _fetch_attr, _is_size, from_fx, op_name, static_val
 
 aten = torch.ops.aten
@@ -63,7 +63,7 @@ def decompositions():
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 28
+ARTIFACT_FORMAT = 29
 
 
 @functools.lru_cache(maxsize=None)
@@ -103,8 +103,18 @@ def _share_torch_threads():
     return True
 
 
+def _fusion_on(setting):
+    """Whether a fusion setting of auto|on|off (row_fusion, gemm_fusion) is
+    on now: auto is on where tier 2 can run."""
+    return setting == "on" or (setting == "auto" and _tier2.available())
+
+
+def _row_fusion():
+    return _fusion_on(config.row_fusion)
+
+
 def _gemm_fusion():
-    return bool(config.gemm_fusion) and _gemm_available()
+    return _fusion_on(config.gemm_fusion) and _gemm_available()
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,7 +136,7 @@ def _key_context():
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
-            f"row_fusion {bool(config.row_fusion)}; gemm {_gemm_fusion()}; "
+            f"row_fusion {_row_fusion()}; gemm {_gemm_fusion()}; "
             f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
             f"cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
 
@@ -165,7 +175,7 @@ class _Artifact:
             _log.event("cache", f"hit {self.key.hex()} in {(time.perf_counter() - t0) * 1e3:.2f} ms")
         else:
             _C.stat_add("cache_misses")
-            groups = _C.fuse(_C.decode_graph(g.encode()), rows=bool(config.row_fusion), gemm=_gemm_fusion(),
+            groups = _C.fuse(_C.decode_graph(g.encode()), rows=_row_fusion(), gemm=_gemm_fusion(),
                              linear_act=_onednn_linear())
             self.artifact = {"format": ARTIFACT_FORMAT, "groups": groups, "onednn": None}
             self.seconds = time.perf_counter() - t0
@@ -377,7 +387,7 @@ def _fuse(graph, imported, groups):
             donors = grp["donors"] if any(d >= 0 for d in grp["donors"]) else None  # none where a slot is
         spec = (grp["source"], len(inputs), len(outputs), list(grp["dtypes"]), grp["reduce_dims"],
                 grp["out_kinds"], grp["nonempty"], grp["gemm"], grp["epilogue"], grp["out_strides"],
-                grp["gathers"], views, donors, into)
+                grp["gathers"], views, donors, into, grp["tier2"])
         kernel = make_kernel(spec)
         with graph.inserting_before(members[0]):
             targets = []
@@ -416,8 +426,9 @@ def make_kernel(spec, object_code=None):
     fused group and for a stored plan's constant, which gives its
     object_code: loaded, not compiled)."""
     source, nin, nout, dtypes, *rest = spec
+    tier2 = rest.pop() if len(rest) == 11 else None  # its tier-2 source (_tier2.py swaps that in when due)
     return _C.Kernel(source, nin, nout, torch.empty, [getattr(torch, d) for d in dtypes], *rest,
-                     object=object_code)
+                     object=object_code, tier2=tier2)
 
 
 def _op_callable(target):
@@ -732,7 +743,7 @@ def _recompose_linear(graph):
     flatten a 3-D input and unflatten the result go too: one dispatch
     instead of two to four, the same kernels underneath. Not with
     gemm_fusion, whose groups are made of mm/addmm. Returns how many."""
-    if config.gemm_fusion:
+    if _gemm_fusion():
         return 0
     done = 0
     for node in list(graph.nodes):

@@ -29,8 +29,9 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
   res = PyList_New(0);
   for (uint32_t i = 0; res && i < tn_fusion_count(f); i++) {
     const tn_fgroup *grp = tn_fusion_group(f, i);
-    char *src = NULL;
-    if (tn_codegen_kernel(grp, &src) != TN_OK) {
+    char *src = NULL, *src2 = NULL;
+    if (tn_codegen_kernel(grp, &src) != TN_OK || tn_codegen_tier2(grp, &src2) != TN_OK) {
+      free(src);
       Py_CLEAR(res);
       PyErr_NoMemory();
       break;
@@ -103,9 +104,10 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
     if (dts && !ostr)
       Py_CLEAR(dts);
     PyObject *d = kinds && ins && dts
-                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:N,s:N,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
+                    ? Py_BuildValue("{s:N,s:N,s:N,s:s,s:z,s:N,s:N,s:N,s:N,s:N,s:i,s:N,s:O,s:O,s:O}", "nodes",
                                     tn_py_ids_list(grp->fg_nodes, grp->fg_nnodes), "inputs", ins, "outputs",
-                                    tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "dtypes", dts,
+                                    tn_py_ids_list(grp->fg_outputs, grp->fg_noutputs), "source", src, "tier2", src2,
+                                    "dtypes", dts,
                                     "out_strides", ostr, "gathers", gat, "into", into,
                                     "donors", tn_py_ids_list(grp->fg_donor, grp->fg_noutputs),
                                     "reduce_dims", grp->fg_reduce_dims, "out_kinds", kinds, "nonempty",
@@ -121,6 +123,7 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
       Py_XDECREF(into);
     }
     free(src);
+    free(src2);
     if (!d || PyList_Append(res, d) < 0)
       Py_CLEAR(res);
     Py_XDECREF(d);
@@ -148,7 +151,7 @@ static PyObject *py_lowered_ops(PyObject *self, PyObject *unused)
 PyMethodDef tn_py_fuse_methods[] = {
   {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
   {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
-   "fuse(graph, rows=False, gemm=False, linear_act=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'dtypes', 'reduce_dims', "
+   "fuse(graph, rows=False, gemm=False, linear_act=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'tier2', 'dtypes', 'reduce_dims', "
    "'out_kinds', 'nonempty', 'gemm', 'epilogue'}] for each fused group."},
   {NULL, NULL, 0, NULL},
 };

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launch.h"
 #include "runtime.h"
+#include "runtime_ops.h"
 
 typedef struct cg_buf {
   char *cb_text;
@@ -544,8 +546,12 @@ static void cg_levels(cg_rows *r)
   }
 }
 
+static const char *t2_unary_expr(int op);
+static const char *t2_binary_expr(int op);
+
 /* Emits the scalar instructions and per-row stores whose scalars exist
-** once phase `avail` - 1 has ended. */
+** once phase `avail` - 1 has ended; io is the stores' suffix, or NULL for
+** tier 2 (expressions; its row kernels are float32). */
 static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
 {
   const tn_fgroup *grp = r->cr_grp;
@@ -557,13 +563,25 @@ static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
     switch (fi->fi_kind) {
     case TN_FI_SCONST: out(b, "    r%d = (float)%a;\n", fi->fi_dst, fi->fi_value); break;
     case TN_FI_SCOLS: out(b, "    r%d = (float)cols;\n", fi->fi_dst); break;
-    case TN_FI_SUNARY: out(b, "    tn_rt_unary_f32(%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a); break;
+    case TN_FI_SUNARY:
+      if (!io)
+        out(b, "    { float x = r%d; r%d = (%s); }\n", fi->fi_a, fi->fi_dst, t2_unary_expr(fi->fi_op));
+      else
+        out(b, "    tn_rt_unary_f32(%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a);
+      break;
     case TN_FI_SBINARY:
-      out(b, "    tn_rt_binary_f32(%d, &r%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
+      if (!io)
+        out(b, "    { float x = r%d, y = r%d; r%d = (%s); }\n", fi->fi_a, fi->fi_b, fi->fi_dst,
+            t2_binary_expr(fi->fi_op));
+      else
+        out(b, "    tn_rt_binary_f32(%d, &r%d, &r%d, &r%d, 1);\n", fi->fi_op, fi->fi_dst, fi->fi_a, fi->fi_b);
       break;
     case TN_FI_SSTORE:
-      out(b, "    tn_rt_store_%s(%s, 0, &r%d, 1);\n", io, cg_opnd(grp, grp->fg_ninputs + (uint32_t)fi->fi_dst, o),
-          fi->fi_a);
+      if (!io)
+        out(b, "    *%s = r%d;\n", cg_opnd(grp, grp->fg_ninputs + (uint32_t)fi->fi_dst, o), fi->fi_a);
+      else
+        out(b, "    tn_rt_store_%s(%s, 0, &r%d, 1);\n", io, cg_opnd(grp, grp->fg_ninputs + (uint32_t)fi->fi_dst, o),
+            fi->fi_a);
       break;
     default:
       continue;
@@ -572,11 +590,11 @@ static void cg_scalars(cg_buf *b, cg_rows *r, int avail, const char *io)
   }
 }
 
-/* One pass over the row for phase ph: the reductions of level-ph buffers
-** and the stores of level-ph buffers, with everything they need. With
-** persist (rows of one block), buffers computed by earlier phases still
-** hold their values and are not recomputed. */
-static void cg_phase(cg_buf *b, cg_rows *r, int ph, int persist)
+/* Marks in cr_need the instructions of phase ph's pass over the row: the
+** reductions and stores of level-ph buffers, with everything they need
+** (with persist, not what earlier phases computed: cr_have). Returns
+** whether there are any. */
+static int cg_phase_need(cg_rows *r, int ph, int persist)
 {
   const tn_fgroup *grp = r->cr_grp;
   uint32_t n = grp->fg_nprog;
@@ -598,7 +616,18 @@ static void cg_phase(cg_buf *b, cg_rows *r, int ph, int persist)
         bufneed[fi->fi_b] = 1;
     }
   }
-  if (!any)
+  return any;
+}
+
+/* One pass over the row for phase ph: the reductions of level-ph buffers
+** and the stores of level-ph buffers, with everything they need. With
+** persist (rows of one block), buffers computed by earlier phases still
+** hold their values and are not recomputed. */
+static void cg_phase(cg_buf *b, cg_rows *r, int ph, int persist)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  uint32_t n = grp->fg_nprog;
+  if (!cg_phase_need(r, ph, persist))
     return;
   for (uint32_t i = 0; i < n; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
@@ -767,11 +796,11 @@ static void cg_row_places(cg_buf *b, uint32_t nops)
 }
 
 /* Closes the loop over rows (the odometer moves to the next) and the
-** kernel. */
-static void cg_row_next(cg_buf *b)
+** kernel (tier 2's returning 0: done). */
+static void cg_row_next(cg_buf *b, int tier2)
 {
   out(b, "    for (d = rank - 1; d >= 0; d--) { if (++idx[d] < sizes[d]) break; idx[d] = 0; }\n");
-  out(b, "  }\n}\n");
+  out(b, "  }\n%s}\n", tier2 ? "  return 0;\n" : "");
 }
 
 static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
@@ -812,7 +841,7 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
     cg_scalars(b, &r, phases, io);
   }
   out(b, "    }\n");
-  cg_row_next(b);
+  cg_row_next(b, 0);
 done:
   free(r.cr_blv);
   free(r.cr_slv);
@@ -863,7 +892,7 @@ static void cg_argreduce(cg_buf *b, const tn_fgroup *grp, const tn_finst *red)
   out(b, "      { tn_rt_load_%s(b0, %s + j * cst[%u], cst[%u], n); L = b0; }\n", cg_otype(grp, x)->cd_io, o, x, x);
   out(b, "      tn_rt_argreduce_%s(%d, L, n, j, &best, &at);\n    }\n", t->cd_fn, red->fi_op);
   out(b, "    *(i64 *)p[%u] = at;\n", res);
-  cg_row_next(b);
+  cg_row_next(b, 0);
   free(def);
 }
 
@@ -883,6 +912,403 @@ int tn_codegen_kernel(const tn_fgroup *grp, char **src)
     cg_rows_body(&b, grp);
   else
     cg_pointwise(&b, grp);
+  if (b.cb_rc != TN_OK) {
+    free(b.cb_text);
+    return b.cb_rc;
+  }
+  *src = b.cb_text;
+  return TN_OK;
+}
+
+/* -- Tier 2 -------------------------------------------------------------------
+** The same program as one fused loop per pass, for an optimising compiler:
+** every value of an element lives in a variable of the lane loop, so a
+** pointwise chain reads its inputs and writes its outputs once, and a row
+** kernel makes one pass per phase with the reductions inside it. The loop
+** runs in chunks of T2_LANES lanes (`omp simd`, so math calls go to
+** libmvec's vector versions), the last chunk of a row through padded
+** copies, so every element takes the vector path (a value gives the same
+** result wherever it lies). Inputs broadcast along the pass (stride 0) are
+** read from a block filled once per row; other strides are left to tier 1
+** (tn_kernel2 returns 1, and the caller runs tier 1's tn_kernel). */
+
+#define T2_LANES 16
+
+static const char *t2_unary_expr(int op)
+{
+  switch (op) {
+#define T2_UNARY(name, expr) case TN_RT_##name: return #expr;
+  TN_RT_F32_UNARY_EXPR(T2_UNARY)
+#undef T2_UNARY
+  default: return NULL;
+  }
+}
+
+static const char *t2_binary_expr(int op)
+{
+  switch (op) {
+#define T2_BINARY(name, expr) case TN_RT_B_##name: return #expr;
+  TN_RT_FLOAT_BINARY_EXPR(T2_BINARY)
+#undef T2_BINARY
+  default: return NULL;
+  }
+}
+
+static const char *t2_compare_op(int op)
+{
+  switch (op) {
+#define T2_COMPARE(name, cmp) case TN_RT_C_##name: return #cmp;
+  TN_RT_COMPARE_OPS(T2_COMPARE)
+#undef T2_COMPARE
+  default: return NULL;
+  }
+}
+
+/* The binary op that folds reduction op's values, or 0 (argmax, argmin). */
+static int t2_fold_op(int op)
+{
+  switch (op) {
+  case TN_RT_R_SUM: case TN_RT_R_MEAN: return TN_RT_B_ADD;
+  case TN_RT_R_MAX: return TN_RT_B_MAXIMUM;
+  case TN_RT_R_MIN: return TN_RT_B_MINIMUM;
+  default: return 0;
+  }
+}
+
+static int t2_type_ok(int dt)
+{
+  return dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_BOOL;
+}
+
+/* Whether tier 2 writes grp: float32 and bool values, no gathers, every
+** op one of the tables' (runtime_ops.h). */
+static int t2_supported(const tn_fgroup *grp)
+{
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+  if (grp->fg_reduce_dims > 0 && grp->fg_dtype != TN_DTYPE_FLOAT32)
+    return 0;
+  for (uint32_t k = 0; k < nops; k++)
+    if (!t2_type_ok(grp->fg_odtypes[k]))
+      return 0;
+  for (uint32_t k = 0; k < grp->fg_ninputs; k++)
+    if ((grp->fg_gather && grp->fg_gather[k] != -1) || (grp->fg_gather_dim && grp->fg_gather_dim[k] >= 0))
+      return 0;
+  for (uint32_t v = 0; v < grp->fg_nbufs; v++)
+    if (!t2_type_ok(grp->fg_bdtypes[v]))
+      return 0;
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    int f32 = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0 &&
+              grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_FLOAT32;
+    switch (fi->fi_kind) {
+    case TN_FI_LOAD:
+      if (fi->fi_b >= 0 || grp->fg_odtypes[fi->fi_a] != grp->fg_bdtypes[fi->fi_dst])
+        return 0;
+      break;
+    case TN_FI_STORE:
+      if (grp->fg_odtypes[grp->fg_ninputs + (uint32_t)fi->fi_dst] != grp->fg_bdtypes[fi->fi_a])
+        return 0;
+      break;
+    case TN_FI_UNARY:
+      if (!f32 || !t2_unary_expr(fi->fi_op))
+        return 0;
+      break;
+    case TN_FI_BINARY:
+      if (!f32 || !t2_binary_expr(fi->fi_op))
+        return 0;
+      break;
+    case TN_FI_SUNARY:
+      if (!t2_unary_expr(fi->fi_op))
+        return 0;
+      break;
+    case TN_FI_SBINARY:
+      if (!t2_binary_expr(fi->fi_op))
+        return 0;
+      break;
+    case TN_FI_COMPARE:
+      if (!t2_compare_op(fi->fi_op))
+        return 0;
+      break;
+    case TN_FI_REDUCE:
+      if (!t2_fold_op(fi->fi_op))
+        return 0;
+      break;
+    case TN_FI_CONST: case TN_FI_WHERE: case TN_FI_CAST: case TN_FI_SPLAT: case TN_FI_SCONST: case TN_FI_SCOLS:
+    case TN_FI_SSTORE:
+      break;
+    default:
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static const char *t2_ctype(int dt)
+{
+  return dt == TN_DTYPE_BOOL ? "unsigned char" : "float";
+}
+
+/* The statement of instruction fi in the lane loop: element i (lane l) of
+** the pass, v<k> the values of buffer k, I<k> / O<k> operand k's elements,
+** A<k> the lanes of reduction k (in double, as tier 1 sums), r<k> the row scalars, m the elements the
+** chunk really has. */
+static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
+{
+  const char *ind = "        ";
+  char lit[64];
+  const char *ct = fi->fi_kind == TN_FI_STORE || fi->fi_kind == TN_FI_REDUCE ? NULL
+                                                                             : t2_ctype(grp->fg_bdtypes[fi->fi_dst]);
+  switch (fi->fi_kind) {
+  case TN_FI_LOAD:
+    out(b, "%s%s v%d = I%d[i];\n", ind, ct, fi->fi_dst, fi->fi_a);
+    break;
+  case TN_FI_CONST:
+    out(b, "%s%s v%d = %s;\n", ind, ct, fi->fi_dst, cg_lit(cg_btype(grp, fi->fi_dst), fi->fi_value, lit));
+    break;
+  case TN_FI_UNARY:
+    out(b, "%sfloat v%d; { float x = v%d; v%d = (%s); }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_dst,
+        t2_unary_expr(fi->fi_op));
+    break;
+  case TN_FI_BINARY:
+    out(b, "%sfloat v%d; { float x = v%d, y = v%d; v%d = (%s); }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_b, fi->fi_dst,
+        t2_binary_expr(fi->fi_op));
+    break;
+  case TN_FI_COMPARE:
+    out(b, "%sunsigned char v%d = v%d %s v%d;\n", ind, fi->fi_dst, fi->fi_a, t2_compare_op(fi->fi_op), fi->fi_b);
+    break;
+  case TN_FI_WHERE:
+    out(b, "%s%s v%d = v%d ? v%d : v%d;\n", ind, ct, fi->fi_dst, fi->fi_a, fi->fi_b, fi->fi_c);
+    break;
+  case TN_FI_CAST: /* between float32 and bool: to bool is x != 0 (NaN is true) */
+    if (grp->fg_bdtypes[fi->fi_dst] == grp->fg_bdtypes[fi->fi_a])
+      out(b, "%s%s v%d = v%d;\n", ind, ct, fi->fi_dst, fi->fi_a);
+    else if (grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_BOOL)
+      out(b, "%sunsigned char v%d = v%d != 0.0f;\n", ind, fi->fi_dst, fi->fi_a);
+    else
+      out(b, "%sfloat v%d = (float)v%d;\n", ind, fi->fi_dst, fi->fi_a);
+    break;
+  case TN_FI_SPLAT:
+    out(b, "%sfloat v%d = r%d;\n", ind, fi->fi_dst, fi->fi_a);
+    break;
+  case TN_FI_STORE:
+    out(b, "%sO%u[i] = v%d;\n", ind, grp->fg_ninputs + (uint32_t)fi->fi_dst, fi->fi_a);
+    break;
+  case TN_FI_REDUCE:
+    out(b, "%s{ double x = A%d[l], y = v%d; A%d[l] = i < m ? (%s) : x; }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_dst,
+        t2_binary_expr(t2_fold_op(fi->fi_op)));
+    break;
+  default:
+    break;
+  }
+}
+
+/* One pass over len elements (a C expression) of the operands at p[],
+** their strides along it in the C array sv: the instructions need selects
+** (NULL: all). Blocks of up to TN_RT_BLOCK elements, whole chunks of lanes;
+** the last few through the padded copies T<k>. */
+static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char *sv, const uint8_t *need)
+{
+  uint32_t nin = grp->fg_ninputs, nops = nin + grp->fg_noutputs;
+  uint8_t used[TN_LAUNCH_MAX_OPERANDS] = {0};
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (need && !need[i])
+      continue;
+    if (fi->fi_kind == TN_FI_LOAD)
+      used[fi->fi_a] = 1;
+    else if (fi->fi_kind == TN_FI_STORE)
+      used[nin + (uint32_t)fi->fi_dst] = 1;
+  }
+  out(b, "    for (j = 0; j < %s; j += m) {\n", len);
+  out(b, "      m = %s - j < %d ? %s - j : %d;\n", len, TN_RT_BLOCK, len, TN_RT_BLOCK);
+  out(b, "      if (m >= %d) m &= ~(i64)%d;\n", T2_LANES, T2_LANES - 1);
+  out(b, "      n = m < %d ? %d : m;\n", T2_LANES, T2_LANES);
+  for (uint32_t k = 0; k < nops; k++) {
+    if (!used[k])
+      continue;
+    const char *ct = t2_ctype(grp->fg_odtypes[k]);
+    if (k < nin)
+      out(b, "      I%u = %s[%u] == 0 ? B%u : m < %d ? T%u : (const %s *)p[%u] + j;\n", k, sv, k, k, T2_LANES, k, ct, k);
+    else
+      out(b, "      O%u = m < %d ? T%u : (%s *)p[%u] + j;\n", k, T2_LANES, k, ct, k);
+  }
+  out(b, "      if (m < %d) {\n", T2_LANES);
+  for (uint32_t k = 0; k < nin; k++)
+    if (used[k])
+      out(b, "        if (%s[%u] != 0) for (l = 0; l < %d; l++) T%u[l] = l < m ? ((const %s *)p[%u])[j + l] : 0;\n", sv,
+          k, T2_LANES, k, t2_ctype(grp->fg_odtypes[k]), k);
+  out(b, "      }\n");
+  out(b, "      for (c = 0; c < n; c += %d) {\n", T2_LANES);
+  out(b, "#pragma omp simd\n");
+  out(b, "       for (l = 0; l < %d; l++) {\n", T2_LANES);
+  out(b, "        i64 i = c + l;\n");
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* constants and splats: wherever read (the compiler drops the rest) */
+    int kind = grp->fg_prog[i].fi_kind;
+    if (!need || need[i] || kind == TN_FI_CONST || kind == TN_FI_SPLAT)
+      t2_inst(b, grp, &grp->fg_prog[i]);
+  }
+  out(b, "       }\n      }\n");
+  out(b, "      if (m < %d) {\n", T2_LANES);
+  for (uint32_t k = nin; k < nops; k++)
+    if (used[k])
+      out(b, "        for (l = 0; l < m; l++) ((%s *)p[%u])[j + l] = T%u[l];\n", t2_ctype(grp->fg_odtypes[k]), k, k);
+  out(b, "      }\n    }\n");
+}
+
+/* The declarations every tier-2 kernel starts with. */
+static void t2_start(cg_buf *b, const tn_fgroup *grp)
+{
+  uint32_t nin = grp->fg_ninputs, nops = nin + grp->fg_noutputs;
+  out(b, "int tn_kernel2(i64 rank, const i64 *sizes, void **ptrs, const i64 *st, i64 cols, const i64 *cst)\n{\n");
+  cg_operands(b, grp);
+  for (uint32_t k = 0; k < nops; k++) {
+    const char *ct = t2_ctype(grp->fg_odtypes[k]);
+    if (k < nin)
+      out(b, "  %s B%u[%d], T%u[%d]; const %s *I%u;\n", ct, k, TN_RT_BLOCK, k, T2_LANES, ct, k);
+    else
+      out(b, "  %s T%u[%d], *O%u;\n", ct, k, T2_LANES, k);
+  }
+  out(b, "  i64 idx[64], d, k, o, j, m, n, c, l;\n");
+  out(b, "  (void)cst;\n");
+}
+
+/* Returns 1 (tier 1 runs the call) unless the strides along the pass (sv:
+** s or cst) are ones tier 2 takes: 0 or 1 for inputs, 1 for outputs
+** stored along it (rows: per-row outputs are not). */
+static void t2_checks(cg_buf *b, const tn_fgroup *grp, const char *sv)
+{
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind == TN_FI_LOAD)
+      out(b, "  if (%s[%d] != 0 && %s[%d] != 1) return 1;\n", sv, fi->fi_a, sv, fi->fi_a);
+    else if (fi->fi_kind == TN_FI_STORE)
+      out(b, "  if (%s[%u] != 1) return 1;\n", sv, grp->fg_ninputs + (uint32_t)fi->fi_dst);
+  }
+}
+
+/* Fills the broadcast blocks B<k> of the inputs with stride 0 along a pass
+** of len elements, from p[k]. */
+static void t2_broadcasts(cg_buf *b, const tn_fgroup *grp, const char *len, const char *sv)
+{
+  for (uint32_t k = 0; k < grp->fg_ninputs; k++)
+    out(b, "    if (%s[%u] == 0) for (l = 0; l < %d && l < %s; l++) B%u[l] = *(const %s *)p[%u];\n", sv, k,
+        TN_RT_BLOCK, len, k, t2_ctype(grp->fg_odtypes[k]), k);
+}
+
+static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
+{
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+  t2_start(b, grp);
+  out(b, "  char *q[%u];\n  i64 s[%u];\n", nops, nops);
+  out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1;\n");
+  out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+  out(b, "  for (k = 0; k < %u; k++) { s[k] = rank ? st[k * rank + rank - 1] : 1; q[k] = (char *)ptrs[k]; }\n", nops);
+  t2_checks(b, grp, "s");
+  out(b, "  if (inner == 0 || outer == 0) return 0;\n");
+  /* short rows: tier 1's tiles of rows do better than a chunk per row */
+  out(b, "  if (rank >= 2 && inner < %d) return 1;\n", T2_LANES);
+  out(b, "  for (o = 0; o < outer; o++) {\n");
+  out(b, "    for (k = 0; k < %u; k++) p[k] = q[k];\n", nops);
+  t2_broadcasts(b, grp, "inner", "s");
+  t2_pass(b, grp, "inner", "s", NULL);
+  cg_odometer(b, nops, 2, "    ");
+  out(b, "  }\n  return 0;\n}\n");
+}
+
+static void t2_rows(cg_buf *b, const tn_fgroup *grp)
+{
+  uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
+  int phases = 0;
+  cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
+               calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
+               calloc(grp->fg_nbufs + 1, 1)};
+  if (!r.cr_blv || !r.cr_slv || !r.cr_inst_lv || !r.cr_need || !r.cr_done || !r.cr_def || !r.cr_have) {
+    b->cb_rc = TN_ENOMEM;
+    goto done;
+  }
+  cg_levels(&r);
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if ((fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r.cr_blv[fi->fi_a] + 1 > phases)
+      phases = r.cr_blv[fi->fi_a] + 1;
+  }
+  t2_start(b, grp);
+  for (uint32_t k = 0; k < grp->fg_nscalars; k++)
+    out(b, "  float r%u = 0; double A%u[%d], a%u;\n", k, k, T2_LANES, k);
+  out(b, "  i64 outer = 1;\n");
+  t2_checks(b, grp, "cst");
+  out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
+  /* short rows: tier 1's tiles of rows */
+  out(b, "  if (cols < %d) return 1;\n", T2_LANES);
+  cg_row_places(b, nops);
+  t2_broadcasts(b, grp, "cols", "cst");
+  for (int ph = 0; ph < phases; ph++) {
+    cg_scalars(b, &r, ph, NULL);
+    if (!cg_phase_need(&r, ph, 0))
+      continue;
+    for (uint32_t i = 0; i < n; i++) {
+      const tn_finst *fi = &grp->fg_prog[i];
+      if (r.cr_need[i] && fi->fi_kind == TN_FI_REDUCE)
+        out(b, "    for (l = 0; l < %d; l++) A%d[l] = %s;\n", T2_LANES, fi->fi_dst,
+            fi->fi_op == TN_RT_R_MAX ? "-__builtin_inf()" : fi->fi_op == TN_RT_R_MIN ? "__builtin_inf()" : "0.0");
+    }
+    t2_pass(b, grp, "cols", "cst", r.cr_need);
+    for (uint32_t i = 0; i < n; i++) {
+      const tn_finst *fi = &grp->fg_prog[i];
+      if (!r.cr_need[i] || fi->fi_kind != TN_FI_REDUCE)
+        continue;
+      out(b, "    a%d = A%d[0];\n", fi->fi_dst, fi->fi_dst);
+      out(b, "    for (l = 1; l < %d; l++) { double x = a%d, y = A%d[l]; a%d = (%s); }\n", T2_LANES, fi->fi_dst,
+          fi->fi_dst, fi->fi_dst, t2_binary_expr(t2_fold_op(fi->fi_op)));
+      out(b, fi->fi_op == TN_RT_R_MEAN ? "    r%d = (float)(a%d / (double)cols);\n" : "    r%d = (float)a%d;\n",
+          fi->fi_dst, fi->fi_dst);
+    }
+  }
+  cg_scalars(b, &r, phases, NULL);
+  cg_row_next(b, 1);
+done:
+  free(r.cr_blv);
+  free(r.cr_slv);
+  free(r.cr_inst_lv);
+  free(r.cr_need);
+  free(r.cr_done);
+  free(r.cr_def);
+  free(r.cr_have);
+}
+
+/* The prototypes tier-2 code calls (no system header): the math functions
+** of runtime_ops.h's expressions, those libmvec has as OpenMP SIMD
+** functions. */
+static const char t2_prelude[] =
+  "typedef long long i64;\n"
+  "static double tn_bits(unsigned long long u) { double d; __builtin_memcpy(&d, &u, 8); return d; }\n"
+  "#define TN_RT_POW(x, y) powf(x, y)\n"
+  "#pragma omp declare simd notinbranch\nfloat expf(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat logf(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat log1pf(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat expm1f(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat tanhf(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat erff(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat sinf(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat cosf(float);\n"
+  "#pragma omp declare simd notinbranch\nfloat powf(float, float);\n"
+  "float fabsf(float);\nfloat sqrtf(float);\nfloat floorf(float);\nfloat ceilf(float);\nfloat truncf(float);\n"
+  "float rintf(float);\n";
+
+int tn_codegen_tier2(const tn_fgroup *grp, char **src)
+{
+  *src = NULL;
+  if (!t2_supported(grp) || (grp->fg_reduce_dims > 0 && cg_argreduce_of(grp)))
+    return TN_OK;
+  cg_buf b = {malloc(4096), 0, 4096, TN_OK};
+  if (!b.cb_text)
+    return TN_ENOMEM;
+  b.cb_text[0] = 0;
+  out(&b, "%s", t2_prelude);
+  if (grp->fg_reduce_dims > 0)
+    t2_rows(&b, grp);
+  else
+    t2_pointwise(&b, grp);
   if (b.cb_rc != TN_OK) {
     free(b.cb_text);
     return b.cb_rc;

@@ -35,4 +35,16 @@
 ** it). TN_ENOMEM. */
 int tn_codegen_kernel(const tn_fgroup *grp, char **src);
 
+/* Writes grp's tier-2 source into *src (malloc'd; free() it), or sets *src
+** to NULL when tier 2 does not write this kind of group (only float32 and
+** bool values, no gathers, no argmax/argmin). The unit is for an optimising
+** compiler (the system C compiler at -O3, with -fopenmp-simd so that math
+** calls take libmvec's vector versions) and includes no system header. It
+** defines `int tn_kernel2(...)`, tn_kernel's signature, which returns 0
+** when it ran the call and 1, before touching anything, for a layout it
+** leaves to tier 1: strides along the innermost dim (pointwise) or the row
+** other than 0 or 1 for inputs, or 1 for outputs; rows under 16 elements.
+** TN_ENOMEM. */
+int tn_codegen_tier2(const tn_fgroup *grp, char **src);
+
 #endif /* TN_CODEGEN_H */

@@ -11,6 +11,7 @@
 #include "../graph/graph.h"
 #include "launch.h"
 #include "tcc.h"
+#include "tier2.h"
 
 /* An input read as a view of the tensor passed: the layout that tensor must
 ** have (its sizes, and its strides where a size is not 1), and the view's
@@ -49,7 +50,18 @@ typedef struct {
   int ke_into_dim[TN_LAUNCH_MAX_OPERANDS]; /* per output: the dim it is a slice of that tensor along, or -1 */
   int64_t ke_into_off[TN_LAUNCH_MAX_OPERANDS]; /* ... and the slice's offset there */
   PyObject *ke_source;   /* str */
+  PyObject *ke_tier2_source; /* str, or NULL where tier 2 writes no such kernel */
+  tn_tier2_obj *ke_t2;    /* its compiled tier 2 once loaded (never replaced: launches may be running it) */
+  tn_launch_fn2 ke_fn2;   /* ... and its tn_kernel2, or NULL */
+  int64_t ke_calls;       /* launches prepared */
+  int ke_t2_asked;        /* whether tn_py_tier2_hook was called for it */
 } KernelObject;
+
+/* What a kernel with a tier-2 source calls when it has been prepared
+** config.tier2_after_calls times: fn(kernel), which compiles or loads its
+** tier 2 (at once or in the background); None until set
+** (_C.set_tier2_hook). Owned here. */
+extern PyObject *tn_py_tier2_hook;
 
 /* A launch, ready to run: its operands read, its outputs allocated. */
 typedef struct kernel_prepared {

@@ -18,6 +18,8 @@
 #include "../lowering/fuse.h"
 #include "../tn_stats.h"
 #include "kernel_internal.h"
+
+#include "../tn_config.h"
 #include "launch.h"
 #include "pool.h"
 #include "runtime.h"
@@ -118,10 +120,11 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"source", "ninputs", "noutputs", "empty", "dtypes", "reduce_dims", "out_kinds",
                            "nonempty", "gemm", "epilogue", "out_strides", "gathers", "views", "donors", "into",
-                           "object", NULL};
+                           "object", "tier2", NULL};
   PyObject *source, *empty, *dtypes_arg, *kinds_arg = Py_None, *dtypes = NULL, *kws = NULL;
   PyObject *strides_arg = Py_None, *ostrides = NULL, *empty_strided = NULL, *gathers_arg = Py_None;
   PyObject *views_arg = Py_None, *donors_arg = Py_None, *into_arg = Py_None, *object = Py_None;
+  PyObject *tier2 = Py_None;
   kernel_view *views = NULL;
   int donors[TN_LAUNCH_MAX_OPERANDS], into_dim[TN_LAUNCH_MAX_OPERANDS], ninto = 0;
   int64_t into_off[TN_LAUNCH_MAX_OPERANDS];
@@ -133,10 +136,12 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   tn_tcc_unit *u = NULL;
   int rc;
 
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "UiiOO|iOpppOOOOOOO:Kernel", kwlist, &source, &nin, &nout, &empty,
                                    &dtypes_arg, &rdims, &kinds_arg, &nonempty, &gemm, &epilogue, &strides_arg,
-                                   &gathers_arg, &views_arg, &donors_arg, &into_arg, &object))
+                                   &gathers_arg, &views_arg, &donors_arg, &into_arg, &object, &tier2))
     return NULL;
+  if (tier2 != Py_None && !PyUnicode_Check(tier2))
+    return PyErr_Format(PyExc_TypeError, "tier2 must be the kernel's tier-2 source (str) or None, not %T", tier2);
   if (object != Py_None && !PyBytes_Check(object))
     return PyErr_Format(PyExc_TypeError, "object must be bytes (Kernel.object_code()) or None, not %T", object);
   if (gemm && (nin < 2 || rdims != 0))
@@ -370,6 +375,7 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   memcpy(k->ke_out_kinds, kinds, sizeof kinds);
   k->ke_empty = Py_NewRef(empty);
   k->ke_source = Py_NewRef(source);
+  k->ke_tier2_source = tier2 == Py_None ? NULL : Py_NewRef(tier2);
   tn_stat_add(obj ? TN_STAT_kernels_loaded : TN_STAT_kernels_compiled, 1);
   res = (PyObject *)k;
 done:
@@ -393,6 +399,8 @@ static void Kernel_dealloc(PyObject *o)
   Py_XDECREF(k->ke_out_strides);
   Py_XDECREF(k->ke_empty_strided);
   Py_XDECREF(k->ke_source);
+  Py_XDECREF(k->ke_tier2_source);
+  tn_tier2_free(k->ke_t2);
   PyMem_Free(k->ke_views);
   tp->tp_free(o);
   Py_DECREF(tp);
@@ -578,6 +586,14 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
 
   p->pr_held = NULL;
   p->pr_run = 0;
+  if (++k->ke_calls >= tn_config_int(TN_CFG_tier2_after_calls) && !k->ke_t2_asked && k->ke_tier2_source &&
+      tn_py_tier2_hook && tn_py_tier2_hook != Py_None) {
+    k->ke_t2_asked = 1; /* once; the hook warns about its own failures */
+    PyObject *r = PyObject_CallOneArg(tn_py_tier2_hook, (PyObject *)k);
+    if (!r)
+      PyErr_WriteUnraisable(tn_py_tier2_hook);
+    Py_XDECREF(r);
+  }
 
   for (int i = 0; i < k->ke_ninputs; i++)
     if (tn_py_kernel_read_tensor(k, PyTuple_GET_ITEM(args, i), i, i, in_sizes[i], in_strides[i], &in_rank[i],
@@ -725,7 +741,7 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
   for (int p = 0; p < nops; p++) /* the kernel's layout: strides[p * rank + d] */
     for (int d = 0; d < crank; d++)
       st[p * crank + d] = cstr[p * TN_MAX_RANK + d];
-  p->pr_la = (tn_launch){k->ke_fn, crank, nops, k->ke_isz, csizes, ptrs, st, cols, cst};
+  p->pr_la = (tn_launch){k->ke_fn, k->ke_fn2, crank, nops, k->ke_isz, csizes, ptrs, st, cols, cst};
   p->pr_rank = rank;
   p->pr_numel = rows * cols;
   p->pr_run = rows > 0 && (p->pr_numel > 0 || rdims > 0);
@@ -823,7 +839,52 @@ static PyObject *Kernel_object_code(PyObject *o, PyObject *unused)
   return res;
 }
 
+static PyObject *Kernel_set_tier2(PyObject *o, PyObject *arg)
+{
+  KernelObject *k = (KernelObject *)o;
+  char err[1024];
+  tn_tier2_obj *t2 = NULL;
+  Py_buffer view;
+  int rc;
+  if (!k->ke_tier2_source)
+    return PyErr_Format(PyExc_ValueError, "this kernel has no tier 2");
+  if (k->ke_t2)
+    return PyErr_Format(PyExc_ValueError, "this kernel is at tier 2 already");
+  if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    return NULL;
+  rc = tn_tier2_load(view.buf, (size_t)view.len, "tn_kernel2", &t2, err, sizeof err);
+  PyBuffer_Release(&view);
+  if (rc != TN_OK)
+    return rc == TN_ENOMEM ? PyErr_NoMemory()
+                           : PyErr_Format(PyExc_RuntimeError, "loading a tier-2 kernel failed: %s", err);
+  k->ke_t2 = t2;
+  k->ke_fn2 = (tn_launch_fn2)tn_tier2_symbol(t2); /* under the GIL: the next launch prepared takes it */
+  Py_RETURN_NONE;
+}
+
+static PyObject *Kernel_get_tier2_source(PyObject *o, void *closure)
+{
+  (void)closure;
+  KernelObject *k = (KernelObject *)o;
+  return Py_NewRef(k->ke_tier2_source ? k->ke_tier2_source : Py_None);
+}
+
+static PyObject *Kernel_get_tier(PyObject *o, void *closure)
+{
+  (void)closure;
+  return PyLong_FromLong(((KernelObject *)o)->ke_fn2 ? 2 : 1);
+}
+
+static PyObject *Kernel_get_calls(PyObject *o, void *closure)
+{
+  (void)closure;
+  return PyLong_FromLongLong(((KernelObject *)o)->ke_calls);
+}
+
 static PyMethodDef Kernel_methods[] = {
+  {"set_tier2", Kernel_set_tier2, METH_O,
+   "set_tier2(object): loads the kernel's tier 2 (a shared object compiled from tier2_source, as bytes); launches "
+   "prepared from then on try it first. Once per kernel."},
   {"object_code", Kernel_object_code, METH_NOARGS,
    "The kernel's source compiled again to relocatable object code (bytes): Kernel(..., object=) loads it "
    "without compiling."},
@@ -832,6 +893,9 @@ static PyMethodDef Kernel_methods[] = {
 
 static PyGetSetDef Kernel_getset[] = {
   {"source", Kernel_get_source, NULL, "the generated C", NULL},
+  {"tier2_source", Kernel_get_tier2_source, NULL, "the generated C of its tier 2, or None", NULL},
+  {"tier", Kernel_get_tier, NULL, "2 once its tier 2 is loaded, else 1", NULL},
+  {"calls", Kernel_get_calls, NULL, "launches prepared so far", NULL},
   {"__name__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},
   {"__qualname__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},
   {NULL, NULL, NULL, NULL, NULL},

@@ -4,6 +4,8 @@
 */
 #include "launch.h"
 
+#include "../tn_stats.h"
+
 #include <string.h>
 
 #include "runtime.h"
@@ -36,13 +38,24 @@ void tn_launch_part_range(int64_t n, int part, int nparts, int64_t *start, int64
 
 /* -- Launch ------------------------------------------------------------------- */
 
+/* One call of the kernel: its tier 2 where it has one and takes the
+** layout, else tier 1. */
+static void launch_run(const tn_launch *la, const int64_t *sizes, void **ptrs)
+{
+  if (la->la_fn2 && la->la_fn2(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides) == 0) {
+    tn_stat_add(TN_STAT_tier2_runs, 1);
+    return;
+  }
+  la->la_fn(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides);
+}
+
 void tn_launch_range(const tn_launch *la, int64_t start, int64_t len)
 {
   int64_t sizes[TN_MAX_RANK];
   void *ptrs[TN_LAUNCH_MAX_OPERANDS];
   if (la->la_rank == 0) {
     if (start == 0)
-      la->la_fn(0, la->la_sizes, (void **)la->la_ptrs, la->la_strides, la->la_cols, la->la_cstrides);
+      launch_run(la, la->la_sizes, (void **)la->la_ptrs);
     return;
   }
   if (len <= 0)
@@ -52,7 +65,7 @@ void tn_launch_range(const tn_launch *la, int64_t start, int64_t len)
   sizes[0] = len;
   for (int k = 0; k < la->la_nops; k++)
     ptrs[k] = (char *)la->la_ptrs[k] + start * la->la_strides[k * la->la_rank] * la->la_isz[k];
-  la->la_fn(la->la_rank, sizes, ptrs, la->la_strides, la->la_cols, la->la_cstrides);
+  launch_run(la, sizes, ptrs);
 }
 
 void tn_launch_part(void *vctx, int part, int nparts)

@@ -24,10 +24,16 @@
 typedef void (*tn_launch_fn)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides, int64_t cols,
                              const int64_t *cstrides);
 
+/* A tier-2 kernel (codegen.h): tn_kernel's arguments; returns 0 when it ran
+** the call, 1 (having done nothing) for a layout it leaves to tier 1. */
+typedef int (*tn_launch_fn2)(int64_t rank, const int64_t *sizes, void **ptrs, const int64_t *strides, int64_t cols,
+                             const int64_t *cstrides);
+
 /* One launch, split along the outermost (coalesced) dimension. The arrays
 ** are borrowed: they live as long as the launch runs. */
 typedef struct tn_launch {
   tn_launch_fn la_fn;
+  tn_launch_fn2 la_fn2;         /* the kernel's tier 2, tried first, or NULL */
   int la_rank, la_nops;
   const int *la_isz;            /* bytes per element of each operand */
   const int64_t *la_sizes;      /* la_rank sizes */

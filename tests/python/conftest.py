@@ -26,6 +26,14 @@ import torchneuron_jit  # noqa: E402
 from torchneuron_jit import _C, _log, cache, config  # noqa: E402
 
 
+# Tier 2 of generated kernels in the tests: off by default (a C compile per kernel would slow every test and
+# make timings and counters depend on a background thread); TN_TEST_TIER2=sync runs the tests with every
+# kernel at tier 2 from its first launch (`make test` runs a subset so), =background as users get it.
+TIER2 = os.environ.get("TN_TEST_TIER2", "off")
+config.compile_tier2 = TIER2
+config.tier2_after_calls = 1 if TIER2 == "sync" else config.tier2_after_calls
+
+
 def _reset_cache_module_state():
     """Closes the process-wide store and forgets per-process warning state,
     so a warning or a refused directory of one test cannot hide another's."""
@@ -59,6 +67,9 @@ def subprocess_env(cache_directory, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHNEURON_")}
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["TORCHNEURON_CACHE_DIR"] = str(cache_directory)
+    env["TORCHNEURON_COMPILE_TIER2"] = TIER2
+    if TIER2 == "sync":
+        env["TORCHNEURON_TIER2_AFTER_CALLS"] = "1"
     for key, value in extra.items():
         if value is None:
             env.pop(key, None)

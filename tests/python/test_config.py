@@ -7,7 +7,8 @@ import pytest
 from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
-         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "jit_cache_limit", "jit_trace_records", "cpu_isa", "log"]
+         "gemm_fusion", "onednn_linear", "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
+         "tier2_cc", "jit_cache_limit", "jit_trace_records", "cpu_isa", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -15,18 +16,23 @@ DEFAULTS = {
     "cache_initial_map_bytes": 32 << 20,
     "cache_verify": True,
     "kernel_threads": 0,
-    "row_fusion": False,
-    "gemm_fusion": False,
+    "row_fusion": "auto",
+    "gemm_fusion": "off",
     "onednn_linear": True,
     "onednn_packed_weights": False,
+    "compile_tier2": "background",
+    "tier2_after_calls": 2,
+    "tier2_jobs": 1,
+    "tier2_cc": "cc",
     "jit_cache_limit": 8,
     "jit_trace_records": True,
     "cpu_isa": "auto",
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
-         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "bool",
-         "gemm_fusion": "bool", "onednn_linear": "bool", "onednn_packed_weights": "bool",
+         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "choice",
+         "gemm_fusion": "choice", "onednn_linear": "bool", "onednn_packed_weights": "bool", "compile_tier2": "choice",
+         "tier2_after_calls": "int", "tier2_jobs": "int", "tier2_cc": "str",
          "jit_cache_limit": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}
 
 
@@ -300,3 +306,12 @@ def test_each_bad_env_variable_is_named_once(run_python):
     assert values["cache"] is True
     assert values["cache_max_bytes"] == DEFAULTS["cache_max_bytes"]
     assert values["cache_initial_map_bytes"] == 8 << 20
+
+
+def test_a_choice_of_on_and_off_takes_a_bool():
+    config.row_fusion = True
+    assert config.row_fusion == "on"
+    config.row_fusion = False
+    assert config.row_fusion == "off"
+    with pytest.raises(ValueError, match="expected one of auto"):
+        config.cpu_isa = True  # no on/off among its choices: a bool is no choice of it

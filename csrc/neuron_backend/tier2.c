@@ -1,0 +1,222 @@
+/*
+** Tier 2: the system C compiler and loading its shared objects (see
+** tier2.h).
+*/
+#include "tier2.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct tn_tier2_obj {
+  void *to_handle;
+  void *to_sym;
+  int to_fd;
+};
+
+#define T2_MAX_FLAGS 32
+
+/* Reads the whole file at path into *buf (malloc'd) of *len bytes. */
+static int t2_read_file(const char *path, uint8_t **buf, size_t *len)
+{
+  int rc = TN_EIO;
+  uint8_t *b = NULL;
+  FILE *f = fopen(path, "rb");
+  struct stat stt;
+  if (!f || fstat(fileno(f), &stt) != 0 || stt.st_size < 0)
+    goto done;
+  rc = TN_ENOMEM;
+  if (!(b = malloc((size_t)stt.st_size + 1)))
+    goto done;
+  rc = TN_EIO;
+  if (fread(b, 1, (size_t)stt.st_size, f) != (size_t)stt.st_size)
+    goto done;
+  *buf = b;
+  *len = (size_t)stt.st_size;
+  b = NULL;
+  rc = TN_OK;
+done:
+  if (f)
+    fclose(f);
+  free(b);
+  return rc;
+}
+
+/* The compiler's first messages (its log file) into err. */
+static void t2_messages(const char *log, char *err, size_t errlen, int status)
+{
+  uint8_t *text = NULL;
+  size_t n = 0;
+  int at = snprintf(err, errlen, "the C compiler exited with status %d", status);
+  if (at < 0 || (size_t)at >= errlen || t2_read_file(log, &text, &n) != TN_OK)
+    return;
+  text[n] = 0;
+  snprintf(err + at, errlen - (size_t)at, ": %.*s", (int)(n < 600 ? n : 600), (const char *)text);
+  free(text);
+}
+
+int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, uint8_t **so,
+                     size_t *len, char *err, size_t errlen)
+{
+  int rc = TN_EIO, have_dir = 0;
+  char dir[256], csrc[300], out[300], log[300];
+  const char *argv[T2_MAX_FLAGS + 8];
+  posix_spawn_file_actions_t fa;
+  int have_fa = 0;
+  FILE *f = NULL;
+
+  *so = NULL;
+  *len = 0;
+  err[0] = 0;
+  if (nflags > T2_MAX_FLAGS) {
+    snprintf(err, errlen, "more than %d compiler flags", T2_MAX_FLAGS);
+    return TN_EINVAL;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/torchneuron-tier2-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    snprintf(err, errlen, "cannot make a temporary directory: %s", strerror(errno));
+    goto done;
+  }
+  have_dir = 1;
+  snprintf(csrc, sizeof csrc, "%s/k.c", dir);
+  snprintf(out, sizeof out, "%s/k.so", dir);
+  snprintf(log, sizeof log, "%s/log", dir);
+  if (!(f = fopen(csrc, "w")) || fputs(src, f) < 0 || fclose(f) != 0) {
+    f = NULL;
+    snprintf(err, errlen, "cannot write the kernel's source: %s", strerror(errno));
+    goto done;
+  }
+  f = NULL;
+  size_t a = 0;
+  argv[a++] = cc;
+  for (size_t i = 0; i < nflags; i++)
+    argv[a++] = flags[i];
+  argv[a++] = "-o";
+  argv[a++] = out;
+  argv[a++] = csrc;
+  argv[a++] = "-lmvec";
+  argv[a++] = "-lm";
+  argv[a] = NULL;
+  if (posix_spawn_file_actions_init(&fa) != 0)
+    goto done;
+  have_fa = 1;
+  if (posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) != 0 ||
+      posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600) != 0 ||
+      posix_spawn_file_actions_adddup2(&fa, 1, 2) != 0)
+    goto done;
+  pid_t pid;
+  int e = posix_spawnp(&pid, cc, &fa, NULL, (char *const *)argv, environ);
+  if (e != 0) {
+    snprintf(err, errlen, "cannot run the C compiler %s: %s", cc, strerror(e));
+    rc = TN_ECOMPILE;
+    goto done;
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
+      goto done;
+    }
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    t2_messages(log, err, errlen, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    rc = TN_ECOMPILE;
+    goto done;
+  }
+  rc = t2_read_file(out, so, len);
+  if (rc != TN_OK)
+    snprintf(err, errlen, "cannot read the compiled object");
+done:
+  if (have_fa)
+    posix_spawn_file_actions_destroy(&fa);
+  if (have_dir) {
+    unlink(csrc);
+    unlink(out);
+    unlink(log);
+    rmdir(dir);
+  }
+  return rc;
+}
+
+int tn_tier2_load(const uint8_t *so, size_t len, const char *sym, tn_tier2_obj **out, char *err, size_t errlen)
+{
+  int rc = TN_ECORRUPT, fd = -1;
+  char path[64];
+  tn_tier2_obj *o = NULL;
+  void *h = NULL;
+
+  *out = NULL;
+  err[0] = 0;
+  if (len < 4 || memcmp(so, "\177ELF", 4) != 0) {
+    snprintf(err, errlen, "not an ELF object");
+    goto done;
+  }
+  rc = TN_EIO;
+  if ((fd = memfd_create("tn_kernel2", MFD_CLOEXEC)) < 0) {
+    snprintf(err, errlen, "memfd_create: %s", strerror(errno));
+    goto done;
+  }
+  for (size_t at = 0; at < len;) {
+    ssize_t w = write(fd, so + at, len - at);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      snprintf(err, errlen, "writing the object: %s", strerror(errno));
+      goto done;
+    }
+    at += (size_t)w;
+  }
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  rc = TN_ECOMPILE;
+  if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+    const char *m = dlerror();
+    snprintf(err, errlen, "the dynamic loader refused the object: %s", m ? m : "?");
+    goto done;
+  }
+  void *s = dlsym(h, sym);
+  if (!s) {
+    snprintf(err, errlen, "the object has no %s", sym);
+    goto done;
+  }
+  rc = TN_ENOMEM;
+  if (!(o = malloc(sizeof *o)))
+    goto done;
+  o->to_handle = h;
+  o->to_sym = s;
+  o->to_fd = fd;
+  h = NULL;
+  fd = -1;
+  *out = o;
+  rc = TN_OK;
+done:
+  if (h)
+    dlclose(h);
+  if (fd >= 0)
+    close(fd);
+  return rc;
+}
+
+void *tn_tier2_symbol(const tn_tier2_obj *o)
+{
+  return o->to_sym;
+}
+
+void tn_tier2_free(tn_tier2_obj *o)
+{
+  if (!o)
+    return;
+  dlclose(o->to_handle);
+  close(o->to_fd);
+  free(o);
+}

@@ -1,0 +1,275 @@
+"""Tier 2 of generated kernels (csrc/neuron_backend/codegen.c tn_codegen_tier2,
+tier2.c, torchneuron_jit/_tier2.py): fused loops compiled by the system C
+compiler, swapped in while calls go on, cached across processes; every
+result compared with eager.
+"""
+import math
+import os
+import stat
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron_jit
+from torchneuron_jit import _C, _tier2, config
+
+pytestmark = [pytest.mark.usefixtures("fresh_backend"),
+              pytest.mark.filterwarnings("ignore:var\\(\\).*degrees of freedom:UserWarning")]
+
+inf, nan = math.inf, math.nan
+
+
+@pytest.fixture(autouse=True)
+def _tier2_sync():
+    """Tier 2 from a kernel's first launch, compiled before it goes on; row
+    fusion on (row kernels are what tier 2 is for); nothing remembered from
+    another test."""
+    _tier2.reset()
+    config.compile_tier2 = "sync"
+    config.tier2_after_calls = 1
+    config.row_fusion = True
+    yield
+    _tier2.reset()
+
+
+def stats():
+    return torchneuron_jit.stats()
+
+
+def run(f, *args):
+    with torch.no_grad():
+        expected = f(*args)
+        c = torch.compile(f, backend="neuron")
+        got = c(*args)
+    return got, expected, c
+
+
+def gelu_chain(x, y):
+    return F.gelu(x + y) * 0.5 + x
+
+
+def test_a_pointwise_chain_runs_at_tier_2_and_matches_eager():
+    x, y = torch.randn(64, 300), torch.randn(64, 300)
+    got, expected, _ = run(gelu_chain, x, y)
+    torch.testing.assert_close(got, expected)
+    s = stats()
+    assert s["tier2_compiled"] == 1 and s["tier2_failed"] == 0
+    assert s["tier2_runs"] >= 1
+
+
+def test_off_keeps_tier_1():
+    config.compile_tier2 = "off"
+    got, expected, _ = run(gelu_chain, torch.randn(8, 40), torch.randn(8, 40))
+    torch.testing.assert_close(got, expected)
+    assert stats()["tier2_compiled"] == 0 and stats()["tier2_runs"] == 0
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 37, 1024, 1040, 3000])
+def test_a_value_gives_the_same_bits_wherever_it_lies(n):
+    """Every element takes the vector path, the last chunk's too (padded):
+    libmvec's vector functions and libm's scalar ones differ in the last bit."""
+    x = torch.full((n,), 0.7318)
+    f = lambda x: torch.erf(x) * torch.exp(x) + torch.tanh(x) - torch.log1p(x)
+    got, expected, _ = run(f, x)
+    torch.testing.assert_close(got, expected)
+    assert bool((got == got[0]).all()), got.unique()
+    assert stats()["tier2_runs"] >= 1
+
+
+SPECIAL = torch.tensor([0.0, -0.0, 1.0, -1.0, inf, -inf, nan, 1e-30, -1e30, 88.0, -88.0, 3.0, -3.0, 0.5,
+                        20.0, -20.0] * 3)
+
+
+@pytest.mark.parametrize("name,f", [
+    ("relu", torch.relu), ("neg_abs", lambda x: -x.abs()), ("gelu", F.gelu),
+    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")), ("sigmoid", torch.sigmoid), ("silu", F.silu),
+    ("tanh", torch.tanh), ("exp_log", lambda x: torch.exp(x) + torch.log(x)), ("sqrt_rsqrt", lambda x: x.sqrt() * x.rsqrt()),
+    ("max_min", lambda x: torch.maximum(x, x * 0.5) + torch.minimum(x, 1 - x)),
+    ("clamp", lambda x: x.clamp(-2, 2) * 2), ("where", lambda x: torch.where(x > 0, x, x * 0.1) + 1),
+    ("pow", lambda x: torch.pow(x.abs(), 1.7) + x), ("round_sign", lambda x: torch.round(x) + torch.sign(x) * 2),
+    ("div_reciprocal", lambda x: 1 / (x + 2) + torch.reciprocal(x)),
+])
+def test_special_values_follow_eager(name, f):
+    x = SPECIAL
+    if name == "gelu":  # gelu(+inf): eager's own kernel gives +inf, oneDNN's AVX-512 one NaN (runtime_ops.h)
+        x = x[x != inf]
+    got, expected, _ = run(lambda x: f(x * 1.0), x)  # two ops at least: a lone op stays eager's
+    torch.testing.assert_close(got, expected, equal_nan=True, msg=name)
+    assert stats()["tier2_runs"] >= 1, name
+
+
+ROWS = {
+    "softmax": lambda x, w, b: torch.softmax(x * 2 + 1, -1),
+    "log_softmax": lambda x, w, b: torch.log_softmax(x, -1) * 3,
+    "layer_norm": lambda x, w, b: F.gelu(F.layer_norm(x + 1, x.shape[-1:], w, b)),
+    "rms_norm": lambda x, w, b: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+    "sum_mean": lambda x, w, b: (x * x).sum(-1) + x.mean(-1),
+    "amax_amin": lambda x, w, b: (x.amax(-1) - x.amin(-1, keepdim=True).squeeze(-1)),
+    "var": lambda x, w, b: x.var(-1),
+    "logsumexp": lambda x, w, b: torch.logsumexp(x, -1),
+}
+
+
+@pytest.mark.parametrize("cols", [16, 17, 100, 768, 1025, 2049])
+@pytest.mark.parametrize("name", list(ROWS))
+def test_row_kernels_match_eager(name, cols):
+    torch.manual_seed(cols)
+    x, w, b = torch.randn(6, cols), torch.randn(cols), torch.randn(cols)
+    got, expected, _ = run(ROWS[name], x, w, b)
+    torch.testing.assert_close(got, expected, msg=name)
+    assert stats()["tier2_runs"] >= 1, name
+
+
+def test_rows_of_equal_values_have_a_zero_layer_norm_as_eager():
+    """Sums accumulate in double, as tier 1's and eager's: the mean of equal
+    values is the value, exactly."""
+    x = torch.full((2, 768), 3.7)
+    got, expected, _ = run(lambda x: F.layer_norm(x, x.shape[-1:]), x)
+    assert bool((expected == 0).all())
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_nan_and_inf_in_rows_follow_eager():
+    x = torch.randn(5, 40)
+    x[0, 3], x[1, 39], x[2, 0], x[3, 17] = nan, inf, -inf, inf
+    x[3, 18] = -inf
+    for name in ("softmax", "amax_amin", "sum_mean", "logsumexp"):
+        got, expected, _ = run(ROWS[name], x, None, None)
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=name)
+
+
+def test_layouts_tier_2_does_not_take_run_tier_1():
+    """A transposed operand (stride along the row other than 0 or 1) and
+    short rows: tn_kernel2 leaves them to tier 1, and the answer is eager's."""
+    f = lambda a, b: torch.softmax(a + b, -1)
+    a = torch.randn(40, 30)
+    b = torch.randn(30, 40).t()
+    got, expected, _ = run(f, a, b)
+    torch.testing.assert_close(got, expected)
+    assert stats()["tier2_compiled"] == 1
+    got, expected, _ = run(f, torch.randn(9, 5), torch.randn(9, 5))  # rows of 5
+    torch.testing.assert_close(got, expected)
+
+
+def test_one_source_compiles_once_per_process():
+    """Twelve identical layers make twelve kernels of one source: one compile."""
+    layers = [torch.nn.LayerNorm(64) for _ in range(12)]
+    f = lambda x: [F.gelu(ln(x + 1)) for ln in layers]
+    got, expected, _ = run(f, torch.randn(4, 64))
+    torch.testing.assert_close(got, expected)
+    assert stats()["tier2_compiled"] == 1
+
+
+def _slow_compiler(tmp_path, seconds, exit_code=None):
+    """A compiler that sleeps, then runs cc (or fails with exit_code)."""
+    script = tmp_path / "slowcc"
+    body = f"exit {exit_code}" if exit_code is not None else 'exec cc "$@"'
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = --version ]; then exec cc --version; fi\nsleep {seconds}\n{body}\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def test_background_compiles_never_make_a_call_wait(tmp_path):
+    config.compile_tier2 = "background"
+    config.tier2_cc = _slow_compiler(tmp_path, 2)
+    x, y = torch.randn(256, 256), torch.randn(256, 256)
+    c = torch.compile(gelu_chain, backend="neuron")
+    c(x, y)  # Dynamo's compile, and the launch that asks for tier 2
+    t0 = time.perf_counter()
+    times = []
+    while time.perf_counter() - t0 < 1.0:
+        t = time.perf_counter()
+        torch.testing.assert_close(c(x, y), gelu_chain(x, y))
+        times.append(time.perf_counter() - t)
+    assert stats()["tier2_compiled"] == 0  # the compiler still sleeps: every call ran tier 1
+    assert max(times) < 0.5, max(times)
+    assert _tier2.wait(60)
+    runs = stats()["tier2_runs"]
+    torch.testing.assert_close(c(x, y), gelu_chain(x, y))
+    assert stats()["tier2_compiled"] == 1 and stats()["tier2_runs"] > runs
+
+
+def test_no_compiler_keeps_tier_1_and_says_so_once(capsys):
+    config.tier2_cc = "/nonexistent/torchneuron-cc"
+    config.log = "compile"
+    got, expected, _ = run(gelu_chain, torch.randn(8, 40), torch.randn(8, 40))
+    torch.testing.assert_close(got, expected)
+    got, expected, _ = run(lambda x: torch.softmax(x, -1) * 2, torch.randn(8, 40))
+    torch.testing.assert_close(got, expected)
+    err = capsys.readouterr().err
+    assert err.count("no C compiler for tier 2") == 1, err
+    assert stats()["tier2_compiled"] == 0 and stats()["tier2_runs"] == 0
+
+
+def test_a_failing_compiler_warns_once_and_keeps_tier_1(tmp_path):
+    config.tier2_cc = _slow_compiler(tmp_path, 0, exit_code=3)
+    with pytest.warns(RuntimeWarning, match="tier 2 compile failed.*status 3") as record:
+        got, expected, _ = run(gelu_chain, torch.randn(8, 40), torch.randn(8, 40))
+        got2, expected2, _ = run(lambda x: torch.softmax(x, -1) * 2, torch.randn(8, 40))
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got2, expected2)
+    assert len([w for w in record if "tier 2" in str(w.message)]) == 1
+    assert stats()["tier2_failed"] == 2 and stats()["tier2_runs"] == 0
+
+
+CHILD = textwrap.dedent("""
+    import json, sys, torch, torch.nn.functional as F
+    import torchneuron_jit
+    from torchneuron_jit import config
+    config.row_fusion = True
+    torch.manual_seed(0)
+    x = torch.randn(16, 200)
+    f = lambda x: F.layer_norm(F.gelu(x * 2 + 1), (200,)) * 0.5
+    out = torch.compile(f, backend="neuron")(x)
+    torch.testing.assert_close(out, f(x))
+    s = torchneuron_jit.stats()
+    print(json.dumps({k: s[k] for k in ("tier2_compiled", "tier2_loaded", "tier2_runs")}))
+""")
+
+
+def _child(run_python, **env):
+    import json
+    p = run_python("-c", CHILD, env={"TORCHNEURON_COMPILE_TIER2": "sync", "TORCHNEURON_TIER2_AFTER_CALLS": "1", **env},
+                   timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_warm_process_loads_tier_2_from_the_cache(run_python):
+    first = _child(run_python)
+    assert first["tier2_compiled"] >= 1 and first["tier2_loaded"] == 0
+    second = _child(run_python)
+    assert second["tier2_compiled"] == 0 and second["tier2_loaded"] == first["tier2_compiled"]
+    assert second["tier2_runs"] >= 1
+
+
+@pytest.mark.skipif(_C.cpu_isa() != "avx512", reason="needs a CPU with AVX-512 to narrow from")
+def test_a_cache_of_other_cpu_features_misses(run_python):
+    """Objects built for AVX-512 are not loaded where the ISA is narrower:
+    the key names the -march."""
+    first = _child(run_python)
+    assert first["tier2_compiled"] >= 1
+    narrow = _child(run_python, TORCHNEURON_CPU_ISA="avx2")
+    assert narrow["tier2_loaded"] == 0 and narrow["tier2_compiled"] == first["tier2_compiled"]
+    assert _child(run_python)["tier2_loaded"] == first["tier2_compiled"]
+
+
+def test_the_key_names_the_source_the_compiler_and_the_target(monkeypatch):
+    cc = ("/usr/bin/cc", "cc (X) 1.0")
+    k = _tier2.key("int x;", cc)
+    assert _tier2.key("int y;", cc) != k
+    assert _tier2.key("int x;", ("/usr/bin/cc", "cc (X) 1.1")) != k
+    monkeypatch.setattr(_tier2, "target", lambda: "x86-64-v2")
+    assert _tier2.key("int x;", cc) != k
+
+
+def test_tier2_settings_are_in_the_table():
+    names = config.names()
+    for n in ("compile_tier2", "tier2_after_calls", "tier2_jobs", "tier2_cc"):
+        assert n in names
+    with pytest.raises(Exception):
+        config.compile_tier2 = "sometimes"
