@@ -922,15 +922,19 @@ int tn_codegen_kernel(const tn_fgroup *grp, char **src)
 
 /* -- Tier 2 -------------------------------------------------------------------
 ** The same program as one fused loop per pass, for an optimising compiler:
-** every value of an element lives in a variable of the lane loop, so a
+** every value of an element lives in a variable of the loop, so a
 ** pointwise chain reads its inputs and writes its outputs once, and a row
-** kernel makes one pass per phase with the reductions inside it. The loop
-** runs in chunks of T2_LANES lanes (`omp simd`, so math calls go to
-** libmvec's vector versions), the last chunk of a row through padded
-** copies, so every element takes the vector path (a value gives the same
-** result wherever it lies). Inputs broadcast along the pass (stride 0) are
-** read from a block filled once per row; other strides are left to tier 1
-** (tn_kernel2 returns 1, and the caller runs tier 1's tn_kernel). */
+** kernel makes one pass per phase with its reductions inside it (the
+** loop's `omp simd reduction` clauses; sums in double as tier 1's), keeping
+** what a later phase reads in a row buffer where the row fits (T2_KEEP).
+** A pass goes over blocks of whole multiples of T2_LANES elements (`omp
+** simd`, so math calls go to libmvec's vector versions), the last few of a
+** row through copies padded to T2_LANES, so every element takes the vector
+** path (a value gives the same result wherever it lies). Inputs broadcast
+** along the pass (stride 0) are read from a block filled once per row;
+** other strides are left to tier 1 (tn_kernel2 returns 1, and the caller
+** runs tier 1's tn_kernel). Compile with -fno-trapping-math: without it
+** the compiler will not turn the NaN-aware selects into vector blends. */
 
 #define T2_LANES 16
 
@@ -1050,7 +1054,7 @@ static const char *t2_ctype(int dt)
 
 /* The statement of instruction fi in the lane loop: element i (lane l) of
 ** the pass, v<k> the values of buffer k, I<k> / O<k> operand k's elements,
-** A<k> the lanes of reduction k (in double, as tier 1 sums), r<k> the row scalars, m the elements the
+** a<k> reduction k's accumulator (in double, as tier 1 sums; z<k>: a NaN seen by a max or min), r<k> the row scalars, m the elements the
 ** chunk really has. */
 static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
 {
@@ -1093,9 +1097,12 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
   case TN_FI_STORE:
     out(b, "%sO%u[i] = v%d;\n", ind, grp->fg_ninputs + (uint32_t)fi->fi_dst, fi->fi_a);
     break;
-  case TN_FI_REDUCE:
-    out(b, "%s{ double x = A%d[l], y = v%d; A%d[l] = i < m ? (%s) : x; }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_dst,
-        t2_binary_expr(t2_fold_op(fi->fi_op)));
+  case TN_FI_REDUCE: /* a<k> under the loop's reduction clause; max and min note a NaN in z<k> instead */
+    if (fi->fi_op == TN_RT_R_SUM || fi->fi_op == TN_RT_R_MEAN)
+      out(b, "%sa%d += i < m ? (double)v%d : 0.0;\n", ind, fi->fi_dst, fi->fi_a);
+    else
+      out(b, "%s{ double y = i < m ? (double)v%d : a%d; z%d |= y != y; a%d = y %s a%d ? y : a%d; }\n", ind, fi->fi_a,
+          fi->fi_dst, fi->fi_dst, fi->fi_dst, fi->fi_op == TN_RT_R_MAX ? ">" : "<", fi->fi_dst, fi->fi_dst);
     break;
   default:
     break;
@@ -1106,7 +1113,8 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
 ** their strides along it in the C array sv: the instructions need selects
 ** (NULL: all). Blocks of up to TN_RT_BLOCK elements, whole chunks of lanes;
 ** the last few through the padded copies T<k>. */
-static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char *sv, const uint8_t *need)
+static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char *sv, const uint8_t *need,
+                    const uint8_t *kload, const uint8_t *kstore)
 {
   uint32_t nin = grp->fg_ninputs, nops = nin + grp->fg_noutputs;
   uint8_t used[TN_LAUNCH_MAX_OPERANDS] = {0};
@@ -1138,16 +1146,29 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
       out(b, "        if (%s[%u] != 0) for (l = 0; l < %d; l++) T%u[l] = l < m ? ((const %s *)p[%u])[j + l] : 0;\n", sv,
           k, T2_LANES, k, t2_ctype(grp->fg_odtypes[k]), k);
   out(b, "      }\n");
-  out(b, "      for (c = 0; c < n; c += %d) {\n", T2_LANES);
-  out(b, "#pragma omp simd\n");
-  out(b, "       for (l = 0; l < %d; l++) {\n", T2_LANES);
-  out(b, "        i64 i = c + l;\n");
-  for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* constants and splats: wherever read (the compiler drops the rest) */
-    int kind = grp->fg_prog[i].fi_kind;
-    if (!need || need[i] || kind == TN_FI_CONST || kind == TN_FI_SPLAT)
-      t2_inst(b, grp, &grp->fg_prog[i]);
+  out(b, "#pragma omp simd");
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (fi->fi_kind != TN_FI_REDUCE || (need && !need[i]))
+      continue;
+    if (fi->fi_op == TN_RT_R_SUM || fi->fi_op == TN_RT_R_MEAN)
+      out(b, " reduction(+:a%d)", fi->fi_dst);
+    else
+      out(b, " reduction(%s:a%d) reduction(|:z%d)", fi->fi_op == TN_RT_R_MAX ? "max" : "min", fi->fi_dst, fi->fi_dst);
   }
-  out(b, "       }\n      }\n");
+  out(b, "\n      for (i = 0; i < n; i++) {\n");
+  for (uint32_t v = 0; kload && v < grp->fg_nbufs; v++)
+    if (kload[v])
+      out(b, "        float v%u = K%u[j + i];\n", v, v);
+  for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* constants and splats: wherever read (the compiler drops the rest) */
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (!need || need[i] || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_SPLAT) {
+      t2_inst(b, grp, fi);
+      if (kstore && cg_computes(fi->fi_kind) && kstore[fi->fi_dst])
+        out(b, "        K%d[j + i] = v%d;\n", fi->fi_dst, fi->fi_dst);
+    }
+  }
+  out(b, "      }\n");
   out(b, "      if (m < %d) {\n", T2_LANES);
   for (uint32_t k = nin; k < nops; k++)
     if (used[k])
@@ -1168,7 +1189,7 @@ static void t2_start(cg_buf *b, const tn_fgroup *grp)
     else
       out(b, "  %s T%u[%d], *O%u;\n", ct, k, T2_LANES, k);
   }
-  out(b, "  i64 idx[64], d, k, o, j, m, n, c, l;\n");
+  out(b, "  i64 idx[64], d, k, o, j, m, n, i, l;\n");
   out(b, "  (void)cst;\n");
 }
 
@@ -1210,15 +1231,83 @@ static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
   out(b, "  for (o = 0; o < outer; o++) {\n");
   out(b, "    for (k = 0; k < %u; k++) p[k] = q[k];\n", nops);
   t2_broadcasts(b, grp, "inner", "s");
-  t2_pass(b, grp, "inner", "s", NULL);
+  t2_pass(b, grp, "inner", "s", NULL, NULL, NULL);
   cg_odometer(b, nops, 2, "    ");
   out(b, "  }\n  return 0;\n}\n");
+}
+
+/* Rows of at most T2_KEEP elements keep the values a later phase reads
+** (K<k>, on the stack) instead of computing them again, for at most
+** T2_KEEP_BUFS buffers. */
+#define T2_KEEP 4096
+#define T2_KEEP_BUFS 4
+
+/* cg_phase_need for tier 2: with persist, what an earlier phase computed
+** (an op's result, never a load, constant or splat) is not computed again
+** but read back: kload marks those buffers of this phase (it is zeroed
+** first). */
+static int t2_phase_need(cg_rows *r, int ph, int persist, uint8_t *kload)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  uint32_t n = grp->fg_nprog;
+  uint8_t *have = r->cr_have;
+  int any;
+  /* computed buffers an earlier phase made count as had; the rest are made again */
+  uint8_t saved[TN_LAUNCH_MAX_OPERANDS * 4];
+  uint32_t nb = grp->fg_nbufs < sizeof saved ? grp->fg_nbufs : (uint32_t)sizeof saved;
+  memcpy(saved, have, nb);
+  for (uint32_t v = 0; v < nb; v++)
+    have[v] = persist && have[v] && r->cr_def[v] && cg_computes(r->cr_def[v]->fi_kind);
+  any = cg_phase_need(r, ph, persist);
+  memset(kload, 0, grp->fg_nbufs);
+  for (uint32_t i = 0; persist && i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if (!r->cr_need[i])
+      continue;
+    int32_t reads[3] = {fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_SPLAT ? -1 : fi->fi_a,
+                        fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_COMPARE || fi->fi_kind == TN_FI_WHERE ? fi->fi_b : -1,
+                        fi->fi_kind == TN_FI_WHERE ? fi->fi_c : -1};
+    for (int q = 0; q < 3; q++)
+      if (reads[q] >= 0 && (uint32_t)reads[q] < nb && have[reads[q]])
+        kload[reads[q]] = 1;
+  }
+  memcpy(have, saved, nb);
+  for (uint32_t i = 0; i < n; i++) /* what this phase made */
+    if (r->cr_need[i] && cg_computes(grp->fg_prog[i].fi_kind))
+      have[grp->fg_prog[i].fi_dst] = 1;
+  return any;
+}
+
+/* Which buffers the rows that fit keep (kstore; declares their K<k>):
+** those a later phase reads back. Returns whether any are kept (and few
+** enough to keep); r's phase state is reset afterwards. */
+static int t2_keep_plan(cg_rows *r, int phases, uint8_t *kstore)
+{
+  const tn_fgroup *grp = r->cr_grp;
+  uint8_t *kload = calloc(grp->fg_nbufs + 1, 1);
+  int count = 0;
+  if (!kload)
+    return 0;
+  memset(r->cr_have, 0, grp->fg_nbufs + 1);
+  for (int ph = 0; ph < phases; ph++) {
+    t2_phase_need(r, ph, 1, kload);
+    for (uint32_t v = 0; v < grp->fg_nbufs; v++)
+      kstore[v] |= kload[v];
+  }
+  memset(r->cr_have, 0, grp->fg_nbufs + 1);
+  for (uint32_t v = 0; v < grp->fg_nbufs; v++)
+    count += kstore[v];
+  free(kload);
+  if (count > T2_KEEP_BUFS || grp->fg_nbufs > TN_LAUNCH_MAX_OPERANDS * 4)
+    memset(kstore, 0, grp->fg_nbufs);
+  return count > 0 && count <= T2_KEEP_BUFS && grp->fg_nbufs <= TN_LAUNCH_MAX_OPERANDS * 4;
 }
 
 static void t2_rows(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
   int phases = 0;
+  uint8_t *kload = NULL, *kstore = NULL;
   cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
                calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
                calloc(grp->fg_nbufs + 1, 1)};
@@ -1232,9 +1321,15 @@ static void t2_rows(cg_buf *b, const tn_fgroup *grp)
     if ((fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r.cr_blv[fi->fi_a] + 1 > phases)
       phases = r.cr_blv[fi->fi_a] + 1;
   }
+  kload = calloc(grp->fg_nbufs + 1, 1);
+  kstore = calloc(grp->fg_nbufs + 1, 1);
+  if (!kload || !kstore) {
+    b->cb_rc = TN_ENOMEM;
+    goto done;
+  }
   t2_start(b, grp);
   for (uint32_t k = 0; k < grp->fg_nscalars; k++)
-    out(b, "  float r%u = 0; double A%u[%d], a%u;\n", k, k, T2_LANES, k);
+    out(b, "  float r%u = 0; double a%u = 0; int z%u = 0;\n", k, k, k);
   out(b, "  i64 outer = 1;\n");
   t2_checks(b, grp, "cst");
   out(b, "  for (d = 0; d < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
@@ -1242,31 +1337,46 @@ static void t2_rows(cg_buf *b, const tn_fgroup *grp)
   out(b, "  if (cols < %d) return 1;\n", T2_LANES);
   cg_row_places(b, nops);
   t2_broadcasts(b, grp, "cols", "cst");
-  for (int ph = 0; ph < phases; ph++) {
-    cg_scalars(b, &r, ph, NULL);
-    if (!cg_phase_need(&r, ph, 0))
-      continue;
-    for (uint32_t i = 0; i < n; i++) {
-      const tn_finst *fi = &grp->fg_prog[i];
-      if (r.cr_need[i] && fi->fi_kind == TN_FI_REDUCE)
-        out(b, "    for (l = 0; l < %d; l++) A%d[l] = %s;\n", T2_LANES, fi->fi_dst,
-            fi->fi_op == TN_RT_R_MAX ? "-__builtin_inf()" : fi->fi_op == TN_RT_R_MIN ? "__builtin_inf()" : "0.0");
-    }
-    t2_pass(b, grp, "cols", "cst", r.cr_need);
-    for (uint32_t i = 0; i < n; i++) {
-      const tn_finst *fi = &grp->fg_prog[i];
-      if (!r.cr_need[i] || fi->fi_kind != TN_FI_REDUCE)
+  int keep = t2_keep_plan(&r, phases, kstore);
+  for (uint32_t v = 0; v < grp->fg_nbufs; v++)
+    if (kstore[v])
+      out(b, "    float K%u[%d];\n", v, T2_KEEP + T2_LANES);
+  for (int persist = keep; persist >= 0; persist--) {
+    if (keep)
+      out(b, persist ? "    if (cols <= %d) {\n" : "    } else {\n", T2_KEEP);
+    memset(r.cr_done, 0, n + 1);
+    memset(r.cr_have, 0, grp->fg_nbufs + 1);
+    for (int ph = 0; ph < phases; ph++) {
+      cg_scalars(b, &r, ph, NULL);
+      if (!t2_phase_need(&r, ph, persist, kload))
         continue;
-      out(b, "    a%d = A%d[0];\n", fi->fi_dst, fi->fi_dst);
-      out(b, "    for (l = 1; l < %d; l++) { double x = a%d, y = A%d[l]; a%d = (%s); }\n", T2_LANES, fi->fi_dst,
-          fi->fi_dst, fi->fi_dst, t2_binary_expr(t2_fold_op(fi->fi_op)));
-      out(b, fi->fi_op == TN_RT_R_MEAN ? "    r%d = (float)(a%d / (double)cols);\n" : "    r%d = (float)a%d;\n",
-          fi->fi_dst, fi->fi_dst);
+      for (uint32_t i = 0; i < n; i++) {
+        const tn_finst *fi = &grp->fg_prog[i];
+        if (r.cr_need[i] && fi->fi_kind == TN_FI_REDUCE)
+          out(b, "    a%d = %s; z%d = 0;\n", fi->fi_dst,
+              fi->fi_op == TN_RT_R_MAX ? "-__builtin_inf()" : fi->fi_op == TN_RT_R_MIN ? "__builtin_inf()" : "0.0",
+              fi->fi_dst);
+      }
+      t2_pass(b, grp, "cols", "cst", r.cr_need, persist ? kload : NULL, persist ? kstore : NULL);
+      for (uint32_t i = 0; i < n; i++) {
+        const tn_finst *fi = &grp->fg_prog[i];
+        if (!r.cr_need[i] || fi->fi_kind != TN_FI_REDUCE)
+          continue;
+        if (fi->fi_op == TN_RT_R_MAX || fi->fi_op == TN_RT_R_MIN)
+          out(b, "    r%d = z%d ? __builtin_nanf(\"\") : (float)a%d;\n", fi->fi_dst, fi->fi_dst, fi->fi_dst);
+        else
+          out(b, fi->fi_op == TN_RT_R_MEAN ? "    r%d = (float)(a%d / (double)cols);\n" : "    r%d = (float)a%d;\n",
+              fi->fi_dst, fi->fi_dst);
+      }
     }
+    cg_scalars(b, &r, phases, NULL);
   }
-  cg_scalars(b, &r, phases, NULL);
+  if (keep)
+    out(b, "    }\n");
   cg_row_next(b, 1);
 done:
+  free(kload);
+  free(kstore);
   free(r.cr_blv);
   free(r.cr_slv);
   free(r.cr_inst_lv);
