@@ -14,7 +14,8 @@
   _(graphs_lowered, "graphs that went through lowering and code generation") \
   _(kernels_compiled, "generated C kernels compiled by libtcc") \
   _(kernels_loaded, "generated C kernels loaded from the object code a stored plan keeps (no compile)") \
-  _(tier2_compiled, "kernels whose tier 2 the system C compiler built") \
+  _(tier2_kernels, "kernels swapped to tier 2 (compiled, loaded from the cache, or sharing another kernel's source)") \
+  _(tier2_compiled, "tier-2 sources the system C compiler built (once per source and process)") \
   _(tier2_loaded, "kernels whose tier 2 came from the persistent cache (no compile)") \
   _(tier2_failed, "kernels left at tier 1 because their tier 2 failed to compile or load") \
   _(tier2_runs, "kernel calls (or parts of one, per thread) that ran tier-2 code") \

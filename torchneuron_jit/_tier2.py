@@ -21,9 +21,10 @@ tier 1 with one warning; no compiler on the machine is said once under
 ``TORCHNEURON_LOG=compile``.
 """
 import concurrent.futures
+import functools
+import os
 import platform
 import shutil
-import subprocess
 import threading
 import time
 
@@ -50,11 +51,9 @@ def compiler():
             path = shutil.which(name)
             version = None
             if path:
-                try:
-                    out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-                    lines = out.stdout.splitlines()
-                    version = lines[0].strip() if out.returncode == 0 and lines else None
-                except (OSError, subprocess.SubprocessError):
+                try:  # spawned without the GIL: subprocess would fork this whole process holding it
+                    version = _C.tier2_version(path).strip() or None
+                except RuntimeError:
                     version = None
             _compilers[name] = (path, version) if version else None
             if not version:
@@ -80,6 +79,7 @@ def available():
     return config.compile_tier2 != "off" and compiler() is not None
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_flags():
     try:
         with open("/proc/cpuinfo") as f:
@@ -113,7 +113,7 @@ def flags():
     """The compiler's options for a tier-2 unit."""
     march = target()
     return ((["-march=" + march] if march else [])
-            + ["-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=off",
+            + ["-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
                "-fno-semantic-interposition", "-w"])
 
 
@@ -125,12 +125,25 @@ def key(source, cc=None):
     return _C.content_key(text.encode())
 
 
+def _lower_priority():
+    """A worker thread (and the compilers it starts, which inherit it) at the
+    lowest priority: on a machine whose cores serve calls, PyTorch's OpenMP
+    team waits at every barrier for a thread the compiler took the core
+    from (on 2 cores, calls ran 5x slower while a compile ran at the same
+    priority)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: this thread only
+    except (OSError, AttributeError):
+        pass
+
+
 def _executor():
     global _pool
     with _lock:
         if _pool is None:
             _pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(config.tier2_jobs)),
-                                                          thread_name_prefix="torchneuron-tier2")
+                                                          thread_name_prefix="torchneuron-tier2",
+                                                          initializer=_lower_priority)
         return _pool
 
 
@@ -180,11 +193,27 @@ def _build(source, cc, k):
 
 
 def request(kernel):
-    """The hook: kernel is due for tier 2 (see the module's doc)."""
+    """The hook: kernel is due for tier 2 (see the module's doc). In the
+    background everything but the check of the mode happens on a worker
+    thread, the compiler's look-up and the cache's included."""
     mode = config.compile_tier2
     source = kernel.tier2_source
     if mode == "off" or source is None or kernel.tier == 2:
         return
+    try:
+        if mode == "sync":
+            _serve(kernel, source)
+            return
+        fut = _executor().submit(_serve, kernel, source)
+        with _lock:
+            _pending.add(fut)
+        fut.add_done_callback(_done)
+    except Exception as exc:
+        _fail("request", exc)
+
+
+def _serve(kernel, source):
+    """kernel's tier 2: from this process, the cache, or the compiler."""
     try:
         cc = compiler()
         k = key(source, cc)
@@ -207,13 +236,7 @@ def request(kernel):
                 _waiting[k].append(kernel)
                 return
             _waiting[k] = [kernel]
-        if mode == "sync":
-            _build(source, cc, k)
-        else:
-            fut = _executor().submit(_build, source, cc, k)
-            with _lock:
-                _pending.add(fut)
-            fut.add_done_callback(_done)
+        _build(source, cc, k)
     except Exception as exc:
         _fail("request", exc)
 

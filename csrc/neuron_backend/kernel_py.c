@@ -859,6 +859,7 @@ static PyObject *Kernel_set_tier2(PyObject *o, PyObject *arg)
                            : PyErr_Format(PyExc_RuntimeError, "loading a tier-2 kernel failed: %s", err);
   k->ke_t2 = t2;
   k->ke_fn2 = (tn_launch_fn2)tn_tier2_symbol(t2); /* under the GIL: the next launch prepared takes it */
+  tn_stat_add(TN_STAT_tier2_kernels, 1);
   Py_RETURN_NONE;
 }
 

@@ -65,14 +65,92 @@ static void t2_messages(const char *log, char *err, size_t errlen, int status)
   free(text);
 }
 
+/* Runs argv (argv[0] found on PATH) with stdin from /dev/null and stdout
+** and stderr into the file log; *status is its exit status (-1: killed).
+** TN_ECOMPILE when it cannot start (the cause in err), TN_EIO. */
+static int t2_run(const char *const *argv, const char *log, int *status, char *err, size_t errlen)
+{
+  int rc = TN_EIO;
+  posix_spawn_file_actions_t fa;
+  if (posix_spawn_file_actions_init(&fa) != 0)
+    return TN_EIO;
+  if (posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) != 0 ||
+      posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600) != 0 ||
+      posix_spawn_file_actions_adddup2(&fa, 1, 2) != 0)
+    goto done;
+  pid_t pid;
+  int e = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+  if (e != 0) {
+    snprintf(err, errlen, "cannot run the C compiler %s: %s", argv[0], strerror(e));
+    rc = TN_ECOMPILE;
+    goto done;
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+    if (errno != EINTR) {
+      snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
+      goto done;
+    }
+  }
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  rc = TN_OK;
+done:
+  posix_spawn_file_actions_destroy(&fa);
+  return rc;
+}
+
+/* A private temporary directory (dir, of size 256). */
+static int t2_tmpdir(char *dir, char *err, size_t errlen)
+{
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, 256, "%s/torchneuron-tier2-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (mkdtemp(dir))
+    return TN_OK;
+  snprintf(err, errlen, "cannot make a temporary directory: %s", strerror(errno));
+  return TN_EIO;
+}
+
+int tn_tier2_version(const char *cc, char *line, size_t len, char *err, size_t errlen)
+{
+  char dir[256], log[300];
+  const char *argv[] = {cc, "--version", NULL};
+  uint8_t *text = NULL;
+  size_t n = 0;
+  int status = -1;
+  line[0] = 0;
+  err[0] = 0;
+  int rc = t2_tmpdir(dir, err, errlen);
+  if (rc != TN_OK)
+    return rc;
+  snprintf(log, sizeof log, "%s/log", dir);
+  rc = t2_run(argv, log, &status, err, errlen);
+  if (rc == TN_OK && status != 0) {
+    snprintf(err, errlen, "%s --version exited with status %d", cc, status);
+    rc = TN_ECOMPILE;
+  }
+  if (rc == TN_OK && (rc = t2_read_file(log, &text, &n)) == TN_OK) {
+    size_t end = 0;
+    while (end < n && text[end] != '\n' && end + 1 < len)
+      end++;
+    memcpy(line, text, end);
+    line[end] = 0;
+    if (end == 0) {
+      snprintf(err, errlen, "%s --version printed nothing", cc);
+      rc = TN_ECOMPILE;
+    }
+  }
+  free(text);
+  unlink(log);
+  rmdir(dir);
+  return rc;
+}
+
 int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, uint8_t **so,
                      size_t *len, char *err, size_t errlen)
 {
-  int rc = TN_EIO, have_dir = 0;
+  int rc, status = -1;
   char dir[256], csrc[300], out[300], log[300];
   const char *argv[T2_MAX_FLAGS + 8];
-  posix_spawn_file_actions_t fa;
-  int have_fa = 0;
   FILE *f = NULL;
 
   *so = NULL;
@@ -82,22 +160,18 @@ int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, co
     snprintf(err, errlen, "more than %d compiler flags", T2_MAX_FLAGS);
     return TN_EINVAL;
   }
-  const char *tmp = getenv("TMPDIR");
-  snprintf(dir, sizeof dir, "%s/torchneuron-tier2-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  if (!mkdtemp(dir)) {
-    snprintf(err, errlen, "cannot make a temporary directory: %s", strerror(errno));
-    goto done;
-  }
-  have_dir = 1;
+  if ((rc = t2_tmpdir(dir, err, errlen)) != TN_OK)
+    return rc;
   snprintf(csrc, sizeof csrc, "%s/k.c", dir);
   snprintf(out, sizeof out, "%s/k.so", dir);
   snprintf(log, sizeof log, "%s/log", dir);
+  rc = TN_EIO;
   if (!(f = fopen(csrc, "w")) || fputs(src, f) < 0 || fclose(f) != 0) {
-    f = NULL;
+    if (f)
+      fclose(f);
     snprintf(err, errlen, "cannot write the kernel's source: %s", strerror(errno));
     goto done;
   }
-  f = NULL;
   size_t a = 0;
   argv[a++] = cc;
   for (size_t i = 0; i < nflags; i++)
@@ -108,29 +182,10 @@ int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, co
   argv[a++] = "-lmvec";
   argv[a++] = "-lm";
   argv[a] = NULL;
-  if (posix_spawn_file_actions_init(&fa) != 0)
+  if ((rc = t2_run(argv, log, &status, err, errlen)) != TN_OK)
     goto done;
-  have_fa = 1;
-  if (posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0) != 0 ||
-      posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600) != 0 ||
-      posix_spawn_file_actions_adddup2(&fa, 1, 2) != 0)
-    goto done;
-  pid_t pid;
-  int e = posix_spawnp(&pid, cc, &fa, NULL, (char *const *)argv, environ);
-  if (e != 0) {
-    snprintf(err, errlen, "cannot run the C compiler %s: %s", cc, strerror(e));
-    rc = TN_ECOMPILE;
-    goto done;
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
-      goto done;
-    }
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    t2_messages(log, err, errlen, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  if (status != 0) {
+    t2_messages(log, err, errlen, status);
     rc = TN_ECOMPILE;
     goto done;
   }
@@ -138,14 +193,10 @@ int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, co
   if (rc != TN_OK)
     snprintf(err, errlen, "cannot read the compiled object");
 done:
-  if (have_fa)
-    posix_spawn_file_actions_destroy(&fa);
-  if (have_dir) {
-    unlink(csrc);
-    unlink(out);
-    unlink(log);
-    rmdir(dir);
-  }
+  unlink(csrc);
+  unlink(out);
+  unlink(log);
+  rmdir(dir);
   return rc;
 }
 

@@ -31,6 +31,12 @@ typedef struct tn_tier2_obj tn_tier2_obj;
 int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, uint8_t **so,
                      size_t *len, char *err, size_t errlen);
 
+/* The first line `cc --version` prints, into line (size len), run as
+** tn_tier2_compile runs the compiler (no GIL needed: a spawn, not a fork of
+** the whole process). TN_ECOMPILE (cannot run, fails or prints nothing:
+** why in err), TN_EIO. */
+int tn_tier2_version(const char *cc, char *line, size_t len, char *err, size_t errlen);
+
 /* Loads so (len bytes from tn_tier2_compile, or a checksummed cache record
 ** of them) and finds symbol sym in it: *out, with tn_tier2_symbol.
 ** TN_ECORRUPT (not an ELF object), TN_ECOMPILE (the loader refused it or

@@ -54,6 +54,22 @@ done:
   return res;
 }
 
+static PyObject *py_tier2_version(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  const char *cc = PyUnicode_AsUTF8(arg);
+  char line[512], err[512];
+  int rc;
+  if (!cc)
+    return NULL;
+  Py_BEGIN_ALLOW_THREADS
+  rc = tn_tier2_version(cc, line, sizeof line, err, sizeof err);
+  Py_END_ALLOW_THREADS
+  if (rc != TN_OK)
+    return PyErr_Format(PyExc_RuntimeError, "%s", err);
+  return PyUnicode_FromString(line);
+}
+
 static PyObject *py_cpu_isa(PyObject *self, PyObject *unused)
 {
   (void)self;
@@ -75,6 +91,9 @@ PyMethodDef tn_py_tier2_methods[] = {
   {"tier2_compile", py_tier2_compile, METH_VARARGS,
    "tier2_compile(cc, flags, source) -> bytes: the shared object cc makes of source (GIL released while it "
    "runs); RuntimeError with the compiler's first messages when it fails."},
+  {"tier2_version", py_tier2_version, METH_O,
+   "tier2_version(cc) -> the first line `cc --version` prints (GIL released; a spawn, not a fork); RuntimeError "
+   "when it cannot run or fails."},
   {"cpu_isa", py_cpu_isa, METH_NOARGS,
    "The vector ISA kernels use: 'avx512', 'avx2' or 'default' (the CPU's widest, narrowed to config.cpu_isa)."},
   {"set_tier2_hook", py_set_tier2_hook, METH_O,

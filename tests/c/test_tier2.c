@@ -20,7 +20,7 @@ static tn_arg F(double v) { tn_arg a = {TN_ARG_FLOAT, 0, {.ar_float = v}}; retur
 
 typedef int (*kfn2)(int64_t, const int64_t *, void **, const int64_t *, int64_t, const int64_t *);
 
-static const char *const FLAGS[] = {"-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-ffp-contract=off",
+static const char *const FLAGS[] = {"-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
                                     "-w"};
 
 /* The tier 2 of grp, compiled and loaded. */
@@ -186,6 +186,11 @@ START_TEST(test_compiler_failures)
   ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 3, "this is not C;\n", &so, &len, err, sizeof err), TN_ECOMPILE);
   ck_assert_msg(strstr(err, "status 1") != NULL && strstr(err, "error") != NULL, "%s", err);
   ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 40, src, &so, &len, err, sizeof err), TN_EINVAL);
+  char line[256];
+  ck_assert_int_eq(tn_tier2_version("cc", line, sizeof line, err, sizeof err), TN_OK);
+  ck_assert_msg(strlen(line) > 0 && strchr(line, '\n') == NULL, "%s", line);
+  ck_assert_int_eq(tn_tier2_version("/nonexistent/cc", line, sizeof line, err, sizeof err), TN_ECOMPILE);
+  ck_assert_int_eq(tn_tier2_version("false", line, sizeof line, err, sizeof err), TN_ECOMPILE);
 }
 END_TEST
 
