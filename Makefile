@@ -107,20 +107,26 @@ fuzz-c: $(FUZZ_BINS) build/fuzz/seeds/.done
 	  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)|ERROR|SUMMARY|fuzz_$$t:" build/fuzz/$$t.log || tail -20 build/fuzz/$$t.log; \
 	done; if [ $$rc != 0 ]; then echo "fuzz-c: a target failed (logs: build/fuzz/*.log)"; exit 1; fi
 
+# then the row and pointwise kernel tests again with every kernel at tier 2 from its first launch
 test-python: build
 	$(PYTHON) -m pytest -q tests/python
+	TN_TEST_TIER2=sync $(PYTHON) -m pytest -q tests/python/test_reductions.py tests/python/test_fusion.py
 
 test: build test-c test-python
 	$(MAKE) --no-print-directory fuzz-c SECONDS=20
 
 # The long sweeps make test slices: the OpInfo tests in every dtype, then
-# every OpInfo sample; the differential fuzzer through both front doors and
+# every OpInfo sample (again with tier 2 forced: TIER2_SYNC); the differential fuzzer through both front doors
+# (and for 30 minutes with tier 2 forced) and
 # the Python-state fuzzer through jit for 10 minutes each; the libFuzzer
 # targets 5 minutes each.
+TIER2_SYNC := TORCHNEURON_COMPILE_TIER2=sync TORCHNEURON_TIER2_AFTER_CALLS=1
 test-long: test
 	TN_TEST_LONG=1 $(PYTHON) -m pytest -q tests/python/test_opinfo.py
 	$(PYTHON) -m torchneuron_jit.testing.opinfo --all
 	$(PYTHON) -m torchneuron_jit.testing.fuzz --seconds 600 --seed 1 --out build/fuzz-repros
+	$(TIER2_SYNC) $(PYTHON) -m torchneuron_jit.testing.opinfo --all
+	$(TIER2_SYNC) $(PYTHON) -m torchneuron_jit.testing.fuzz --seconds 1800 --seed 2 --out build/fuzz-repros-tier2
 	$(PYTHON) -m torchneuron_jit.testing.statefuzz --seconds 600 --seed 1
 	$(MAKE) --no-print-directory fuzz-c SECONDS=300
 

@@ -196,7 +196,12 @@ int tn_config_set_text(int id, const char *text, char *err, size_t errlen)
   while (isspace((unsigned char)*text))
     text++;
   if (type == TN_CFG_CHOICE) {
+    int64_t b;
     v = config_choice_index(id, text);
+    /* a choice of on|off takes any boolean's text for them (TORCHNEURON_ROW_FUSION=1 as when it was one) */
+    if (v < 0 && config_choice_index(id, "on") >= 0 && config_choice_index(id, "off") >= 0 &&
+        config_parse_bool(text, &b) == TN_OK)
+      v = config_choice_index(id, b ? "on" : "off");
     rc = v < 0 ? TN_EINVAL : TN_OK;
   } else {
     rc = type == TN_CFG_BOOL ? config_parse_bool(text, &v)

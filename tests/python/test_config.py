@@ -16,7 +16,7 @@ DEFAULTS = {
     "cache_initial_map_bytes": 32 << 20,
     "cache_verify": True,
     "kernel_threads": 0,
-    "row_fusion": "auto",
+    "row_fusion": "off",
     "gemm_fusion": "off",
     "onednn_linear": True,
     "onednn_packed_weights": False,
@@ -313,5 +313,9 @@ def test_a_choice_of_on_and_off_takes_a_bool():
     assert config.row_fusion == "on"
     config.row_fusion = False
     assert config.row_fusion == "off"
+    config.row_fusion = "1"  # a boolean's text too, as TORCHNEURON_ROW_FUSION=1 was when the setting was one
+    assert config.row_fusion == "on"
+    config.gemm_fusion = "no"
+    assert config.gemm_fusion == "off"
     with pytest.raises(ValueError, match="expected one of auto"):
         config.cpu_isa = True  # no on/off among its choices: a bool is no choice of it

@@ -556,7 +556,7 @@ def test_overflow_to_infinity_like_eager(compiled):
 
 def test_gemm_fusion_off_by_default_keeps_gemm_eager(compiled):
     row = {s.name: s for s in config.table()}["gemm_fusion"]
-    assert (row.type, row.default) == ("bool", "0"), row
+    assert (row.type, row.default) == ("choice", "off"), row
     config.gemm_fusion = False
     x, w, b, y = _t((M, K)), _t((N, K), 1, 0.2), _t((N,), 2), _t((M, N), 3)
 
