@@ -3,9 +3,11 @@
     python benchmarks/pointwise.py [--iters N] [--shapes 256x1024,1024x1024] [--dtype float64|int32|...] [--no-inductor]
 
 For each chain and shape: median latency of eager, of
-torch.compile(backend="neuron") and of torch.compile(backend="inductor"),
-measured interleaved (eager, neuron, inductor, eager, ...) so machine drift
-hits all of them, and the ratios eager/neuron and inductor/neuron. Results differ from eager by at most
+torch.compile(backend="neuron") with its kernels at tier 1 only (neuron-t1)
+and at tier 2 (neuron), and of torch.compile(backend="inductor"), measured
+interleaved (eager, neuron-t1, neuron, inductor, eager, ...) so machine
+drift hits all of them; the ratios eager/ours and inductor/neuron; and
+each tier's bandwidth as a share of a triad's measured in the same run. Results differ from eager by at most
 torch's default tolerances (checked before timing). With an integer
 dtype, inputs are random integers and chains that eager refuses for it
 (gelu of an integer) are skipped.
@@ -40,39 +42,80 @@ def measure(fns, args, iters):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+# our back end per tier: neuron at tier 2 (compiled before the first call goes on), neuron-t1 at tier 1 only
+TIERS = {"neuron": "sync", "neuron-t1": "off"}
+
+
 def columns(no_inductor):
-    """The back ends timed: eager, neuron and (unless no_inductor) Inductor."""
-    return ["eager", "neuron"] + ([] if no_inductor else ["inductor"])
+    """The back ends timed: eager, neuron at tier 1 and tier 2 and (unless
+    no_inductor) Inductor."""
+    return ["eager", "neuron-t1", "neuron"] + ([] if no_inductor else ["inductor"])
+
+
+def door(f, backend):
+    """(f as backend runs it, the function for its first call). A kernel's
+    tier is settled at its first launch (config.tier2_after_calls = 1, set
+    by main), so neuron-t1's first call runs with tier 2 off and its kernels
+    stay at tier 1; neuron's compiles its tier 2 before going on."""
+    if backend not in TIERS:
+        c = torch.compile(f, backend=backend)
+        return c, c
+    c = torch.compile(f, backend="neuron")
+
+    def first(*args):
+        with torchneuron_jit.config.patch(compile_tier2=TIERS[backend]):
+            return c(*args)
+    return c, first
+
+
+def setup_tiers():
+    """Every kernel at its tier from its first launch (see door)."""
+    torchneuron_jit.config.tier2_after_calls = 1
+    torchneuron_jit.config.compile_tier2 = "sync"
 
 
 def header(first, cols):
     """The table's header line: first (a padded label), then the columns."""
-    print(first + " " + " ".join(f"{c + ' us':>12s}" for c in cols) + f" {'eager/neuron':>13s}"
+    print(first + " " + " ".join(f"{c + ' us':>12s}" for c in cols)
+          + "".join(f" {'eager/' + c:>16s}" for c in cols[1:] if c != "inductor")
           + (f" {'inductor/neuron':>16s}" if "inductor" in cols else ""))
 
 
-def compare(label, f, args, cols, iters, check=torch.testing.assert_close):
+def compare(label, f, args, cols, iters, check=torch.testing.assert_close, extra=""):
     """Compiles f with each back end of cols after eager (Dynamo's caches
     reset first), checks each result against eager's with check(got, want),
-    then times them all interleaved and prints the row."""
+    then times them all interleaved and prints the row (and extra(med))."""
     torch._dynamo.reset()
     fns = {"eager": f}
     with torch.no_grad():
         want = f(*args)
         for backend in cols[1:]:
-            fns[backend] = torch.compile(f, backend=backend)
-            check(fns[backend](*args), want)
-    print(format_row(label, measure(fns, args, iters), cols), flush=True)
+            fns[backend], first = door(f, backend)
+            check(first(*args), want)
+    med = measure(fns, args, iters)
+    print(format_row(label, med, cols) + (extra(med) if extra else ""), flush=True)
+    return med
 
 
 def format_row(label, med, cols):
-    """label, then each column's median in us, then eager/neuron (and
+    """label, then each column's median in us, then eager/each of ours (and
     inductor/neuron when Inductor ran)."""
     row = label + " " + " ".join(f"{med[c] * 1e6:12.1f}" for c in cols)
-    row += f" {med['eager'] / med['neuron']:13.2f}"
+    row += "".join(f" {med['eager'] / med[c]:16.2f}" for c in cols[1:] if c != "inductor")
     if "inductor" in cols:
         row += f" {med['inductor'] / med['neuron']:16.2f}"
     return row
+
+
+def triad(n=32 * 1024 * 1024, reps=5):
+    """This machine's memory bandwidth, GB/s: a = b + 2c through torch, best of reps."""
+    a, b, c = torch.empty(n), torch.rand(n), torch.rand(n)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        torch.add(b, c, alpha=2.0, out=a)
+        best = min(best, time.perf_counter() - t)
+    return 3 * n * 4 / best / 1e9
 
 
 def main():
@@ -83,22 +126,28 @@ def main():
     parser.add_argument("--no-inductor", action="store_true", help="skip Inductor (it compiles slowly)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
+    setup_tiers()
+    bw = triad()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}; triad {bw:.1f} GB/s (same run)")
     cols = columns(args.no_inductor)
     header(f"{'chain':14s} {'shape':>10s}", cols)
+    print(" " * 26 + "(then each tier's bandwidth as a share of the triad's: two inputs and one output moved)")
     for shape_text in args.shapes.split(","):
         shape = tuple(int(s) for s in shape_text.split("x"))
         if dtype.is_floating_point:
             x, y = torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)
         else:
             x, y = torch.randint(-8, 8, shape, dtype=dtype), torch.randint(-8, 8, shape, dtype=dtype)
+        moved = 3 * x.numel() * x.element_size() / 1e9
+
+        def share(med):
+            return "".join(f"  {c} {moved / med[c] / bw * 100:3.0f}%" for c in ("neuron-t1", "neuron"))
         for name, f in CHAINS.items():
             try:
                 f(x, y)
             except RuntimeError:
                 continue
-            compare(f"{name:14s} {shape_text:>10s}", f, (x, y), cols, args.iters)
-
+            compare(f"{name:14s} {shape_text:>10s}", f, (x, y), cols, args.iters, extra=share)
 
 if __name__ == "__main__":
     main()

@@ -2,10 +2,10 @@
 
     python benchmarks/rows_gemm.py [--iters N] [--no-inductor]
 
-Row kernels (config.row_fusion) and GEMM groups (config.gemm_fusion) are off
-by default because they are not yet faster than eager; this measures them
-turned on, against eager and Inductor, interleaved as in pointwise.py, with
-the ratios eager/neuron and inductor/neuron. Results are checked before
+Row kernels (config.row_fusion) and GEMM groups (config.gemm_fusion), turned
+on, at tier 1 only (neuron-t1) and at tier 2 (neuron), against eager and
+Inductor, interleaved as in pointwise.py, with the ratios eager/ours and
+inductor/neuron. Results are checked before
 timing: no farther from a float64 reference than twice eager's error.
 """
 import argparse
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron_jit
-from pointwise import format_row, measure
+from pointwise import columns, compare, header, setup_tiers
 
 ROWS = {
     "softmax": (lambda x, w, b, y: torch.softmax(x, -1)),
@@ -33,18 +33,12 @@ GEMM_SHAPES = ((64, 256, 1024), (256, 256, 1024))  # tokens, d_model, d_ff
 
 
 def run(name, shape_text, f, args, cols, iters):
-    torch._dynamo.reset()
-    fns = {"eager": f}
-    with torch.no_grad():
-        for backend in cols[1:]:
-            fns[backend] = torch.compile(f, backend=backend)
-            got, want = fns[backend](*args), f(*args)
-            # sums run in another order: ours may be no farther from float64 than eager's
-            ref = f(*(a.double() for a in args))
-            ours, theirs = (got.double() - ref).abs().max(), (want.double() - ref).abs().max()
-            assert ours <= 2 * theirs + 1e-6 * ref.abs().max(), (backend, name, float(ours), float(theirs))
-    med = measure(fns, args, iters)
-    print(format_row(f"{name:16s} {shape_text:>14s}", med, cols), flush=True)
+    def close(got, want):
+        # sums run in another order: ours may be no farther from float64 than eager's
+        ref = f(*(a.double() for a in args))
+        ours, theirs = (got.double() - ref).abs().max(), (want.double() - ref).abs().max()
+        assert ours <= 2 * theirs + 1e-6 * ref.abs().max(), (name, float(ours), float(theirs))
+    compare(f"{name:16s} {shape_text:>14s}", f, args, cols, iters, check=close)
 
 
 def main():
@@ -54,10 +48,10 @@ def main():
     args = parser.parse_args()
     torchneuron_jit.config.row_fusion = True
     torchneuron_jit.config.gemm_fusion = True
+    setup_tiers()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    cols = ["eager", "neuron"] + ([] if args.no_inductor else ["inductor"])
-    print(f"{'graph':16s} {'shape':>14s} " + " ".join(f"{c + ' us':>12s}" for c in cols)
-          + f" {'eager/neuron':>13s}" + ("" if args.no_inductor else f" {'inductor/neuron':>16s}"))
+    cols = columns(args.no_inductor)
+    header(f"{'graph':16s} {'shape':>14s}", cols)
     for shape in ROW_SHAPES:
         x, y = torch.randn(shape), torch.randn(shape)
         w, b = torch.randn(shape[-1]), torch.randn(shape[-1])

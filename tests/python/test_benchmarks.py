@@ -13,17 +13,20 @@ from conftest import REPO, subprocess_env
 def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
     out = tmp_path / "results"
     p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp",
-                        "--backends", "eager,neuron,jit", "--iters", "3", "--warmup", "1", "--out", str(out),
+                        "--backends", "eager,neuron,jit,neuron-t1", "--iters", "3", "--warmup", "1", "--out", str(out),
                         "--price-per-hour", "2.0", "--zoo", "distilbert"],
                        cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
-    assert result["schema"] == 1
+    assert result["schema"] == 2
     assert {"cpu", "cores", "torch", "commit", "date"} <= set(result["machine"])
     assert result["limits"]["triad_gb_per_s"] > 0 and result["limits"]["sgemm_gflop_per_s"] > 0
-    assert result["config"]["backends"] == ["eager", "neuron", "jit"] and result["config"]["iters"] == 3
+    assert result["config"]["backends"] == ["eager", "neuron", "jit", "neuron-t1"] and result["config"]["iters"] == 3
     rows = {r["backend"]: r for r in result["results"]}
-    assert set(rows) == {"eager", "neuron", "jit"}
+    assert set(rows) == {"eager", "neuron", "jit", "neuron-t1"}
+    for door in ("neuron", "jit", "neuron-t1"):  # our doors per tier: what their first calls sent to tier 2
+        assert rows[door]["tier2_kernels"] >= 0 and rows[door]["tier2_compile_s"] >= 0
+    assert rows["neuron-t1"]["tier2_kernels"] == 0
     for r in rows.values():
         assert r["model"] == "mlp" and r["shape"] == [1, 32]
         assert len(r["samples_s"]) == 3 and all(s > 0 for s in r["samples_s"])
@@ -31,7 +34,7 @@ def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
         assert r["cost_per_million_calls"] == r["median_s"] * 1e6 / 3600 * 2.0
         assert r["speedup"] > 0 and r["p99_speedup"] > 0
     assert rows["eager"]["max_abs_err"] == 0
-    assert rows["neuron"]["max_rel_err"] < 1e-4 and rows["jit"]["max_rel_err"] < 1e-4
+    assert all(rows[d]["max_rel_err"] < 1e-4 for d in ("neuron", "jit", "neuron-t1"))
     (start,) = result["startup"]  # quick: the neuron back end's only
     assert start["backend"] == "neuron"
     cold, warm = start["cold"], start["warm"]
@@ -41,10 +44,10 @@ def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
         assert phase["first_call_s"] > 0 and phase["peak_rss_mb"] > 0
         assert phase["compile_s"] == phase["first_call_s"] - phase["eager_first_call_s"]
     md = (out / "results.md").read_text()
-    assert "| mlp | 1x32 |" in md and "Cold and warm start" in md
+    assert "| mlp | 1x32 |" in md and "Cold and warm start" in md and "## Tier 2 per model" in md
     zoo = json.loads((out / "zoo.json").read_text())  # the zoo through the same doors, quick: sdpa at batch 1
     assert [(r["model"], r["attn"], r["batch"]) for r in zoo["rows"]] == [("distilbert", "sdpa", 1)]
-    assert set(zoo["rows"][0]["doors"]) == {"eager", "neuron", "jit"}
+    assert set(zoo["rows"][0]["doors"]) == {"eager", "neuron", "jit", "neuron-t1"}
     assert "| distilbert | sdpa | 1 |" in (out / "zoo.md").read_text()
 
 
