@@ -107,10 +107,10 @@ fuzz-c: $(FUZZ_BINS) build/fuzz/seeds/.done
 	  grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)|ERROR|SUMMARY|fuzz_$$t:" build/fuzz/$$t.log || tail -20 build/fuzz/$$t.log; \
 	done; if [ $$rc != 0 ]; then echo "fuzz-c: a target failed (logs: build/fuzz/*.log)"; exit 1; fi
 
-# then the row and pointwise kernel tests again with every kernel at tier 2 from its first launch
+# then the row kernel tests again with every kernel at tier 2 from its first launch (test_tier2.py covers pointwise)
 test-python: build
 	$(PYTHON) -m pytest -q tests/python
-	TN_TEST_TIER2=sync $(PYTHON) -m pytest -q tests/python/test_reductions.py tests/python/test_fusion.py
+	TN_TEST_TIER2=sync $(PYTHON) -m pytest -q tests/python/test_reductions.py
 
 test: build test-c test-python
 	$(MAKE) --no-print-directory fuzz-c SECONDS=20

@@ -26,13 +26,19 @@ inf, nan = math.inf, math.nan
 @pytest.fixture(autouse=True)
 def _tier2_sync():
     """Tier 2 from a kernel's first launch, compiled before it goes on; row
-    fusion on (row kernels are what tier 2 is for); nothing remembered from
-    another test."""
-    _tier2.reset()
+    fusion on (row kernels are what tier 2 is for). The objects this process
+    made stay for the next test (a source compiles once per file, as in a
+    process); a test that counts compiles or needs none starts with
+    fresh()."""
     config.compile_tier2 = "sync"
     config.tier2_after_calls = 1
     config.row_fusion = True
     yield
+    _tier2.wait()
+
+
+def fresh():
+    """Nothing remembered from another test: no object, no compiler looked up."""
     _tier2.reset()
 
 
@@ -53,6 +59,7 @@ def gelu_chain(x, y):
 
 
 def test_a_pointwise_chain_runs_at_tier_2_and_matches_eager():
+    fresh()
     x, y = torch.randn(64, 300), torch.randn(64, 300)
     got, expected, _ = run(gelu_chain, x, y)
     torch.testing.assert_close(got, expected)
@@ -62,6 +69,7 @@ def test_a_pointwise_chain_runs_at_tier_2_and_matches_eager():
 
 
 def test_off_keeps_tier_1():
+    fresh()
     config.compile_tier2 = "off"
     got, expected, _ = run(gelu_chain, torch.randn(8, 40), torch.randn(8, 40))
     torch.testing.assert_close(got, expected)
@@ -145,6 +153,7 @@ def test_nan_and_inf_in_rows_follow_eager():
 def test_layouts_tier_2_does_not_take_run_tier_1():
     """A transposed operand (stride along the row other than 0 or 1) and
     short rows: tn_kernel2 leaves them to tier 1, and the answer is eager's."""
+    fresh()
     f = lambda a, b: torch.softmax(a + b, -1)
     a = torch.randn(40, 30)
     b = torch.randn(30, 40).t()
@@ -157,6 +166,7 @@ def test_layouts_tier_2_does_not_take_run_tier_1():
 
 def test_one_source_compiles_once_per_process():
     """Twelve identical layers make twelve kernels of one source: one compile."""
+    fresh()
     layers = [torch.nn.LayerNorm(64) for _ in range(12)]
     f = lambda x: [F.gelu(ln(x + 1)) for ln in layers]
     got, expected, _ = run(f, torch.randn(4, 64))
@@ -174,6 +184,7 @@ def _slow_compiler(tmp_path, seconds, exit_code=None):
 
 
 def test_background_compiles_never_make_a_call_wait(tmp_path):
+    fresh()
     config.compile_tier2 = "background"
     config.tier2_cc = _slow_compiler(tmp_path, 2)
     x, y = torch.randn(256, 256), torch.randn(256, 256)
@@ -194,6 +205,7 @@ def test_background_compiles_never_make_a_call_wait(tmp_path):
 
 
 def test_no_compiler_keeps_tier_1_and_says_so_once(capsys):
+    fresh()
     config.tier2_cc = "/nonexistent/torchneuron-cc"
     config.log = "compile"
     got, expected, _ = run(gelu_chain, torch.randn(8, 40), torch.randn(8, 40))
@@ -206,6 +218,7 @@ def test_no_compiler_keeps_tier_1_and_says_so_once(capsys):
 
 
 def test_a_failing_compiler_warns_once_and_keeps_tier_1(tmp_path):
+    fresh()
     config.tier2_cc = _slow_compiler(tmp_path, 0, exit_code=3)
     with pytest.warns(RuntimeWarning, match="tier 2 compile failed.*status 3") as record:
         got, expected, _ = run(gelu_chain, torch.randn(8, 40), torch.randn(8, 40))
