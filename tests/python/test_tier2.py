@@ -244,9 +244,29 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _child(run_python, **env):
+CHILD_JIT = textwrap.dedent("""
+    import json, torch, torch.nn.functional as F
+    import torchneuron_jit
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 300), torch.randn(64, 300)
+
+
+    @torchneuron_jit.jit
+    def f(x, y):
+        return F.gelu(x + y) * 0.5 + x
+
+
+    for _ in range(3):
+        out = f(x, y)
+    torch.testing.assert_close(out, F.gelu(x + y) * 0.5 + x)
+    s = torchneuron_jit.stats()
+    print(json.dumps({k: s[k] for k in ("tier2_compiled", "tier2_loaded", "tier2_runs", "plans_loaded")}))
+""")
+
+
+def _child(run_python, code=CHILD, **env):
     import json
-    p = run_python("-c", CHILD, env={"TORCHNEURON_COMPILE_TIER2": "sync", "TORCHNEURON_TIER2_AFTER_CALLS": "1", **env},
+    p = run_python(*(("-c", code) if code else ("serve.py",)), env={"TORCHNEURON_COMPILE_TIER2": "sync", "TORCHNEURON_TIER2_AFTER_CALLS": "1", **env},
                    timeout=120)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -257,6 +277,18 @@ def test_a_warm_process_loads_tier_2_from_the_cache(run_python):
     assert first["tier2_compiled"] >= 1 and first["tier2_loaded"] == 0
     second = _child(run_python)
     assert second["tier2_compiled"] == 0 and second["tier2_loaded"] == first["tier2_compiled"]
+    assert second["tier2_runs"] >= 1
+
+
+def test_a_warm_process_runs_the_stored_jit_plan_at_tier_2(run_python, tmp_path):
+    """The plan a trace record stores names each kernel's tier-2 source: the
+    warm process loads plan and objects, compiling nothing (a script file:
+    records are kept for code with a source file)."""
+    (tmp_path / "serve.py").write_text(CHILD_JIT)
+    first = _child(run_python, None)
+    assert first["tier2_compiled"] == 1 and first["plans_loaded"] == 0, first
+    second = _child(run_python, None)
+    assert second["plans_loaded"] == 1 and second["tier2_compiled"] == 0 and second["tier2_loaded"] == 1
     assert second["tier2_runs"] >= 1
 
 
