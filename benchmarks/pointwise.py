@@ -60,7 +60,12 @@ def door(f, backend):
     if backend not in TIERS:
         c = torch.compile(f, backend=backend)
         return c, c
-    c = torch.compile(f, backend="neuron")
+    if backend == "neuron":
+        c = torch.compile(f, backend="neuron")
+    else:  # a back end of its own, or Dynamo would reuse the other door's graph (one cache per code and back end)
+        from torch._dynamo.backends.registry import lookup_backend
+        neuron = lookup_backend("neuron")
+        c = torch.compile(f, backend=lambda gm, example: neuron(gm, example))
 
     def first(*args):
         with torchneuron_jit.config.patch(compile_tier2=TIERS[backend]):

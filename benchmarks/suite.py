@@ -89,7 +89,12 @@ def compiled(model, backend):
     if backend == "eager":
         return model
     if backend in TIER1:
-        return _AtTier1(compiled(model, TIER1[backend]))
+        inner = TIER1[backend]
+        if inner == "neuron":  # a back end of its own, or Dynamo would reuse the neuron door's graph (one cache
+            from torch._dynamo.backends.registry import lookup_backend  # per code object and back end)
+            neuron = lookup_backend("neuron")
+            return _AtTier1(torch.compile(model, backend=lambda gm, example: neuron(gm, example)))
+        return _AtTier1(compiled(model, inner))
     if backend == "jit":
         return torchneuron_jit.jit(model)
     return torch.compile(model, backend=backend)
