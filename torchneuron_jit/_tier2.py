@@ -80,7 +80,9 @@ def available():
 
 
 @functools.lru_cache(maxsize=1)
-def _cpu_flags():
+def cpu_flags():
+    """The CPU's feature flags as /proc/cpuinfo names them (empty where it
+    does not exist)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -101,7 +103,7 @@ def target():
     of that level's features; None off x86-64."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
-    isa, flags = _C.cpu_isa(), _cpu_flags()
+    isa, flags = _C.cpu_isa(), cpu_flags()
     if isa == "avx512" and _V4 <= flags:
         return "x86-64-v4"
     if isa in ("avx512", "avx2") and _V3 <= flags:

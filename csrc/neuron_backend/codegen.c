@@ -803,23 +803,51 @@ static void cg_row_next(cg_buf *b, int tier2)
   out(b, "  }\n%s}\n", tier2 ? "  return 0;\n" : "");
 }
 
+/* Frees what cg_rows_open allocated (NULL pointers are fine). */
+static void cg_rows_close(cg_rows *r)
+{
+  free(r->cr_blv);
+  free(r->cr_slv);
+  free(r->cr_inst_lv);
+  free(r->cr_need);
+  free(r->cr_done);
+  free((void *)r->cr_def);
+  free(r->cr_have);
+  memset(r, 0, sizeof *r);
+}
+
+/* Fills r for grp (its levels computed) and returns the number of phases,
+** or -1 when memory ran out (r is then closed already). */
+static int cg_rows_open(const tn_fgroup *grp, cg_rows *r)
+{
+  uint32_t n = grp->fg_nprog;
+  int phases = 0;
+  *r = (cg_rows){grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
+                 calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
+                 calloc(grp->fg_nbufs + 1, 1)};
+  if (!r->cr_blv || !r->cr_slv || !r->cr_inst_lv || !r->cr_need || !r->cr_done || !r->cr_def || !r->cr_have) {
+    cg_rows_close(r);
+    return -1;
+  }
+  cg_levels(r);
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    if ((fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r->cr_blv[fi->fi_a] + 1 > phases)
+      phases = r->cr_blv[fi->fi_a] + 1;
+  }
+  return phases;
+}
+
 static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
   const char *io = cg_type(grp->fg_dtype)->cd_io;
   int phases = 0;
-  cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
-               calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
-               calloc(grp->fg_nbufs + 1, 1)};
-  if (!r.cr_blv || !r.cr_slv || !r.cr_inst_lv || !r.cr_need || !r.cr_done || !r.cr_def || !r.cr_have) {
+  cg_rows r;
+  phases = cg_rows_open(grp, &r);
+  if (phases < 0) {
     b->cb_rc = TN_ENOMEM;
     goto done;
-  }
-  cg_levels(&r);
-  for (uint32_t i = 0; i < n; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    if ((fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r.cr_blv[fi->fi_a] + 1 > phases)
-      phases = r.cr_blv[fi->fi_a] + 1;
   }
   out(b, "%s", cg_signature);
   cg_buffers(b, grp, r.cr_def);
@@ -843,13 +871,7 @@ static void cg_rows_body(cg_buf *b, const tn_fgroup *grp)
   out(b, "    }\n");
   cg_row_next(b, 0);
 done:
-  free(r.cr_blv);
-  free(r.cr_slv);
-  free(r.cr_inst_lv);
-  free(r.cr_need);
-  free(r.cr_done);
-  free(r.cr_def);
-  free(r.cr_have);
+  cg_rows_close(&r);
 }
 
 /* The REDUCE of an argmax / argmin group's program, or NULL. */
@@ -1308,18 +1330,11 @@ static void t2_rows(cg_buf *b, const tn_fgroup *grp)
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs, n = grp->fg_nprog;
   int phases = 0;
   uint8_t *kload = NULL, *kstore = NULL;
-  cg_rows r = {grp, calloc(grp->fg_nbufs + 1, sizeof(int)), calloc(grp->fg_nscalars + 1, sizeof(int)),
-               calloc(n + 1, sizeof(int)), calloc(n + grp->fg_nbufs + 1, 1), calloc(n + 1, 1), cg_defs(grp),
-               calloc(grp->fg_nbufs + 1, 1)};
-  if (!r.cr_blv || !r.cr_slv || !r.cr_inst_lv || !r.cr_need || !r.cr_done || !r.cr_def || !r.cr_have) {
+  cg_rows r;
+  phases = cg_rows_open(grp, &r);
+  if (phases < 0) {
     b->cb_rc = TN_ENOMEM;
     goto done;
-  }
-  cg_levels(&r);
-  for (uint32_t i = 0; i < n; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    if ((fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r.cr_blv[fi->fi_a] + 1 > phases)
-      phases = r.cr_blv[fi->fi_a] + 1;
   }
   kload = calloc(grp->fg_nbufs + 1, 1);
   kstore = calloc(grp->fg_nbufs + 1, 1);
@@ -1377,13 +1392,7 @@ static void t2_rows(cg_buf *b, const tn_fgroup *grp)
 done:
   free(kload);
   free(kstore);
-  free(r.cr_blv);
-  free(r.cr_slv);
-  free(r.cr_inst_lv);
-  free(r.cr_need);
-  free(r.cr_done);
-  free(r.cr_def);
-  free(r.cr_have);
+  cg_rows_close(&r);
 }
 
 /* The prototypes tier-2 code calls (no system header): the math functions

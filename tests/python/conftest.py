@@ -279,24 +279,14 @@ def assert_matches_an_eager_path(got, answers):
 
 # -- machines with narrower vector ISAs ---------------------------------------------
 
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def isa_profiles():
     """ISA name -> the environment under which a child interpreter computes
     as a machine with at most that vector ISA does: ATen's kernels
     (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) and our runtime's
     math (TORCHNEURON_CPU_ISA). avx512 only where the CPU has it (ATen's
     AVX-512 kernels need F, BW, VL and DQ), avx2 where it has AVX2 and FMA."""
-    flags = _cpu_flags()
+    from torchneuron_jit import _tier2
+    flags = _tier2.cpu_flags()
     profiles = {"default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
                             "TORCHNEURON_CPU_ISA": "default"}}
     if {"avx2", "fma"} <= flags:
