@@ -120,7 +120,7 @@ test: build test-c test-python
 # (and for 30 minutes with tier 2 forced) and
 # the Python-state fuzzer through jit for 10 minutes each; the libFuzzer
 # targets 5 minutes each.
-TIER2_SYNC := TORCHNEURON_COMPILE_TIER2=sync TORCHNEURON_TIER2_AFTER_CALLS=1
+TIER2_SYNC := TORCHNEURON_COMPILE_TIER2=sync TORCHNEURON_TIER2_AFTER_CALLS=1 TORCHNEURON_ROW_FUSION=on
 test-long: test
 	TN_TEST_LONG=1 $(PYTHON) -m pytest -q tests/python/test_opinfo.py
 	$(PYTHON) -m torchneuron_jit.testing.opinfo --all
