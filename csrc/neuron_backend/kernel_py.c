@@ -586,7 +586,9 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
 
   p->pr_held = NULL;
   p->pr_run = 0;
-  if (++k->ke_calls >= tn_config_int(TN_CFG_tier2_after_calls) && !k->ke_t2_asked && k->ke_tier2_source &&
+  /* a kernel asks once: after that (or without a tier 2) the launch reads no setting */
+  k->ke_calls++;
+  if (!k->ke_t2_asked && k->ke_tier2_source && k->ke_calls >= tn_config_int(TN_CFG_tier2_after_calls) &&
       tn_py_tier2_hook && tn_py_tier2_hook != Py_None) {
     k->ke_t2_asked = 1; /* once; the hook warns about its own failures */
     PyObject *r = PyObject_CallOneArg(tn_py_tier2_hook, (PyObject *)k);
