@@ -67,6 +67,11 @@
   _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
     "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
     "this runs eagerly from then on, with one warning giving the last reason.") \
+  _(dynamic_after, TN_CFG_INT, 2, NULL, \
+    "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
+    "same place: argument, path, dimension) before its next trace is symbolic there: one variant then " \
+    "serves every size, guarded only by the relations of sizes the trace needs (s1 >= 2, s1 == s2). " \
+    "0 never makes a dimension dynamic (every size is its own variant). Sizes 0 and 1 stay specialised.") \
   _(jit_trace_records, TN_CFG_BOOL, 1, NULL, \
     "With cache on, torchneuron_jit.jit stores each traced variant it can describe without object identities " \
     "(guards by path, the code it ran by hash, its graph) in the persistent cache, and a call no entry accepts " \

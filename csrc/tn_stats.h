@@ -29,6 +29,7 @@
   _(traces, "calls of jitted functions that ran under the recorder (a first call, or a guard miss)") \
   _(guard_failures, "calls of jitted functions that no entry's guards accepted") \
   _(recompiles, "traces of a function that already had an entry (guard_failures that traced)") \
+  _(dynamic_traces, "traces made again over symbolic sizes: one variant serves every size of the dimensions that kept changing") \
   _(traces_loaded, "entries of jitted functions made from trace records of the persistent cache, not traced") \
   _(trace_records_stored, "trace records written to the persistent cache") \
   _(plans_loaded, "compiled graphs made from the plan a trace record stores (nothing imported, fused or lowered)")

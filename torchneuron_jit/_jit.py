@@ -34,6 +34,7 @@ passed. What cannot be compiled (grad mode with tensors needing grad,
 data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
+import contextlib
 import dis
 import enum
 import functools
@@ -52,7 +53,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _C, _log, _planform, _records, config
+from . import _C, _dynamic, _log, _planform, _records, config
 from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -855,16 +856,17 @@ def _alias_of(t, inputs):
     return None
 
 
-def _functional(gm, inputs):
+def _functional(gm, inputs, tracing_mode="fake"):
     """gm as a functional, decomposed ATen graph (make_fx over functionalize)
     whose mutations of inputs are returned, not applied: (graph module,
-    [(input index, output index)])."""
+    [(input index, output index)]). inputs are real tensors, or (with
+    tracing_mode "real", inside their fake mode) fake ones."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .backend import decompositions
 
     fgm = make_fx(torch.func.functionalize(gm, remove="mutations"), decomposition_table=decompositions(),
-                  tracing_mode="fake")(*inputs)
+                  tracing_mode=tracing_mode)(*inputs)
     placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in fgm.graph.nodes if n.op == "output")
     outs = list(out_node.args[0])
@@ -1013,9 +1015,22 @@ class _Tracer:
                 slot = trace.spec.add(("const", t), "a tensor the traced code captured",
                                       ("value", t) if id(t) in fresh else None)
             slots.append(slot)
+        sym = self._symbolic(trace, inputs, checks, out_plan)
+        from . import backend
+        if sym is not None:
+            spec = _dynamic.spec_of(trace, sym)
+            captured = {id(t): s for t, s in zip(inputs, slots)}
+            slots = [s if isinstance(s, int) else captured[id(s)] for s in sym.slots]
+            with torch.no_grad():
+                compiled = backend.compile_inference(sym.fgm, sym.examples)
+            _C.stat_add("dynamic_traces")
+            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan)
+            if _records_on():
+                runner.record = self._store(trace, sym.fgm, slots, sym.checks, sym.writebacks, out_plan, compiled,
+                                            spec)
+            return (spec, tuple(slots), runner.direct())
         with torch.no_grad():
             fgm, writebacks = _functional(gm, inputs)
-        from . import backend
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
         runner = _Runner(compiled, checks, writebacks, out_plan)
@@ -1024,17 +1039,48 @@ class _Tracer:
         return (trace.spec, tuple(slots), runner.direct())
 
     @staticmethod
-    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled):
+    def _symbolic(trace, inputs, checks, out_plan):
+        """The trace made again with the dimensions that keep changing
+        symbolic (_dynamic), or None when there are none or it cannot be
+        (then the variant is specialised to this call's sizes, and the
+        reason is a recompiles event)."""
+        dims = _dynamic.observe(trace)
+        if not dims:
+            return None
+        if trace.side_effects:
+            reason = "it calls print or logging (a second run would repeat them)"
+        elif any(p[0] != "out" for p in out_plan[1]):
+            reason = "its result holds an argument, a view of one or a value that is not a computed tensor"
+        else:
+            try:
+                with torch.no_grad() if not torch.is_grad_enabled() else contextlib.nullcontext():
+                    return _dynamic.retrace(trace, dims, inputs, [value for _, value in checks],
+                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced)
+            except _dynamic.Static as exc:
+                reason = str(exc)
+            except Exception as exc:  # ours: the variant is specialised to this call's sizes
+                reason = f"making it symbolic failed ({type(exc).__name__}: {exc})"
+                _log.warn_once(f"{_where(trace.fn)}: {reason}; its sizes stay static", stacklevel=4)
+        _log.event("recompiles", f"{_where(trace.fn)}: its sizes stay static in this variant: {reason}")
+        return None
+
+    @staticmethod
+    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, spec=None):
         """Stores the entry's trace record, when it can be described without
         identities, with its compiled plan when that can be too; returns the
-        record's id, or None."""
+        record's id, or None. spec: the entry's guards when they are not
+        trace.spec (a dynamic variant's, whose record needs its plan: its
+        graph over symbolic sizes is stored to run eagerly, not to compile)."""
         try:
-            pspec = _records.portable_spec(trace)
+            pspec = _records.portable_spec(trace, spec=spec)
             key = _records.trace_key(trace.fn, trace, pspec)
-            record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan)
+            record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan,
+                                      None if spec is None else spec.names)
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
             except _records.Unportable as exc:
+                if spec is not None:
+                    raise
                 _log.event("cache", f"{_where(trace.fn)}: the trace record keeps no plan: {exc}")
             except Exception as exc:  # ours: the record is still worth storing
                 _log.warn_once(f"storing the compiled plan of {_where(trace.fn)} failed, its record keeps "
@@ -1107,6 +1153,9 @@ class _Tracer:
                 except Exception as exc:  # ours (a plan this build cannot make): its graph compiles instead
                     _log.warn_once(f"a stored compiled plan could not be loaded, compiling its graph "
                                    f"({type(exc).__name__}: {exc})", stacklevel=5)
+            if compiled is None and any(item[-1] == ["X"] for item in v["graph"]):
+                raise _records.Mismatch("its stored plan did not load, and its graph over symbolic sizes cannot "
+                                        "be compiled again")
             if compiled is None:  # the decoded graph is the back end's to rewrite
                 compiled = backend.compile_inference(_records.decode_graph(v["graph"]), inputs, eager=eager)
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])

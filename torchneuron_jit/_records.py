@@ -49,7 +49,8 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from . import _C, cache
 from ._spec import Spec, entry_name, explain
 
-FORMAT = 2  # 2: the contents of containers and objects that globals and closures hold are guarded
+FORMAT = 3  # 2: the contents of containers and objects that globals and closures hold are guarded;
+#            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -479,17 +480,18 @@ def _submodule(root, path):
 
 # -- guard programs, by path ---------------------------------------------------------
 
-def portable_spec(trace, upto=None):
-    """The trace's guard program (the first upto instructions) with every
+def portable_spec(trace, upto=None, spec=None):
+    """The trace's guard program (the first upto instructions; spec: the
+    entry's own, when it is not trace.spec: a dynamic variant's) with every
     held object replaced by its path or description."""
     with _memo():
-        return _portable_spec(trace, upto)
+        return _portable_spec(trace, upto, trace.spec if spec is None else spec)
 
 
-def _portable_spec(trace, upto):
+def _portable_spec(trace, upto, spec):
     if trace.opaque:
         raise Unportable(f"{trace.opaque[0]} (not guarded)")
-    spec, out = trace.spec, []
+    out = []
     describe = _Describer(trace.module_paths)
     for slot, inst in enumerate(spec[:upto]):
         kind = inst[0]
@@ -507,8 +509,10 @@ def _portable_spec(trace, upto):
                 raise Unportable(f"{spec.names[slot]} is gone")
             out.append(["isweak", inst[1], describe.value(held)])
         elif kind == "tensor":
-            out.append(["tensor", inst[1], _torch_name(inst[2]), list(inst[3]), list(inst[4]),
-                        inst[5]])
+            out.append(["tensor", inst[1], _torch_name(inst[2]), list(inst[3]),
+                        None if inst[4] is None else list(inst[4]), inst[5]])
+        elif kind == "sizes":
+            out.append(["sizes", list(inst[1])])
         elif kind == "dict":
             if any(type(k) not in (str, int) for k in inst[2]):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
@@ -611,7 +615,10 @@ def _live_spec(pspec, names, fn, args):
                     raise Mismatch(f"{name}: {_change(inst[2], got)}")
                 inst = (kind, inst[1], weakref.ref(got) if kind == "isweak" else got)
             elif kind == "tensor":
-                inst = ("tensor", inst[1], getattr(torch, inst[2]), tuple(inst[3]), tuple(inst[4]), inst[5])
+                inst = ("tensor", inst[1], getattr(torch, inst[2]), tuple(inst[3]),
+                        None if inst[4] is None else tuple(inst[4]), inst[5])
+            elif kind == "sizes":
+                inst = ("sizes", tuple(inst[1]))
             elif kind == "dict":
                 d = live[inst[1]]
                 values = []
@@ -686,14 +693,18 @@ def _decode_arg(a, nodes):
     return a
 
 
-def _encode_val(v):
+def _encode_val(v, symbolic=False):
     if isinstance(v, torch.Tensor):
         dims = (*v.shape, *v.stride(), v.storage_offset())
         if not all(isinstance(d, int) for d in dims):
+            if symbolic:  # no metadata: the graph runs only as the eager original of a stored plan
+                return ["X"]
             raise Unportable("the graph has symbolic sizes")
         return ["T", _torch_name(v.dtype), list(v.shape), list(v.stride()), v.storage_offset()]
+    if symbolic and isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ["X"]
     if isinstance(v, (list, tuple)):
-        return ["L" if isinstance(v, list) else "U", [_encode_val(x) for x in v]]
+        return ["L" if isinstance(v, list) else "U", [_encode_val(x, symbolic) for x in v]]
     if v is None or type(v) in (bool, int, float):
         return ["S", v]
     raise Unportable(f"a graph value is a {type(v).__name__}")
@@ -701,6 +712,8 @@ def _encode_val(v):
 
 def _decode_val(v, mode):
     tag = v[0]
+    if tag == "X":
+        return None
     if tag == "T":
         # a fake tensor made straight from a meta tensor: ~10 us, where an
         # empty_strided under the fake mode takes ~60
@@ -718,9 +731,11 @@ def _decode_val(v, mode):
     return v[1]
 
 
-def encode_graph(gm):
+def encode_graph(gm, symbolic=False):
     """The functional ATen graph gm as JSON-able lists, each node with its
-    value's metadata."""
+    value's metadata (symbolic: a graph over symbolic sizes, whose symbolic
+    values are stored without metadata; decoded, it can run but not be
+    compiled)."""
     index, nodes = {}, []
     for node in gm.graph.nodes:
         index[node] = len(nodes)
@@ -733,7 +748,7 @@ def encode_graph(gm):
             item = ["o", _encode_arg(node.args[0], index)]
         else:
             raise Unportable(f"the graph has a {node.op} node")
-        item.append(_encode_val(node.meta.get("val")) if node.op != "output" else None)
+        item.append(_encode_val(node.meta.get("val"), symbolic) if node.op != "output" else None)
         nodes.append(item)
     return nodes
 
@@ -829,6 +844,8 @@ def trace_key(fn, trace, pspec=None):
     from .backend import _key_context
     state = [[name, _Describer({}).value(value)] for name, value in trace.state.items()]
     arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
+    # tensors by dtype, rank and requires_grad: every size's variants (and a dynamic one) share the key
+    arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else a for a in arguments]
     head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
 
@@ -845,8 +862,9 @@ def read(key):
         return []
 
 
-def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan):
-    """The record of one traced entry, pspec its portable_spec (raises Unportable)."""
+def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, names=None):
+    """The record of one traced entry, pspec its portable_spec (names: its
+    spec's words, when it is not trace.spec) (raises Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -863,8 +881,9 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan):
     for _, value in checks:
         if type(value) not in (bool, int, float):
             raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
-    record = {"spec": pspec, "names": list(trace.spec.names), "slots": list(slots),
-              "codes": codes, "graph": encode_graph(fgm), "checks": [list(c) for c in checks],
+    symbolic = any(inst[0] == "sizes" for inst in pspec)
+    record = {"spec": pspec, "names": list(trace.spec.names if names is None else names), "slots": list(slots),
+              "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}

@@ -50,8 +50,34 @@ def tensor_distance(spec, args, index):
     _, _, dtype, sizes, strides, rg = inst
     if not isinstance(value, torch.Tensor):
         return 5
+    strides = dense_strides(tuple(value.shape)) if strides is None else strides
     return ((value.dtype != dtype) + (value.requires_grad != rg) + (value.dim() != len(sizes))
-            + sum(a != b for a, b in zip(sizes, value.shape)) + (tuple(value.stride()) != strides))
+            + sum(a is not None and a != b for a, b in zip(sizes, value.shape)) + (tuple(value.stride()) != strides))
+
+
+def dense_strides(sizes):
+    """The row-major strides of sizes (a size 0 or 1 counts as 1), as
+    torch.empty gives them and a tensor guard whose strides are None checks
+    them."""
+    out, s = [], 1
+    for n in reversed(sizes):
+        out.append(s)
+        s *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def size_dims(prog):
+    """The (slot, dimension) pairs a "sizes" program reads, in order."""
+    out, k = [], 0
+    while k < len(prog):
+        if prog[k] == 0:  # CONST c
+            k += 2
+        elif prog[k] == 1:  # DIM slot d
+            out.append((prog[k + 1], prog[k + 2]))
+            k += 3
+        else:
+            k += 1
+    return out
 
 
 def explain(spec, args, index):
@@ -59,6 +85,10 @@ def explain(spec, args, index):
     kind = inst[0]
     if kind in ("item", "key"):
         return f"{name}: missing"
+    if kind == "sizes":
+        dims = dict.fromkeys(size_dims(inst[1]))
+        values = ", ".join(f"{spec.names[slot]}.size({d}) is {load(spec, args, slot).shape[d]}" for slot, d in dims)
+        return f"sizes: {name} fails ({values})"
     if kind == "call":
         def word(v):
             return ("on" if v else "off") if isinstance(v, bool) else str(v).removeprefix("torch.")
@@ -86,8 +116,11 @@ def explain(spec, args, index):
         if value.dim() != len(sizes):
             return f"{name}: rank {len(sizes)} → {value.dim()}"
         for d, (a, b) in enumerate(zip(sizes, value.shape)):
-            if a != b:
+            if a is not None and a != b:
                 return f"{name}: size[{d}] {a} → {b}"
+        if strides is None:  # row-major for whatever sizes the tensor has
+            sizes = tuple(value.shape)
+            strides = dense_strides(sizes)
         return f"{name}: strides {strides} → {tuple(value.stride())} ({layout(sizes, strides)} → " \
                f"{layout(tuple(value.shape), tuple(value.stride()))})"
     if kind == "dict":

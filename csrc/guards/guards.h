@@ -26,7 +26,11 @@
 **   ("len", s, n)                  slot s (a list, tuple or dict) has n items
 **   ("tensor", s, dtype, sizes, strides, requires_grad)
 **                                  slot s is a CPU tensor of that dtype, sizes
-**                                  and strides (tuples of ints) and requires_grad
+**                                  and strides (tuples of ints) and requires_grad;
+**                                  a size None passes any size (a dynamic
+**                                  dimension), and strides None are the
+**                                  row-major strides of the tensor's sizes
+**                                  (required when a size is None)
 **   ("dict", s, keys, values, sized)
 **                                  dict slot s maps each key to its value (compared
 **                                  by identity, or equality for primitives) and, when
@@ -34,6 +38,16 @@
 **                                  is remembered on success, so a dict nobody wrote
 **                                  since is checked in O(1).
 **   ("call", fn, result)           fn() is result (e.g. torch.is_grad_enabled)
+**   ("sizes", prog)                a relation of dynamic sizes holds (s1 >= 2,
+**                                  s1 == s2): prog is a postfix program over
+**                                  int64 (a tuple of ints), each item an
+**                                  opcode: 0 CONST c, 1 DIM s d (size d of
+**                                  the tensor an earlier tensor guard checks
+**                                  at slot s), then 2 ADD, 3 MUL, 4 FLOORDIV,
+**                                  5 MOD (floor, as Python's; by 0 fails),
+**                                  6 EQ, 7 NE, 8 LT, 9 LE, 10 AND, 11 OR,
+**                                  12 NOT, 13 MAX, 14 MIN, 15 NEG; it passes
+**                                  when it leaves a value other than 0
 */
 #ifndef TN_GUARDS_H
 #define TN_GUARDS_H

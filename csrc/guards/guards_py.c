@@ -4,19 +4,30 @@
 */
 #include "guards.h"
 
+#include <assert.h>
+#include <stdint.h>
 #include <string.h>
 
 /* -- The program ------------------------------------------------------------ */
 
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL,                      /* loads */
-  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, /* checks */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, /* checks */
   G__COUNT
 };
 
 static const char *const g_names[G__COUNT] = {
-  "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak",
+  "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
 };
+
+/* A "sizes" program (guards.h): postfix over int64, one opcode per item,
+** CONST and DIM followed by their operands. */
+enum {
+  GS_CONST, GS_DIM, GS_ADD, GS_MUL, GS_FLOORDIV, GS_MOD, GS_EQ, GS_NE, GS_LT, GS_LE, GS_AND, GS_OR, GS_NOT,
+  GS_MAX, GS_MIN, GS_NEG, GS__COUNT
+};
+#define GS_STACK 32   /* deepest stack a program may need */
+#define G_ANY_SIZE INT64_MIN  /* a tensor guard's size that any value passes */
 
 typedef struct tn_ginst {
   int gi_op;
@@ -25,7 +36,8 @@ typedef struct tn_ginst {
   PyObject *gi_obj;       /* KEY key, CONST / IS / EQ object, TYPE type, TENSOR dtype, DICT keys, CALL fn,
                              ISWEAK weak reference */
   PyObject *gi_obj2;      /* TENSOR requires_grad (a bool), DICT values, CALL result */
-  int64_t *gi_ints;       /* TENSOR sizes then strides */
+  int64_t *gi_ints;       /* TENSOR sizes then strides; SIZES the program */
+  int gi_dense;           /* TENSOR: strides are the row-major ones of its sizes (strides None) */
   int gi_sized;           /* DICT: nothing but the keys */
   uint64_t gi_version;    /* DICT: version tag of the dict when last found right (0: never) */
 } tn_ginst;
@@ -105,16 +117,70 @@ static int slot_arg(PyObject *t, Py_ssize_t pos, const tn_ginst *prog, Py_ssize_
   return 0;
 }
 
-static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i)
+/* Reads tuple o of n ints into out; with any set, None items read as
+** G_ANY_SIZE. */
+static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i, int any)
 {
   if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != n)
     return bad(i, "sizes and strides must be tuples of the rank's length");
   for (Py_ssize_t k = 0; k < n; k++) {
+    if (any && PyTuple_GET_ITEM(o, k) == Py_None) {
+      out[k] = G_ANY_SIZE;
+      continue;
+    }
     out[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(o, k));
     if (out[k] == -1 && PyErr_Occurred())
       return -1;
   }
   return 0;
+}
+
+/* Reads a "sizes" program (a tuple of ints) into g, checking that each
+** DIM names an earlier tensor check's slot and dimension, that each
+** operator has its operands, and that one value is left. */
+static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_t i)
+{
+  if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) == 0)
+    return bad(i, "sizes needs a program (a non-empty tuple of ints)");
+  g->gi_n = PyTuple_GET_SIZE(p);
+  if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)g->gi_n))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  if (int_tuple(p, g->gi_n, g->gi_ints, i, 0) < 0)
+    return -1;
+  int depth = 0;
+  for (Py_ssize_t k = 0; k < g->gi_n; k++) {
+    int64_t op = g->gi_ints[k];
+    if (op < 0 || op >= GS__COUNT)
+      return bad(i, "sizes: unknown operator");
+    if (op == GS_CONST) {
+      if (++k >= g->gi_n)
+        return bad(i, "sizes: CONST needs its value");
+      depth++;
+    } else if (op == GS_DIM) {
+      if (k + 2 >= g->gi_n)
+        return bad(i, "sizes: DIM needs a slot and a dimension");
+      int64_t s = g->gi_ints[k + 1], d = g->gi_ints[k + 2];
+      int found = 0;
+      for (Py_ssize_t j = 0; j < i && !found; j++)
+        found = prog[j].gi_op == G_TENSOR && prog[j].gi_slot == s && d >= 0 && d < prog[j].gi_n;
+      if (!found)
+        return bad(i, "sizes: DIM must name a slot and dimension an earlier tensor guard checks");
+      k += 2;
+      depth++;
+    } else if (op == GS_NOT || op == GS_NEG) {
+      if (depth < 1)
+        return bad(i, "sizes: an operator lacks its operand");
+    } else {
+      if (depth < 2)
+        return bad(i, "sizes: an operator lacks its operands");
+      depth--;
+    }
+    if (depth > GS_STACK)
+      return bad(i, "sizes: the program is too deep");
+  }
+  return depth == 1 ? 0 : bad(i, "sizes: the program must leave one value");
 }
 
 static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
@@ -128,7 +194,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op])
@@ -148,6 +214,8 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     g->gi_obj = Py_NewRef(PyTuple_GET_ITEM(t, 1));
     g->gi_obj2 = Py_NewRef(PyTuple_GET_ITEM(t, 2));
     return PyCallable_Check(g->gi_obj) ? 0 : bad(i, "call needs a callable");
+  case G_SIZES:
+    return build_sizes(prog, g, PyTuple_GET_ITEM(t, 1), i);
   default:
     break;
   }
@@ -185,12 +253,17 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     g->gi_n = PyTuple_GET_SIZE(sizes);
     g->gi_obj = Py_NewRef(a);
     g->gi_obj2 = Py_NewRef(rg);
+    g->gi_dense = strides == Py_None;
     if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n + 1)))) {
       PyErr_NoMemory();
       return -1;
     }
-    return int_tuple(sizes, g->gi_n, g->gi_ints, i) < 0 ||
-           int_tuple(strides, g->gi_n, g->gi_ints + g->gi_n, i) < 0 ? -1 : 0;
+    if (int_tuple(sizes, g->gi_n, g->gi_ints, i, 1) < 0)
+      return -1;
+    for (Py_ssize_t k = 0; !g->gi_dense && k < g->gi_n; k++)
+      if (g->gi_ints[k] == G_ANY_SIZE)
+        return bad(i, "a tensor whose sizes may change needs strides None (row-major)");
+    return g->gi_dense ? 0 : int_tuple(strides, g->gi_n, g->gi_ints + g->gi_n, i, 0);
   }
   case G_DICT: {
     PyObject *vals = PyTuple_GET_ITEM(t, 3);
@@ -243,8 +316,9 @@ static int same_value(PyObject *v, PyObject *want)
   return PyObject_RichCompareBool(v, want, Py_EQ);
 }
 
-/* 1 when tuple o holds exactly the n ints want. */
-static int ints_equal(PyObject *o, const int64_t *want, Py_ssize_t n)
+/* 1 when tuple o holds n ints equal to want's (G_ANY_SIZE: any int), 0
+** when not; the values go to got when it is not NULL. */
+static int ints_equal(PyObject *o, const int64_t *want, Py_ssize_t n, int64_t *got)
 {
   if (!o || !PyTuple_Check(o) || PyTuple_GET_SIZE(o) != n)
     return 0;
@@ -254,8 +328,10 @@ static int ints_equal(PyObject *o, const int64_t *want, Py_ssize_t n)
       return 0;
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
-    if (overflow || v != want[k])
+    if (overflow || (want[k] != G_ANY_SIZE && v != want[k]))
       return 0;
+    if (got)
+      got[k] = v;
   }
   return 1;
 }
@@ -273,14 +349,25 @@ static int attr_is(PyObject *v, PyObject *name, PyObject *want)
 
 /* 1 when tuple attribute name of v (called, when call is set) holds the n
 ** ints want, 0 when not, -1 on error. */
-static int attr_ints(PyObject *v, PyObject *name, int call, const int64_t *want, Py_ssize_t n)
+static int attr_ints(PyObject *v, PyObject *name, int call, const int64_t *want, Py_ssize_t n, int64_t *got)
 {
   PyObject *o = call ? PyObject_CallMethodNoArgs(v, name) : PyObject_GetAttr(v, name);
   if (!o)
     return -1;
-  int ok = ints_equal(o, want, n);
+  int ok = ints_equal(o, want, n, got);
   Py_DECREF(o);
   return ok;
+}
+
+/* The row-major strides of the n sizes (a size 0 or 1 counts as 1, as
+** torch.empty's strides do). */
+static void dense_strides(const int64_t *sizes, Py_ssize_t n, int64_t *out)
+{
+  int64_t s = 1;
+  for (Py_ssize_t k = n - 1; k >= 0; k--) {
+    out[k] = s;
+    s *= sizes[k] > 1 ? sizes[k] : 1;
+  }
 }
 
 /* 1 when tensor v matches g, 0 when not, -1 on error. Reads through the
@@ -293,10 +380,19 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
     ok = attr_is(v, s_is_cpu, Py_True);
   if (ok == 1)
     ok = attr_is(v, s_requires_grad, g->gi_obj2);
+  int64_t small[16], *sizes = g->gi_n <= 8 ? small : PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n));
+  if (!sizes) {
+    PyErr_NoMemory();
+    return -1;
+  }
   if (ok == 1)
-    ok = attr_ints(v, s_shape, 0, g->gi_ints, g->gi_n);
+    ok = attr_ints(v, s_shape, 0, g->gi_ints, g->gi_n, sizes);
+  if (ok == 1 && g->gi_dense)
+    dense_strides(sizes, g->gi_n, sizes + g->gi_n);
   if (ok == 1)
-    ok = attr_ints(v, s_stride, 1, g->gi_ints + g->gi_n, g->gi_n);
+    ok = attr_ints(v, s_stride, 1, g->gi_dense ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n, NULL);
+  if (sizes != small)
+    PyMem_Free(sizes);
   /* an object that is no tensor fails the guard; other errors are real */
   if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
     PyErr_Clear();
@@ -332,6 +428,79 @@ static int dict_ok(PyObject *d, tn_ginst *g)
   }
   g->gi_version = version;
   return 1;
+}
+
+/* Size d of tensor v (a tensor guard passed on it), or -1 when it cannot
+** be read (an exception set). */
+static int64_t tensor_size(PyObject *v, int64_t d)
+{
+  PyObject *shape = PyObject_GetAttr(v, s_shape);
+  int64_t n = -1;
+  if (shape && PyTuple_Check(shape) && d < PyTuple_GET_SIZE(shape))
+    n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+  else if (shape)
+    PyErr_SetString(PyExc_RuntimeError, "a sizes guard read a dimension its tensor does not have");
+  Py_XDECREF(shape);
+  return n;
+}
+
+/* Runs a "sizes" program: 1 when it leaves a value other than 0, 0 when
+** it leaves 0 (a division or modulo by 0 is 0: the guard fails), -1 on
+** error. Integer division and modulo are Python's (floor). */
+static int sizes_ok(const tn_ginst *g, PyObject *const *slots)
+{
+  int64_t st[GS_STACK + 1];
+  int sp = 0;
+  const int64_t *p = g->gi_ints;
+  for (Py_ssize_t k = 0; k < g->gi_n; k++) {
+    int64_t op = p[k], a, b;
+    if (op == GS_CONST) {
+      st[sp++] = p[++k];
+      continue;
+    }
+    if (op == GS_DIM) {
+      int64_t v = tensor_size(slots[p[k + 1]], p[k + 2]);
+      if (v < 0)
+        return -1;
+      st[sp++] = v;
+      k += 2;
+      continue;
+    }
+    if (op == GS_NOT || op == GS_NEG) {
+      st[sp - 1] = op == GS_NOT ? !st[sp - 1] : -st[sp - 1];
+      continue;
+    }
+    b = st[--sp];
+    a = st[sp - 1];
+    switch (op) {
+    case GS_ADD: a += b; break;
+    case GS_MUL: a *= b; break;
+    case GS_FLOORDIV:
+    case GS_MOD: {
+      if (b == 0)
+        return 0;
+      int64_t q = a / b, r = a % b;
+      if (r != 0 && ((r < 0) != (b < 0))) {
+        q--;
+        r += b;
+      }
+      a = op == GS_MOD ? r : q;
+      break;
+    }
+    case GS_EQ: a = a == b; break;
+    case GS_NE: a = a != b; break;
+    case GS_LT: a = a < b; break;
+    case GS_LE: a = a <= b; break;
+    case GS_AND: a = a && b; break;
+    case GS_OR: a = a || b; break;
+    case GS_MAX: a = a > b ? a : b; break;
+    case GS_MIN: a = a < b ? a : b; break;
+    default: assert(0);
+    }
+    st[sp - 1] = a;
+  }
+  assert(sp == 1);
+  return st[0] != 0;
 }
 
 Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs, PyObject **slots)
@@ -392,6 +561,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_DICT:
       r = dict_ok(v, g);
+      break;
+    case G_SIZES:
+      r = sizes_ok(g, slots);
       break;
     case G_CALL: {
       PyObject *res = PyObject_CallNoArgs(g->gi_obj);

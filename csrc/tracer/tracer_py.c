@@ -54,6 +54,22 @@ static PyObject *py_jit_tracing(PyObject *self, PyObject *unused)
   return PyBool_FromLong(tn_hook_tracing > 0);
 }
 
+/* run_untraced(fn, *args) -> fn(*args), with jitted functions run as plain
+** Python while it runs, as during a trace (a symbolic retrace of a traced
+** call must not reach their entries with fake tensors) */
+static PyObject *py_run_untraced(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+  (void)self;
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "run_untraced needs a callable");
+    return NULL;
+  }
+  tn_hook_tracing++;
+  PyObject *res = PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
+  tn_hook_tracing--;
+  return res;
+}
+
 /* class_dict(type) -> the dict behind type.__dict__ (a mappingproxy), for
 ** a guard to snapshot: only read, never written */
 static PyObject *py_class_dict(PyObject *self, PyObject *arg)
@@ -70,6 +86,8 @@ PyMethodDef tn_py_tracer_methods[] = {
   {"class_dict", py_class_dict, METH_O, "class_dict(type) -> the dict behind type.__dict__, for a guard to snapshot"},
   {"jit_disable", py_jit_disable, METH_VARARGS, "jit_disable(fn_or_code, on=True): never trace it"},
   {"jit_disabled", py_jit_disabled, METH_O, "jit_disabled(fn_or_code) -> whether jit_disable marked it"},
+  {"run_untraced", (PyCFunction)(void (*)(void))py_run_untraced, METH_FASTCALL,
+   "run_untraced(fn, *args) -> fn(*args), with jitted functions run as plain Python meanwhile"},
   {"jit_tracing", py_jit_tracing, METH_NOARGS, "whether this thread is tracing a jit call"},
   {NULL, NULL, 0, NULL},
 };

@@ -1,0 +1,253 @@
+"""Dynamic sizes in torchneuron_jit.jit (_dynamic.py, csrc/guards "sizes"):
+one variant serves every size of a dimension that keeps changing, guarded
+by the relations the trace needs, with eager's answer on every call."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchneuron_jit
+from torchneuron_jit import _C, _jit, config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def traces():
+    return torchneuron_jit.stats()["traces"]
+
+
+def make_heads():
+    """A new function (jit remembers the sizes each function saw): size
+    arithmetic in Python, x.view(b, s, h, d) and an arange over s."""
+    def heads(x, w):
+        b, s, d = x.shape
+        y = (x @ w).view(b, s, 4, d // 4).softmax(-1)
+        return y.reshape(b, s, d) + torch.arange(s)[:, None] * 0.01
+    return heads
+
+
+def test_one_variant_serves_every_length():
+    w, heads = torch.randn(32, 32), make_heads()
+    f = torchneuron_jit.jit(heads)
+    before = traces()
+    for s in [7, 9, 3, 100, 2, 5, 64, 200, 17]:
+        x = torch.randn(2, s, 32)
+        torch.testing.assert_close(f(x, w), heads(x, w))
+    # the first call's variant is static, the second change makes the dimension dynamic
+    assert traces() - before == 2 and _jit.entries(f) == 2
+    assert torchneuron_jit.stats()["dynamic_traces"] >= 1
+
+
+def test_without_dynamic_sizes_every_length_traces():
+    """The mechanism the test above covers: with it off, a trace per size."""
+    w, heads = torch.randn(32, 32), make_heads()
+    f = torchneuron_jit.jit(heads, cache_limit=16)
+    before = traces()
+    with config.patch(dynamic_after=0):
+        for s in [7, 9, 3, 100, 2]:
+            x = torch.randn(2, s, 32)
+            torch.testing.assert_close(f(x, w), heads(x, w))
+    assert traces() - before == 5
+
+
+def test_batch_and_length_together_and_size_one_stays_specialised(capfd):
+    w, heads = torch.randn(32, 32), make_heads()
+    f = torchneuron_jit.jit(heads)
+    before = traces()
+    shapes = [(3, 7), (2, 9), (4, 30), (8, 2), (1, 50), (1, 13), (5, 40)]
+    with config.patch(log="recompiles"):
+        for b, s in shapes:
+            x = torch.randn(b, s, 32)
+            torch.testing.assert_close(f(x, w), heads(x, w))
+    err = capfd.readouterr().err
+    # static (3, 7); dynamic in both; batch 1 is its own variant, dynamic in the length
+    assert traces() - before == 3, err
+    assert "x.size(0) >= 2 fails (x.size(0) is 1)" in err, err
+
+
+def test_a_relation_of_sizes_is_guarded():
+    """x and m must have the same length: a call where they differ does not
+    take the variant, and gets eager's own error."""
+    def f(x, m):
+        return (x * 2).sum(-1) * m
+
+    jf = torchneuron_jit.jit(f)
+    for s in [5, 6, 7]:
+        x, m = torch.randn(2, s, 8), torch.randn(2, s)
+        torch.testing.assert_close(jf(x, m), f(x, m))
+    entry_spec = [spec for spec, _ in jf.entries()][0]
+    words = [entry_spec.names[i] for i, inst in enumerate(entry_spec) if inst[0] == "sizes"]
+    assert any("==" in w or "Eq" in w for w in words), words
+    x, m = torch.randn(2, 9, 8), torch.randn(2, 10)
+    with pytest.raises(RuntimeError) as ours:
+        jf(x, m)
+    with pytest.raises(RuntimeError) as eager:
+        f(x, m)
+    assert str(ours.value) == str(eager.value)
+
+
+def test_a_branch_on_a_size_is_a_guard():
+    def f(x):
+        if x.size(1) > 64:
+            return x * 2
+        return x * 3
+
+    jf = torchneuron_jit.jit(f)
+    for s in [100, 120, 90, 10, 200, 20, 65, 64]:
+        x = torch.randn(2, s)
+        torch.testing.assert_close(jf(x), f(x))
+
+
+def test_values_read_from_tensors_still_checked():
+    """A dynamic variant keeps the value guard of item(): a sign flip takes
+    another path, as in eager."""
+    def f(x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+    jf = torchneuron_jit.jit(f)
+    for s, sign in [(5, 1), (6, 1), (7, 1), (8, -1), (9, -1), (10, 1)]:
+        x = torch.rand(2, s) * sign
+        torch.testing.assert_close(jf(x), f(x))
+
+
+def test_globals_closures_and_star_arguments():
+    scale = [2.0]
+
+    def g(x, *rest, bias=0.0, **kw):
+        return x * scale[0] + bias + sum(r.sum() for r in rest) + kw.get("shift", 0.0)
+
+    jf = torchneuron_jit.jit(g)
+    for s in [4, 5, 6, 7]:
+        x, r = torch.randn(3, s), torch.randn(s)
+        torch.testing.assert_close(jf(x, r, bias=1.5, shift=0.25), g(x, r, bias=1.5, shift=0.25))
+    scale[0] = 5.0  # a closure's content changed: a miss, the new value
+    x, r = torch.randn(3, 11), torch.randn(11)
+    torch.testing.assert_close(jf(x, r, bias=1.5, shift=0.25), g(x, r, bias=1.5, shift=0.25))
+
+
+def test_module_with_mutated_buffer_writes_back():
+    class Running(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(8))
+
+        def forward(self, x):
+            self.total.add_(x.sum(0))
+            return x * 2
+
+    m, ref = Running(), Running()
+    torchneuron_jit.jit(m)
+    for n in [3, 4, 5, 6, 9]:
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(m(x), ref(x))
+        torch.testing.assert_close(m.total, ref.total)
+
+
+def test_transformer_encoder_variable_batch_and_length():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    ref = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    ref.load_state_dict(model.state_dict())
+    torchneuron_jit.jit(model)
+    before = traces()
+    for b, s in [(3, 20), (2, 31), (4, 12), (2, 50), (6, 9), (1, 40), (1, 17), (3, 33)]:
+        x = torch.randn(b, s, 64)
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-4)
+    assert traces() - before <= 3
+
+
+def test_hf_bert_variable_shapes():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=500)
+    torch.manual_seed(0)
+    model = transformers.BertModel(cfg).eval()
+    ref = transformers.BertModel(cfg).eval()
+    ref.load_state_dict(model.state_dict())
+    torchneuron_jit.jit(model)
+    before = traces()
+    for b, s in [(3, 20), (2, 31), (4, 12), (2, 50), (6, 9), (1, 40), (1, 17), (3, 33)]:
+        ids = torch.randint(0, 500, (b, s))
+        mask = torch.ones(b, s, dtype=torch.long)
+        mask[0, s // 2:] = 0  # padding: the mask is real
+        torch.testing.assert_close(model(ids, mask).last_hidden_state, ref(ids, mask).last_hidden_state,
+                                   rtol=1e-4, atol=1e-4)
+    assert traces() - before <= 3
+
+
+def test_a_warm_process_loads_the_dynamic_variant(tmp_path):
+    """The dynamic variant is a trace record: a second process with the
+    same cache runs new lengths without tracing."""
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import torch, torchneuron_jit\n"
+        "torch.manual_seed(0)\n"
+        "w = torch.randn(16, 16)\n"
+        "@torchneuron_jit.jit\n"
+        "def f(x):\n"
+        "    b, s, d = x.shape\n"
+        "    return (x @ w).view(b, s, 2, d // 2).softmax(-1).sum(-1)\n"
+        "import sys\n"
+        "with torch.no_grad():\n"
+        "    for s in map(int, sys.argv[1:]):\n"
+        "        x = torch.randn(2, s, 16)\n"
+        "        torch.testing.assert_close(f(x), (x @ w).view(2, s, 2, 8).softmax(-1).sum(-1))\n"
+        "st = torchneuron_jit.stats()\n"
+        "print(st['traces'], st['traces_loaded'])\n")
+    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
+
+    def run(*sizes):
+        out = subprocess.run([sys.executable, str(script), *map(str, sizes)], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert run(5, 6, 7) == ["2", "0"]
+    traced, loaded = run(9, 30, 100)
+    assert traced == "0" and int(loaded) >= 1
+
+
+# -- the C side: "sizes" programs ------------------------------------------------------------
+
+def _gs(*progs, rank=2):
+    spec = [("arg", 0), ("tensor", 0, torch.float32, (None,) * rank, None, False)]
+    spec += [("sizes", p) for p in progs]
+    return _C.GuardSet(spec)
+
+
+def test_sizes_programs_floor_semantics_and_failures():
+    x = torch.zeros(7, 3)
+    DIM, CONST = 1, 0
+    # 7 // -2 == -4 and 7 % -2 == -1 in Python: programs compute the same
+    assert _gs((DIM, 0, 0, CONST, -2, 4, CONST, -4, 6)).check(x) == -1
+    assert _gs((DIM, 0, 0, CONST, -2, 5, CONST, -1, 6)).check(x) == -1
+    assert _gs((DIM, 0, 0, CONST, 0, 5)).check(x) == 2  # modulo by 0: the guard fails, nothing raises
+    assert _gs((DIM, 0, 1, CONST, 2, 9)).check(x) == 2   # 3 <= 2 fails
+    assert _gs((DIM, 0, 0, DIM, 0, 1, 3, CONST, 21, 6)).check(x) == -1  # 7 * 3 == 21
+    # a tensor that is not row-major fails the tensor guard, whatever its sizes
+    assert _gs((CONST, 1)).check(torch.zeros(3, 7).t()) == 1
+
+
+@pytest.mark.parametrize("prog, words", [
+    ((), "non-empty"), ((99,), "unknown operator"), ((2,), "lacks its operands"), ((0,), "CONST needs"),
+    ((1, 0, 5), "DIM must name"), ((1, 5, 0), "DIM must name"), ((0, 1, 0, 2), "leave one value"),
+])
+def test_bad_sizes_programs_are_refused(prog, words):
+    with pytest.raises(ValueError, match=words):
+        _gs(prog)
+
+
+def test_sizes_of_any_value_need_row_major_strides():
+    with pytest.raises(ValueError, match="strides None"):
+        _C.GuardSet([("arg", 0), ("tensor", 0, torch.float32, (None, 3), (3, 1), False)])

@@ -1,0 +1,340 @@
+"""Dynamic sizes for the jit door: one variant for every size of a dimension.
+
+A traced call's graph is specialised to its sizes. When a tensor argument's
+dimension has taken ``config.dynamic_after`` distinct sizes at the same
+place (the argument's path, its rank, the dimension), the trace of that
+call is made again, symbolically: the function runs once more under
+``make_fx`` over fake tensors whose changing dimensions are symbols of a
+``ShapeEnv``, so size arithmetic done in Python (``x.view(b, s, h, d)``,
+``torch.arange(x.size(1))``) stays arithmetic on symbols in the graph.
+What the code needed of the sizes (``s1 == s2``, ``s1 >= 2``, a size it
+specialised on) is the ShapeEnv's guards; they become "sizes" guards
+(csrc/guards), evaluated in C on every call. The kernels take sizes at run
+time, so the graph compiles once.
+
+Why make_fx over the function rather than generalising two recorded traces:
+it is PyTorch's own symbolic reasoning (every op's meta function, the
+guards it makes), so a relation the code depends on cannot be missed, and a
+branch on a size becomes a guard instead of a wrong answer. The price is a
+second run of the function's Python over fake tensors; it runs only for a
+trace that did nothing a compiled call would skip (no writes, no print, no
+value read from a tensor), since those make the variant eager or static
+anyway.
+
+Sizes 0 and 1 stay specialised (the ShapeEnv's rule; a dimension of size 1
+broadcasts): a call whose changing dimension is 0 or 1 gets a static
+variant, and the dynamic variant guards ``s >= 2``.
+"""
+import weakref
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import config
+from ._spec import dense_strides
+
+_MAX_VALUES = 64  # distinct sizes remembered per place
+
+
+class Static(Exception):
+    """This trace cannot be made symbolic: it stays specialised (why, in words)."""
+
+
+# function -> {(argument words, rank, dimension): sizes it took}
+_seen = weakref.WeakKeyDictionary()
+
+
+def observe(trace):
+    """Notes the sizes of the traced call's tensor arguments, and returns
+    {slot: dimensions} of those whose dimension has now taken
+    config.dynamic_after distinct sizes (this call's among them), where this
+    call's size is 2 or more and the tensor is row-major: the dimensions to
+    make symbolic."""
+    after = config.dynamic_after
+    try:
+        seen = _seen.setdefault(trace.fn, {})
+    except TypeError:  # not weakly referable: nothing is remembered
+        return {}
+    spec, out = trace.spec, {}
+    for i in range(trace.argument_guards):
+        inst = spec[i]
+        if inst[0] != "tensor":
+            continue
+        _, slot, _, sizes, strides, _ = inst
+        for d, n in enumerate(sizes):
+            values = seen.setdefault((spec.names[i], len(sizes), d), set())
+            if len(values) < _MAX_VALUES:
+                values.add(n)
+            if 0 < after <= len(values) and n >= 2 and strides == dense_strides(sizes):
+                out.setdefault(slot, set()).add(d)
+    return out
+
+
+def history(fn):
+    """{(argument words, rank, dimension): sorted sizes} jit has seen for fn."""
+    return {k: sorted(v) for k, v in _seen.get(fn, {}).items()}
+
+
+def frame_call(fn, local_args):
+    """Calls fn with the values its frame had as its arguments (positional,
+    keyword-only, *args, **kwargs in the order of co_varnames)."""
+    code = fn.__code__
+    n = code.co_argcount
+    pos = list(local_args[:n])
+    kw = {name: v for name, v in zip(code.co_varnames[n:n + code.co_kwonlyargcount],
+                                      local_args[n:n + code.co_kwonlyargcount])}
+    k = n + code.co_kwonlyargcount
+    if code.co_flags & 0x04:  # CO_VARARGS
+        pos.extend(local_args[k])
+        k += 1
+    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+        kw.update(local_args[k])
+    return fn(*pos, **kw)
+
+
+class Symbolic:
+    """A trace made again over symbolic sizes: its graph (functional,
+    decomposed), per graph input its spec slot (an int) or, for a tensor the
+    real trace captured, the tensor; real example inputs for the back end;
+    the write-backs; the guards on sizes as [(program, words)]; and the
+    symbolic dimensions ({slot: [dimension]}); the value checks, as the
+    runner takes them (a library may read no value of a fake tensor, e.g.
+    transformers' masks: then there are none)."""
+
+    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims):
+        self.fgm, self.slots, self.examples, self.checks = fgm, slots, examples, checks
+        self.writebacks, self.guards, self.dims = writebacks, guards, dims
+
+
+class _Scalars(TorchDispatchMode):
+    """Answers each value the traced code reads out of a tensor (item(),
+    bool()) with the value the real trace read, in order, and keeps the
+    tensor it was read from: the graph returns those tensors, and the
+    variant's value checks compare them on every call, as a static
+    variant's do."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.values, self.sources = list(values), []
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            if len(self.sources) >= len(self.values):
+                raise Static("the symbolic trace read more values out of tensors than the real one")
+            self.sources.append(args[0])
+            return self.values[len(self.sources) - 1]
+        return func(*args, **(kwargs or {}))
+
+
+def retrace(trace, dims, real_inputs, scalars, functional, run_untraced):
+    """The trace of trace.fn on its arguments again with the dimensions dims
+    ({slot: dimensions}) symbolic. real_inputs are the external tensors of
+    the real trace (their identities are matched), scalars the values it
+    read out of tensors, in order; functional(gm, inputs)
+    makes the graph functional (_jit._functional) and runs inside the fake
+    mode; run_untraced(f, *args) runs f with jitted functions as plain
+    Python. Raises Static with the reason when the trace cannot be made so."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    env = ShapeEnv(duck_shape=False)  # equal sizes are not assumed equal: the code's own needs are guarded
+    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
+    leaves, treespec = pytree.tree_flatten(list(trace.args))
+    positions, fakes, slots, examples, sources = [], [], [], [], {}
+    for k, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        slot = trace.tensor_slot.get(id(leaf))
+        if slot is None:
+            raise Static("an argument tensor has no guard")
+        want = dims.get(slot, ())
+        context = StatelessSymbolicContext(
+            dynamic_sizes=[DimDynamic.DYNAMIC if d in want else DimDynamic.STATIC for d in range(leaf.dim())])
+        fake = mode.from_tensor(leaf, symbolic_context=context)
+        for d in want:
+            expr = fake.shape[d].node.expr
+            if not isinstance(expr, sympy.Symbol):
+                raise Static(f"dimension {d} of an argument did not become a symbol")
+            sources[expr] = (slot, d)
+        positions.append(k)
+        fakes.append(fake)
+        slots.append(slot)
+        examples.append(leaf)
+    if not sources:
+        raise Static("no dimension became a symbol")
+
+    def run(*tensors):
+        values = list(leaves)
+        for k, t in zip(positions, tensors):
+            values[k] = t
+        reads = _Scalars(scalars)
+        with reads:
+            result = frame_call(trace.fn, pytree.tree_unflatten(values, treespec))
+        if reads.sources and len(reads.sources) != len(scalars):
+            # a library took another path for fake tensors, and it still read some: which ones is unknown
+            raise Static("the symbolic trace read fewer values out of tensors than the real one")
+        # the result's leaves, then the tensors values were read from: as the real trace's graph
+        # returns them (its output plan is all "out", its value checks index the rest)
+        leaves_out = pytree.tree_leaves(result)
+        checks.extend((len(leaves_out) + k, v) for k, v in enumerate(scalars[:len(reads.sources)]))
+        return tuple(leaves_out) + tuple(reads.sources)
+
+    checks = []  # (graph output, the value read there): none when the code read none of fake tensors
+
+    try:
+        with mode:
+            gm = run_untraced(make_fx(run), *fakes)
+    except Static:
+        raise
+    except Exception as exc:
+        raise Static(f"the symbolic trace failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") \
+            from None
+    # tensors of the real trace that the code reached (parameters, buffers, globals): inputs
+    real = {id(t): t for t in real_inputs}
+    inputs = list(fakes)
+    graph = gm.graph
+    last = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    for node in list(graph.nodes):
+        if node.op != "get_attr":
+            continue
+        t = getattr(gm, node.target)
+        if id(t) not in real:
+            continue  # made by the traced code (torch.tensor(...)): the graph's constant
+        with graph.inserting_after(last):
+            last = graph.placeholder(f"ext{len(inputs)}")
+        with mode:
+            last.meta["val"] = mode.from_tensor(t, static_shapes=True)
+        node.replace_all_uses_with(last)
+        graph.erase_node(node)
+        inputs.append(last.meta["val"])
+        slots.append(trace.tensor_slot.get(id(t), t))
+        examples.append(t)
+    gm.recompile()
+    try:
+        with mode:
+            fgm, writebacks = functional(gm, inputs)
+    except Exception as exc:
+        raise Static(f"making the symbolic graph functional failed ({type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0][:200]})") from None
+    names = {sym: f"{trace.spec.names[slot]}.size({d})" for sym, (slot, d) in sources.items()}
+    guards = size_guards(env, sources, names)
+    return Symbolic(fgm, slots, examples, checks, writebacks, guards, {slot: sorted(ds) for slot, ds in dims.items()})
+
+
+# -- guards on sizes ---------------------------------------------------------------
+
+CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG = range(16)
+
+
+def size_guards(env, sources, names):
+    """The ShapeEnv's guards and each symbol's range as [(program, words)]:
+    csrc/guards "sizes" programs over the dimensions sources names
+    ({symbol: (slot, dimension)}). Raises Static for what a program cannot
+    express (a symbol of no argument, a fraction, a float)."""
+    out, seen = [], set()
+
+    def add(expr):
+        expr = sympy.simplify(expr) if not isinstance(expr, (sympy.Rel, sympy.logic.boolalg.Boolean)) else expr
+        if expr is sympy.true or expr in seen:
+            return
+        if expr is sympy.false:
+            raise Static("a guard on sizes is false")
+        seen.add(expr)
+        prog = []
+        _emit(expr, sources, prog)
+        words = str(expr.xreplace({s: sympy.Symbol(n) for s, n in names.items()}))
+        out.append((tuple(prog), words))
+
+    from torch.utils._sympy.numbers import int_oo
+
+    for sym in sources:
+        r = env.var_to_range.get(sym)
+        lower = int(r.lower) if r is not None and r.lower not in (-int_oo, -sympy.oo) else 2
+        add(sympy.Ge(sym, lower))
+        if r is not None and r.upper not in (int_oo, sympy.oo):
+            add(sympy.Le(sym, int(r.upper)))
+    for g in env.guards:
+        expr = g.expr
+        if expr.free_symbols - set(sources):
+            raise Static(f"a guard on sizes names a size of no argument ({expr})")
+        add(expr)
+    return out
+
+
+def _emit(e, sources, prog):
+    from torch.utils._sympy import functions as F
+
+    def binary(op, args):
+        _emit(args[0], sources, prog)
+        for a in args[1:]:
+            _emit(a, sources, prog)
+            prog.append(op)
+
+    if isinstance(e, sympy.Symbol):
+        if e not in sources:
+            raise Static(f"a guard on sizes names {e}, a size of no argument")
+        slot, d = sources[e]
+        prog.extend((DIM, slot, d))
+    elif e is sympy.true or e is sympy.false:
+        prog.extend((CONST, int(e is sympy.true)))
+    elif isinstance(e, sympy.Integer):
+        prog.extend((CONST, int(e)))
+    elif isinstance(e, sympy.Add):
+        binary(ADD, e.args)
+    elif isinstance(e, sympy.Mul):
+        if any(isinstance(a, sympy.Rational) and not isinstance(a, sympy.Integer) for a in e.args):
+            raise Static(f"a guard on sizes has a fraction ({e})")
+        binary(MUL, e.args)
+    elif isinstance(e, (sympy.Pow, F.PowByNatural)) and isinstance(e.args[1], sympy.Integer) and 0 < e.args[1] <= 8:
+        binary(MUL, [e.args[0]] * int(e.args[1])) if e.args[1] > 1 else _emit(e.args[0], sources, prog)
+    elif isinstance(e, F.FloorDiv):
+        binary(FLOORDIV, e.args)
+    elif isinstance(e, (F.Mod, F.PythonMod, sympy.Mod)):
+        binary(MOD, e.args)
+    elif isinstance(e, F.CleanDiv):
+        binary(FLOORDIV, e.args)
+    elif isinstance(e, (F.Max, sympy.Max)):
+        binary(MAX, e.args)
+    elif isinstance(e, (F.Min, sympy.Min)):
+        binary(MIN, e.args)
+    elif isinstance(e, sympy.Eq):
+        binary(EQ, e.args)
+    elif isinstance(e, sympy.Ne):
+        binary(NE, e.args)
+    elif isinstance(e, sympy.StrictLessThan):
+        binary(LT, e.args)
+    elif isinstance(e, sympy.LessThan):
+        binary(LE, e.args)
+    elif isinstance(e, sympy.StrictGreaterThan):
+        binary(LT, e.args[::-1])
+    elif isinstance(e, sympy.GreaterThan):
+        binary(LE, e.args[::-1])
+    elif isinstance(e, sympy.And):
+        binary(AND, e.args)
+    elif isinstance(e, sympy.Or):
+        binary(OR, e.args)
+    elif isinstance(e, sympy.Not):
+        _emit(e.args[0], sources, prog)
+        prog.append(NOT)
+    else:
+        raise Static(f"a guard on sizes that jit cannot check ({type(e).__name__}: {e})")
+
+
+def spec_of(trace, sym):
+    """trace's guard spec with the symbolic dimensions' size checks relaxed
+    (their tensors checked as row-major of any size there) and the guards on
+    sizes appended: a new Spec."""
+    spec = type(trace.spec)()
+    spec.paths = dict(trace.spec.paths)
+    for i, (inst, name) in enumerate(zip(trace.spec, trace.spec.names)):
+        if inst[0] == "tensor" and inst[1] in sym.dims:
+            dims = sym.dims[inst[1]]
+            sizes = tuple(None if d in dims else n for d, n in enumerate(inst[3]))
+            inst = ("tensor", inst[1], inst[2], sizes, None, inst[5])
+        spec.add(inst, name)
+    for prog, words in sym.guards:
+        spec.add(("sizes", prog), words)
+    return spec
