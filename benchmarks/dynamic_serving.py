@@ -109,6 +109,7 @@ def serve(name, backend, sequence, steady=(4, 128), steady_calls=20):
             except AssertionError:
                 mismatches += 1
         traces1, fallbacks1, graphs1 = _counts()
+        torchneuron_jit._jit.wait()  # a variant still being built: steady state is after it
         args = make(*steady)
         dyn = []
         for _ in range(steady_calls):
@@ -119,7 +120,7 @@ def serve(name, backend, sequence, steady=(4, 128), steady_calls=20):
         static_model, _ = build(name)
         torch._dynamo.reset()
         from torchneuron_jit import config
-        with config.patch(dynamic_after=0):
+        with config.patch(dynamic_after=0, compile_blocking=True):
             fixed = door(static_model, backend)
             static = []
             for _ in range(steady_calls + 3):

@@ -67,6 +67,11 @@
   _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
     "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
     "this runs eagerly from then on, with one warning giving the last reason.") \
+  _(compile_blocking, TN_CFG_BOOL, 0, NULL, \
+    "A call of a function under torchneuron_jit.jit that no variant takes answers with its eager result " \
+    "(the traced run) and its variant is built (symbolic trace, lowering, kernels) on a background thread, " \
+    "published when ready; meanwhile its calls run eagerly. On, the call that traced waits for the build " \
+    "(tests, benchmarks of steady state).") \
   _(dynamic_after, TN_CFG_INT, 2, NULL, \
     "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
     "same place: argument, path, dimension) before its next trace is symbolic there: one variant then " \

@@ -142,7 +142,7 @@ def retrace(trace, dims, real_inputs, scalars, functional, run_untraced):
 
     env = ShapeEnv(duck_shape=False)  # equal sizes are not assumed equal: the code's own needs are guarded
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
-    leaves, treespec = pytree.tree_flatten(list(trace.args))
+    leaves, treespec = pytree.tree_flatten(list(trace.call_args))
     positions, fakes, slots, examples, sources = [], [], [], [], {}
     for k, leaf in enumerate(leaves):
         if not isinstance(leaf, torch.Tensor):

@@ -34,6 +34,7 @@ passed. What cannot be compiled (grad mode with tensors needing grad,
 data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
+import atexit
 import contextlib
 import dis
 import enum
@@ -45,6 +46,7 @@ import random
 import secrets
 import sys
 import threading
+import time
 import types
 import uuid
 import weakref
@@ -150,6 +152,8 @@ class _Trace:
         self.outside = {}  # (file, line) -> what non-torch source of values the traced code called
         self.content_guards = 0  # containers and objects guard_content has guarded
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
+        self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
+        self.call_args = args  # the arguments before the frame ran (begin copies their containers)
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -941,13 +945,154 @@ class _Runner:
 
 # -- the tracer the frame hook calls ----------------------------------------------
 
+def _copy_containers(v, depth=0):
+    """v with its lists, tuples and dicts copied (to a depth of 8), what they hold shared."""
+    t = type(v)
+    if depth > 8 or t not in (list, tuple, dict):
+        return v
+    if t is dict:
+        return {k: _copy_containers(x, depth + 1) for k, x in v.items()}
+    return t(_copy_containers(x, depth + 1) for x in v)
+
+
+def _eager_entry(trace, spec, reason):
+    """The entry of a trace that cannot be compiled: it runs eagerly, with one warning."""
+    _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}", stacklevel=3)
+    return (spec, (), None)
+
+
+class _Build:
+    """The compile of a prepared trace (_Tracer._prepare): its symbolic
+    trace where sizes keep changing, the functional graph, the back end's
+    plan, the trace record. Runs on the calling thread (compile_blocking,
+    or no JitFunction to publish to) or on the build thread (_builds)."""
+
+    def __init__(self, tracer, trace, gm, inputs, slots, out_plan, checks):
+        self.tracer, self.trace, self.gm, self.inputs = tracer, trace, gm, inputs
+        self.slots, self.out_plan, self.checks = slots, out_plan, checks
+
+    def finish(self):
+        """The entry (spec, slots, runner), stored as a trace record when
+        it can be; an eager one, with one warning, when compiling fails;
+        None when what the trace read changed before the build was done (a
+        symbolic trace runs the function again: it must have seen the state
+        the guards describe)."""
+        trace = self.trace
+        try:
+            with _compile_lock, torch.set_grad_enabled(trace.state["grad mode"]):
+                entry, record = self._compile()
+                failed = _C.GuardSet(list(entry[0])).check(*trace.call_args)
+                if failed >= 0:
+                    _log.event("recompiles", f"{_where(trace.fn)}: what the trace read changed while its variant "
+                                             f"was built ({explain(entry[0], trace.call_args, failed)}); it is "
+                                             "dropped (the next call traces again)")
+                    return None
+                if _records_on():
+                    entry[2].record = record()
+                return (entry[0], entry[1], entry[2].direct())
+        except _NotCompilable as exc:
+            return _eager_entry(trace, trace.spec, str(exc))
+        except Exception as exc:  # any failure of ours: this variant runs eagerly
+            return _eager_entry(trace, trace.spec, f"compiling the trace failed ({type(exc).__name__}: {exc})")
+
+    def _compile(self):
+        """(entry with its _Runner, a function storing its trace record and returning the record's id)."""
+        trace, inputs, slots, out_plan, checks = self.trace, self.inputs, self.slots, self.out_plan, self.checks
+        tracer = self.tracer
+        sym = tracer._symbolic(trace, inputs, checks, out_plan)
+        from . import backend
+        if sym is not None:
+            spec = _dynamic.spec_of(trace, sym)
+            captured = {id(t): s for t, s in zip(inputs, slots)}
+            slots = [s if isinstance(s, int) else captured[id(s)] for s in sym.slots]
+            with torch.no_grad():
+                compiled = backend.compile_inference(sym.fgm, sym.examples)
+            _C.stat_add("dynamic_traces")
+            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan)
+            return (spec, tuple(slots), runner), lambda: tracer._store(
+                trace, sym.fgm, slots, sym.checks, sym.writebacks, out_plan, compiled, spec)
+        with torch.no_grad():
+            fgm, writebacks = _functional(self.gm, inputs)
+        with torch.no_grad():
+            compiled = backend.compile_inference(fgm, inputs)
+        runner = _Runner(compiled, checks, writebacks, out_plan)
+        return (trace.spec, tuple(slots), runner), lambda: tracer._store(
+            trace, fgm, slots, checks, writebacks, out_plan, compiled)
+
+
+class _Builds:
+    """The build thread: compiles prepared traces one at a time, off the
+    calling thread, and publishes each variant in place of the entry that
+    ran eagerly meanwhile. While one is in flight, a call no entry takes
+    runs eagerly without tracing (jit does not queue a storm of traces)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.pending = None       # (build, weak JitFunction) in flight
+        self.idle = threading.Event()
+        self.idle.set()
+
+    def busy(self):
+        return not self.idle.is_set()
+
+    def submit(self, build, jf):
+        with self.lock:
+            self.idle.clear()
+            self.pending = (build, weakref.ref(jf))
+        threading.Thread(target=self._run, name="torchneuron_jit build", daemon=True).start()
+
+    def _run(self):
+        build, jf_ref = self.pending
+        t0 = time.perf_counter()
+        try:
+            entry = build.finish()
+            jf = jf_ref()
+            trace = build.trace
+            if jf is None:
+                return
+            jf.publish(trace.spec, entry)  # None: dropped, the next call traces again
+            _log.event("compile", f"{_where(trace.fn)}: variant published after "
+                                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms in the background")
+        except Exception as exc:  # ours: the entry that runs eagerly stays
+            _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
+                           f"({type(exc).__name__}: {exc}); it runs eagerly", stacklevel=2)
+        finally:
+            with self.lock:
+                self.pending = None
+                self.idle.set()
+
+    def wait(self, timeout=None):
+        """Waits for the build in flight (if any); True when none is left."""
+        return self.idle.wait(timeout)
+
+
+_builds = _Builds()
+atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process
+
+
+def wait(timeout=None):
+    """Waits until no variant is being built in the background (each miss
+    answers eagerly and builds its variant off the calling thread; tests and
+    benchmarks wait for it). True when none is left within timeout seconds."""
+    return _builds.wait(timeout)
+
+
 class _Tracer:
     """The Python side of csrc/tracer (tracer.h lists the protocol)."""
 
-    def begin(self, fn, args, codes, reason):
+    def begin(self, fn, args, codes, reason, jf=None):
+        if _builds.busy():
+            _C.stat_add("calls_while_building")
+            _log.event("recompiles", f"{_where(fn)}: runs eagerly while a variant is built"
+                       + (f" ({reason})" if reason else ""))
+            return None
         if reason is not None:
             _log.event("recompiles", f"{_where(fn)}: {reason}")
         trace = _Trace(fn, args, codes)
+        trace.jf = weakref.ref(jf) if jf is not None else None
+        # the arguments as the call got them (the frame may fill its own **kwargs dict): what a symbolic
+        # trace calls fn with, and what a background build checks its guards on
+        trace.call_args = _copy_containers(args)
         try:
             trace.guard_arguments()
         except Exception as exc:  # ours: the call still runs eagerly, and later ones too
@@ -981,15 +1126,22 @@ class _Tracer:
             spec.add(("call", _records.STATE[name], value), name)
         try:
             with _compile_lock:
-                return self._entry(trace, result)
+                build = self._prepare(trace, result)
         except _NotCompilable as exc:
-            reason = str(exc)
+            return _eager_entry(trace, spec, str(exc))
         except Exception as exc:  # any failure of ours: this variant runs eagerly
-            reason = f"compiling the trace failed ({type(exc).__name__}: {exc})"
-        _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}", stacklevel=2)
+            return _eager_entry(trace, spec, f"compiling the trace failed ({type(exc).__name__}: {exc})")
+        jf = trace.jf() if trace.jf is not None else None
+        if config.compile_blocking or jf is None or trace.state.get("CPU autocast"):
+            return build.finish()  # None: no entry (the next call traces again)
+        # the call's own result is eager's; the variant runs eagerly until its build is published
+        _builds.submit(build, jf)
         return (spec, (), None)
 
-    def _entry(self, trace, result):
+    def _prepare(self, trace, result):
+        """What must be read of the trace while the state it saw stands:
+        its graph, the guards on what it read, its inputs' slots. Returns
+        the _Build that compiles it (raises _NotCompilable)."""
         if trace.problems:
             raise _NotCompilable(trace.problems[0])
         if trace.recorder.problem:
@@ -1015,28 +1167,8 @@ class _Tracer:
                 slot = trace.spec.add(("const", t), "a tensor the traced code captured",
                                       ("value", t) if id(t) in fresh else None)
             slots.append(slot)
-        sym = self._symbolic(trace, inputs, checks, out_plan)
-        from . import backend
-        if sym is not None:
-            spec = _dynamic.spec_of(trace, sym)
-            captured = {id(t): s for t, s in zip(inputs, slots)}
-            slots = [s if isinstance(s, int) else captured[id(s)] for s in sym.slots]
-            with torch.no_grad():
-                compiled = backend.compile_inference(sym.fgm, sym.examples)
-            _C.stat_add("dynamic_traces")
-            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan)
-            if _records_on():
-                runner.record = self._store(trace, sym.fgm, slots, sym.checks, sym.writebacks, out_plan, compiled,
-                                            spec)
-            return (spec, tuple(slots), runner.direct())
-        with torch.no_grad():
-            fgm, writebacks = _functional(gm, inputs)
-        with torch.no_grad():
-            compiled = backend.compile_inference(fgm, inputs)
-        runner = _Runner(compiled, checks, writebacks, out_plan)
-        if _records_on():
-            runner.record = self._store(trace, fgm, slots, checks, writebacks, out_plan, compiled)
-        return (trace.spec, tuple(slots), runner.direct())
+        trace.recorder.ops = []  # the graph holds what the build needs
+        return _Build(self, trace, gm, inputs, slots, out_plan, checks)
 
     @staticmethod
     def _symbolic(trace, inputs, checks, out_plan):

@@ -65,7 +65,9 @@ tn_codestate *tn_codestate_get(PyObject *code, int create)
   return cs;
 }
 
-int tn_entries_add(tn_entries *cs, PyObject *entry)
+/* Makes *out from the tracer's (spec, inputs, runner). 0, or -1 with an
+** exception set (*out cleared). */
+static int entry_make(PyObject *entry, tn_entry *out)
 {
   tn_entry e = {0};
   PyObject *spec, *inputs, *runner;
@@ -92,6 +94,19 @@ int tn_entries_add(tn_entries *cs, PyObject *entry)
   }
   e.en_spec = Py_NewRef(spec);
   e.en_runner = Py_NewRef(runner);
+  *out = e;
+  return 0;
+error:
+  entry_clear(&e);
+  *out = e;
+  return -1;
+}
+
+int tn_entries_add(tn_entries *cs, PyObject *entry)
+{
+  tn_entry e;
+  if (entry_make(entry, &e) < 0)
+    return -1;
   if (cs->es_n == cs->es_cap) {
     int cap = cs->es_cap ? 2 * cs->es_cap : 4;
     tn_entry *p = PyMem_Realloc(cs->es_v, sizeof(tn_entry) * (size_t)cap);
@@ -109,6 +124,26 @@ int tn_entries_add(tn_entries *cs, PyObject *entry)
 error:
   entry_clear(&e);
   return -1;
+}
+
+int tn_entries_replace(tn_entries *cs, PyObject *spec, PyObject *entry)
+{
+  int i = 0;
+  while (i < cs->es_n && cs->es_v[i].en_spec != spec)
+    i++;
+  if (i == cs->es_n)
+    return 0;
+  tn_entry e = {0}, old = cs->es_v[i];
+  if (entry == Py_None) {  /* removed: the later entries move up */
+    memmove(cs->es_v + i, cs->es_v + i + 1, sizeof(tn_entry) * (size_t)(cs->es_n - i - 1));
+    cs->es_n--;
+  } else {
+    if (entry_make(entry, &e) < 0)
+      return -1;
+    cs->es_v[i] = e;
+  }
+  entry_clear(&old);  /* may run Python: the list is consistent again */
+  return 1;
 }
 
 void tn_entries_purge(tn_entries *cs)

@@ -109,9 +109,10 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
     goto done;
   if (note_frame_into(codes, f) < 0)
     goto done;
-  token = tn_tracer_call(a->ac_jf, "begin", PyTuple_Pack(4, a->ac_jf->jf_fn, args, codes, reason));
-  if (!token) {
-    tn_tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly");
+  token = tn_tracer_call(a->ac_jf, "begin", PyTuple_Pack(5, a->ac_jf->jf_fn, args, codes, reason, a->ac_jf));
+  if (!token || token == Py_None) {  /* None: not now (a build is in flight); the call runs as Python does */
+    if (!token)
+      tn_tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly");
     res = prev_eval(ts, f, 0);
     goto done;
   }

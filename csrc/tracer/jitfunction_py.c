@@ -102,6 +102,22 @@ static PyObject *JitFunction_entries(PyObject *o, PyObject *unused)
   return list;
 }
 
+/* publish(spec, entry) -> bool: the entry whose spec is spec replaced by
+** entry (spec, inputs, runner), or removed (entry None); False when none
+** has it any more */
+static PyObject *JitFunction_publish(PyObject *o, PyObject *args)
+{
+  PyObject *spec, *entry;
+  if (!PyArg_ParseTuple(args, "OO:publish", &spec, &entry))
+    return NULL;
+  if (entry != Py_None && !PyTuple_Check(entry)) {
+    PyErr_SetString(PyExc_TypeError, "publish: entry must be a tuple (spec, inputs, runner) or None");
+    return NULL;
+  }
+  int r = tn_entries_replace(&((JitFunctionObject *)o)->jf_entries, spec, entry);
+  return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
 /* reset(): drops the entries and the reached-the-limit mark */
 static PyObject *JitFunction_reset(PyObject *o, PyObject *unused)
 {
@@ -127,6 +143,9 @@ static PyObject *JitFunction_reduce(PyObject *o, PyObject *unused)
 static PyMethodDef JitFunction_methods[] = {
   {"__reduce__", JitFunction_reduce, METH_NOARGS, "pickled by reference, by its function's qualified name"},
   {"entries", JitFunction_entries, METH_NOARGS, "entries() -> [(guard spec, runner)], most recently used first"},
+  {"publish", JitFunction_publish, METH_VARARGS,
+   "publish(spec, entry) -> whether the entry whose spec is spec was replaced by entry (spec, inputs, runner) "
+   "or removed (None)"},
   {"reset", JitFunction_reset, METH_NOARGS, "reset(): drops the entries and the reached-the-limit mark"},
   {NULL, NULL, 0, NULL},
 };

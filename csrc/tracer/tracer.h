@@ -29,12 +29,15 @@
 **       hold yet (often none); they are added and tried before anything is
 **       traced
 ** and otherwise evaluates the frame under the tracer:
-**   tracer.begin(fn, args, codes, reason) -> token
+**   tracer.begin(fn, args, codes, reason, jitfunction) -> token or None
 **       before the frame runs; codes is a list the hook fills with
-**       (code, globals) of every nested frame while the frame runs
+**       (code, globals) of every nested frame while the frame runs; None:
+**       no trace now (the frame runs as Python does, no entry is added)
 **   tracer.end(token, result) -> None or (spec, inputs, runner)
 **       after it returned result: the new entry (guards.h spec, the slots
-**       passed to the runner, the runner or None)
+**       passed to the runner, the runner or None). A build finished later,
+**       off the calling thread, takes the place of an entry by
+**       JitFunction.publish(spec, entry)
 **   tracer.abort(token)           the frame raised (its exception stays)
 **   tracer.explain(fn, args, fails) -> str
 **       why no entry took args; fails lists (spec, index of its first

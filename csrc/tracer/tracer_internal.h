@@ -87,6 +87,13 @@ void tn_entries_clear(tn_entries *es);
 ** 0, or -1 with an exception set (cs unchanged). */
 int tn_entries_add(tn_entries *cs, PyObject *entry);
 
+/* Replaces the entry whose spec is spec (by identity: a build published
+** in the background takes the place of the entry that ran eagerly while it
+** was made) with a new one from the tracer's (spec, inputs, runner), in
+** place; entry None removes it. 1 when replaced, 0 when no entry has that spec (it was dropped),
+** -1 with an exception set (cs unchanged). */
+int tn_entries_replace(tn_entries *cs, PyObject *spec, PyObject *entry);
+
 /* Removes the entries whose guards lost a weakly held object (a module
 ** argument that is gone): they can never pass, and would keep its
 ** parameters and a place under the limit. The removed ones are freed once

@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import torchneuron_jit  # noqa: E402
-from torchneuron_jit import _C, _log, cache, config  # noqa: E402
+from torchneuron_jit import _C, _dynamic, _log, cache, config  # noqa: E402
 
 
 # Tier 2 of generated kernels in the tests: off by default (a C compile per kernel would slow every test and
@@ -32,6 +32,9 @@ from torchneuron_jit import _C, _log, cache, config  # noqa: E402
 TIER2 = os.environ.get("TN_TEST_TIER2", "off")
 config.compile_tier2 = TIER2
 config.tier2_after_calls = 1 if TIER2 == "sync" else config.tier2_after_calls
+# jit's builds in the tests: on the calling thread (a test's second call takes the variant its first one
+# traced); the tests of background builds turn it off themselves.
+config.compile_blocking = True
 
 
 def _reset_cache_module_state():
@@ -40,6 +43,7 @@ def _reset_cache_module_state():
     cache.close()
     _log._warned.clear()
     cache._disabled = None
+    _dynamic._seen.clear()  # the sizes jit has seen per function: one test's cannot make another's dynamic
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +60,8 @@ def cache_dir(tmp_path, monkeypatch):
     try:
         yield directory
     finally:
+        from torchneuron_jit import _jit
+        _jit.wait(120)  # a variant a test left building in the background: done before the next test
         _reset_cache_module_state()
         for name, value in saved.items():
             _C.config_set(name, value)
@@ -68,6 +74,7 @@ def subprocess_env(cache_directory, **extra):
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["TORCHNEURON_CACHE_DIR"] = str(cache_directory)
     env["TORCHNEURON_COMPILE_TIER2"] = TIER2
+    env["TORCHNEURON_COMPILE_BLOCKING"] = "1"
     if TIER2 == "sync":
         env["TORCHNEURON_TIER2_AFTER_CALLS"] = "1"
     for key, value in extra.items():

@@ -1,17 +1,11 @@
 """Dynamic sizes in torchneuron_jit.jit (_dynamic.py, csrc/guards "sizes"):
 one variant serves every size of a dimension that keeps changing, guarded
 by the relations the trace needs, with eager's answer on every call."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import torchneuron_jit
 from torchneuron_jit import _C, _jit, config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(autouse=True)
@@ -186,7 +180,7 @@ def test_hf_bert_variable_shapes():
     assert traces() - before <= 3
 
 
-def test_a_warm_process_loads_the_dynamic_variant(tmp_path):
+def test_a_warm_process_loads_the_dynamic_variant(tmp_path, run_python):
     """The dynamic variant is a trace record: a second process with the
     same cache runs new lengths without tracing."""
     script = tmp_path / "prog.py"
@@ -205,11 +199,8 @@ def test_a_warm_process_loads_the_dynamic_variant(tmp_path):
         "        torch.testing.assert_close(f(x), (x @ w).view(2, s, 2, 8).softmax(-1).sum(-1))\n"
         "st = torchneuron_jit.stats()\n"
         "print(st['traces'], st['traces_loaded'])\n")
-    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=ROOT)
-
     def run(*sizes):
-        out = subprocess.run([sys.executable, str(script), *map(str, sizes)], env=env, capture_output=True,
-                             text=True, timeout=300)
+        out = run_python(str(script), *map(str, sizes), timeout=300)
         assert out.returncode == 0, out.stderr
         return out.stdout.split()
 
@@ -251,3 +242,117 @@ def test_bad_sizes_programs_are_refused(prog, words):
 def test_sizes_of_any_value_need_row_major_strides():
     with pytest.raises(ValueError, match="strides None"):
         _C.GuardSet([("arg", 0), ("tensor", 0, torch.float32, (None, 3), (3, 1), False)])
+
+
+# -- builds off the calling thread (compile_blocking off, the default) ------------------------
+
+@pytest.fixture
+def background(monkeypatch):
+    """Builds in the background, each made slow (0.8 s more in the back
+    end) so that what calls do meanwhile is seen."""
+    from torchneuron_jit import backend
+    inner = backend.compile_inference
+
+    def slow(*args, **kwargs):
+        import time
+        time.sleep(0.8)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", slow)
+    with config.patch(compile_blocking=False):
+        yield
+        assert _jit.wait(60)
+
+
+def test_no_call_waits_for_a_build(background):
+    import time
+
+    def f(x):
+        return (x * 2).sin() + 1
+
+    jf = torchneuron_jit.jit(f)
+    before = dict(torchneuron_jit.stats())
+    x = torch.randn(64, 64)
+    t = time.perf_counter()
+    torch.testing.assert_close(jf(x), f(x))  # traced: eager's answer, the build goes on elsewhere
+    first = time.perf_counter() - t
+    assert first < 0.5, first
+    y = torch.randn(32, 8)
+    torch.testing.assert_close(jf(y), f(y))  # a miss while the build runs: eagerly, not traced
+    torch.testing.assert_close(jf(x), f(x))  # the pending entry: eagerly
+    st = torchneuron_jit.stats()
+    assert st["traces"] - before["traces"] == 1 and st["calls_while_building"] - before["calls_while_building"] == 1
+    assert _jit.wait(60)
+    (spec, runner), = jf.entries()
+    assert runner is not None  # published: the compiled variant took the pending entry's place
+    compiled_before = torchneuron_jit.stats()["graphs_compiled"]
+    torch.testing.assert_close(jf(x), f(x))
+    assert torchneuron_jit.stats()["graphs_compiled"] == compiled_before
+
+
+def test_blocking_builds_make_the_call_wait():
+    """What the test above covers: with compile_blocking the traced call waits."""
+    import time
+    from torchneuron_jit import backend
+    inner = backend.compile_inference
+
+    def slow(*args, **kwargs):
+        time.sleep(0.8)
+        return inner(*args, **kwargs)
+
+    def f(x):
+        return (x * 2).sin() + 1
+
+    jf = torchneuron_jit.jit(f)
+    backend.compile_inference = slow
+    try:
+        t = time.perf_counter()
+        jf(torch.randn(64, 64))
+        assert time.perf_counter() - t >= 0.8
+    finally:
+        backend.compile_inference = inner
+
+
+STEP = 1.0
+
+
+def test_state_that_changes_during_a_build_drops_it(background):
+    """A symbolic trace runs the function again, later: a global it reads
+    that changed meanwhile would be baked into a variant guarded by the old
+    value. The build checks its guards again on the traced call, and drops
+    the variant."""
+    def f(x):
+        return x * STEP
+
+    global STEP
+    jf = torchneuron_jit.jit(f)
+    jf(torch.randn(5))
+    assert _jit.wait(60)
+    x = torch.randn(6)
+    torch.testing.assert_close(jf(x), x * 1.0)  # a second size: its build is symbolic
+    STEP = 3.0  # while it runs
+    try:
+        assert _jit.wait(60)
+        assert len(jf.entries()) == 1  # the static one; the symbolic one was dropped
+    finally:
+        STEP = 1.0
+    y = torch.randn(7)
+    torch.testing.assert_close(jf(y), y * 1.0)
+    assert _jit.wait(60)
+    torch.testing.assert_close(jf(y), y * 1.0)
+
+
+def test_a_failing_background_build_warns_and_runs_eagerly(background):
+    from torchneuron_jit import backend
+
+    def f(x):
+        return x.cos() * 2
+
+    jf = torchneuron_jit.jit(f)
+    backend.fail_next_compile = "injected failure"
+    x = torch.randn(16)
+    with pytest.warns(RuntimeWarning, match="injected failure"):
+        torch.testing.assert_close(jf(x), f(x))
+        assert _jit.wait(60)
+    for _ in range(2):
+        torch.testing.assert_close(jf(x), f(x))

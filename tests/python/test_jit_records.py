@@ -456,12 +456,13 @@ def test_a_record_graph_compiled_in_place_falls_back_to_its_original_decoded_aga
 
         monkeypatch.setattr(backend, "_op_callable", lambda t: boom if isinstance(t, _C.Kernel) else real(t))
         eager = _records.EagerGraph(nodes)
+        fallbacks = torchneuron_jit.stats()["eager_fallbacks"]
         plan = backend.compile_inference(_records.decode_graph(nodes), [x, y], eager=eager)
         assert isinstance(plan, _C.Plan) and eager.gm is None  # not decoded until needed
         with pytest.warns(RuntimeWarning, match="kernel exploded"):
             out = plan([x, y])
     torch.testing.assert_close(out, f(x, y))  # the graph returns one tensor, as the plan does
-    assert eager.gm is not None and torchneuron_jit.stats()["eager_fallbacks"] == 1
+    assert eager.gm is not None and torchneuron_jit.stats()["eager_fallbacks"] == fallbacks + 1
 
 
 def test_a_plan_that_cannot_be_stored_warns_and_the_record_keeps_the_graph(monkeypatch):
