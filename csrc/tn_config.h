@@ -77,6 +77,15 @@
     "same place: argument, path, dimension) before its next trace is symbolic there: one variant then " \
     "serves every size, guarded only by the relations of sizes the trace needs (s1 >= 2, s1 == s2). " \
     "0 never makes a dimension dynamic (every size is its own variant). Sizes 0 and 1 stay specialised.") \
+  _(storm_misses, TN_CFG_INT, 4, NULL, \
+    "Misses of a function under torchneuron_jit.jit that one guard causes (a global that changes, a " \
+    "dimension that stays static, a module attribute set between calls) before one warning says what " \
+    "changes and what to do. 0: no warning.") \
+  _(trace_backoff, TN_CFG_INT, 2, NULL, \
+    "After a jitted function's k-th trace that fails (its variant runs eagerly) or whose build is dropped, " \
+    "its next trace_backoff**k - 1 misses run eagerly without tracing. 0 or 1: no backoff.") \
+  _(blacklist_after, TN_CFG_INT, 4, NULL, \
+    "Failed or dropped traces after which a jitted function runs eagerly for good, with one warning. 0: never.") \
   _(jit_trace_records, TN_CFG_BOOL, 1, NULL, \
     "With cache on, torchneuron_jit.jit stores each traced variant it can describe without object identities " \
     "(guards by path, the code it ran by hash, its graph) in the persistent cache, and a call no entry accepts " \

@@ -31,6 +31,7 @@
   _(recompiles, "traces of a function that already had an entry (guard_failures that traced)") \
   _(dynamic_traces, "traces made again over symbolic sizes: one variant serves every size of the dimensions that kept changing") \
   _(calls_while_building, "calls of jitted functions no entry took that ran eagerly, untraced, while a variant was being built in the background") \
+  _(calls_backing_off, "calls of jitted functions no entry took that ran eagerly, untraced, because recent traces of the function failed (the manager's backoff)") \
   _(traces_loaded, "entries of jitted functions made from trace records of the persistent cache, not traced") \
   _(trace_records_stored, "trace records written to the persistent cache") \
   _(plans_loaded, "compiled graphs made from the plan a trace record stores (nothing imported, fused or lowered)")

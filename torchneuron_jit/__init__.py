@@ -58,6 +58,16 @@ def disable(fn):
     return _jit.disable(fn)
 
 
+def explain(fn):
+    """The variants of jitted function or module fn, each with its guards in
+    words, its graph (ops lowered, ops through PyTorch) and its hits; its
+    misses by reason and the recompilation manager's decisions. print() it
+    for text; a notebook shows it as HTML (with a timeline when matplotlib
+    is installed)."""
+    from . import _jit, _manager
+    return _manager.Explanation(_jit._jit_function_of(fn))
+
+
 # Ops the back end handles around its kernels rather than in generated code:
 # views a kernel reads through (backend._input_view: any op whose schema
 # returns a view of its first argument qualifies; these are the ones aot
@@ -105,4 +115,4 @@ def _register_backend():
 
 _register_backend()
 
-__all__ = ["jit", "disable", "config", "cache", "stats", "reset_stats", "lowered_ops", "GraphError", "CacheError", "__version__"]
+__all__ = ["jit", "disable", "explain", "config", "cache", "stats", "reset_stats", "lowered_ops", "GraphError", "CacheError", "__version__"]

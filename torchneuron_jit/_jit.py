@@ -55,7 +55,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _C, _dynamic, _log, _planform, _records, config
+from . import _C, _dynamic, _log, _manager, _planform, _records, config
 from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -955,9 +955,18 @@ def _copy_containers(v, depth=0):
     return t(_copy_containers(x, depth + 1) for x in v)
 
 
+def _jf_of(trace):
+    """The JitFunction whose call trace is, or None."""
+    return trace.jf() if trace.jf is not None else None
+
+
 def _eager_entry(trace, spec, reason):
-    """The entry of a trace that cannot be compiled: it runs eagerly, with one warning."""
+    """The entry of a trace that cannot be compiled: it runs eagerly, with
+    one warning; the recompilation manager counts a failed trace."""
     _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}", stacklevel=3)
+    jf = _jf_of(trace)
+    if jf is not None:
+        _manager.traced(jf, False, reason)
     return (spec, (), None)
 
 
@@ -983,12 +992,16 @@ class _Build:
                 entry, record = self._compile()
                 failed = _C.GuardSet(list(entry[0])).check(*trace.call_args)
                 if failed >= 0:
-                    _log.event("recompiles", f"{_where(trace.fn)}: what the trace read changed while its variant "
-                                             f"was built ({explain(entry[0], trace.call_args, failed)}); it is "
-                                             "dropped (the next call traces again)")
+                    words = (f"what the trace read changed while its variant was built "
+                             f"({explain(entry[0], trace.call_args, failed)}); it is dropped")
+                    _log.event("recompiles", f"{_where(trace.fn)}: {words} (the next call traces again)")
+                    if _jf_of(trace) is not None:
+                        _manager.traced(_jf_of(trace), False, words)
                     return None
                 if _records_on():
                     entry[2].record = record()
+                if _jf_of(trace) is not None:
+                    _manager.traced(_jf_of(trace), True, "compiled")
                 return (entry[0], entry[1], entry[2].direct())
         except _NotCompilable as exc:
             return _eager_entry(trace, trace.spec, str(exc))
@@ -1086,6 +1099,8 @@ class _Tracer:
             _log.event("recompiles", f"{_where(fn)}: runs eagerly while a variant is built"
                        + (f" ({reason})" if reason else ""))
             return None
+        if jf is not None and not _manager.may_trace(jf):
+            return None
         if reason is not None:
             _log.event("recompiles", f"{_where(fn)}: {reason}")
         trace = _Trace(fn, args, codes)
@@ -1179,6 +1194,8 @@ class _Tracer:
         dims = _dynamic.observe(trace)
         if not dims:
             return None
+        jf = _jf_of(trace)
+        names = ", ".join(f"{trace.spec.names[slot]} dim {d}" for slot, ds in dims.items() for d in sorted(ds))
         if trace.side_effects:
             reason = "it calls print or logging (a second run would repeat them)"
         elif any(p[0] != "out" for p in out_plan[1]):
@@ -1186,14 +1203,22 @@ class _Tracer:
         else:
             try:
                 with torch.no_grad() if not torch.is_grad_enabled() else contextlib.nullcontext():
-                    return _dynamic.retrace(trace, dims, inputs, [value for _, value in checks],
-                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced)
+                    sym = _dynamic.retrace(trace, dims, inputs, [value for _, value in checks],
+                                           lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced)
+                _manager.decided(jf, f"{names} took {config.dynamic_after} or more sizes; dynamic now",
+                                 [(trace.spec.names[slot], d) for slot, ds in dims.items() for d in ds])
+                return sym
             except _dynamic.Static as exc:
                 reason = str(exc)
             except Exception as exc:  # ours: the variant is specialised to this call's sizes
                 reason = f"making it symbolic failed ({type(exc).__name__}: {exc})"
                 _log.warn_once(f"{_where(trace.fn)}: {reason}; its sizes stay static", stacklevel=4)
         _log.event("recompiles", f"{_where(trace.fn)}: its sizes stay static in this variant: {reason}")
+        if jf is not None:
+            s = _manager.site(jf)
+            for slot, ds in dims.items():
+                for d in ds:
+                    s.static[(trace.spec.names[slot], d)] = reason
         return None
 
     @staticmethod
@@ -1293,16 +1318,24 @@ class _Tracer:
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan)
 
-    def explain(self, fn, args, fails):
+    def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that
-        got furthest, and among those the one whose tensor differs least."""
+        got furthest, and among those the one whose tensor differs least.
+        The recompilation manager counts the miss by it."""
         try:
             if any(index < 0 for _, index in fails):
-                return "a value read from a tensor (item(), bool()) differs from every traced variant's"
-            spec, index = max(fails, key=lambda f: (f[1], -tensor_distance(f[0], args, f[1])))
-            return explain(spec, args, index)
+                words = "a value read from a tensor (item(), bool()) differs from every traced variant's"
+            else:
+                spec, index = max(fails, key=lambda f: (f[1], -tensor_distance(f[0], args, f[1])))
+                words = explain(spec, args, index)
         except Exception as exc:  # never let the words break the call
             return f"a guard failed ({type(exc).__name__}: {exc})"
+        if jf is not None:
+            try:
+                _manager.miss(jf, words)
+            except Exception as exc:  # ours: the call goes on, uncounted
+                _log.warn_once(f"counting a miss of {_where(fn)} failed ({type(exc).__name__}: {exc})")
+        return words
 
     def rebind(self, jf, module):
         """A copy of a jitted module called through the original's forward

@@ -26,7 +26,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from . import _C, _log, _planform, _tier2, cache, config, gemm
+from . import _C, _manager, _log, _planform, _tier2, cache, config, gemm
 from .graph import _fetch_attr, _is_size, from_fx, op_name, static_val
 
 aten = torch.ops.aten
@@ -897,6 +897,7 @@ def _training(gm, example_inputs):
 
 neuron = aot_autograd(fw_compiler=_training, bw_compiler=_training,
                       inference_compiler=compile_inference, decompositions=decompositions())
+_manager.watch_dynamo(neuron)  # the recompilation manager's storm words for this door too
 
 
 def register():

@@ -176,6 +176,7 @@ retry:
     if (r >= 0)
       continue;
     PyObject *runner = e->en_runner;
+    e->en_hits++;
     if (runner == Py_None) {
       tn_entries_touch(cs, i);
       res = prev_eval(ts, f, 0);
@@ -223,7 +224,8 @@ retry:
       else
         PyList_SET_ITEM(fails, i, item);
     }
-    reason = fails ? tn_tracer_call(jf, "explain", Py_BuildValue("(OON)", jf->jf_fn, args, fails)) : NULL;
+    reason = fails ? tn_tracer_call(jf, "explain", Py_BuildValue("(OONO)", jf->jf_fn, args, fails, (PyObject *)jf))
+                   : NULL;
     Py_DECREF(args);
     if (!reason) {
       tn_tracer_failed(jf, "explaining a guard failure failed (traced without a reason)");

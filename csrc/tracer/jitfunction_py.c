@@ -21,6 +21,7 @@ static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, s
     Py_XDECREF(own);
   }
   if (tn_hook_tracing == 0) {
+    jf->jf_calls++;
     tn_active a = {tn_hook_active, jf, (PyCodeObject *)PyFunction_GET_CODE(jf->jf_fn), 0, NULL};
     tn_hook_active = &a;
     tn_hook_add();
@@ -118,6 +119,22 @@ static PyObject *JitFunction_publish(PyObject *o, PyObject *args)
   return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
+/* hits() -> [calls each entry took], in the order of entries() */
+static PyObject *JitFunction_hits(PyObject *o, PyObject *unused)
+{
+  tn_entries *es = &((JitFunctionObject *)o)->jf_entries;
+  (void)unused;
+  PyObject *list = PyList_New(es->es_n);
+  for (int i = 0; list && i < es->es_n; i++) {
+    PyObject *n = PyLong_FromUnsignedLongLong(es->es_v[i].en_hits);
+    if (!n)
+      Py_CLEAR(list);
+    else
+      PyList_SET_ITEM(list, i, n);
+  }
+  return list;
+}
+
 /* reset(): drops the entries and the reached-the-limit mark */
 static PyObject *JitFunction_reset(PyObject *o, PyObject *unused)
 {
@@ -130,6 +147,23 @@ static PyObject *JitFunction_get_gave_up(PyObject *o, void *c)
 {
   (void)c;
   return PyBool_FromLong(((JitFunctionObject *)o)->jf_entries.es_gave_up);
+}
+
+/* gave_up = True: runs eagerly from now on (the recompilation manager's blacklist); False: traces again */
+static int JitFunction_set_gave_up(PyObject *o, PyObject *value, void *c)
+{
+  (void)c;
+  int on = value ? PyObject_IsTrue(value) : 0;
+  if (on < 0)
+    return -1;
+  ((JitFunctionObject *)o)->jf_entries.es_gave_up = on;
+  return 0;
+}
+
+static PyObject *JitFunction_get_calls(PyObject *o, void *c)
+{
+  (void)c;
+  return PyLong_FromUnsignedLongLong(((JitFunctionObject *)o)->jf_calls);
 }
 
 /* __reduce__(): pickled by reference, as the function it wraps is: its
@@ -146,6 +180,7 @@ static PyMethodDef JitFunction_methods[] = {
   {"publish", JitFunction_publish, METH_VARARGS,
    "publish(spec, entry) -> whether the entry whose spec is spec was replaced by entry (spec, inputs, runner) "
    "or removed (None)"},
+  {"hits", JitFunction_hits, METH_NOARGS, "hits() -> [calls each entry took], in the order of entries()"},
   {"reset", JitFunction_reset, METH_NOARGS, "reset(): drops the entries and the reached-the-limit mark"},
   {NULL, NULL, 0, NULL},
 };
@@ -208,7 +243,9 @@ static PyGetSetDef JitFunction_getset[] = {
    "its own JitFunction (tracer.rebind)", NULL},
   {"fn", JitFunction_get_fn, NULL, "the function this calls", NULL},
   {"limit", JitFunction_get_limit, NULL, "entries kept (0: config.jit_cache_limit)", NULL},
-  {"gave_up", JitFunction_get_gave_up, NULL, "whether it reached its limit and runs eagerly", NULL},
+  {"gave_up", JitFunction_get_gave_up, JitFunction_set_gave_up,
+   "whether it runs eagerly for good (its limit of entries, or the manager's blacklist); settable", NULL},
+  {"calls", JitFunction_get_calls, NULL, "calls made through it", NULL},
   {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };

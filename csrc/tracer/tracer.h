@@ -39,7 +39,7 @@
 **       off the calling thread, takes the place of an entry by
 **       JitFunction.publish(spec, entry)
 **   tracer.abort(token)           the frame raised (its exception stays)
-**   tracer.explain(fn, args, fails) -> str
+**   tracer.explain(fn, args, fails, jitfunction) -> str
 **       why no entry took args; fails lists (spec, index of its first
 **       failing guard, or -1 for one that passed but side-exited) per entry
 **   tracer.give_up(fn, reason)    the code reached its entry limit

@@ -30,6 +30,7 @@ typedef struct tn_entry {
   Py_ssize_t *en_inputs; /* slots passed to the runner */
   Py_ssize_t en_ninputs;
   PyObject *en_runner;   /* None: run the frame as Python does */
+  uint64_t en_hits;      /* calls it took */
 } tn_entry;
 
 /* The entries of one JitFunction, most recently used first. */
@@ -64,6 +65,7 @@ struct JitFunctionObject {
   PyObject *jf_tracer;
   int jf_limit;           /* entries kept (0: config.jit_cache_limit) */
   tn_entries jf_entries;  /* its traced variants, with the guards that select them */
+  uint64_t jf_calls;      /* calls made through it (not while tracing another call) */
   PyObject *jf_dict;
   PyObject *jf_weakrefs;
   PyObject *jf_owner;     /* jit(module): a weak reference to the module whose forward this is, or NULL */

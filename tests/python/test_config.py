@@ -8,7 +8,8 @@ from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
          "gemm_fusion", "onednn_linear", "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
-         "tier2_cc", "jit_cache_limit", "compile_blocking", "dynamic_after", "jit_trace_records", "cpu_isa", "log"]
+         "tier2_cc", "jit_cache_limit", "compile_blocking", "dynamic_after", "storm_misses", "trace_backoff",
+         "blacklist_after", "jit_trace_records", "cpu_isa", "log"]
 DEFAULTS = {
     "cache": True,
     "cache_dir": "",
@@ -27,6 +28,9 @@ DEFAULTS = {
     "jit_cache_limit": 8,
     "compile_blocking": False,
     "dynamic_after": 2,
+    "storm_misses": 4,
+    "trace_backoff": 2,
+    "blacklist_after": 4,
     "jit_trace_records": True,
     "cpu_isa": "auto",
     "log": "",
@@ -35,7 +39,8 @@ TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "choice",
          "gemm_fusion": "choice", "onednn_linear": "bool", "onednn_packed_weights": "bool", "compile_tier2": "choice",
          "tier2_after_calls": "int", "tier2_jobs": "int", "tier2_cc": "str",
-         "jit_cache_limit": "int", "compile_blocking": "bool", "dynamic_after": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}
+         "jit_cache_limit": "int", "compile_blocking": "bool", "dynamic_after": "int", "storm_misses": "int",
+         "trace_backoff": "int", "blacklist_after": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}
 
 
 def parse_default(setting):

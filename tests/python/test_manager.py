@@ -1,0 +1,177 @@
+"""The recompilation manager (_manager.py): storm words, backoff,
+blacklist, explain(), and the same words for torch.compile(backend="neuron")."""
+import warnings
+
+import pytest
+import torch
+
+import torchneuron_jit
+from torchneuron_jit import _jit, config
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def storm_warnings(w):
+    return [str(m.message) for m in w if "changes" in str(m.message) or "took" in str(m.message)
+            or "changed" in str(m.message)]
+
+
+STEP = 0
+
+
+def _stepping():
+    def f(x):
+        return x * STEP + 1
+    return f
+
+
+def _run_steps(jf, n):
+    global STEP
+    try:
+        for i in range(n):
+            STEP = i
+            x = torch.randn(4)
+            torch.testing.assert_close(jf(x), x * i + 1)
+    finally:
+        STEP = 0
+
+
+def test_a_global_that_changes_on_every_call_is_named_with_its_line():
+    jf = torchneuron_jit.jit(_stepping())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        _run_steps(jf, 6)
+    words = storm_warnings(w)
+    assert len(words) == 1, words
+    assert "f (" in words[0] and "global STEP changes on every call" in words[0], words
+    assert "read at " + __file__ in words[0] and "pass it as an argument" in words[0], words
+
+
+def test_no_storm_words_without_the_detector():
+    jf = torchneuron_jit.jit(_stepping())
+    with warnings.catch_warnings(record=True) as w, config.patch(storm_misses=0):
+        warnings.simplefilter("always")
+        _run_steps(jf, 6)
+    assert storm_warnings(w) == []
+
+
+def test_a_module_attribute_set_between_calls():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 1.0
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = torchneuron_jit.jit(Scaled())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(6):
+            m.scale = float(i)
+            x = torch.randn(3)
+            torch.testing.assert_close(m(x), x * float(i))
+    words = storm_warnings(w)
+    assert len(words) == 1 and "Scaled.forward" in words[0], words
+    assert "self.scale changes on every call, set from outside between calls" in words[0], words
+
+
+def test_sizes_that_stay_static_are_explained():
+    def g(x):
+        return x[x > 0] * 2  # data-dependent: every variant runs eagerly
+
+    jf = torchneuron_jit.jit(g)
+    with warnings.catch_warnings(record=True) as w, config.patch(trace_backoff=0, blacklist_after=0):
+        warnings.simplefilter("always")
+        for n in range(5, 13):
+            x = torch.randn(n)
+            torch.testing.assert_close(jf(x), g(x))
+    words = [s for s in storm_warnings(w) if "took" in s]
+    assert len(words) == 1 and "x dim 0 took" in words[0], words
+    assert "its traces run eagerly (aten.index.Tensor has a data-dependent result)" in words[0], words
+
+
+def _data_dependent():
+    def g(x):
+        return x[x > 0] * 2
+    return g
+
+
+def _traces_for(n_calls, **settings):
+    jf = torchneuron_jit.jit(_data_dependent(), cache_limit=64)
+    before = torchneuron_jit.stats()
+    with config.patch(**settings):
+        for n in range(5, 5 + n_calls):
+            x = torch.randn(n)
+            torch.testing.assert_close(jf(x), x[x > 0] * 2)
+    after = torchneuron_jit.stats()
+    return jf, after["traces"] - before["traces"], after["calls_backing_off"] - before["calls_backing_off"]
+
+
+def test_failing_traces_back_off_exponentially():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, traced, backed_off = _traces_for(15, trace_backoff=2, blacklist_after=0)
+        # traces at misses 1, 3, 7, 15 (1, 3, 7 untraced between them)
+        assert (traced, backed_off) == (4, 11)
+        _, traced, backed_off = _traces_for(15, trace_backoff=0, blacklist_after=0)
+        assert (traced, backed_off) == (15, 0)
+
+
+def test_blacklist_runs_the_function_eagerly_for_good():
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        jf, traced, _ = _traces_for(10, trace_backoff=0, blacklist_after=3)
+    assert traced == 3 and jf.gave_up
+    text = [str(m.message) for m in w if "runs eagerly from now on" in str(m.message)]
+    assert len(text) == 1 and "3 of its traces failed" in text[0], text
+
+
+def test_explain_shows_variants_guards_misses_and_decisions():
+    def f(x, w):
+        b, s, d = x.shape
+        return (x @ w).view(b, s, 2, d // 2).softmax(-1)
+
+    jf = torchneuron_jit.jit(f)
+    w = torch.randn(8, 8)
+    for s in [5, 6, 7, 8, 1]:
+        jf(torch.randn(2, s, 8), w)
+    text = str(torchneuron_jit.explain(jf))
+    assert text.startswith(f"{f.__qualname__} (") and "5 calls, 3 variants" in text, text
+    assert "dynamic sizes" in text and "guard sizes: x.size(1) >= 2" in text, text
+    assert "guard x: float32 (2, *, 8) row-major" in text, text
+    assert "misses by reason:" in text and "x: size[1]" in text, text
+    assert "x dim 1 took 2 or more sizes; dynamic now" in text, text
+    assert "nodes lowered" in text, text
+    hits = [line for line in text.splitlines() if "hits;" in line]
+    assert any(" 2 hits;" in line for line in hits), hits  # 7 and 8 took the dynamic variant
+    html = torchneuron_jit.explain(jf)._repr_html_()
+    assert "<table>" in html and "x.size(1) &gt;= 2" in html
+    with pytest.raises(TypeError, match="not a jitted function"):
+        torchneuron_jit.explain(f)
+
+
+def test_the_dynamo_door_gets_the_same_words():
+    global STEP
+
+    def f(x):
+        return x * len(STEP) + 1
+
+    cf = torch.compile(f, backend="neuron")
+    saved = STEP
+    try:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for i in range(6):
+                STEP = "a" * (i + 1)
+                x = torch.randn(4)
+                torch.testing.assert_close(cf(x), x * (i + 1) + 1)
+    finally:
+        STEP = saved
+    words = [str(m.message) for m in w if "under torch.compile" in str(m.message)]
+    assert len(words) == 1, words
+    assert "global STEP changed 4 times" in words[0] and "pass it as an argument" in words[0], words
