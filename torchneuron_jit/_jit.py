@@ -1079,6 +1079,51 @@ class _Builds:
         return self.idle.wait(timeout)
 
 
+_fx_lock = threading.RLock()
+_fx_owner = [None]  # the thread whose FX trace holds _fx_lock
+
+
+def _serialise_fx_tracing():
+    """FX's symbolic tracer keeps its state in module globals, so a trace on
+    the build thread is seen by every thread: a second trace breaks both
+    (torch.fx._symbolic_trace.CURRENT_PATCHER), and a function compiled by
+    TorchDynamo, called on another thread meanwhile, raises "Detected that
+    you are using FX to symbolically trace a dynamo-optimized function"
+    (is_fx_symbolic_tracing reads one flag). Made once, when jit is
+    imported: every FX trace in the process holds one re-entrant lock (a
+    trace on another thread waits for the one in flight), and the two
+    is-tracing questions answer for the thread that asks. A function
+    torch.compile wrapped before this keeps the question it captured."""
+    from torch.fx import _symbolic_trace as st
+    original = getattr(st, "_new_patcher", None)
+    if original is None or getattr(original, "_tn_locked", False):
+        return
+
+    @contextlib.contextmanager
+    def locked():
+        with _fx_lock:
+            outer = _fx_owner[0]
+            _fx_owner[0] = threading.get_ident()
+            try:
+                with original() as patcher:
+                    yield patcher
+            finally:
+                _fx_owner[0] = outer
+
+    def on_this_thread(question):
+        def asked():  # FX traces under _fx_lock: only the thread that holds it is tracing
+            return question() and _fx_owner[0] == threading.get_ident()
+        asked._tn_locked = True
+        return asked
+
+    locked._tn_locked = True
+    st._new_patcher = locked
+    for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
+        if hasattr(st, name):
+            setattr(st, name, on_this_thread(getattr(st, name)))
+
+
+_serialise_fx_tracing()
 _builds = _Builds()
 atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process
 

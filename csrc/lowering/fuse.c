@@ -695,12 +695,18 @@ static int gathers_outside(fuse_state *s, int32_t k, int32_t h)
   return 1;
 }
 
+/* Nodes one kernel takes at most: a generated kernel keeps a block of
+** TN_RT_BLOCK values on its stack per buffer (one or more per node), so a
+** chain of 1500 adds made one 12 MB frame and overflowed the stack. 128
+** nodes stay under about 2 MB; a longer chain is several kernels. */
+#define FUSE_MAX_NODES 128
+
 /* Whether group h can run inside group k (k starts first): same shape,
 ** and no cycle through the two. */
 static int may_merge(fuse_state *s, int32_t h, int32_t k)
 {
   const tn_graph *g = s->fs_g;
-  if (h == k || s->fs_first[h] < s->fs_first[k] ||
+  if (h == k || s->fs_first[h] < s->fs_first[k] || s->fs_count[h] + s->fs_count[k] > FUSE_MAX_NODES ||
       !same_space(&tn_graph_value(g, tn_graph_node(g, s->fs_first[h])->no_out[0])->va_meta,
                    &tn_graph_value(g, tn_graph_node(g, s->fs_first[k])->no_out[0])->va_meta))
     return 0;
@@ -728,7 +734,7 @@ static int may_join(fuse_state *s, uint32_t i, int32_t k)
   const tn_node *n = tn_graph_node(g, (int32_t)i);
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
   const tn_node *first = tn_graph_node(g, s->fs_first[k]);
-  if (!same_space(out, &tn_graph_value(g, first->no_out[0])->va_meta))
+  if (s->fs_count[k] + 1 > FUSE_MAX_NODES || !same_space(out, &tn_graph_value(g, first->no_out[0])->va_meta))
     return 0;
   for (uint32_t a = 0; a < n->no_nargs; a++) {
     if (n->no_args[a].ar_tag != TN_ARG_TENSOR)

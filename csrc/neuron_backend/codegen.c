@@ -524,7 +524,7 @@ static void cg_levels(cg_rows *r)
     const tn_finst *fi = &grp->fg_prog[i];
     int lv = 0;
     switch (fi->fi_kind) {
-    case TN_FI_UNARY: lv = r->cr_blv[fi->fi_a]; r->cr_blv[fi->fi_dst] = lv; break;
+    case TN_FI_UNARY: case TN_FI_CAST: lv = r->cr_blv[fi->fi_a]; r->cr_blv[fi->fi_dst] = lv; break;
     case TN_FI_BINARY:
       lv = r->cr_blv[fi->fi_a] > r->cr_blv[fi->fi_b] ? r->cr_blv[fi->fi_a] : r->cr_blv[fi->fi_b];
       r->cr_blv[fi->fi_dst] = lv;
@@ -605,7 +605,7 @@ static int cg_phase_need(cg_rows *r, int ph, int persist)
     const tn_finst *fi = &grp->fg_prog[i];
     int root = (fi->fi_kind == TN_FI_REDUCE || fi->fi_kind == TN_FI_STORE) && r->cr_blv[fi->fi_a] == ph;
     int producer = fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_UNARY || fi->fi_kind == TN_FI_BINARY ||
-                   fi->fi_kind == TN_FI_SPLAT || fi->fi_kind == TN_FI_CONST;
+                   fi->fi_kind == TN_FI_SPLAT || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_CAST;
     if (!root && !(producer && bufneed[fi->fi_dst] && !(persist && r->cr_have[fi->fi_dst])))
       continue;
     r->cr_need[i] = 1;
@@ -662,7 +662,7 @@ static int cg_read_whole(const tn_fgroup *grp, const tn_finst *const *def, int32
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     switch (fi->fi_kind) {
-    case TN_FI_UNARY: case TN_FI_REDUCE: case TN_FI_STORE:
+    case TN_FI_UNARY: case TN_FI_CAST: case TN_FI_REDUCE: case TN_FI_STORE:
       if (fi->fi_a == v)
         return 1;
       break;
@@ -684,7 +684,7 @@ static int cg_second_only(const tn_fgroup *grp, int32_t v)
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     int reads_a = (fi->fi_kind == TN_FI_UNARY || fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_REDUCE ||
-                   fi->fi_kind == TN_FI_STORE) && fi->fi_a == v;
+                   fi->fi_kind == TN_FI_STORE || fi->fi_kind == TN_FI_CAST) && fi->fi_a == v;
     if (reads_a)
       return 0;
     any |= fi->fi_kind == TN_FI_BINARY && fi->fi_b == v;
@@ -735,7 +735,7 @@ static void cg_rows_tiles(cg_buf *b, cg_rows *r, const char *io)
       out(b, "        { tn_rt_load2d_%s(b%d, %s, rs[%d], cst[%d], tn, cols); L%d = b%d; }\n", io, fi->fi_dst, o,
           fi->fi_a, fi->fi_a, fi->fi_dst, fi->fi_dst);
       break;
-    case TN_FI_UNARY: case TN_FI_BINARY:
+    case TN_FI_UNARY: case TN_FI_BINARY: case TN_FI_CAST: /* a cast rounds a float16/bfloat16 row result */
       cg_arith(b, grp, def, fi, 1, "        ", "cst[%d] == 1 && rs[%d] == cols", "");
       break;
     case TN_FI_SPLAT:

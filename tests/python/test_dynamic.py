@@ -356,3 +356,28 @@ def test_a_failing_background_build_warns_and_runs_eagerly(background):
         assert _jit.wait(60)
     for _ in range(2):
         torch.testing.assert_close(jf(x), f(x))
+
+
+def test_torch_compile_on_another_thread_while_a_build_traces():
+    """FX keeps its tracing state in module globals: a build's make_fx on
+    the build thread must not make a function compiled by TorchDynamo,
+    called meanwhile, raise "Detected that you are using FX to
+    symbolically trace a dynamo-optimized function" (nor break its trace)."""
+    def long(x):
+        for _ in range(1500):
+            x = x + 1
+        return x
+
+    jf = torchneuron_jit.jit(long)
+    cf = torch.compile(lambda x: x * 2 + 1, backend="neuron")
+    x = torch.randn(8)
+    with config.patch(compile_blocking=False):
+        torch.testing.assert_close(jf(x), x + 1500)
+        calls = 0
+        while _jit._builds.busy():
+            y = torch.randn(4)
+            torch.testing.assert_close(cf(y), y * 2 + 1)
+            calls += 1
+        assert _jit.wait(120)
+    assert calls > 0
+    torch.testing.assert_close(jf(x), x + 1500)

@@ -683,3 +683,22 @@ def test_half_values_at_a_pole_of_the_op_are_rounded_first(op):
     f = (lambda a, b: torch.div(1.0 + a, a * b)) if op == "div" else (lambda a, b: getattr(torch, op)(a * b))
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(f, backend="neuron")(a, b), f(a, b), equal_nan=True, rtol=0, atol=0)
+
+
+def test_a_very_long_chain_is_several_kernels_not_a_stack_overflow(run_python):
+    """A generated kernel keeps a block per buffer on its stack: 1500 fused
+    adds were one kernel with a 12 MB frame, and the call died with a
+    segmentation fault. Run in a child, so a crash is this test's failure."""
+    out = run_python("-c", (
+        "import torch, torchneuron_jit\n"
+        "def long(x):\n"
+        "    for _ in range(1500):\n"
+        "        x = x + 1\n"
+        "    return x\n"
+        "x = torch.randn(8)\n"
+        "with torch.no_grad():\n"
+        "    got = torch.compile(long, backend='neuron')(x)\n"
+        "torch.testing.assert_close(got, long(x))\n"
+        "print(torchneuron_jit.stats()['kernels_compiled'])\n"), timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.split()[-1]) >= 1500 // 128

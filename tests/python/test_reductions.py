@@ -562,6 +562,10 @@ HALF_OPS.update({
     "layer_norm_prologue": (lambda x: F.layer_norm(x * 2 + 1, x.shape[-1:]), LAYER_NORM),
     "softmax_epilogue": (lambda x: torch.softmax(x, -1) * 2 + 1, SOFTMAX),
     "log_softmax_prologue": (lambda x: torch.log_softmax(x * 0.7 - 1, -1), LOG_SOFTMAX),
+    # epilogues that read the row result rounded to the half dtype (a cast inside the row kernel)
+    "softmax_rsqrt_epilogue": (lambda x: torch.softmax(x, -1).rsqrt(), SOFTMAX),
+    "log_softmax_exp_epilogue": (lambda x: torch.log_softmax(x, -1).exp(), LOG_SOFTMAX),
+    "layer_norm_tanh_epilogue": (lambda x: F.layer_norm(x, x.shape[-1:]).tanh(), LAYER_NORM),
 })
 
 

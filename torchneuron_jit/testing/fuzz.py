@@ -339,6 +339,12 @@ def fuzz(seconds=None, seed=0, programs=None, out=None, log=print, refused=None,
     list), when given, gets their reasons; fell_back (a list) the indexes
     of programs a graph of which ran eagerly (our compile failed)."""
     import torchneuron_jit
+    with torchneuron_jit.config.patch(compile_blocking=True):  # jit's second call takes the compiled variant
+        return _fuzz(seconds, seed, programs, out, log, refused, fell_back, doors)
+
+
+def _fuzz(seconds, seed, programs, out, log, refused, fell_back, doors):
+    import torchneuron_jit
     t0, ran, bad, i = time.monotonic(), 0, [], 0
     while (programs is None or ran < programs) and (seconds is None or time.monotonic() - t0 < seconds):
         rng = random.Random(seed * 1_000_003 + i)
