@@ -128,13 +128,24 @@ class _Scalars(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def retrace(trace, dims, real_inputs, scalars, functional, run_untraced):
+def _mutates(gm):
+    """Whether graph gm has an op that writes one of its operands (an
+    in-place op, copy_, an out= variant): it then needs functionalize."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            return True
+    return False
+
+
+def retrace(trace, dims, real_inputs, scalars, functional, run_untraced, decompositions=None):
     """The trace of trace.fn on its arguments again with the dimensions dims
     ({slot: dimensions}) symbolic. real_inputs are the external tensors of
     the real trace (their identities are matched), scalars the values it
     read out of tensors, in order; functional(gm, inputs)
     makes the graph functional (_jit._functional) and runs inside the fake
-    mode; run_untraced(f, *args) runs f with jitted functions as plain
+    mode, where the graph writes an operand (decompositions: the back end's
+    table, applied while tracing); run_untraced(f, *args) runs f with jitted functions as plain
     Python. Raises Static with the reason when the trace cannot be made so."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -186,7 +197,7 @@ def retrace(trace, dims, real_inputs, scalars, functional, run_untraced):
 
     try:
         with mode:
-            gm = run_untraced(make_fx(run), *fakes)
+            gm = run_untraced(make_fx(run, decomposition_table=decompositions), *fakes)
     except Static:
         raise
     except Exception as exc:
@@ -214,8 +225,13 @@ def retrace(trace, dims, real_inputs, scalars, functional, run_untraced):
         examples.append(t)
     gm.recompile()
     try:
-        with mode:
-            fgm, writebacks = functional(gm, inputs)
+        if _mutates(gm):
+            with mode:
+                fgm, writebacks = functional(gm, inputs)
+        else:  # decomposed already, and nothing to make functional: the second make_fx is saved
+            fgm, writebacks = gm, []
+            gm.graph.eliminate_dead_code()
+            gm.recompile()
     except Exception as exc:
         raise Static(f"making the symbolic graph functional failed ({type(exc).__name__}: "
                      f"{str(exc).splitlines()[0][:200]})") from None

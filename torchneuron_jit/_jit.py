@@ -1248,8 +1248,10 @@ class _Tracer:
         else:
             try:
                 with torch.no_grad() if not torch.is_grad_enabled() else contextlib.nullcontext():
+                    from .backend import decompositions
                     sym = _dynamic.retrace(trace, dims, inputs, [value for _, value in checks],
-                                           lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced)
+                                           lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
+                                           decompositions())
                 _manager.decided(jf, f"{names} took {config.dynamic_after} or more sizes; dynamic now",
                                  [(trace.spec.names[slot], d) for slot, ds in dims.items() for d in ds])
                 return sym
