@@ -159,6 +159,7 @@ def main(argv=None):
     rows = []
     with tempfile.TemporaryDirectory(prefix="tn_dynamic_") as tmp:
         os.environ["TORCHNEURON_CACHE_DIR"] = tmp
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")  # Inductor cold too
         import torch
         print(f"{a.calls} calls, batch 1-8 x sequence 8-200 (seed {a.seed}), {torch.get_num_threads()} torch threads, "
               "an empty cache")

@@ -1143,8 +1143,10 @@ class _Tracer:
             _C.stat_add("calls_while_building")
             _log.event("recompiles", f"{_where(fn)}: runs eagerly while a variant is built"
                        + (f" ({reason})" if reason else ""))
+            self._note_sizes(fn, args)
             return None
         if jf is not None and not _manager.may_trace(jf):
+            self._note_sizes(fn, args)
             return None
         if reason is not None:
             _log.event("recompiles", f"{_where(fn)}: {reason}")
@@ -1161,6 +1163,18 @@ class _Tracer:
         sys.setprofile(trace.profile)
         trace.recorder.__enter__()
         return trace
+
+    @staticmethod
+    def _note_sizes(fn, args):
+        """The sizes of an untraced miss's tensor arguments, noted as a
+        trace's are (_dynamic.observe): the next trace knows every
+        dimension that changed, not only those of the calls it traced."""
+        try:
+            trace = _Trace(fn, args, [])
+            trace.guard_arguments()
+            _dynamic.observe(trace)
+        except Exception as exc:  # ours: the sizes go unnoted
+            _log.event("recompiles", f"{_where(fn)}: noting the sizes of a call failed ({type(exc).__name__}: {exc})")
 
     def abort(self, trace):
         trace.recorder.__exit__(None, None, None)

@@ -381,3 +381,23 @@ def test_torch_compile_on_another_thread_while_a_build_traces():
         assert _jit.wait(120)
     assert calls > 0
     torch.testing.assert_close(jf(x), x + 1500)
+
+
+def test_sizes_of_calls_made_while_building_count(background):
+    """A call that runs eagerly while a build is in flight is not traced,
+    but its sizes count: the next trace is symbolic in every dimension that
+    changed, so a third size of either takes the dynamic variant."""
+    w, heads = torch.randn(32, 32), make_heads()
+    f = torchneuron_jit.jit(heads)
+    x = torch.randn(3, 7, 32)
+    torch.testing.assert_close(f(x, w), heads(x, w))  # traced; its build runs
+    y = torch.randn(4, 9, 32)
+    torch.testing.assert_close(f(y, w), heads(y, w))  # untraced: its batch of 4 is noted
+    assert _jit.wait(60)
+    z = torch.randn(3, 11, 32)
+    torch.testing.assert_close(f(z, w), heads(z, w))  # traced: dynamic in batch and length
+    assert _jit.wait(60)
+    before = traces()
+    u = torch.randn(5, 13, 32)
+    torch.testing.assert_close(f(u, w), heads(u, w))
+    assert traces() == before
