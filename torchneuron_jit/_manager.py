@@ -79,7 +79,10 @@ def miss(jf, words):
     key = _subject(words)
     s.misses[key] += 1
     s.first_miss.setdefault(key, calls)
-    change = words.rsplit(": ", 1)[-1] if " → " in words else words
+    if " → " in words:
+        change = words.rsplit(": ", 1)[-1]
+    else:  # "sizes: x.size(1) >= 2 fails (x.size(1) is 1)": what the values were
+        change = words.rsplit(" (", 1)[1].rstrip(")") if words.endswith(")") and " (" in words else words
     s.changes.setdefault(key, collections.deque(maxlen=8)).append(change)
     s.events.append((calls, "miss", words))
     limit = config.storm_misses
