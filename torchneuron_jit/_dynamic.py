@@ -138,16 +138,15 @@ def _mutates(gm):
     return False
 
 
-def retrace(trace, dims, real_inputs, scalars, functional, run_untraced, decompositions=None):
+def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None):
     """The trace of trace.fn on its arguments again with the dimensions dims
-    ({slot: dimensions}) symbolic. real_inputs are the external tensors of
-    the real trace (their identities are matched), scalars the values it
+    ({slot: dimensions}) symbolic. scalars are the values the real trace
     read out of tensors, in order; functional(gm, inputs)
     makes the graph functional (_jit._functional) and runs inside the fake
     mode, where the graph writes an operand (decompositions: the back end's
     table, applied while tracing); run_untraced(f, *args) runs f with jitted functions as plain
     Python. Raises Static with the reason when the trace cannot be made so."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
@@ -204,7 +203,6 @@ def retrace(trace, dims, real_inputs, scalars, functional, run_untraced, decompo
         raise Static(f"the symbolic trace failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") \
             from None
     # tensors of the real trace that the code reached (parameters, buffers, globals): inputs
-    real = {id(t): t for t in real_inputs}
     inputs = list(fakes)
     graph = gm.graph
     last = [n for n in graph.nodes if n.op == "placeholder"][-1]
@@ -212,8 +210,10 @@ def retrace(trace, dims, real_inputs, scalars, functional, run_untraced, decompo
         if node.op != "get_attr":
             continue
         t = getattr(gm, node.target)
-        if id(t) not in real:
-            continue  # made by the traced code (torch.tensor(...)): the graph's constant
+        if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor):
+            raise Static(f"the symbolic graph holds a {type(t).__name__} constant")
+        # a tensor of the real trace (a parameter, a global), or one the traced code made
+        # (torch.tensor(...)): an input either way, loaded by the guards, as the static graph's are
         with graph.inserting_after(last):
             last = graph.placeholder(f"ext{len(inputs)}")
         with mode:
@@ -221,7 +221,7 @@ def retrace(trace, dims, real_inputs, scalars, functional, run_untraced, decompo
         node.replace_all_uses_with(last)
         graph.erase_node(node)
         inputs.append(last.meta["val"])
-        slots.append(trace.tensor_slot.get(id(t), t))
+        slots.append(trace.tensor_slot.get(id(t), t))  # a tensor: the caller gives it a slot
         examples.append(t)
     gm.recompile()
     try:

@@ -1017,7 +1017,9 @@ class _Build:
         if sym is not None:
             spec = _dynamic.spec_of(trace, sym)
             captured = {id(t): s for t, s in zip(inputs, slots)}
-            slots = [s if isinstance(s, int) else captured[id(s)] for s in sym.slots]
+            # tensors the symbolic run made itself (torch.tensor(...) in the code): constants by value
+            slots = [s if isinstance(s, int) else captured[id(s)] if id(s) in captured else
+                     spec.add(("const", s), "a tensor the traced code made", ("value", s)) for s in sym.slots]
             with torch.no_grad():
                 compiled = backend.compile_inference(sym.fgm, sym.examples)
             _C.stat_add("dynamic_traces")
@@ -1263,7 +1265,7 @@ class _Tracer:
             try:
                 with torch.no_grad() if not torch.is_grad_enabled() else contextlib.nullcontext():
                     from .backend import decompositions
-                    sym = _dynamic.retrace(trace, dims, inputs, [value for _, value in checks],
+                    sym = _dynamic.retrace(trace, dims, [value for _, value in checks],
                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
                                            decompositions())
                 _manager.decided(jf, f"{names} took {config.dynamic_after} or more sizes; dynamic now",

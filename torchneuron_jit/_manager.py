@@ -25,6 +25,7 @@ decisions; as text, and as HTML in a notebook.
 import collections
 import dis
 import html
+import re
 import types
 
 from . import _C, _log, config
@@ -39,6 +40,7 @@ class Site:
         self.where = where
         self.misses = collections.Counter()    # guard (in words) -> misses it caused
         self.changes = {}                       # guard -> its last changes ("128 → 130")
+        self.distinct = {}                      # guard -> the different changes it saw (a storm needs many)
         self.first_miss = {}                    # guard -> call number of its first miss
         self.events = collections.deque(maxlen=_HISTORY)  # (call number, kind, words)
         self.decisions = []                     # (call number, words)
@@ -83,14 +85,25 @@ def miss(jf, words):
         change = words.rsplit(": ", 1)[-1]
     else:  # "sizes: x.size(1) >= 2 fails (x.size(1) is 1)": what the values were
         change = words.rsplit(" (", 1)[1].rstrip(")") if words.endswith(")") and " (" in words else words
-    s.changes.setdefault(key, collections.deque(maxlen=8)).append(change)
+    _note_change(s, key, change)
     s.events.append((calls, "miss", words))
     limit = config.storm_misses
-    if limit > 0 and s.misses[key] >= limit and key not in s.warned:
+    if limit > 0 and len(s.distinct[key]) >= limit and key not in s.warned:
         s.warned.add(key)
         text = storm_words(jf, s, key)
         s.decisions.append((calls, text))
         _log.warn_once(text, stacklevel=4)
+
+
+def _note_change(s, key, change):
+    """Notes a miss's change for guard key: the last ones, and how many
+    differ. A storm is a guard that keeps seeing new values, not one change
+    met many times (one size change seen by each of twelve layers whose
+    frames share a code object, in the Dynamo door)."""
+    s.changes.setdefault(key, collections.deque(maxlen=8)).append(change)
+    seen = s.distinct.setdefault(key, set())
+    if len(seen) < 64:
+        seen.add(change)
 
 
 def storm_words(jf, s, key):
@@ -324,7 +337,6 @@ def _dynamo_subject(reason):
     """The guard a Dynamo recompile reason names, without values: "tensor
     'x' size mismatch at index 1. expected 73, actual 128" -> "tensor 'x'
     size at index 1"; "G['STEP'] == 3" -> "G['STEP']"."""
-    reason = reason.split(": ", 1)[1] if reason[:1].isdigit() and ": " in reason else reason
     if " mismatch at index " in reason:
         head, rest = reason.split(" mismatch at index ", 1)
         return f"{_dynamo_name(head.replace(' size', '').replace(' stride', ''))} dim {rest.split('.')[0]}"
@@ -336,7 +348,6 @@ def _dynamo_subject(reason):
 
 def _dynamo_name(source):
     """Dynamo's source in the user's words: G['STEP'] -> global STEP, L['self'].scale -> self.scale."""
-    import re
     source = re.sub(r"^G\['([^']+)'\]", r"global \1", source)
     return re.sub(r"L\['([^']+)'\]", r"\1", source)
 
@@ -347,15 +358,16 @@ def dynamo_recompile(code, reasons):
     them, in the words the jit door uses."""
     if not reasons:
         return
-    reasons = [r.splitlines()[0].split("  #")[0].strip() for r in reasons]  # the guard, without Dynamo's comment
+    # the guard, without Dynamo's comment and its "frame/entry:" prefix
+    reasons = [re.sub(r"^\d+/\d+: ", "", r.splitlines()[0].split("  #")[0].strip()) for r in reasons]
     s = _dynamo_sites.get(code)
     if s is None:
         s = _dynamo_sites[code] = Site(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
     key = _dynamo_subject(reasons[0])
     s.misses[key] += 1
-    s.changes.setdefault(key, collections.deque(maxlen=8)).append(reasons[0])
+    _note_change(s, key, reasons[0])
     limit = config.storm_misses
-    if limit <= 0 or s.misses[key] < limit or key in s.warned:
+    if limit <= 0 or len(s.distinct[key]) < limit or key in s.warned:
         return
     s.warned.add(key)
     n, last = s.misses[key], s.changes[key][-1]
