@@ -25,6 +25,7 @@ Sizes 0 and 1 stay specialised (the ShapeEnv's rule; a dimension of size 1
 broadcasts): a call whose changing dimension is 0 or 1 gets a static
 variant, and the dynamic variant guards ``s >= 2``.
 """
+import inspect
 import weakref
 
 import sympy
@@ -86,10 +87,10 @@ def frame_call(fn, local_args):
     kw = {name: v for name, v in zip(code.co_varnames[n:n + code.co_kwonlyargcount],
                                       local_args[n:n + code.co_kwonlyargcount])}
     k = n + code.co_kwonlyargcount
-    if code.co_flags & 0x04:  # CO_VARARGS
+    if code.co_flags & inspect.CO_VARARGS:
         pos.extend(local_args[k])
         k += 1
-    if code.co_flags & 0x08:  # CO_VARKEYWORDS
+    if code.co_flags & inspect.CO_VARKEYWORDS:
         kw.update(local_args[k])
     return fn(*pos, **kw)
 
@@ -141,10 +142,10 @@ def _mutates(gm):
 def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None):
     """The trace of trace.fn on its arguments again with the dimensions dims
     ({slot: dimensions}) symbolic. scalars are the values the real trace
-    read out of tensors, in order; functional(gm, inputs)
-    makes the graph functional (_jit._functional) and runs inside the fake
-    mode, where the graph writes an operand (decompositions: the back end's
-    table, applied while tracing); run_untraced(f, *args) runs f with jitted functions as plain
+    read out of tensors, in order; decompositions is the back end's table,
+    applied while tracing; functional(gm, inputs) makes the graph functional
+    (_jit._functional), inside the fake mode, where the graph writes an
+    operand; run_untraced(f, *args) runs f with jitted functions as plain
     Python. Raises Static with the reason when the trace cannot be made so."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx

@@ -986,7 +986,7 @@ class _Build:
         None when what the trace read changed before the build was done (a
         symbolic trace runs the function again: it must have seen the state
         the guards describe)."""
-        trace = self.trace
+        trace, jf = self.trace, _jf_of(self.trace)
         try:
             with _compile_lock, torch.set_grad_enabled(trace.state["grad mode"]):
                 entry, record = self._compile()
@@ -995,13 +995,13 @@ class _Build:
                     words = (f"what the trace read changed while its variant was built "
                              f"({explain(entry[0], trace.call_args, failed)}); it is dropped")
                     _log.event("recompiles", f"{_where(trace.fn)}: {words} (the next call traces again)")
-                    if _jf_of(trace) is not None:
-                        _manager.traced(_jf_of(trace), False, words)
+                    if jf is not None:
+                        _manager.traced(jf, False, words)
                     return None
                 if _records_on():
                     entry[2].record = record()
-                if _jf_of(trace) is not None:
-                    _manager.traced(_jf_of(trace), True, "compiled")
+                if jf is not None:
+                    _manager.traced(jf, True, "compiled")
                 return (entry[0], entry[1], entry[2].direct())
         except _NotCompilable as exc:
             return _eager_entry(trace, trace.spec, str(exc))
@@ -1043,26 +1043,26 @@ class _Builds:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.pending = None       # (build, weak JitFunction) in flight
+        self.pending = None       # the _Build in flight
         self.idle = threading.Event()
         self.idle.set()
 
     def busy(self):
         return not self.idle.is_set()
 
-    def submit(self, build, jf):
+    def submit(self, build):
         with self.lock:
             self.idle.clear()
-            self.pending = (build, weakref.ref(jf))
+            self.pending = build
         threading.Thread(target=self._run, name="torchneuron_jit build", daemon=True).start()
 
     def _run(self):
-        build, jf_ref = self.pending
+        build = self.pending
         t0 = time.perf_counter()
         try:
             entry = build.finish()
-            jf = jf_ref()
             trace = build.trace
+            jf = _jf_of(trace)
             if jf is None:
                 return
             jf.publish(trace.spec, entry)  # None: dropped, the next call traces again
@@ -1207,11 +1207,10 @@ class _Tracer:
             return _eager_entry(trace, spec, str(exc))
         except Exception as exc:  # any failure of ours: this variant runs eagerly
             return _eager_entry(trace, spec, f"compiling the trace failed ({type(exc).__name__}: {exc})")
-        jf = trace.jf() if trace.jf is not None else None
-        if config.compile_blocking or jf is None or trace.state.get("CPU autocast"):
+        if config.compile_blocking or _jf_of(trace) is None or trace.state.get("CPU autocast"):
             return build.finish()  # None: no entry (the next call traces again)
         # the call's own result is eager's; the variant runs eagerly until its build is published
-        _builds.submit(build, jf)
+        _builds.submit(build)
         return (spec, (), None)
 
     def _prepare(self, trace, result):
@@ -1263,11 +1262,10 @@ class _Tracer:
             reason = "its result holds an argument, a view of one or a value that is not a computed tensor"
         else:
             try:
-                with torch.no_grad() if not torch.is_grad_enabled() else contextlib.nullcontext():
-                    from .backend import decompositions
-                    sym = _dynamic.retrace(trace, dims, [value for _, value in checks],
-                                           lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
-                                           decompositions())
+                from .backend import decompositions
+                sym = _dynamic.retrace(trace, dims, [value for _, value in checks],
+                                       lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
+                                       decompositions())
                 _manager.decided(jf, f"{names} took {config.dynamic_after} or more sizes; dynamic now",
                                  [(trace.spec.names[slot], d) for slot, ds in dims.items() for d in ds])
                 return sym

@@ -380,18 +380,20 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
     ok = attr_is(v, s_is_cpu, Py_True);
   if (ok == 1)
     ok = attr_is(v, s_requires_grad, g->gi_obj2);
-  int64_t small[16], *sizes = g->gi_n <= 8 ? small : PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n));
-  if (!sizes) {
+  /* row-major strides (a dynamic size) are computed from the sizes read; exact ones are compared as held */
+  int64_t small[16], *sizes = NULL;
+  if (ok == 1 && g->gi_dense &&
+      !(sizes = g->gi_n <= 8 ? small : PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n)))) {
     PyErr_NoMemory();
     return -1;
   }
   if (ok == 1)
     ok = attr_ints(v, s_shape, 0, g->gi_ints, g->gi_n, sizes);
-  if (ok == 1 && g->gi_dense)
+  if (ok == 1 && sizes)
     dense_strides(sizes, g->gi_n, sizes + g->gi_n);
   if (ok == 1)
-    ok = attr_ints(v, s_stride, 1, g->gi_dense ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n, NULL);
-  if (sizes != small)
+    ok = attr_ints(v, s_stride, 1, sizes ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n, NULL);
+  if (sizes && sizes != small)
     PyMem_Free(sizes);
   /* an object that is no tensor fails the guard; other errors are real */
   if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
