@@ -34,7 +34,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
-from ._spec import dense_strides
+from ._spec import ADD, AND, CONST, DIM, EQ, FLOORDIV, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
 
@@ -242,9 +242,6 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
 
 
 # -- guards on sizes ---------------------------------------------------------------
-
-CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG = range(16)
-
 
 def size_guards(env, sources, names):
     """The ShapeEnv's guards and each symbol's range as [(program, words)]:

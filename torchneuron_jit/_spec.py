@@ -66,13 +66,17 @@ def dense_strides(sizes):
     return tuple(reversed(out))
 
 
+# the opcodes of a "sizes" guard program (csrc/guards/guards.h)
+CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG = range(16)
+
+
 def size_dims(prog):
     """The (slot, dimension) pairs a "sizes" program reads, in order."""
     out, k = [], 0
     while k < len(prog):
-        if prog[k] == 0:  # CONST c
+        if prog[k] == CONST:  # CONST c
             k += 2
-        elif prog[k] == 1:  # DIM slot d
+        elif prog[k] == DIM:  # DIM slot d
             out.append((prog[k + 1], prog[k + 2]))
             k += 3
         else:
