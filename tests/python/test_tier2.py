@@ -98,7 +98,9 @@ SPECIAL = torch.tensor([0.0, -0.0, 1.0, -1.0, inf, -inf, nan, 1e-30, -1e30, 88.0
     ("tanh", torch.tanh), ("exp_log", lambda x: torch.exp(x) + torch.log(x)), ("sqrt_rsqrt", lambda x: x.sqrt() * x.rsqrt()),
     ("max_min", lambda x: torch.maximum(x, x * 0.5) + torch.minimum(x, 1 - x)),
     ("clamp", lambda x: x.clamp(-2, 2) * 2), ("where", lambda x: torch.where(x > 0, x, x * 0.1) + 1),
-    ("pow", lambda x: torch.pow(x.abs(), 1.7) + x), ("round_sign", lambda x: torch.round(x) + torch.sign(x) * 2),
+    ("pow", lambda x: torch.pow(x.abs(), 1.7) + x),
+    ("pow_special", lambda x: torch.pow(x, 3) - torch.pow(x, -2) + torch.pow(x, 0.5) * torch.pow(x, -1)),
+    ("round_sign", lambda x: torch.round(x) + torch.sign(x) * 2),
     ("div_reciprocal", lambda x: 1 / (x + 2) + torch.reciprocal(x)),
 ])
 def test_special_values_follow_eager(name, f):
