@@ -116,7 +116,7 @@ def flags():
     march = target()
     return ((["-march=" + march] if march else [])
             + ["-O3", "-fPIC", "-shared", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off",
-               "-fno-semantic-interposition", "-w"])
+               "-fno-semantic-interposition", "-fno-thread-jumps", "-w"])
 
 
 def key(source, cc=None):
