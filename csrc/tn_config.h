@@ -46,6 +46,10 @@
     "Run float32 linear layers that stay in PyTorch through oneDNN, with the op after each (a separate " \
     "bias add, relu, gelu or a residual add) in the same call, wherever a measurement when the graph is " \
     "lowered finds that faster than aten.linear; the choices are cached with the graph.") \
+  _(conv_channels_last, TN_CFG_BOOL, 1, NULL, \
+    "Run the 2-d convolutions of a graph, and the ops between them, on channels-last (NHWC) tensors, as " \
+    "oneDNN's fastest kernels and max pooling want them (inputs converted once, results given back in " \
+    "eager's strides). The values differ from eager's NCHW convolution by rounding only.") \
   _(onednn_packed_weights, TN_CFG_BOOL, 0, NULL, \
     "With onednn_linear, also time oneDNN on a copy of each weight packed into its blocked layout, made on " \
     "first use and again when the weight is another tensor or its version counter moved (in-place updates, " \

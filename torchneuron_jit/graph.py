@@ -176,6 +176,8 @@ class _Importer:
             if elem in ("IntType", "SymIntType"):
                 items = value if isinstance(value, (list, tuple)) else [value]
                 return (_C.ARG_INT_LIST, [self.sint(v, where) for v in items])
+            if isinstance(value, (list, tuple)) and not value:
+                return (_C.ARG_INT_LIST, [])  # empty: the same argument whatever its elements' type (Scalar?[])
             raise Unsupported(f"{where}: list of {elem} arguments are not supported")
         if kind in ("IntType", "SymIntType", "NumberType", "FloatType", "SymFloatType", "BoolType", "SymBoolType"):
             if isinstance(value, torch.fx.Node) and not isinstance(value.meta.get("val"), torch.Tensor):

@@ -1,0 +1,97 @@
+"""2-d convolutions run channels-last (backend._channels_last_convs,
+config.conv_channels_last): the values are eager's up to rounding, every
+result has eager's strides, and a graph the layout cannot go through is
+left as it was."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron_jit
+from torchneuron_jit import config
+
+
+pytestmark = pytest.mark.usefixtures("fresh_backend")
+
+
+class CNN(torch.nn.Module):
+    """SmallCNN of the benchmarks, returning its feature map too."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.fc = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        a = F.max_pool2d(F.relu(self.c1(x)), 2)
+        b = F.relu(self.c2(a))
+        return self.fc(F.adaptive_avg_pool2d(b, 1).flatten(1)), a * 2
+
+
+def _doors(model):
+    return {"jit": torchneuron_jit.jit(model), "neuron": torch.compile(model, backend="neuron", dynamic=False)}
+
+
+def _pytorch_ops():
+    return torchneuron_jit.stats()["fallback_ops"]
+
+
+@pytest.mark.parametrize("door", ["jit", "neuron"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_convs_run_channels_last_with_eagers_values_and_strides(door, batch):
+    torch.manual_seed(0)
+    model = CNN().eval()
+    x = torch.randn(batch, 3, 20, 24)
+    with torch.no_grad():
+        want = model(x)
+        f = _doors(model)[door]
+        for _ in range(2):
+            got = f(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+        assert g.stride() == w.stride()
+    ops = _pytorch_ops()
+    assert ops.get("mkldnn::_convolution_pointwise", {}).get("no lowering") == 2, ops  # relu as the post-op
+    assert "aten::clone" in ops, ops  # the input converted once, the second conv's is NHWC already
+    assert "aten::relu" not in ops, ops
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+def test_off_leaves_convs_nchw():
+    torch.manual_seed(0)
+    model = CNN().eval()
+    x = torch.randn(2, 3, 20, 24)
+    with config.patch(conv_channels_last=False), torch.no_grad():
+        got = torch.compile(model, backend="neuron", dynamic=False)(x)
+    torch.testing.assert_close(got, model(x))
+    ops = _pytorch_ops()
+    assert "mkldnn::_convolution_pointwise" not in ops and "aten::convolution" in ops, ops
+
+
+def test_a_view_the_layout_breaks_keeps_the_graph_nchw():
+    """x.view(n, -1) of a conv's (n, c, h, w) result is a view only of NCHW
+    memory: the layout would make it fail, so the graph stays as it was."""
+    conv = torch.nn.Conv2d(3, 8, 3).eval()
+    f = lambda x: conv(x).view(x.shape[0], -1) * 2  # noqa: E731
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        got = torch.compile(f, backend="neuron", dynamic=False)(x)
+        torch.testing.assert_close(got, f(x))
+    ops = _pytorch_ops()
+    assert "aten::clone" not in ops and "aten::convolution" in ops, ops
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+def test_a_channels_last_input_and_grouped_convs():
+    """An input that is channels-last already is not copied; a depthwise
+    conv and a 1x1 conv after it; the 4-d result keeps eager's strides
+    (channels-last too, as eager's conv gives for such an input)."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.SiLU(),
+                                torch.nn.Conv2d(8, 4, 1)).eval()
+    for x in (torch.randn(2, 8, 10, 10).contiguous(memory_format=torch.channels_last), torch.randn(2, 8, 10, 10)):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            got = torch.compile(model, backend="neuron", dynamic=False)(x)
+            want = model(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
