@@ -1,6 +1,6 @@
 """argmax / argmin kernels (csrc/lowering/fuse.c argreduce_lowerable,
 codegen.c cg_argreduce, runtime.c tn_rt_argreduce_*): over the last dim or
-every dim, with the default settings (row_fusion off), compared with eager
+every dim, with the default settings, compared with eager
 exactly: the same index, dtype int64, shape (keepdim) and errors.
 
 Each test also checks that the op ran in a generated kernel (the compile log
