@@ -38,6 +38,11 @@
     "tier 2 can run (compile_tier2 not off and a C compiler found); tier 1's row kernels are 2-4x slower than " \
     "eager's. At tier 2 the suite's pointwise block gained 1.28-1.20x -> 1.61-1.27x eager, LLaMA and the T5 " \
     "encoder 4-5%, the others within noise; rows of 64 run at 0.75-0.9x eager's. True/False set on/off.") \
+  _(row_fusion_min_row, TN_CFG_INT, 256, NULL, \
+    "With row_fusion auto, the fewest elements a row must be known to have for its reduction to be fused " \
+    "(on: every row). Shorter rows go one at a time through tier 2's passes and measured slower than " \
+    "eager's kernels: the attention softmax over rows of 128 at batch 8 cost the zoo's eager-attention " \
+    "rows 7%, rows of 64 ran at 0.75-0.9x; rows of 256 measured even and longer ones faster.") \
   _(gemm_fusion, TN_CFG_CHOICE, 2, "auto|on|off", \
     "Run float32 mm/addmm/bmm/baddbmm through torch's own BLAS sgemm with their pointwise epilogue (bias, " \
     "activation, residual) fused into one kernel. auto: where tier 2 can run. Off by default: measured no " \

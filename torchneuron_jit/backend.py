@@ -113,6 +113,12 @@ def _row_fusion():
     return _fusion_on(config.row_fusion)
 
 
+def _row_fusion_min_row():
+    """The shortest rows row fusion takes: config.row_fusion_min_row under
+    auto, every row when it is on."""
+    return max(0, config.row_fusion_min_row) if config.row_fusion == "auto" else 0
+
+
 def _gemm_fusion():
     return _fusion_on(config.gemm_fusion) and _gemm_available()
 
@@ -136,7 +142,7 @@ def _key_context():
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
-            f"row_fusion {_row_fusion()}; gemm {_gemm_fusion()}; "
+            f"row_fusion {_row_fusion()} from {_row_fusion_min_row()}; gemm {_gemm_fusion()}; "
             f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
             f"conv_channels_last {bool(config.conv_channels_last)}; "
             f"cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
@@ -177,7 +183,7 @@ class _Artifact:
         else:
             _C.stat_add("cache_misses")
             groups = _C.fuse(_C.decode_graph(g.encode()), rows=_row_fusion(), gemm=_gemm_fusion(),
-                             linear_act=_onednn_linear())
+                             linear_act=_onednn_linear(), min_row=_row_fusion_min_row())
             self.artifact = {"format": ARTIFACT_FORMAT, "groups": groups, "onednn": None}
             self.seconds = time.perf_counter() - t0
         order, value_of = self.order, {canon: v for v, canon in enumerate(vmap)}

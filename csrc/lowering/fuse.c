@@ -550,6 +550,25 @@ static int row_reducible(const tn_graph *g, const tn_node *n, int *k)
   }
 }
 
+/* Whether the rows n reduces (its input's k trailing dims) are known to
+** hold at least min_row elements (0: any rows; a symbolic size is not
+** known). */
+static int row_long_enough(const tn_graph *g, const tn_node *n, int k, int64_t min_row)
+{
+  const tn_meta *x = &tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta;
+  int64_t len = 1;
+  if (min_row <= 0)
+    return 1;
+  for (int d = x->me_rank - k; d < x->me_rank; d++) {
+    if (x->me_sizes[d].si_sym >= 0)
+      return 0;
+    len *= x->me_sizes[d].si_val;
+    if (len >= min_row)
+      return 1;
+  }
+  return len >= min_row;
+}
+
 /* Whether n is an argmax or argmin a kernel of its own computes (eager's
 ** is several times slower than its max): over the last dim, or all dims
 ** (dim None), of an input of rank >= 1 of a dtype we compute, not bool.
@@ -1568,7 +1587,7 @@ static int find_donors(fuse_state *s, int32_t k, tn_fgroup *grp)
   return TN_OK;
 }
 
-int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
+int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out)
 {
   uint32_t nn = tn_graph_num_nodes(g), nv = tn_graph_num_values(g);
   int rc = TN_OK;
@@ -1618,7 +1637,8 @@ int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out)
   }
   for (uint32_t i = 0; (flags & TN_FUSE_ROWS) && i < nn; i++) {
     int k;
-    if (s.fs_group_of[i] < 0 && row_reducible(g, tn_graph_node(g, (int32_t)i), &k))
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    if (s.fs_group_of[i] < 0 && row_reducible(g, n, &k) && row_long_enough(g, n, k, min_row))
       form_row_group(&s, i, k);
   }
 

@@ -146,9 +146,10 @@ int tn_fuse_contiguous(const tn_meta *m);
 #define TN_FUSE_LINEAR_ACT 4 /* leave the relu / gelu that alone reads a float32 aten.linear (TN_OP_linear,
                               ** not lowered) out of groups: oneDNN takes it into the GEMM (torchneuron_jit/gemm.py) */
 
-/* Finds the pointwise groups of g and, with TN_FUSE_ROWS, its row groups. The result lives in a mimalloc heap of
-** its own, which belongs to the calling thread. TN_ENOMEM. */
-int tn_fuse_graph(const tn_graph *g, int flags, tn_fusion **out);
+/* Finds the pointwise groups of g and, with TN_FUSE_ROWS, its row groups: those whose rows are known to hold
+** min_row elements or more (0: all; shorter rows stay with eager's kernels). The result lives in a mimalloc heap
+** of its own, which belongs to the calling thread. TN_ENOMEM. */
+int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out);
 
 uint32_t tn_fusion_count(const tn_fusion *f);
 const tn_fgroup *tn_fusion_group(const tn_fusion *f, uint32_t i);

@@ -85,7 +85,7 @@ START_TEST(test_groups_and_outputs)
   int32_t a, c;
   tn_graph *g = sample(&a, &c);
   tn_fusion *f;
-  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1); /* relu alone is left to eager */
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   /* mul, add, exp and c = a - 1, which reads only the group: it runs early */
@@ -106,7 +106,7 @@ START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
   tn_fusion *f;
   tn_tcc_unit *u;
   init_tcc();
-  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
   kfn fn = compile_group(tn_fusion_group(f, 0), &u);
   /* x is a transposed view: element (i, j) at x[j * 4 + i]; y broadcasts */
   float x[20], y[5], out_a[20], out_c[20];
@@ -141,7 +141,7 @@ START_TEST(test_kernel_tiles_and_rows)
   tn_fusion *f;
   tn_tcc_unit *u;
   init_tcc();
-  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
   kfn fn = compile_group(tn_fusion_group(f, 0), &u);
   for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
     int64_t no = shapes[t][0], nr = shapes[t][1], ni = shapes[t][2], n = no * nr * ni;
@@ -300,10 +300,10 @@ START_TEST(test_row_kernels)
   int32_t outs[2] = {sm, m};
   ck_assert_int_eq(tn_graph_set_outputs(g, outs, 2), TN_OK);
 
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 0); /* without TN_FUSE_ROWS: nothing (the multiply alone is dropped) */
   tn_fusion_free(f);
-  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 2);
   const tn_fgroup *gs = tn_fusion_group(f, 0), *gm = tn_fusion_group(f, 1);
   ck_assert_uint_eq(gs->fg_nnodes, 2);
@@ -1306,7 +1306,7 @@ START_TEST(test_compare_where_cast_kernel)
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_to_copy, NULL, ac, 7, &im, 1, &o), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &o, 1), TN_OK);
 
-  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   ck_assert_uint_eq(grp->fg_nnodes, 3);
@@ -1401,7 +1401,7 @@ START_TEST(test_gather_embedding_group)
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, aa, 3, &mo, 1, &a), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &a, 1), TN_OK);
 
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   ck_assert_uint_eq(grp->fg_nnodes, 3);
@@ -1475,7 +1475,7 @@ START_TEST(test_element_gather_group)
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Scalar, NULL, aa, 3, &mo, 1, &a), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &a, 1), TN_OK);
 
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   ck_assert_uint_eq(grp->fg_nnodes, 3);
@@ -1533,7 +1533,7 @@ START_TEST(test_gather_table_not_computed_in_group)
     ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, aa, 3, &mx, 1, &uu), TN_OK);
     ck_assert_int_eq(tn_graph_set_outputs(g, &uu, 1), TN_OK);
 
-    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
     int gt = group_of_node(f, node_of(g, t)), gs = group_of_node(f, node_of(g, s));
     ck_assert_msg(gt < 0 || gt != gs, "variant %d: t and its gather s in group %d", variant, gt);
     for (uint32_t k = 0; k < tn_fusion_count(f); k++) {
@@ -1581,7 +1581,7 @@ START_TEST(test_cycle_rule)
   tn_arg an[1] = {T(c)};
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_neg, NULL, an, 1, &f2, 1, &d), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &d, 1), TN_OK);
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   int ga = group_of_node(f, node_of(g, a)), gc = group_of_node(f, node_of(g, c));
   ck_assert_msg(ga < 0 || ga != gc, "a and c (which reads cumsum(a)) in group %d", ga);
   ck_assert_int_eq(group_of_node(f, node_of(g, b)), -1);
@@ -1600,7 +1600,7 @@ START_TEST(test_cycle_rule)
   tn_arg ar[3] = {T(p), T(q), I(1)};
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, ar, 3, &f2, 1, &r), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &r, 1), TN_OK);
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   int gp = group_of_node(f, node_of(g, p)), gr = group_of_node(f, node_of(g, r));
   ck_assert_msg(gp >= 0 && gp == gr, "p in group %d, r in group %d: want one group", gp, gr);
   const tn_fgroup *grp = tn_fusion_group(f, (uint32_t)gp);
@@ -1638,7 +1638,7 @@ START_TEST(test_donor_is_the_input_at_its_last_use)
     ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, ad, 2, &f2, 1, &d), TN_OK);
     int32_t outs[2] = {d, a};
     ck_assert_int_eq(tn_graph_set_outputs(g, outs, escape ? 2 : 1), TN_OK);
-    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
     int g1 = group_of_node(f, node_of(g, a)), g2 = group_of_node(f, node_of(g, d));
     ck_assert_msg(g1 >= 0 && g2 >= 0 && g1 != g2, "groups %d and %d", g1, g2);
     const tn_fgroup *first = tn_fusion_group(f, (uint32_t)g1), *second = tn_fusion_group(f, (uint32_t)g2);
@@ -1690,7 +1690,7 @@ START_TEST(test_cat_slots)
     tn_arg ac[2] = {{TN_ARG_TENSOR_LIST, twice ? 5 : 4, {.ar_refs = parts}}, I(1)};
     ck_assert_int_eq(tn_graph_add_node(g, TN_OP_cat, NULL, ac, 2, twice ? &fd : &fc, 1, &c), TN_OK);
     ck_assert_int_eq(tn_graph_set_outputs(g, &c, 1), TN_OK);
-    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
     int ga = group_of_node(f, node_of(g, a)), gb = group_of_node(f, node_of(g, b));
     ck_assert_int_ge(gb, 0);
     const tn_fgroup *bg = tn_fusion_group(f, (uint32_t)gb);
@@ -1740,7 +1740,7 @@ START_TEST(test_permuted_output)
     tn_arg ab[3] = {T(a), F(1.0), I(1)};
     ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Scalar, NULL, ab, 3, m, 1, &b), TN_OK);
     ck_assert_int_eq(tn_graph_set_outputs(g, &b, 1), TN_OK);
-    ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+    ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
     if (!dense) {
       ck_assert_uint_eq(tn_fusion_count(f), 0);
     } else {
@@ -1797,7 +1797,7 @@ START_TEST(test_mixed_dtype_group)
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_to_copy, NULL, ac, 7, &mo, 1, &o), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &o, 1), TN_OK);
 
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   const tn_fgroup *grp = tn_fusion_group(f, 0);
   ck_assert_uint_eq(grp->fg_nnodes, 3);

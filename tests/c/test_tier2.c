@@ -57,7 +57,7 @@ START_TEST(test_softmax_rows)
   tn_arg as[3] = {T(y), {TN_ARG_INT, 0, {.ar_int = -1}}, {TN_ARG_BOOL, 0, {.ar_int = 0}}};
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_softmax, NULL, as, 3, &f2, 1, &sm), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &sm, 1), TN_OK);
-  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   kfn2 fn = build(tn_fusion_group(f, 0), &o);
 
@@ -127,7 +127,7 @@ START_TEST(test_pointwise_tail_and_broadcast)
   tn_arg ae[1] = {T(s)};
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_exp, NULL, ae, 1, &f1, 1, &e), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &e, 1), TN_OK);
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   kfn2 fn = build(tn_fusion_group(f, 0), &o);
   for (int64_t n = 1; n <= 70; n += 3) {
@@ -165,7 +165,7 @@ START_TEST(test_groups_tier_2_does_not_write)
   tn_arg an[1] = {T(m)};
   ck_assert_int_eq(tn_graph_add_node(g, TN_OP_neg, NULL, an, 1, &i1, 1, &n), TN_OK);
   ck_assert_int_eq(tn_graph_set_outputs(g, &n, 1), TN_OK);
-  ck_assert_int_eq(tn_fuse_graph(g, 0, &f), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
   ck_assert_uint_eq(tn_fusion_count(f), 1);
   ck_assert_int_eq(tn_codegen_tier2(tn_fusion_group(f, 0), &src), TN_OK);
   ck_assert_ptr_null(src);

@@ -6,7 +6,7 @@ import pytest
 
 from torchneuron_jit import _C, config
 
-NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion",
+NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion", "row_fusion_min_row",
          "gemm_fusion", "onednn_linear", "conv_channels_last", "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
          "tier2_cc", "jit_cache_limit", "compile_blocking", "dynamic_after", "storm_misses", "trace_backoff",
          "blacklist_after", "jit_trace_records", "cpu_isa", "log"]
@@ -18,6 +18,7 @@ DEFAULTS = {
     "cache_verify": True,
     "kernel_threads": 0,
     "row_fusion": "auto",
+    "row_fusion_min_row": 256,
     "gemm_fusion": "off",
     "onednn_linear": True,
     "conv_channels_last": True,
@@ -37,7 +38,7 @@ DEFAULTS = {
     "log": "",
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
-         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "choice",
+         "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "choice", "row_fusion_min_row": "int",
          "gemm_fusion": "choice", "onednn_linear": "bool", "conv_channels_last": "bool", "onednn_packed_weights": "bool", "compile_tier2": "choice",
          "tier2_after_calls": "int", "tier2_jobs": "int", "tier2_cc": "str",
          "jit_cache_limit": "int", "compile_blocking": "bool", "dynamic_after": "int", "storm_misses": "int",

@@ -320,3 +320,20 @@ def test_tier2_settings_are_in_the_table():
         assert n in names
     with pytest.raises(Exception):
         config.compile_tier2 = "sometimes"
+
+
+@pytest.mark.parametrize("cols,fused", [(128, False), (255, False), (256, True), (1024, True)])
+def test_auto_row_fusion_takes_rows_of_row_fusion_min_row_and_more(cols, fused):
+    """Under row_fusion auto, a softmax over rows shorter than
+    config.row_fusion_min_row (256) stays eager's (tier 2's short rows
+    measured slower); row_fusion on takes every row."""
+    x = torch.randn(8, 4, 16, cols)
+    f = lambda a: torch.softmax(a * 0.125 + 1, -1)  # noqa: E731
+    for setting, want in (("auto", fused), ("on", True)):
+        torch._dynamo.reset()
+        torchneuron_jit.reset_stats()
+        with config.patch(row_fusion=setting):
+            got, expected, _ = run(f, x)
+        torch.testing.assert_close(got, expected)
+        ops = stats()["fallback_ops"]
+        assert ("aten::_softmax" not in ops) == want, (setting, ops)
