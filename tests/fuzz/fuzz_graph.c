@@ -62,11 +62,11 @@ static void check_ids(const int32_t *ids, uint32_t n, uint32_t limit, const char
 }
 
 /* Every group fusion forms on g is well formed, and its kernel compiles. */
-static void check_fusion(tn_graph *g, int flags)
+static void check_fusion(tn_graph *g, int flags, int64_t min_row)
 {
   tn_fusion *f = NULL;
   char err[2048];
-  int rc = tn_fuse_graph(g, flags, &f);
+  int rc = tn_fuse_graph(g, flags, min_row, &f);
   CHECK(rc == TN_OK, "fuse: %s", tn_strerror(rc));
   uint32_t nv = tn_graph_num_values(g), nn = tn_graph_num_nodes(g);
   for (uint32_t i = 0; i < tn_fusion_count(f); i++) {
@@ -121,8 +121,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   const char *text;
   CHECK(tn_graph_dump(g, &text) == TN_OK && text[0], "dump");
 
-  check_fusion(g, 0);
-  check_fusion(g, TN_FUSE_ROWS | TN_FUSE_GEMM | TN_FUSE_LINEAR_ACT);
+  check_fusion(g, 0, 0);
+  check_fusion(g, TN_FUSE_ROWS | TN_FUSE_GEMM | TN_FUSE_LINEAR_ACT, 0);
+  check_fusion(g, TN_FUSE_ROWS, 64); /* the rows row_fusion_min_row leaves out */
   tn_graph_free(g);
   return 0;
 }
