@@ -791,11 +791,12 @@ def _channels_last_convs(gm):
     (otherwise nothing is changed). oneDNN runs a convolution with a
     channels-last input in NHWC throughout: at 8x3x64x64 through two convs
     and a max pool, 1.8x eager's NCHW. Returns how many convs read NHWC."""
+    if not config.conv_channels_last or not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
+        return 0
     graph = gm.graph
     convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default
              and not n.args[6] and _nchw_conv_input(n.args[0])]
-    if not convs or not config.conv_channels_last or not torch.backends.mkldnn.is_available() \
-            or not torch.backends.mkldnn.enabled:
+    if not convs:
         return 0
     old = {n: n.meta.get("val") for n in graph.nodes}
     clones = []
