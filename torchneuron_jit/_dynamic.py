@@ -24,6 +24,17 @@ anyway.
 Sizes 0 and 1 stay specialised (the ShapeEnv's rule; a dimension of size 1
 broadcasts): a call whose changing dimension is 0 or 1 gets a static
 variant, and the dynamic variant guards ``s >= 2``.
+
+An int argument (at any path inside the arguments) that takes
+``config.dynamic_after`` distinct values is made a symbol the same way
+(a SymInt input of the graph, which the plan receives as an int): its
+guard becomes "any int" plus the relations the code needs of it
+(``Eq(Mod(64, heads), 0)``), read by the "sizes" programs' INT opcode.
+0 and 1 stay specialised, and an int the code needs the value of
+(``range(n)``, an index into a Python list) stays static: the ShapeEnv
+pins it, and the reason goes to the recompilation manager. Floats stay
+specialised (as in TorchDynamo by default): a guard program is integer
+arithmetic.
 """
 import inspect
 import weakref
@@ -34,7 +45,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
-from ._spec import ADD, AND, CONST, DIM, EQ, FLOORDIV, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides
+from ._spec import ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
 
@@ -48,11 +59,12 @@ _seen = weakref.WeakKeyDictionary()
 
 
 def observe(trace):
-    """Notes the sizes of the traced call's tensor arguments, and returns
-    {slot: dimensions} of those whose dimension has now taken
-    config.dynamic_after distinct sizes (this call's among them), where this
-    call's size is 2 or more and the tensor is row-major: the dimensions to
-    make symbolic."""
+    """Notes the sizes of the traced call's tensor arguments and the values
+    of its int arguments, and returns {slot: dimensions} of those that have
+    now taken config.dynamic_after distinct values (this call's among
+    them): a tensor's dimensions whose size here is 2 or more, where the
+    tensor is row-major; for an int argument whose value here is not 0 or
+    1, {None}. These are made symbolic."""
     after = config.dynamic_after
     try:
         seen = _seen.setdefault(trace.fn, {})
@@ -61,6 +73,13 @@ def observe(trace):
     spec, out = trace.spec, {}
     for i in range(trace.argument_guards):
         inst = spec[i]
+        if inst[0] == "eq" and type(inst[2]) is int and _argument_path(spec, inst[1]) is not None:
+            values = seen.setdefault((spec.names[i], INT_PLACE, None), set())
+            if len(values) < _MAX_VALUES:
+                values.add(inst[2])
+            if 0 < after <= len(values) and inst[2] not in (0, 1):
+                out[inst[1]] = {None}
+            continue
         if inst[0] != "tensor":
             continue
         _, slot, _, sizes, strides, _ = inst
@@ -71,6 +90,29 @@ def observe(trace):
             if 0 < after <= len(values) and n >= 2 and strides == dense_strides(sizes):
                 out.setdefault(slot, set()).add(d)
     return out
+
+
+INT_PLACE = "int"  # the rank of an int argument's place in the history
+
+
+def _argument_path(spec, slot):
+    """The pytree key path of the value slot loads inside the call's
+    arguments (as a list: argument positions, items, keys), or None when
+    it is not loaded from the arguments (a closure cell, a constant)."""
+    from torch.utils._pytree import MappingKey, SequenceKey
+    path = []
+    while True:
+        inst = spec[slot]
+        if inst[0] == "arg":
+            path.append(SequenceKey(inst[1]))
+            return tuple(reversed(path))
+        if inst[0] == "item":
+            path.append(SequenceKey(inst[2]))
+        elif inst[0] == "key":
+            path.append(MappingKey(inst[2]))
+        else:
+            return None
+        slot = inst[1]
 
 
 def history(fn):
@@ -151,11 +193,35 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
+    from torch._dynamo.source import ConstantSource
+
     env = ShapeEnv(duck_shape=False)  # equal sizes are not assumed equal: the code's own needs are guarded
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
-    leaves, treespec = pytree.tree_flatten(list(trace.call_args))
+    paths, treespec = pytree.tree_flatten_with_path(list(trace.call_args))
+    leaves = [leaf for _, leaf in paths]
+    # int arguments made symbolic: leaf position -> slot
+    ints = {}
+    for slot, want in dims.items():
+        if None in want:
+            path = _argument_path(trace.spec, slot)
+            k = next((k for k, (p, _) in enumerate(paths) if p == path), None)
+            if k is None or type(leaves[k]) is not int:
+                raise Static(f"{trace.spec.names[slot]} is not an int among the arguments")
+            ints[k] = slot
     positions, fakes, slots, examples, sources = [], [], [], [], {}
     for k, leaf in enumerate(leaves):
+        if k in ints:
+            slot = ints[k]
+            sym = env.create_symbol(leaf, ConstantSource(f"int{slot}"), dynamic_dim=DimDynamic.DYNAMIC,
+                                    positive=None)
+            if not isinstance(sym, sympy.Symbol):
+                raise Static(f"{trace.spec.names[slot]} did not become a symbol")
+            sources[sym] = (slot, None)
+            positions.append(k)
+            fakes.append(env.create_symintnode(sym, hint=leaf))
+            slots.append(slot)
+            examples.append(leaf)
+            continue
         if not isinstance(leaf, torch.Tensor):
             continue
         slot = trace.tensor_slot.get(id(leaf))
@@ -236,9 +302,16 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
     except Exception as exc:
         raise Static(f"making the symbolic graph functional failed ({type(exc).__name__}: "
                      f"{str(exc).splitlines()[0][:200]})") from None
-    names = {sym: f"{trace.spec.names[slot]}.size({d})" for sym, (slot, d) in sources.items()}
+    names = {sym: trace.spec.names[slot] if d is None else f"{trace.spec.names[slot]}.size({d})"
+             for sym, (slot, d) in sources.items()}
+    for sym, (slot, d) in sources.items():
+        fixed = env.replacements.get(sym)
+        if d is None and fixed is not None and not fixed.free_symbols:
+            raise Static(f"{names[sym]} is used where Python needs its value (a range(), an index, a branch "
+                         "on it), which makes every value a variant of its own")
     guards = size_guards(env, sources, names)
-    return Symbolic(fgm, slots, examples, checks, writebacks, guards, {slot: sorted(ds) for slot, ds in dims.items()})
+    return Symbolic(fgm, slots, examples, checks, writebacks, guards,
+                    {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()})
 
 
 # -- guards on sizes ---------------------------------------------------------------
@@ -264,10 +337,12 @@ def size_guards(env, sources, names):
 
     from torch.utils._sympy.numbers import int_oo
 
-    for sym in sources:
+    for sym, (_, d) in sources.items():
         r = env.var_to_range.get(sym)
-        lower = int(r.lower) if r is not None and r.lower not in (-int_oo, -sympy.oo) else 2
-        add(sympy.Ge(sym, lower))
+        if r is not None and r.lower not in (-int_oo, -sympy.oo):
+            add(sympy.Ge(sym, int(r.lower)))
+        elif d is not None:  # a size: 0 and 1 stay specialised
+            add(sympy.Ge(sym, 2))
         if r is not None and r.upper not in (int_oo, sympy.oo):
             add(sympy.Le(sym, int(r.upper)))
     for g in env.guards:
@@ -291,7 +366,7 @@ def _emit(e, sources, prog):
         if e not in sources:
             raise Static(f"a guard on sizes names {e}, a size of no argument")
         slot, d = sources[e]
-        prog.extend((DIM, slot, d))
+        prog.extend((INT, slot) if d is None else (DIM, slot, d))
     elif e is sympy.true or e is sympy.false:
         prog.extend((CONST, int(e is sympy.true)))
     elif isinstance(e, sympy.Integer):
@@ -344,7 +419,9 @@ def spec_of(trace, sym):
     spec = type(trace.spec)()
     spec.paths = dict(trace.spec.paths)
     for i, (inst, name) in enumerate(zip(trace.spec, trace.spec.names)):
-        if inst[0] == "tensor" and inst[1] in sym.dims:
+        if inst[0] == "eq" and sym.dims.get(inst[1]) == [None]:  # an int argument: any int, its relations below
+            inst = ("type", inst[1], int)
+        elif inst[0] == "tensor" and inst[1] in sym.dims:
             dims = sym.dims[inst[1]]
             sizes = tuple(None if d in dims else n for d, n in enumerate(inst[3]))
             inst = ("tensor", inst[1], inst[2], sizes, None, inst[5])

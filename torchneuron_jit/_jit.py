@@ -1255,7 +1255,8 @@ class _Tracer:
         if not dims:
             return None
         jf = _jf_of(trace)
-        names = ", ".join(f"{trace.spec.names[slot]} dim {d}" for slot, ds in dims.items() for d in sorted(ds))
+        names = ", ".join(trace.spec.names[slot] if d is None else f"{trace.spec.names[slot]} dim {d}"
+                          for slot, ds in dims.items() for d in ds)
         if trace.side_effects:
             reason = "it calls print or logging (a second run would repeat them)"
         elif any(p[0] != "out" for p in out_plan[1]):
@@ -1266,7 +1267,7 @@ class _Tracer:
                 sym = _dynamic.retrace(trace, dims, [value for _, value in checks],
                                        lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
                                        decompositions())
-                _manager.decided(jf, f"{names} took {config.dynamic_after} or more sizes; dynamic now",
+                _manager.decided(jf, f"{names} took {config.dynamic_after} or more values; dynamic now",
                                  [(trace.spec.names[slot], d) for slot, ds in dims.items() for d in ds])
                 return sym
             except _dynamic.Static as exc:

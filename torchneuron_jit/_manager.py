@@ -112,24 +112,31 @@ def storm_words(jf, s, key):
     span = max(1, jf.calls - s.first_miss[key] + 1)
     often = "on every call" if n >= 0.8 * span else f"{n} times in {span} calls"
     seen = ", ".join(list(s.changes[key])[-4:])
-    if ": size[" in key:
-        name, dim = key.split(": size[")[0], int(key.split("size[")[1].rstrip("]"))
-        from ._dynamic import history
-        sizes = [v for (arg, _, d), v in history(jf.fn).items() if arg == name and d == dim]
-        took = len(sizes[0]) if sizes else n + 1
+    from ._dynamic import INT_PLACE, history
+    seen = history(jf.fn)
+    if ": size[" in key or (key, INT_PLACE, None) in seen:
+        # a dimension of a tensor argument, or an int argument (dim None)
+        name, dim = (key.split(": size[")[0], int(key.split("size[")[1].rstrip("]"))) if ": size[" in key \
+            else (key, None)
+        values = [v for (arg, rank, d), v in seen.items() if arg == name and d == dim
+                  and (rank == INT_PLACE) == (dim is None)]
+        took = len(values[0]) if values else n + 1
         why = s.static.get((name, dim))
+        sizes = "sizes" if dim is not None else "values"
         if config.dynamic_after <= 0:
             what = "it stays static (config.dynamic_after = 0); set dynamic_after to make it dynamic"
         elif (name, dim) in s.dynamic:
             what = "it is dynamic now"
         elif why:
-            what = f"it stays static because {why}; pad it to a few sizes, or remove what keeps it static"
+            what = f"it stays static because {why}; " + (
+                "pad it to a few sizes, or remove what keeps it static" if dim is not None else
+                "pass it as a tensor, or keep it to a few values")
         elif s.failures:
             last = next((w for _, k, w in reversed(s.events) if k == "failed"), "")
-            what = f"its traces run eagerly ({last}), so every size is a variant of its own"
+            what = f"its traces run eagerly ({last}), so every {sizes[:-1]} is a variant of its own"
         else:
-            what = "every size is a variant of its own so far"
-        return f"{s.where}: {name} dim {dim} took {took} values in {jf.calls} calls; {what}"
+            what = f"every {sizes[:-1]} is a variant of its own so far"
+        return f"{s.where}: {name}{'' if dim is None else f' dim {dim}'} took {took} values in {jf.calls} calls; {what}"
     if key.startswith("global ") or key.startswith("closure "):
         where = _read_at(jf.fn, key.split(" ", 1)[1].split("[")[0].split(".")[0])
         return (f"{s.where}: {key} changes {often} ({seen}){where}; pass it as an argument (a tensor, if it "
@@ -246,7 +253,7 @@ def _graph_words(runner):
     compiled = getattr(runner, "compiled", None)
     if compiled is None and hasattr(runner, "__self__"):
         compiled = getattr(runner.__self__, "compiled", None)
-    report = getattr(compiled, "form", {}).get("report") if compiled is not None else None
+    report = (getattr(compiled, "form", None) or {}).get("report") if compiled is not None else None
     if not report:
         return "a compiled graph"
     fallback = sum(n for _, _, n in report["ops"])

@@ -49,8 +49,9 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from . import _C, cache
 from ._spec import Spec, entry_name, explain
 
-FORMAT = 3  # 2: the contents of containers and objects that globals and closures hold are guarded;
-#            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants
+FORMAT = 4  # 2: the contents of containers and objects that globals and closures hold are guarded;
+#            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
+#            4: keys leave out the values of int arguments (a dynamic variant serves every value)
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -836,6 +837,12 @@ def decode_treespec(e):
 
 # -- store and load ----------------------------------------------------------------
 
+def _int_guard(a):
+    """Whether portable guard a checks an int: its value (eq), or only its
+    type (a dynamic variant's int argument)."""
+    return (a[0] == "eq" and a[2][0] == "p" and type(a[2][1]) is int) or (a[0] == "type" and a[2] == ["builtins", "int"])
+
+
 def trace_key(fn, trace, pspec=None):
     """The record key of a call: versions and options, fn's code, the
     process state it depends on and its argument guards (trace after
@@ -844,8 +851,10 @@ def trace_key(fn, trace, pspec=None):
     from .backend import _key_context
     state = [[name, _Describer({}).value(value)] for name, value in trace.state.items()]
     arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
-    # tensors by dtype, rank and requires_grad: every size's variants (and a dynamic one) share the key
-    arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else a for a in arguments]
+    # tensors by dtype, rank and requires_grad, ints by type: every size's and every value's variants
+    # (and a dynamic one) share the key
+    arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else
+                 ["int", a[1]] if _int_guard(a) else a for a in arguments]
     head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
 

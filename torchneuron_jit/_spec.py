@@ -67,11 +67,12 @@ def dense_strides(sizes):
 
 
 # the opcodes of a "sizes" guard program (csrc/guards/guards.h)
-CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG = range(16)
+CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG, INT = range(17)
 
 
 def size_dims(prog):
-    """The (slot, dimension) pairs a "sizes" program reads, in order."""
+    """The (slot, dimension) pairs a "sizes" program reads, in order; an
+    int argument's (INT slot) is (slot, None)."""
     out, k = [], 0
     while k < len(prog):
         if prog[k] == CONST:  # CONST c
@@ -79,6 +80,9 @@ def size_dims(prog):
         elif prog[k] == DIM:  # DIM slot d
             out.append((prog[k + 1], prog[k + 2]))
             k += 3
+        elif prog[k] == INT:  # INT slot
+            out.append((prog[k + 1], None))
+            k += 2
         else:
             k += 1
     return out
@@ -91,7 +95,8 @@ def explain(spec, args, index):
         return f"{name}: missing"
     if kind == "sizes":
         dims = dict.fromkeys(size_dims(inst[1]))
-        values = ", ".join(f"{spec.names[slot]}.size({d}) is {load(spec, args, slot).shape[d]}" for slot, d in dims)
+        values = ", ".join(f"{spec.names[slot]} is {load(spec, args, slot)}" if d is None else
+                           f"{spec.names[slot]}.size({d}) is {load(spec, args, slot).shape[d]}" for slot, d in dims)
         return f"sizes: {name} fails ({values})"
     if kind == "call":
         def word(v):

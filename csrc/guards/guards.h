@@ -46,8 +46,11 @@
 **                                  at slot s), then 2 ADD, 3 MUL, 4 FLOORDIV,
 **                                  5 MOD (floor, as Python's; by 0 fails),
 **                                  6 EQ, 7 NE, 8 LT, 9 LE, 10 AND, 11 OR,
-**                                  12 NOT, 13 MAX, 14 MIN, 15 NEG; it passes
-**                                  when it leaves a value other than 0
+**                                  12 NOT, 13 MAX, 14 MIN, 15 NEG, 16 INT s
+**                                  (the int at slot s, which an earlier
+**                                  ("type", s, int) guard checks; one that
+**                                  does not fit int64 fails the guard); it
+**                                  passes when it leaves a value other than 0
 */
 #ifndef TN_GUARDS_H
 #define TN_GUARDS_H

@@ -24,7 +24,7 @@ static const char *const g_names[G__COUNT] = {
 ** CONST and DIM followed by their operands. */
 enum {
   GS_CONST, GS_DIM, GS_ADD, GS_MUL, GS_FLOORDIV, GS_MOD, GS_EQ, GS_NE, GS_LT, GS_LE, GS_AND, GS_OR, GS_NOT,
-  GS_MAX, GS_MIN, GS_NEG, GS__COUNT
+  GS_MAX, GS_MIN, GS_NEG, GS_INT, GS__COUNT
 };
 #define GS_STACK 32   /* deepest stack a program may need */
 #define G_ANY_SIZE INT64_MIN  /* a tensor guard's size that any value passes */
@@ -136,8 +136,8 @@ static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i, int 
 }
 
 /* Reads a "sizes" program (a tuple of ints) into g, checking that each
-** DIM names an earlier tensor check's slot and dimension, that each
-** operator has its operands, and that one value is left. */
+** DIM names an earlier tensor check's slot and dimension, each INT an
+** earlier check's slot whose type is int, that each operator has its operands, and that one value is left. */
 static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_t i)
 {
   if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) == 0)
@@ -168,6 +168,16 @@ static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_
       if (!found)
         return bad(i, "sizes: DIM must name a slot and dimension an earlier tensor guard checks");
       k += 2;
+      depth++;
+    } else if (op == GS_INT) {
+      if (k + 1 >= g->gi_n)
+        return bad(i, "sizes: INT needs a slot");
+      int64_t s = g->gi_ints[++k];
+      int found = 0;
+      for (Py_ssize_t j = 0; j < i && !found; j++)
+        found = prog[j].gi_op == G_TYPE && prog[j].gi_slot == s && prog[j].gi_obj == (PyObject *)&PyLong_Type;
+      if (!found)
+        return bad(i, "sizes: INT must name a slot an earlier type guard checks to be an int");
       depth++;
     } else if (op == GS_NOT || op == GS_NEG) {
       if (depth < 1)
@@ -466,6 +476,16 @@ static int sizes_ok(const tn_ginst *g, PyObject *const *slots)
         return -1;
       st[sp++] = v;
       k += 2;
+      continue;
+    }
+    if (op == GS_INT) { /* an int (its type guard passed) that does not fit int64 fails the guard */
+      int overflow;
+      long long v = PyLong_AsLongLongAndOverflow(slots[p[++k]], &overflow);
+      if (v == -1 && PyErr_Occurred())
+        return -1;
+      if (overflow)
+        return 0;
+      st[sp++] = v;
       continue;
     }
     if (op == GS_NOT || op == GS_NEG) {

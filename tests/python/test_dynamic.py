@@ -209,6 +209,120 @@ def test_a_warm_process_loads_the_dynamic_variant(tmp_path, run_python):
     assert traced == "0" and int(loaded) >= 1
 
 
+# -- int arguments ------------------------------------------------------------------------------
+
+def _split_heads(x, heads):
+    b, s, d = x.shape
+    return x.view(b, s, heads, d // heads).transpose(1, 2).softmax(-1)
+
+
+def _first(x, n):
+    return (x[:, :n] * 2).relu() + 1
+
+
+@pytest.mark.parametrize("fn, values", [(_split_heads, [2, 4, 8, 16, 32, 2, 4]), (_first, [3, 5, 7, 20, 63, 40, 9])])
+def test_an_int_argument_that_changes_is_dynamic(fn, values):
+    """An int argument that takes a second value is a symbol of the next
+    trace: one variant serves every value, guarded by what the code needs
+    of it (64 % heads == 0; n within x's length), with eager's answer."""
+    f = torchneuron_jit.jit(fn)
+    x = torch.randn(2, 8, 64) if fn is _split_heads else torch.randn(4, 64)
+    before = traces()
+    for n in values:
+        torch.testing.assert_close(f(x, n), fn(x, n))
+    assert traces() - before == 2, torchneuron_jit.explain(f)
+    text = str(torchneuron_jit.explain(f))
+    assert "dynamic sizes" in text and ("Eq(Mod(64, heads), 0)" in text or "n <= 64" in text), text
+
+
+def test_int_arguments_stay_static_without_dynamic_after():
+    """The mechanism the test above covers: with it off, a trace per value."""
+    f = torchneuron_jit.jit(_split_heads, cache_limit=16)
+    x = torch.randn(2, 8, 64)
+    before = traces()
+    with config.patch(dynamic_after=0):
+        for n in [2, 4, 8, 16]:
+            torch.testing.assert_close(f(x, n), _split_heads(x, n))
+    assert traces() - before == 4
+
+
+def test_a_dynamic_int_keeps_its_branches_and_its_specialised_values():
+    """A branch on the int is a guard (each side its own variant); 0, 1,
+    True and a float are not the dynamic variant's: each gets eager's
+    answer (the float eager's TypeError)."""
+    def f(x, n):
+        if n > 10:
+            return x[:, :n].sum(-1)
+        return x[:, :n].mean(-1) * n
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(3, 32)
+    for n in [2, 3, 5, 7, 12, 15, 30, 1, 0, 4, True, 20]:
+        torch.testing.assert_close(jf(x, n), f(x, n), equal_nan=True)
+    with pytest.raises(TypeError, match="slice indices"):  # eager's error, not the int variant's answer
+        jf(x, 2.0)
+    spec = next(spec for spec, _ in jf.entries() if any(inst[0] == "sizes" for inst in spec))
+    assert ("type", spec.index(("arg", 1)), int) in spec
+
+
+def test_an_int_used_as_a_python_value_stays_static_with_the_reason():
+    """range(n) needs n's value: the symbolic trace pins it, so the int
+    stays static, and explain() says why."""
+    def f(x, n):
+        for _ in range(n):
+            x = x * 0.5 + 1
+        return x
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(4, 4)
+    for n in [2, 3, 4]:
+        torch.testing.assert_close(jf(x, n), f(x, n))
+    assert _jit.entries(jf) == 3
+    from torchneuron_jit import _manager
+    assert "n is used where Python needs its value" in _manager.site(jf).static[("n", None)]
+
+
+def test_a_warm_process_serves_new_int_values_without_tracing(tmp_path, run_python):
+    """Record keys leave int values out: the dynamic variant stored by one
+    process serves another's new values."""
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import sys, torch, torchneuron_jit\n"
+        "@torchneuron_jit.jit\n"
+        "def f(x, heads):\n"
+        "    b, s, d = x.shape\n"
+        "    return x.view(b, s, heads, d // heads).softmax(-1).sum(-1)\n"
+        "x = torch.randn(2, 8, 64)\n"
+        "with torch.no_grad():\n"
+        "    for h in map(int, sys.argv[1:]):\n"
+        "        torch.testing.assert_close(f(x, h), x.view(2, 8, h, 64 // h).softmax(-1).sum(-1))\n"
+        "assert 'dynamic sizes' in str(torchneuron_jit.explain(f))  # loaded plans explained too\n"
+        "st = torchneuron_jit.stats()\n"
+        "print(st['traces'], st['traces_loaded'])\n")
+
+    def run(*values):
+        out = run_python(str(script), *map(str, values), timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    assert run(2, 4, 8) == ["2", "0"]
+    traced, loaded = run(16, 32)
+    assert traced == "0" and int(loaded) >= 1
+
+
+def test_int_programs_read_ints_a_type_guard_checked():
+    INT, CONST, EQ = 16, 0, 6
+    spec = [("arg", 0), ("type", 0, int), ("sizes", (INT, 0, CONST, 5, EQ))]
+    assert _C.GuardSet(spec).check(5) == -1
+    assert _C.GuardSet(spec).check(6) == 2
+    assert _C.GuardSet(spec).check(2 ** 70) == 2  # past int64: the guard fails, nothing raises
+    assert _C.GuardSet(spec).check(5.0) == 1      # the type guard first
+    with pytest.raises(ValueError, match="INT must name"):
+        _C.GuardSet([("arg", 0), ("sizes", (INT, 0, CONST, 5, EQ))])
+    with pytest.raises(ValueError, match="INT must name"):
+        _C.GuardSet([("arg", 0), ("type", 0, float), ("sizes", (INT, 0, CONST, 5, EQ))])
+
+
 # -- the C side: "sizes" programs ------------------------------------------------------------
 
 def _gs(*progs, rank=2):

@@ -95,6 +95,26 @@ def test_sizes_that_stay_static_are_explained():
     assert "its traces run eagerly (aten.index.Tensor has a data-dependent result)" in words[0], words
 
 
+def test_an_int_argument_that_stays_static_is_explained():
+    """range(n) needs n's value, so every value of n is a variant: the
+    words name n and why it stays static."""
+    def h(x, n):
+        for _ in range(n):
+            x = x * 0.5 + 1
+        return x
+
+    jf = torchneuron_jit.jit(h, cache_limit=16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for n in range(2, 9):
+            x = torch.randn(3)
+            torch.testing.assert_close(jf(x, n), h(x, n))
+    words = [s for s in storm_warnings(w) if "took" in s]
+    assert len(words) == 1 and "h (" in words[0] and ": n took " in words[0], words
+    assert "stays static because n is used where Python needs its value" in words[0], words
+    assert "pass it as a tensor" in words[0], words
+
+
 def _data_dependent():
     def g(x):
         return x[x > 0] * 2
@@ -145,7 +165,7 @@ def test_explain_shows_variants_guards_misses_and_decisions():
     assert "dynamic sizes" in text and "guard sizes: x.size(1) >= 2" in text, text
     assert "guard x: float32 (2, *, 8) row-major" in text, text
     assert "misses by reason:" in text and "x: size[1]" in text, text
-    assert "x dim 1 took 2 or more sizes; dynamic now" in text, text
+    assert "x dim 1 took 2 or more values; dynamic now" in text, text
     assert "nodes lowered" in text, text
     hits = [line for line in text.splitlines() if "hits;" in line]
     assert any(" 2 hits;" in line for line in hits), hits  # 7 and 8 took the dynamic variant
