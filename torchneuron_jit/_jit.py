@@ -1247,41 +1247,62 @@ class _Tracer:
 
     @staticmethod
     def _symbolic(trace, inputs, checks, out_plan):
-        """The trace made again with the dimensions that keep changing
-        symbolic (_dynamic), or None when there are none or it cannot be
-        (then the variant is specialised to this call's sizes, and the
-        reason is a recompiles event)."""
+        """The trace made again with the dimensions (and int arguments) that
+        keep changing symbolic (_dynamic), or None when there are none or it
+        cannot be (then the variant is specialised to this call's sizes, and
+        the reason is a recompiles event). When a symbolic trace with int
+        arguments fails (an op that needs them concrete), the dimensions
+        are tried without them; an int found static once stays so."""
         dims = _dynamic.observe(trace)
+        jf = _jf_of(trace)
+        site = _manager.site(jf) if jf is not None else None
+        names = trace.spec.names
+        if site is not None:
+            dims = {slot: ds for slot, ds in dims.items() if not (None in ds and (names[slot], None) in site.static)}
         if not dims:
             return None
-        jf = _jf_of(trace)
-        names = ", ".join(trace.spec.names[slot] if d is None else f"{trace.spec.names[slot]} dim {d}"
-                          for slot, ds in dims.items() for d in ds)
         if trace.side_effects:
-            reason = "it calls print or logging (a second run would repeat them)"
+            failed = [(dims, "it calls print or logging (a second run would repeat them)")]
         elif any(p[0] != "out" for p in out_plan[1]):
-            reason = "its result holds an argument, a view of one or a value that is not a computed tensor"
+            failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
         else:
-            try:
-                from .backend import decompositions
-                sym = _dynamic.retrace(trace, dims, [value for _, value in checks],
-                                       lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
-                                       decompositions())
-                _manager.decided(jf, f"{names} took {config.dynamic_after} or more values; dynamic now",
-                                 [(trace.spec.names[slot], d) for slot, ds in dims.items() for d in ds])
+            from .backend import decompositions
+            tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
+            failed = []
+            for want in [dims] + ([tensors] if tensors and tensors != dims else []):
+                words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"
+                                  for slot, ds in want.items() for d in ds)
+                try:
+                    sym = _dynamic.retrace(trace, want, [value for _, value in checks],
+                                           lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
+                                           decompositions())
+                except _dynamic.Static as exc:
+                    failed.append((want, str(exc)))
+                    continue
+                except Exception as exc:  # ours: the variant is specialised to this call's sizes
+                    reason = f"making it symbolic failed ({type(exc).__name__}: {exc})"
+                    _log.warn_once(f"{_where(trace.fn)}: {reason}; its sizes stay static", stacklevel=4)
+                    failed.append((want, reason))
+                    break
+                _manager.decided(jf, f"{words} took {config.dynamic_after} or more values; dynamic now",
+                                 [(names[slot], d) for slot, ds in want.items() for d in ds])
+                _Tracer._stay_static(trace, site, failed)
                 return sym
-            except _dynamic.Static as exc:
-                reason = str(exc)
-            except Exception as exc:  # ours: the variant is specialised to this call's sizes
-                reason = f"making it symbolic failed ({type(exc).__name__}: {exc})"
-                _log.warn_once(f"{_where(trace.fn)}: {reason}; its sizes stay static", stacklevel=4)
-        _log.event("recompiles", f"{_where(trace.fn)}: its sizes stay static in this variant: {reason}")
-        if jf is not None:
-            s = _manager.site(jf)
+        _Tracer._stay_static(trace, site, failed)
+        return None
+
+    @staticmethod
+    def _stay_static(trace, site, failed):
+        """Notes why the dimensions of each failed attempt ([(dims, reason)])
+        stay static: a recompiles event, and the manager's words."""
+        names = trace.spec.names
+        for dims, reason in failed[:1]:
+            _log.event("recompiles", f"{_where(trace.fn)}: its sizes stay static in this variant: {reason}")
+        for dims, reason in failed:
             for slot, ds in dims.items():
                 for d in ds:
-                    s.static[(trace.spec.names[slot], d)] = reason
-        return None
+                    if site is not None and (names[slot], d) not in site.dynamic:
+                        site.static[(names[slot], d)] = reason
 
     @staticmethod
     def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, spec=None):

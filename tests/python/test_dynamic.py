@@ -282,6 +282,27 @@ def test_an_int_used_as_a_python_value_stays_static_with_the_reason():
     assert "n is used where Python needs its value" in _manager.site(jf).static[("n", None)]
 
 
+def test_an_int_a_symbolic_trace_cannot_take_leaves_the_sizes_dynamic():
+    """interpolate needs its output size concrete: the trace symbolic in
+    size and y's length fails, and is made again symbolic in y's length
+    alone, which serves the calls after it; size stays static, and says why."""
+    import torch.nn.functional as F
+
+    def f(x, y, size):
+        return F.interpolate(x, size=(size, 4), mode="nearest").sum() + y.softmax(-1)
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(1, 2, 6, 4)
+    before = traces()
+    for size, n in [(2, 5), (3, 6), (3, 7), (3, 8), (3, 9)]:
+        y = torch.randn(2, n)
+        torch.testing.assert_close(jf(x, y, size), f(x, y, size))
+    assert traces() - before == 2, torchneuron_jit.explain(jf)
+    from torchneuron_jit import _manager
+    site = _manager.site(jf)
+    assert ("y", 1) in site.dynamic and "the symbolic trace failed" in site.static[("size", None)]
+
+
 def test_a_warm_process_serves_new_int_values_without_tracing(tmp_path, run_python):
     """Record keys leave int values out: the dynamic variant stored by one
     process serves another's new values."""
