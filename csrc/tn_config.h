@@ -83,11 +83,11 @@
     "(tests, benchmarks of steady state).") \
   _(dynamic_after, TN_CFG_INT, 2, NULL, \
     "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
-    "same place: argument, path, dimension), or distinct values an int argument takes, before its next " \
+    "same place: argument, path, dimension), or distinct values an int or float argument takes, before its next " \
     "trace is symbolic there: one variant then serves every size or value, guarded only by the relations " \
     "the trace needs (s1 >= 2, s1 == s2, 64 % heads == 0). 0 never makes one dynamic (every size is its " \
     "own variant). Sizes and ints 0 and 1 stay specialised; an int Python needs the value of (range(n)) " \
-    "stays static.") \
+    "and a float the code branches on stay static.") \
   _(storm_misses, TN_CFG_INT, 4, NULL, \
     "Misses of a function under torchneuron_jit.jit that one guard causes (a global that changes, a " \
     "dimension that stays static, a module attribute set between calls) before one warning says what " \

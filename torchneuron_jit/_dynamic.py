@@ -32,11 +32,13 @@ guard becomes "any int" plus the relations the code needs of it
 (``Eq(Mod(64, heads), 0)``), read by the "sizes" programs' INT opcode.
 0 and 1 stay specialised, and an int the code needs the value of
 (``range(n)``, an index into a Python list) stays static: the ShapeEnv
-pins it, and the reason goes to the recompilation manager. Floats stay
-specialised (as in TorchDynamo by default): a guard program is integer
-arithmetic.
+pins it, and the reason goes to the recompilation manager. A float
+argument becomes a SymFloat input guarded by its type alone: a guard
+program is integer arithmetic, so code that needs a relation of the float
+(a branch on it) keeps it static.
 """
 import inspect
+import math
 import weakref
 
 import sympy
@@ -73,11 +75,12 @@ def observe(trace):
     spec, out = trace.spec, {}
     for i in range(trace.argument_guards):
         inst = spec[i]
-        if inst[0] == "eq" and type(inst[2]) is int and _argument_path(spec, inst[1]) is not None:
-            values = seen.setdefault((spec.names[i], INT_PLACE, None), set())
+        if inst[0] == "eq" and type(inst[2]) in (int, float) and _argument_path(spec, inst[1]) is not None:
+            place = INT_PLACE if type(inst[2]) is int else FLOAT_PLACE
+            values = seen.setdefault((spec.names[i], place, None), set())
             if len(values) < _MAX_VALUES:
                 values.add(inst[2])
-            if 0 < after <= len(values) and inst[2] not in (0, 1):
+            if 0 < after <= len(values) and (inst[2] not in (0, 1) if place == INT_PLACE else math.isfinite(inst[2])):
                 out[inst[1]] = {None}
             continue
         if inst[0] != "tensor":
@@ -92,7 +95,7 @@ def observe(trace):
     return out
 
 
-INT_PLACE = "int"  # the rank of an int argument's place in the history
+INT_PLACE, FLOAT_PLACE = "int", "float"  # the rank of an int or float argument's place in the history
 
 
 def _argument_path(spec, slot):
@@ -205,20 +208,24 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
         if None in want:
             path = _argument_path(trace.spec, slot)
             k = next((k for k, (p, _) in enumerate(paths) if p == path), None)
-            if k is None or type(leaves[k]) is not int:
-                raise Static(f"{trace.spec.names[slot]} is not an int among the arguments")
+            if k is None or type(leaves[k]) not in (int, float):
+                raise Static(f"{trace.spec.names[slot]} is not an int or a float among the arguments")
             ints[k] = slot
-    positions, fakes, slots, examples, sources = [], [], [], [], {}
+    positions, fakes, slots, examples, sources, floats = [], [], [], [], {}, set()
     for k, leaf in enumerate(leaves):
         if k in ints:
-            slot = ints[k]
-            sym = env.create_symbol(leaf, ConstantSource(f"int{slot}"), dynamic_dim=DimDynamic.DYNAMIC,
-                                    positive=None)
-            if not isinstance(sym, sympy.Symbol):
-                raise Static(f"{trace.spec.names[slot]} did not become a symbol")
+            slot, source = ints[k], ConstantSource(f"number{ints[k]}")
+            if type(leaf) is float:  # no guard program reads a float: a guard on it keeps it static
+                sym = env.create_unspecified_symbol(leaf, source, dynamic_dim=DimDynamic.DYNAMIC)
+                floats.add(sym)
+                fakes.append(env.create_symfloatnode(sym, hint=leaf, source=source))
+            else:
+                sym = env.create_symbol(leaf, source, dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+                if not isinstance(sym, sympy.Symbol):
+                    raise Static(f"{trace.spec.names[slot]} did not become a symbol")
+                fakes.append(env.create_symintnode(sym, hint=leaf))
             sources[sym] = (slot, None)
             positions.append(k)
-            fakes.append(env.create_symintnode(sym, hint=leaf))
             slots.append(slot)
             examples.append(leaf)
             continue
@@ -309,6 +316,11 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
         if d is None and fixed is not None and not fixed.free_symbols:
             raise Static(f"{names[sym]} is used where Python needs its value (a range(), an index, a branch "
                          "on it), which makes every value a variant of its own")
+    for g in env.guards:
+        if g.expr.free_symbols & floats:
+            words = g.expr.xreplace({sym: sympy.Symbol(names[sym]) for sym in g.expr.free_symbols & set(names)})
+            raise Static(f"the code needs {words} of the float {names[next(iter(g.expr.free_symbols & floats))]}, "
+                         "which no guard program checks (a guard program is integer arithmetic)")
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
                     {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()})
@@ -419,8 +431,8 @@ def spec_of(trace, sym):
     spec = type(trace.spec)()
     spec.paths = dict(trace.spec.paths)
     for i, (inst, name) in enumerate(zip(trace.spec, trace.spec.names)):
-        if inst[0] == "eq" and sym.dims.get(inst[1]) == [None]:  # an int argument: any int, its relations below
-            inst = ("type", inst[1], int)
+        if inst[0] == "eq" and sym.dims.get(inst[1]) == [None]:  # an int or float argument: any, relations below
+            inst = ("type", inst[1], type(inst[2]))
         elif inst[0] == "tensor" and inst[1] in sym.dims:
             dims = sym.dims[inst[1]]
             sizes = tuple(None if d in dims else n for d, n in enumerate(inst[3]))

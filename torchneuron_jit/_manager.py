@@ -112,14 +112,15 @@ def storm_words(jf, s, key):
     span = max(1, jf.calls - s.first_miss[key] + 1)
     often = "on every call" if n >= 0.8 * span else f"{n} times in {span} calls"
     seen = ", ".join(list(s.changes[key])[-4:])
-    from ._dynamic import INT_PLACE, history
-    seen = history(jf.fn)
-    if ": size[" in key or (key, INT_PLACE, None) in seen:
-        # a dimension of a tensor argument, or an int argument (dim None)
+    from ._dynamic import FLOAT_PLACE, INT_PLACE, history
+    hist = history(jf.fn)
+    number = next((place for place in (INT_PLACE, FLOAT_PLACE) if (key, place, None) in hist), None)
+    if ": size[" in key or number:
+        # a dimension of a tensor argument, or an int or float argument (dim None)
         name, dim = (key.split(": size[")[0], int(key.split("size[")[1].rstrip("]"))) if ": size[" in key \
             else (key, None)
-        values = [v for (arg, rank, d), v in seen.items() if arg == name and d == dim
-                  and (rank == INT_PLACE) == (dim is None)]
+        values = [v for (arg, rank, d), v in hist.items() if arg == name and d == dim
+                  and (rank == number if dim is None else rank not in (INT_PLACE, FLOAT_PLACE))]
         took = len(values[0]) if values else n + 1
         why = s.static.get((name, dim))
         sizes = "sizes" if dim is not None else "values"

@@ -51,7 +51,7 @@ from ._spec import Spec, entry_name, explain
 
 FORMAT = 4  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
-#            4: keys leave out the values of int arguments (a dynamic variant serves every value)
+#            4: keys leave out the values of int and float arguments (a dynamic variant serves every value)
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -837,10 +837,11 @@ def decode_treespec(e):
 
 # -- store and load ----------------------------------------------------------------
 
-def _int_guard(a):
-    """Whether portable guard a checks an int: its value (eq), or only its
-    type (a dynamic variant's int argument)."""
-    return (a[0] == "eq" and a[2][0] == "p" and type(a[2][1]) is int) or (a[0] == "type" and a[2] == ["builtins", "int"])
+def _number_guard(a):
+    """Whether portable guard a checks an int or a float: its value (eq),
+    or only its type (a dynamic variant's int or float argument)."""
+    return (a[0] == "eq" and a[2][0] == "p" and type(a[2][1]) in (int, float)) or \
+        (a[0] == "type" and a[2] in (["builtins", "int"], ["builtins", "float"]))
 
 
 def trace_key(fn, trace, pspec=None):
@@ -851,10 +852,10 @@ def trace_key(fn, trace, pspec=None):
     from .backend import _key_context
     state = [[name, _Describer({}).value(value)] for name, value in trace.state.items()]
     arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
-    # tensors by dtype, rank and requires_grad, ints by type: every size's and every value's variants
-    # (and a dynamic one) share the key
+    # tensors by dtype, rank and requires_grad, ints and floats by slot: every size's and every value's
+    # variants (and a dynamic one) share the key
     arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else
-                 ["int", a[1]] if _int_guard(a) else a for a in arguments]
+                 ["number", a[1]] if _number_guard(a) else a for a in arguments]
     head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
 
@@ -890,7 +891,8 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, names=None):
     for _, value in checks:
         if type(value) not in (bool, int, float):
             raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
-    symbolic = any(inst[0] == "sizes" for inst in pspec)
+    # a dynamic variant's graph (names: its own spec's) holds symbolic values, a float's without any "sizes" guard
+    symbolic = names is not None or any(inst[0] == "sizes" for inst in pspec)
     record = {"spec": pspec, "names": list(trace.spec.names if names is None else names), "slots": list(slots),
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,

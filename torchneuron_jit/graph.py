@@ -55,9 +55,11 @@ def _scalar_form(name, args):
 
 
 def _is_size(node):
-    """Whether an FX node computes a size (an int or SymInt) rather than a tensor."""
+    """Whether an FX node computes a number rather than a tensor: a size (an
+    int or SymInt), or a float only known at run time (a SymFloat input of
+    a jit variant whose float argument is dynamic)."""
     val = node.meta.get("val")
-    return isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool)
+    return isinstance(val, (torch.SymInt, int, torch.SymFloat)) and not isinstance(val, bool)
 
 
 def static_val(node):

@@ -1,6 +1,8 @@
 """Dynamic sizes in torchneuron_jit.jit (_dynamic.py, csrc/guards "sizes"):
 one variant serves every size of a dimension that keeps changing, guarded
 by the relations the trace needs, with eager's answer on every call."""
+import warnings
+
 import pytest
 import torch
 
@@ -303,20 +305,20 @@ def test_an_int_a_symbolic_trace_cannot_take_leaves_the_sizes_dynamic():
     assert ("y", 1) in site.dynamic and "the symbolic trace failed" in site.static[("size", None)]
 
 
-def test_a_warm_process_serves_new_int_values_without_tracing(tmp_path, run_python):
-    """Record keys leave int values out: the dynamic variant stored by one
-    process serves another's new values."""
+def test_a_warm_process_serves_new_int_and_float_values_without_tracing(tmp_path, run_python):
+    """Record keys leave int and float values out: the dynamic variant
+    stored by one process serves another's new values."""
     script = tmp_path / "prog.py"
     script.write_text(
         "import sys, torch, torchneuron_jit\n"
         "@torchneuron_jit.jit\n"
-        "def f(x, heads):\n"
+        "def f(x, heads, scale):\n"
         "    b, s, d = x.shape\n"
-        "    return x.view(b, s, heads, d // heads).softmax(-1).sum(-1)\n"
+        "    return x.view(b, s, heads, d // heads).softmax(-1).sum(-1) / scale\n"
         "x = torch.randn(2, 8, 64)\n"
         "with torch.no_grad():\n"
-        "    for h in map(int, sys.argv[1:]):\n"
-        "        torch.testing.assert_close(f(x, h), x.view(2, 8, h, 64 // h).softmax(-1).sum(-1))\n"
+        "    for h, t in zip(map(int, sys.argv[1::2]), map(float, sys.argv[2::2])):\n"
+        "        torch.testing.assert_close(f(x, h, t), x.view(2, 8, h, 64 // h).softmax(-1).sum(-1) / t)\n"
         "assert 'dynamic sizes' in str(torchneuron_jit.explain(f))  # loaded plans explained too\n"
         "st = torchneuron_jit.stats()\n"
         "print(st['traces'], st['traces_loaded'])\n")
@@ -326,9 +328,53 @@ def test_a_warm_process_serves_new_int_values_without_tracing(tmp_path, run_pyth
         assert out.returncode == 0, out.stderr
         return out.stdout.split()
 
-    assert run(2, 4, 8) == ["2", "0"]
-    traced, loaded = run(16, 32)
+    assert run(2, 0.5, 4, 0.7, 8, 0.9) == ["2", "0"]
+    traced, loaded = run(16, 1.5, 32, 2.5)
     assert traced == "0" and int(loaded) >= 1
+
+
+def _sample(logits, temperature):
+    return (logits / temperature).softmax(-1)
+
+
+def _norm(x, alpha, eps):
+    return x * alpha + torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize("fn, calls", [
+    (_sample, [(0.7,), (0.8,), (1.0,), (1.3,), (0.2,), (2.0,)]),
+    (_norm, [(0.5, 1e-5), (1.5, 1e-6), (2.5, 1e-5), (0.1, 1e-3), (-3.0, 0.5)]),
+])
+def test_a_float_argument_that_changes_is_dynamic(fn, calls):
+    """A temperature or a scale that changes per request: one variant for
+    every value (the ops that read it run through PyTorch, as eager)."""
+    f = torchneuron_jit.jit(fn)
+    x = torch.randn(3, 40)
+    before, stored = traces(), torchneuron_jit.stats()["trace_records_stored"]
+    for values in calls:
+        torch.testing.assert_close(f(x, *values), fn(x, *values))
+    assert traces() - before == 2, torchneuron_jit.explain(f)
+    # the dynamic variant's graph holds a SymFloat and no "sizes" guard: it is a record too
+    assert torchneuron_jit.stats()["trace_records_stored"] - stored == 2
+    spec = next(spec for spec, _ in f.entries() if ("type", spec.index(("arg", 1)), float) in spec)
+    assert not any(inst[0] == "eq" and type(inst[2]) is float for inst in spec)
+
+
+def test_a_float_the_code_branches_on_stays_static_and_says_why():
+    def branchy(x, t):
+        if t > 0.5:
+            return x * t
+        return x - t
+
+    jf = torchneuron_jit.jit(branchy, cache_limit=16)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for t in (0.1, 0.7, 0.9, 0.3, 0.2, 0.6):
+            x = torch.randn(4)
+            torch.testing.assert_close(jf(x, t), branchy(x, t))
+    words = [str(m.message) for m in w if "took" in str(m.message)]
+    assert len(words) == 1 and ": t took " in words[0], words
+    assert "it stays static because the code needs t > 0.5 of the float t" in words[0], words
 
 
 def test_int_programs_read_ints_a_type_guard_checked():

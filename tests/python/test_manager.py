@@ -47,7 +47,7 @@ def test_a_global_that_changes_on_every_call_is_named_with_its_line():
         _run_steps(jf, 6)
     words = storm_warnings(w)
     assert len(words) == 1, words
-    assert "f (" in words[0] and "global STEP changes on every call" in words[0], words
+    assert "f (" in words[0] and "global STEP changes on every call (0 → 1, 1 → 2, 2 → 3, 3 → 4)" in words[0], words
     assert "read at " + __file__ in words[0] and "pass it as an argument" in words[0], words
 
 
