@@ -14,8 +14,10 @@ A form is a JSON-able dict:
   ``{"kernel": spec, "object": code}`` (a generated kernel by
   backend.make_kernel's arguments and its object code, base64: libtcc
   loads and relocates it, compiling nothing), ``{"packed": [attr,
-  algorithm, rows]}`` (oneDNN's packed linear), ``{"tensor": [dtype, sizes,
-  bytes]}`` (a small constant the back end folded);
+  algorithm, rows]}`` (oneDNN's packed linear), ``{"switched": [attr,
+  algorithm, rows, bias_added]}`` (oneDNN from that many rows up, a unit of
+  dynamic rows), ``{"tensor": [dtype, sizes, bytes]}`` (a small constant
+  the back end folded);
 - "report": what compiling the graph counted (backend.count_fallbacks), so
   a warm process's stats() and fallback log say what the cold one's did.
 
@@ -57,6 +59,8 @@ def _const(value, what):
                 "object": base64.b64encode(value.object_code()).decode()}
     if isinstance(what, gemm.PackedLinear):
         return {"packed": [what.attr, what.algorithm, what.rows]}
+    if isinstance(what, gemm.SwitchedLinear):
+        return {"switched": [what.attr, what.algorithm, what.rows, what.bias_added]}
     if isinstance(what, torch.Tensor):
         if type(what) is not torch.Tensor or what.device.type != "cpu" or what.requires_grad or \
                 not what.is_contiguous() or what.storage_offset() or what.dtype.is_complex:
@@ -102,6 +106,9 @@ def _value(c):
         if tag == "packed":
             from .gemm import PackedLinear
             return PackedLinear(*v)
+        if tag == "switched":
+            from .gemm import SwitchedLinear
+            return SwitchedLinear(*v)
         if tag == "tensor":
             dtype, sizes, data = v
             raw = bytearray(base64.b64decode(data))

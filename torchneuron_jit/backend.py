@@ -209,7 +209,7 @@ class _Artifact:
                                  packed=bool(config.onednn_packed_weights)) if _onednn_linear() else []
             self.artifact["onednn"] = sorted([canon[listed[k][0]], kind] for k, kind in chosen)
         picked = [(self.order[c], kind) for c, kind in self.artifact["onednn"]]
-        if any(i not in units or kind not in gemm.KINDS or kind == "aten" for i, kind in picked):
+        if any(i not in units or not gemm.known_kind(kind) or kind == "aten" for i, kind in picked):
             raise RuntimeError("a cached oneDNN choice names a node that is no linear layer")
         return [(units[i].nodes[0], kind) for i, kind in picked]
 
@@ -244,7 +244,7 @@ class _GemmChoices:
                 kind = json.loads(payload)["kind"] if payload is not None else None
             except (ValueError, KeyError, TypeError):
                 kind = None
-            if kind in gemm.KINDS:
+            if gemm.known_kind(kind):
                 self.memo[sig] = kind
         return self.memo.get(sig)
 

@@ -17,15 +17,18 @@ times faster than both at a few rows. The copy is remade whenever the
 weight is another tensor or its version counter moved; writes that bypass
 the counter are not seen, hence the opt-in.
 """
+import math
 import statistics
 import time
 import weakref
 from dataclasses import dataclass
 
+import sympy
 import torch
 from torch.fx.node import map_arg
 
 from . import _log
+from ._spec import dense_strides
 from .graph import static_val
 
 aten = torch.ops.aten
@@ -53,28 +56,86 @@ class Unit:
     attr: str = "none"     # oneDNN post-op: none, relu, gelu, or add (with other)
     algorithm: str = ""    # gelu's approximation
     other: object = None   # the residual of attr "add"
+    bias_added: bool = False  # b is added by an add node after the product (not linear's own bias)
 
-    def rows(self):
-        """Rows of the product (the input's elements over its last dim)."""
-        x = static_val(self.x)
-        return x.numel() // x.shape[-1]
+    def rows(self, fewest=False):
+        """Rows of the product (the input's elements over its last dim; for
+        rows of a symbolic size, the size of the trace that made them, or,
+        fewest, the least its dynamic sizes take)."""
+        shape, _ = _hinted(self.x, fewest)
+        n = 1
+        for d in shape[:-1]:
+            n *= d
+        return n
 
     def describe(self):
         w = static_val(self.w)
         extra = {"none": "", "add": " + residual"}.get(self.attr, f" + {self.attr}")
-        return f"linear {self.rows()}x{w.shape[1]}->{w.shape[0]}{' + bias' if self.b is not None else ''}{extra}"
+        rows = f"{self.rows()}" + ("" if static_val(self.x) is not None else " (dynamic)")
+        return f"linear {rows}x{w.shape[1]}->{w.shape[0]}{' + bias' if self.b is not None else ''}{extra}"
 
     def signature(self):
+        """What the unit's timing depends on (sizes of a symbolic input as
+        their hints: the choice for dynamic rows is the one at the rows the
+        trace saw)."""
         def sig(n):
-            v = static_val(n)
-            return None if v is None else (tuple(v.shape), v.stride())
+            return None if n is None else _hinted(n)
         return (sig(self.x), sig(self.w), sig(self.b), self.attr, self.algorithm, sig(self.other),
-                torch.get_num_threads())
+                torch.get_num_threads()) + (("dynamic rows",) if self.dynamic() else ())
+
+    def dynamic(self):
+        """Whether the unit's rows are symbolic (a jit variant's dynamic sizes)."""
+        return static_val(self.x) is None
 
 
-def _f32(node, dims=None):
-    v = static_val(node)
-    return v is not None and v.dtype == torch.float32 and (dims is None or v.dim() == dims)
+def _tensor(node):
+    """node's example value when it is a tensor (its sizes may be symbolic), else None."""
+    v = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _exprs(ints):
+    """Sizes or strides as sympy expressions, symbolic ones by their expression (no guard is asked)."""
+    return [i.node.expr if isinstance(i, torch.SymInt) else sympy.Integer(i) for i in ints]
+
+
+def _same_exprs(a, b):
+    """Whether two size or stride lists are the same for every value of their symbols."""
+    a, b = _exprs(a), _exprs(b)
+    return len(a) == len(b) and all(sympy.expand(x - y) == 0 for x, y in zip(a, b))
+
+
+def _row_major(v):
+    """Whether tensor v (sizes perhaps symbolic) is row-major for every
+    value of its symbols (a dimension of static size 1 has any stride)."""
+    expect, sizes = sympy.Integer(1), _exprs(v.shape)
+    for size, stride in reversed(list(zip(sizes, _exprs(v.stride())))):
+        if size != 1 and sympy.expand(stride - expect) != 0:
+            return False
+        expect = expect * size
+    return True
+
+
+def _hinted(node, fewest=False):
+    """(sizes, strides) of node's value, a symbolic size as the value the
+    trace saw (its hint); fewest: with each symbol at 2, the least a
+    dynamic size takes (row-major strides: only for a row-major value)."""
+    v = _tensor(node)
+    if fewest:  # each symbol at 2: a size 2 * s is 4
+        sizes = tuple(max(1, int(d.node.expr.subs({sym: 2 for sym in d.node.expr.free_symbols})))
+                      if isinstance(d, torch.SymInt) else d for d in v.shape)
+        return sizes, dense_strides(sizes)
+    return (tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in v.shape),
+            tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in v.stride()))
+
+
+def _f32(node, dims=None, static=True):
+    """A float32 tensor (of dims dimensions); static: of static sizes too.
+    Symbolic sizes must have hints (the sizes of the trace), for timing."""
+    v = static_val(node) if static else _tensor(node)
+    if v is None or v.dtype != torch.float32 or (dims is not None and v.dim() != dims):
+        return False
+    return static or all(not isinstance(d, torch.SymInt) or d.node.hint is not None for d in (*v.shape, *v.stride()))
 
 
 def _only_user(node):
@@ -93,22 +154,26 @@ def _add_operand(add, node):
 
 
 def find_unit(node):
-    """The unit a float32 aten.linear node with static shapes heads, or None
-    when oneDNN cannot take it."""
+    """The unit a float32 aten.linear node heads, or None when oneDNN
+    cannot take it. The weight and bias have static sizes; the input's
+    rows may be symbolic (a jit variant with dynamic sizes): what the unit
+    needs of its shapes is then checked for every value of the symbols,
+    so no guard is asked after the variant's guards were taken."""
     if node.op != "call_function" or node.target is not aten.linear.default or node.kwargs:
         return None
     x, w, b = (*node.args, None)[:3]
-    out = static_val(node)
-    if not (_f32(x) and _f32(w, 2) and (b is None or _f32(b, 1)) and out is not None
-            and out.dtype == torch.float32 and out.numel() > 0):
+    out = _tensor(node)
+    if not (_f32(x, static=False) and _f32(w, 2) and (b is None or _f32(b, 1)) and out is not None
+            and out.dtype == torch.float32
+            and (static_val(node) is None or out.numel() > 0)):
         return None
     unit = Unit([node], x, w, b)
     tail = node
     c = _add_operand(_only_user(tail), tail)
-    if b is None and c is not None and _f32(c, 1) and static_val(c).shape[0] == out.shape[-1]:
+    if b is None and c is not None and _f32(c, 1) and _same_exprs(static_val(c).shape, out.shape[-1:]):
         tail = _only_user(tail)
         unit.nodes.append(tail)
-        unit.b = c
+        unit.b, unit.bias_added = c, True
     user = _only_user(tail)
     c = _add_operand(user, tail)
     if user is None:
@@ -118,12 +183,12 @@ def find_unit(node):
     elif user.target is aten.gelu.default and len(user.args) == 1 \
             and user.kwargs.get("approximate", "none") in ("none", "tanh"):
         unit.attr, unit.algorithm = "gelu", user.kwargs.get("approximate", "none")
-    elif c is not None and _f32(c) and static_val(c).shape == out.shape:
+    elif c is not None and _f32(c, static=False) and _same_exprs(_tensor(c).shape, out.shape):
         unit.attr, unit.other = "add", c
     if unit.attr != "none":
         unit.nodes.append(user)
-    last = static_val(unit.nodes[-1])
-    if last is None or last.dtype != torch.float32 or not last.is_contiguous():
+    last = _tensor(unit.nodes[-1])
+    if last is None or last.dtype != torch.float32 or not _row_major(last):
         return None  # oneDNN's result is contiguous: only where eager's is too
     return unit
 
@@ -167,9 +232,42 @@ class PackedLinear:
         return "oneDNN packed linear"
 
 
+class SwitchedLinear:
+    """A linear unit whose rows change (a jit variant with dynamic sizes):
+    one oneDNN call from `rows` rows up, where it measured faster, and the
+    graph's own ops below (aten.linear, then the bias add and the op after
+    it, as eager runs them), where MKL's sgemm wins."""
+
+    __name__ = __qualname__ = "onednn_linear_from_rows"
+
+    def __init__(self, attr, algorithm, rows, bias_added):
+        self.attr, self.algorithm, self.rows, self.bias_added = attr, algorithm, rows, bias_added
+
+    def __call__(self, x, w, b, other=None):
+        if x.numel() >= self.rows * w.shape[1]:
+            if other is not None:
+                return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, b, "add")
+            return torch.ops.mkldnn._linear_pointwise.default(x, w, b, self.attr, [], self.algorithm)
+        y = aten.linear.default(x, w, None if self.bias_added else b)
+        if self.bias_added:
+            y = aten.add.Tensor(y, b)
+        if self.attr == "relu":
+            return aten.relu.default(y)
+        if self.attr == "gelu":
+            return aten.gelu.default(y, approximate=self.algorithm)
+        return aten.add.Tensor(y, other) if self.attr == "add" else y
+
+    def __repr__(self):
+        return f"oneDNN linear from {self.rows} rows"
+
+
 def _onednn_call(unit, kind="onednn"):
     """(target, args) of the one oneDNN call that replaces unit (kind
-    "onednn", or "packed" for a PackedLinear)."""
+    "onednn", "packed" for a PackedLinear, or "onednn@R" for a
+    SwitchedLinear from R rows)."""
+    if kind.startswith("onednn@"):
+        call = SwitchedLinear(unit.attr, unit.algorithm, int(kind[7:]), unit.bias_added)
+        return call, (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
     if kind == "packed":
         call = PackedLinear(unit.attr, unit.algorithm, unit.rows())
         return call, (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
@@ -178,10 +276,11 @@ def _onednn_call(unit, kind="onednn"):
     return torch.ops.mkldnn._linear_pointwise.default, (unit.x, unit.w, unit.b, unit.attr, [], unit.algorithm)
 
 
-def _example(node):
-    """A random tensor laid out as node's example value."""
-    v = static_val(node)
-    return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype).normal_()
+def _example(node, fewest=False):
+    """A random tensor laid out as node's example value (symbolic sizes as
+    the trace's, or, fewest, as 2)."""
+    shape, stride = _hinted(node, fewest)
+    return torch.empty_strided(shape, stride, dtype=_tensor(node).dtype).normal_()
 
 
 def _median_seconds(fns):
@@ -198,14 +297,15 @@ def _median_seconds(fns):
     return [statistics.median(s) for s in samples]
 
 
-def measure(unit, kinds=("onednn",)):
+def measure(unit, kinds=("onednn",), fewest=False):
     """{"aten": seconds, kind: seconds for each of kinds}: medians of the
     unit run as the graph has it and as one oneDNN call of each kind
     ("onednn", "packed": packed once beforehand, as in steady state), on
-    random inputs of its layouts."""
+    random inputs of its layouts (fewest: with its dynamic sizes at 2)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     with unset_fake_temporarily(), torch.no_grad():
-        leaves = {n: _example(n) for n in (unit.x, unit.w, unit.b, unit.other) if n is not None}
+        leaves = {n: _example(n, fewest and n in (unit.x, unit.other)) for n in (unit.x, unit.w, unit.b, unit.other)
+                  if n is not None}
 
         def as_graph():
             values = dict(leaves)
@@ -220,7 +320,28 @@ def measure(unit, kinds=("onednn",)):
         return dict(zip(("aten",) + tuple(kinds), _median_seconds(fns)))
 
 
-KINDS = ("aten", "onednn", "packed")
+KINDS = ("aten", "onednn", "packed")  # and "onednn@R" (known_kind)
+
+
+def known_kind(kind):
+    """Whether kind is one a choice may hold: KINDS, or "onednn@R" (R rows, a positive int)."""
+    return kind in KINDS or (isinstance(kind, str) and kind.startswith("onednn@") and kind[7:].isdigit()
+                             and int(kind[7:]) > 0)
+
+
+def _dynamic_choice(unit, times):
+    """The kind of a unit of dynamic rows whose oneDNN call measured
+    faster at the trace's rows (times): "onednn" where it is faster at the
+    fewest rows too, else "onednn@R", R where the two times cross (each
+    taken as linear in the rows between the two measurements)."""
+    few = measure(unit, ("onednn",), fewest=True)
+    r1, r2 = unit.rows(fewest=True), unit.rows()
+    if few["onednn"] < MARGIN * few["aten"] or r2 <= r1:
+        return "onednn", few
+    # aten - onednn goes from negative (few rows) to positive (the trace's rows): where it is 0
+    d1, d2 = MARGIN * few["aten"] - few["onednn"], MARGIN * times["aten"] - times["onednn"]
+    cross = r1 + (r2 - r1) * (-d1) / (d2 - d1)
+    return f"onednn@{max(r1 + 1, min(r2, math.ceil(cross)))}", few
 
 
 def choose(graph_units, choices, packed=False):
@@ -234,12 +355,19 @@ def choose(graph_units, choices, packed=False):
         sig = (unit.signature(), packed)
         kind = choices.get(sig)
         if kind is None:
-            times = measure(unit, ("onednn", "packed") if packed else ("onednn",))
+            # rows that change: oneDNN unpacked, where it wins (packing is for one batch size)
+            kinds = ("onednn", "packed") if packed and not unit.dynamic() else ("onednn",)
+            times = measure(unit, kinds)
             fastest = min(times, key=times.get)
             kind = fastest if times[fastest] < MARGIN * times["aten"] else "aten"
+            words = ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items())
+            if kind != "aten" and unit.dynamic():
+                # MKL wins at a few rows: below where the two cross, the unit runs as the graph has it
+                kind, few = _dynamic_choice(unit, times)
+                words += f"; at {unit.rows(fewest=True)} rows " + ", ".join(f"{k} {v * 1e6:.0f} us"
+                                                                           for k, v in few.items())
             choices.put(sig, kind)
-            _log.event("compile", f"{unit.describe()}: "
-                                  + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in times.items()) + f" -> {kind}")
+            _log.event("compile", f"{unit.describe()}: {words} -> {kind}")
         if kind != "aten":
             chosen.append((i, kind))
     return chosen

@@ -34,7 +34,7 @@ def choose(monkeypatch):
     measured = []
 
     def set_choice(winner):
-        def fake(unit, kinds=("onednn",)):
+        def fake(unit, kinds=("onednn",), fewest=False):
             measured.append(unit.describe())
             times = {"aten": 0.5 if winner is False else 1.0}
             times.update({k: 0.4 if k == winner or (winner is True and k == "onednn") else 0.9 for k in kinds})
@@ -484,3 +484,79 @@ def test_a_stored_plan_keeps_the_gemm_choice(choose, winner, monkeypatch):
         assert [type(c) for c in called if isinstance(c, gemm.PackedLinear)] == [gemm.PackedLinear], plan.dump()
     else:
         assert any(c is torch.ops.mkldnn._linear_pointwise.default._op for c in called), plan.dump()
+
+
+# -- units whose rows change: a jit variant with dynamic sizes ----------------------------------------
+
+@pytest.fixture
+def crossing(monkeypatch):
+    """Every unit measures oneDNN faster at the trace's rows and slower at
+    the fewest rows (as MKL's sgemm is at a few rows); returns the list of
+    (unit, fewest) measured."""
+    measured = []
+
+    def fake(unit, kinds=("onednn",), fewest=False):
+        measured.append((unit.describe(), fewest))
+        return {"aten": 0.1, "onednn": 0.3} if fewest else {"aten": 1.0, "onednn": 0.4}
+
+    monkeypatch.setattr(gemm, "measure", fake)
+    monkeypatch.setattr(backend, "_gemm_choices", backend._GemmChoices())
+    return measured
+
+
+def _switched(jf):
+    """The SwitchedLinear steps of jf's variants' plans."""
+    out = []
+    for _, runner in jf.entries():
+        plan = getattr(getattr(runner, "__self__", runner), "compiled", None)
+        out.extend(c for c in (getattr(plan, "form", None) or {}).get("consts", ()) if isinstance(c, gemm.SwitchedLinear))
+    return out
+
+
+def test_dynamic_rows_run_onednn_from_where_the_measurements_cross(crossing):
+    """A jit variant with dynamic lengths keeps its linear layers in
+    oneDNN: from the rows where oneDNN's time crosses MKL's (taken linear
+    between the fewest rows, 2 x 2, and the trace's, 2 x 40) up; below,
+    the graph's own ops. Every length matches eager either way."""
+    torch.manual_seed(0)
+    lin1, lin2 = torch.nn.Linear(256, 512), torch.nn.Linear(512, 256)
+
+    def block(x):
+        return lin2(F.gelu(lin1(x))) + x
+
+    jf = torchneuron_jit.jit(block)
+    with torch.no_grad(), config.patch(compile_blocking=True):
+        for s in (3, 40, 5, 64, 9, 2, 100, 12):
+            x = _t((2, s, 256), s)
+            torch.testing.assert_close(jf(x), block(x), rtol=1e-5, atol=1e-5)
+    switched = _switched(torchneuron_jit._jit._jit_function_of(jf))
+    assert [u.rows for u in switched] == [25, 25], (switched, crossing)  # 4 + 76 * 0.205 / 0.755, rounded up
+    assert [d for d, fewest in crossing if fewest] == ["linear 80 (dynamic)x256->512 + bias",
+                                                       "linear 80 (dynamic)x512->256 + bias"], crossing
+
+
+def test_switched_linear_is_the_graphs_ops_below_its_rows_and_onednn_from_them():
+    w, b, other = _t((384, 256), 1, 0.06), _t((384,), 2), _t((4, 8, 384), 3)
+    for attr, algorithm, bias_added in [("gelu", "tanh", False), ("relu", "", True), ("add", "", False),
+                                        ("none", "", True)]:
+        unit = gemm.SwitchedLinear(attr, algorithm, 16, bias_added)
+        for rows in (8, 16, 32):
+            x = _t((4, rows // 4, 256), rows)
+            o = other[:, :rows // 4]
+            got = unit(x, w, b, o if attr == "add" else None)
+            if rows < 16:
+                y = F.linear(x, w) + b if bias_added else F.linear(x, w, b)
+                want = {"gelu": lambda: F.gelu(y, approximate=algorithm), "relu": lambda: F.relu(y),
+                        "add": lambda: y + o, "none": lambda: y}[attr]()
+            elif attr == "add":
+                want = torch.ops.mkldnn._linear_pointwise.binary(x, o, w, b, "add")
+            else:
+                want = torch.ops.mkldnn._linear_pointwise.default(x, w, b, attr, [], algorithm)
+            assert torch.equal(got, want), (attr, rows)
+
+
+def test_a_switched_unit_survives_the_plans_stored_form():
+    from torchneuron_jit import _planform
+    unit = gemm.SwitchedLinear("gelu", "none", 25, True)
+    back = _planform._value(_planform._const(unit, unit))
+    assert isinstance(back, gemm.SwitchedLinear) and vars(back) == vars(unit)
