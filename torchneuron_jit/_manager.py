@@ -135,6 +135,8 @@ def storm_words(jf, s, key):
         elif s.failures:
             last = next((w for _, k, w in reversed(s.events) if k == "failed"), "")
             what = f"its traces run eagerly ({last}), so every {sizes[:-1]} is a variant of its own"
+        elif took >= config.dynamic_after:  # the misses came while a variant was built
+            what = "its next trace makes it dynamic (calls ran eagerly while a variant was being built)"
         else:
             what = f"every {sizes[:-1]} is a variant of its own so far"
         return f"{s.where}: {name}{'' if dim is None else f' dim {dim}'} took {took} values in {jf.calls} calls; {what}"

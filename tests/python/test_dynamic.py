@@ -564,6 +564,22 @@ def test_torch_compile_on_another_thread_while_a_build_traces():
     torch.testing.assert_close(jf(x), x + 1500)
 
 
+def test_storm_words_while_a_build_runs_say_the_next_trace_makes_it_dynamic(background):
+    """Lengths that change while the first variant is built run eagerly
+    and count as misses: the words say what happens next, not that every
+    size is a variant."""
+    w, heads = torch.randn(32, 32), make_heads()
+    f = torchneuron_jit.jit(heads)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for s in [5, 6, 7, 8, 9, 10]:
+            x = torch.randn(2, s, 32)
+            torch.testing.assert_close(f(x, w), heads(x, w))
+    words = [str(m.message) for m in caught if "took" in str(m.message)]
+    assert len(words) == 1 and "x dim 1 took" in words[0], words
+    assert "its next trace makes it dynamic (calls ran eagerly while a variant was being built)" in words[0], words
+
+
 def test_sizes_of_calls_made_while_building_count(background):
     """A call that runs eagerly while a build is in flight is not traced,
     but its sizes count: the next trace is symbolic in every dimension that
