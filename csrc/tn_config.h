@@ -81,6 +81,11 @@
     "(the traced run) and its variant is built (symbolic trace, lowering, kernels) on a background thread, " \
     "published when ready; meanwhile its calls run eagerly. On, the call that traced waits for the build " \
     "(tests, benchmarks of steady state).") \
+  _(build_gc_off, TN_CFG_BOOL, 1, NULL, \
+    "Python's cyclic garbage collector is paused while a background build of torchneuron_jit.jit runs " \
+    "(and resumed after it, where it was on): the build allocates enough to set off collections of the " \
+    "whole heap, each of which holds the GIL for a few hundred ms with torch and transformers loaded, " \
+    "stalling the calls being served meanwhile. Off: collections run as Python schedules them.") \
   _(dynamic_after, TN_CFG_INT, 2, NULL, \
     "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
     "same place: argument, path, dimension), or distinct values an int or float argument takes, before its next " \

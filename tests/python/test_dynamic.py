@@ -564,6 +564,34 @@ def test_torch_compile_on_another_thread_while_a_build_traces():
     torch.testing.assert_close(jf(x), x + 1500)
 
 
+@pytest.mark.parametrize("setting, user_gc", [(True, True), (False, True), (True, False)])
+def test_a_background_build_pauses_the_collector_and_resumes_it(monkeypatch, setting, user_gc):
+    """While a build runs, Python's cyclic collector is off (its collections
+    of the whole heap hold the GIL for hundreds of ms); after it, as it
+    was: on, or off where the user had turned it off."""
+    import gc
+    from torchneuron_jit import backend
+    inner, seen = backend.compile_inference, []
+
+    def watched(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", watched)
+    f = torchneuron_jit.jit(lambda x: (x * 2).relu() + 1)
+    try:
+        if not user_gc:
+            gc.disable()
+        with config.patch(compile_blocking=False, build_gc_off=setting):
+            x = torch.randn(5)
+            torch.testing.assert_close(f(x), (x * 2).relu() + 1)
+            assert _jit.wait(60)
+        assert seen == [user_gc and not setting]
+        assert gc.isenabled() == user_gc
+    finally:
+        gc.enable()
+
+
 def test_storm_words_while_a_build_runs_say_the_next_trace_makes_it_dynamic(background):
     """Lengths that change while the first variant is built run eagerly
     and count as misses: the words say what happens next, not that every
