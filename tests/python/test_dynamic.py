@@ -182,6 +182,15 @@ def test_hf_bert_variable_shapes():
     assert traces() - before <= 3
 
 
+def _script_runner(run_python, script):
+    """run(*args) -> the words script printed, run in a new process with the test's cache (it must exit 0)."""
+    def run(*args):
+        out = run_python(str(script), *map(str, args), timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+    return run
+
+
 def test_a_warm_process_loads_the_dynamic_variant(tmp_path, run_python):
     """The dynamic variant is a trace record: a second process with the
     same cache runs new lengths without tracing."""
@@ -201,11 +210,7 @@ def test_a_warm_process_loads_the_dynamic_variant(tmp_path, run_python):
         "        torch.testing.assert_close(f(x), (x @ w).view(2, s, 2, 8).softmax(-1).sum(-1))\n"
         "st = torchneuron_jit.stats()\n"
         "print(st['traces'], st['traces_loaded'])\n")
-    def run(*sizes):
-        out = run_python(str(script), *map(str, sizes), timeout=300)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.split()
-
+    run = _script_runner(run_python, script)
     assert run(5, 6, 7) == ["2", "0"]
     traced, loaded = run(9, 30, 100)
     assert traced == "0" and int(loaded) >= 1
@@ -322,12 +327,7 @@ def test_a_warm_process_serves_new_int_and_float_values_without_tracing(tmp_path
         "assert 'dynamic sizes' in str(torchneuron_jit.explain(f))  # loaded plans explained too\n"
         "st = torchneuron_jit.stats()\n"
         "print(st['traces'], st['traces_loaded'])\n")
-
-    def run(*values):
-        out = run_python(str(script), *map(str, values), timeout=300)
-        assert out.returncode == 0, out.stderr
-        return out.stdout.split()
-
+    run = _script_runner(run_python, script)
     assert run(2, 0.5, 4, 0.7, 8, 0.9) == ["2", "0"]
     traced, loaded = run(16, 1.5, 32, 2.5)
     assert traced == "0" and int(loaded) >= 1
