@@ -62,11 +62,11 @@ _seen = weakref.WeakKeyDictionary()
 
 def observe(trace):
     """Notes the sizes of the traced call's tensor arguments and the values
-    of its int arguments, and returns {slot: dimensions} of those that have
-    now taken config.dynamic_after distinct values (this call's among
-    them): a tensor's dimensions whose size here is 2 or more, where the
-    tensor is row-major; for an int argument whose value here is not 0 or
-    1, {None}. These are made symbolic."""
+    of its int and float arguments, and returns {slot: dimensions} of those
+    that have now taken config.dynamic_after distinct values (this call's
+    among them): a tensor's dimensions whose size here is 2 or more, where
+    the tensor is row-major; {None} for an int argument whose value here
+    is not 0 or 1, or a finite float. These are made symbolic."""
     after = config.dynamic_after
     try:
         seen = _seen.setdefault(trace.fn, {})
@@ -202,19 +202,19 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=True)
     paths, treespec = pytree.tree_flatten_with_path(list(trace.call_args))
     leaves = [leaf for _, leaf in paths]
-    # int arguments made symbolic: leaf position -> slot
-    ints = {}
+    # int and float arguments made symbolic: leaf position -> slot
+    numbers = {}
     for slot, want in dims.items():
         if None in want:
             path = _argument_path(trace.spec, slot)
             k = next((k for k, (p, _) in enumerate(paths) if p == path), None)
             if k is None or type(leaves[k]) not in (int, float):
                 raise Static(f"{trace.spec.names[slot]} is not an int or a float among the arguments")
-            ints[k] = slot
+            numbers[k] = slot
     positions, fakes, slots, examples, sources, floats = [], [], [], [], {}, set()
     for k, leaf in enumerate(leaves):
-        if k in ints:
-            slot, source = ints[k], ConstantSource(f"number{ints[k]}")
+        if k in numbers:
+            slot, source = numbers[k], ConstantSource(f"number{numbers[k]}")
             if type(leaf) is float:  # no guard program reads a float: a guard on it keeps it static
                 sym = env.create_unspecified_symbol(leaf, source, dynamic_dim=DimDynamic.DYNAMIC)
                 floats.add(sym)

@@ -1253,12 +1253,12 @@ class _Tracer:
 
     @staticmethod
     def _symbolic(trace, inputs, checks, out_plan):
-        """The trace made again with the dimensions (and int arguments) that
-        keep changing symbolic (_dynamic), or None when there are none or it
-        cannot be (then the variant is specialised to this call's sizes, and
-        the reason is a recompiles event). When a symbolic trace with int
-        arguments fails (an op that needs them concrete), the dimensions
-        are tried without them; an int found static once stays so."""
+        """The trace made again with the dimensions (and int and float
+        arguments) that keep changing symbolic (_dynamic), or None when there
+        are none or it cannot be (then the variant is specialised to this
+        call's sizes, and the reason is a recompiles event). When a symbolic
+        trace with such arguments fails (an op that needs them concrete), the
+        dimensions are tried without them; a number found static stays so."""
         dims = _dynamic.observe(trace)
         jf = _jf_of(trace)
         site = _manager.site(jf) if jf is not None else None
@@ -1302,8 +1302,8 @@ class _Tracer:
         """Notes why the dimensions of each failed attempt ([(dims, reason)])
         stay static: a recompiles event, and the manager's words."""
         names = trace.spec.names
-        for dims, reason in failed[:1]:
-            _log.event("recompiles", f"{_where(trace.fn)}: its sizes stay static in this variant: {reason}")
+        if failed:
+            _log.event("recompiles", f"{_where(trace.fn)}: its sizes stay static in this variant: {failed[0][1]}")
         for dims, reason in failed:
             for slot, ds in dims.items():
                 for d in ds:

@@ -123,7 +123,7 @@ def storm_words(jf, s, key):
                   and (rank == number if dim is None else rank not in (INT_PLACE, FLOAT_PLACE))]
         took = len(values[0]) if values else n + 1
         why = s.static.get((name, dim))
-        sizes = "sizes" if dim is not None else "values"
+        each = "size" if dim is not None else "value"
         if config.dynamic_after <= 0:
             what = "it stays static (config.dynamic_after = 0); set dynamic_after to make it dynamic"
         elif (name, dim) in s.dynamic:
@@ -134,11 +134,11 @@ def storm_words(jf, s, key):
                 "pass it as a tensor, or keep it to a few values")
         elif s.failures:
             last = next((w for _, k, w in reversed(s.events) if k == "failed"), "")
-            what = f"its traces run eagerly ({last}), so every {sizes[:-1]} is a variant of its own"
+            what = f"its traces run eagerly ({last}), so every {each} is a variant of its own"
         elif took >= config.dynamic_after:  # the misses came while a variant was built
             what = "its next trace makes it dynamic (calls ran eagerly while a variant was being built)"
         else:
-            what = f"every {sizes[:-1]} is a variant of its own so far"
+            what = f"every {each} is a variant of its own so far"
         return f"{s.where}: {name}{'' if dim is None else f' dim {dim}'} took {took} values in {jf.calls} calls; {what}"
     if key.startswith("global ") or key.startswith("closure "):
         where = _read_at(jf.fn, key.split(" ", 1)[1].split("[")[0].split(".")[0])

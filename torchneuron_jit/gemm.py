@@ -62,11 +62,7 @@ class Unit:
         """Rows of the product (the input's elements over its last dim; for
         rows of a symbolic size, the size of the trace that made them, or,
         fewest, the least its dynamic sizes take)."""
-        shape, _ = _hinted(self.x, fewest)
-        n = 1
-        for d in shape[:-1]:
-            n *= d
-        return n
+        return math.prod(_hinted(self.x, fewest)[0][:-1])
 
     def describe(self):
         w = static_val(self.w)
@@ -125,8 +121,10 @@ def _hinted(node, fewest=False):
         sizes = tuple(max(1, int(d.node.expr.subs({sym: 2 for sym in d.node.expr.free_symbols})))
                       if isinstance(d, torch.SymInt) else d for d in v.shape)
         return sizes, dense_strides(sizes)
-    return (tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in v.shape),
-            tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in v.stride()))
+
+    def hint(ints):
+        return tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in ints)
+    return hint(v.shape), hint(v.stride())
 
 
 def _f32(node, dims=None, static=True):
@@ -193,6 +191,13 @@ def find_unit(node):
     return unit
 
 
+def _linear_pointwise(x, w, b, attr, algorithm, other=None):
+    """One oneDNN linear call with its post-op: attr "add" adds other (binary form)."""
+    if other is not None:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, b, "add")
+    return torch.ops.mkldnn._linear_pointwise.default(x, w, b, attr, [], algorithm)
+
+
 class PackedLinear:
     """A linear unit run by oneDNN from a packed copy of its weight.
 
@@ -224,9 +229,7 @@ class PackedLinear:
         return packed
 
     def __call__(self, x, w, b, other=None):
-        if other is not None:
-            return torch.ops.mkldnn._linear_pointwise.binary(x, other, self.packed(w), b, "add")
-        return torch.ops.mkldnn._linear_pointwise.default(x, self.packed(w), b, self.attr, [], self.algorithm)
+        return _linear_pointwise(x, self.packed(w), b, self.attr, self.algorithm, other)
 
     def __repr__(self):
         return "oneDNN packed linear"
@@ -245,9 +248,7 @@ class SwitchedLinear:
 
     def __call__(self, x, w, b, other=None):
         if x.numel() >= self.rows * w.shape[1]:
-            if other is not None:
-                return torch.ops.mkldnn._linear_pointwise.binary(x, other, w, b, "add")
-            return torch.ops.mkldnn._linear_pointwise.default(x, w, b, self.attr, [], self.algorithm)
+            return _linear_pointwise(x, w, b, self.attr, self.algorithm, other)
         y = aten.linear.default(x, w, None if self.bias_added else b)
         if self.bias_added:
             y = aten.add.Tensor(y, b)
@@ -265,12 +266,11 @@ def _onednn_call(unit, kind="onednn"):
     """(target, args) of the one oneDNN call that replaces unit (kind
     "onednn", "packed" for a PackedLinear, or "onednn@R" for a
     SwitchedLinear from R rows)."""
+    args = (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
     if kind.startswith("onednn@"):
-        call = SwitchedLinear(unit.attr, unit.algorithm, int(kind[7:]), unit.bias_added)
-        return call, (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
+        return SwitchedLinear(unit.attr, unit.algorithm, int(kind[7:]), unit.bias_added), args
     if kind == "packed":
-        call = PackedLinear(unit.attr, unit.algorithm, unit.rows())
-        return call, (unit.x, unit.w, unit.b) + ((unit.other,) if unit.attr == "add" else ())
+        return PackedLinear(unit.attr, unit.algorithm, unit.rows()), args
     if unit.attr == "add":
         return torch.ops.mkldnn._linear_pointwise.binary, (unit.x, unit.other, unit.w, unit.b, "add")
     return torch.ops.mkldnn._linear_pointwise.default, (unit.x, unit.w, unit.b, unit.attr, [], unit.algorithm)

@@ -137,7 +137,8 @@ static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i, int 
 
 /* Reads a "sizes" program (a tuple of ints) into g, checking that each
 ** DIM names an earlier tensor check's slot and dimension, each INT an
-** earlier check's slot whose type is int, that each operator has its operands, and that one value is left. */
+** earlier check's slot whose type is int, that each operator has its
+** operands, and that one value is left. */
 static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_t i)
 {
   if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) == 0)
