@@ -203,15 +203,23 @@ def _memo():
         _names.reset(token)
 
 
-def _lookup(modname, qualname):
-    """The object qualname names in module modname (not imported here), or None."""
+def _lookup(modname, qualname, wrapped=0):
+    """The object qualname names in module modname (not imported here), or
+    None; wrapped: so many steps down its __wrapped__ chain (a function a
+    decorator wraps: the name finds the wrapper)."""
     memo = _names.get()
-    if memo is None:
-        return _find(modname, qualname)
-    key = ("name", modname, qualname)
-    if key not in memo:
-        memo[key] = _find(modname, qualname)
-    return memo[key]
+    key = ("name", modname, qualname, wrapped)
+    if memo is not None and key in memo:
+        return memo[key]
+    obj = _find(modname, qualname)
+    for _ in range(wrapped):
+        obj = getattr(obj, "__wrapped__", None)
+    if memo is not None:
+        memo[key] = obj
+    return obj
+
+
+_MAX_WRAPPED = 8  # decorators between a name and the function it stands for
 
 
 def _find(modname, qualname):
@@ -331,13 +339,22 @@ def _torch_name(x):
 
 
 def _name_ref(obj):
-    """[module, qualname] of a class, a builtin, a Python module or a function."""
+    """[module, qualname] of a class, a builtin, a Python module or a
+    function; [module, qualname, k] of a function a decorator wrapped (its
+    name finds the wrapper, k steps up its __wrapped__ chain: HF models'
+    forward under merge_with_config_defaults)."""
     if isinstance(obj, types.ModuleType):
         return [obj.__name__, ""]
     modname, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    if not isinstance(modname, str) or not isinstance(qualname, str) or _lookup(modname, qualname) is not obj:
-        raise Unportable(f"{obj!r} cannot be found by name")
-    return [modname, qualname]
+    if isinstance(modname, str) and isinstance(qualname, str):
+        found = _lookup(modname, qualname)
+        for k in range(_MAX_WRAPPED + 1):
+            if found is obj:
+                return [modname, qualname, k] if k else [modname, qualname]
+            found = getattr(found, "__wrapped__", None)
+            if found is None:
+                break
+    raise Unportable(f"{obj!r} cannot be found by name")
 
 
 class _Describer:

@@ -2,6 +2,7 @@
 tracing; a record applies only while its guards and code hold."""
 import collections
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -79,6 +80,42 @@ def _two_jitted_twins():
     torch.testing.assert_close(first, _twin(x))
     torch.testing.assert_close(second, _twin(x))
     return d
+
+
+def _with_defaults(fn):
+    """A decorator as Hugging Face wraps its models' forward in
+    (merge_with_config_defaults): the class's forward is the wrapper, and
+    the function the trace runs is found through __wrapped__ only."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+    return wrapper
+
+
+class _Decorated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    @_with_defaults
+    def forward(self, x):
+        return torch.relu(self.lin(x)) * 2
+
+
+def test_a_decorated_forward_is_stored_and_loaded():
+    torch.manual_seed(0)
+    a = _Decorated().eval()
+    torch.manual_seed(1)
+    b = _Decorated().eval()
+    x = torch.randn(3, 8)
+    want_a, want_b = a(x), b(x)
+    before = counters()
+    torchneuron_jit.jit(a)
+    torchneuron_jit.jit(b)
+    torch.testing.assert_close(a(x), want_a)
+    torch.testing.assert_close(b(x), want_b)
+    d = delta(before)
+    assert (d["traces"], d["traces_loaded"], d["trace_records_stored"]) == (1, 1, 1), d
 
 
 def test_records_off_stores_and_loads_nothing():
