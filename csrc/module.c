@@ -268,6 +268,7 @@ PyMODINIT_FUNC PyInit__C(void)
       PyModule_AddFunctions(m, tn_py_gemm_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_tier2_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_tracer_methods) < 0 ||
+      PyModule_AddFunctions(m, tn_py_yield_methods) < 0 ||
       tn_py_graph_init(m) < 0 || tn_py_cache_init(m) < 0 || tn_py_kernel_init(m) < 0 || tn_py_plan_init(m) < 0 ||
       tn_py_tracer_init(m) < 0)
     goto error;

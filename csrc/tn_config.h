@@ -82,10 +82,18 @@
     "published when ready; meanwhile its calls run eagerly. On, the call that traced waits for the build " \
     "(tests, benchmarks of steady state).") \
   _(build_gc_off, TN_CFG_BOOL, 1, NULL, \
-    "Python's cyclic garbage collector is paused while a background build of torchneuron_jit.jit runs " \
-    "(and resumed after it, where it was on): the build allocates enough to set off collections of the " \
-    "whole heap, each of which holds the GIL for a few hundred ms with torch and transformers loaded, " \
-    "stalling the calls being served meanwhile. Off: collections run as Python schedules them.") \
+    "Python's cyclic garbage collector is paused from the start of a miss of torchneuron_jit.jit (its " \
+    "lookup of trace records, its trace) to the end of its variant's build, and resumed after it where it " \
+    "was on; a background build then collects once, when no jitted call is in flight (build_pause_ms). A " \
+    "trace and its build allocate enough to set off a collection of the whole heap, which holds the GIL " \
+    "for ~0.3 s with torch and transformers loaded, inside the call that traced (HF BERT's first traced " \
+    "call: 90 instead of 320 ms). Off: collections run as Python schedules them.") \
+  _(build_pause_ms, TN_CFG_INT, 200, NULL, \
+    "A background build of torchneuron_jit.jit pauses while a call of a jitted function is in flight (at " \
+    "its next Python call or return, the GIL released) and goes on when none is, or after this many ms; " \
+    "after a pause that ran out it runs as long before pausing again. A build's Python beside a served " \
+    "call made each of its PyTorch ops wait for the GIL: an eager BERT call of 5.6 ms took 470 ms. " \
+    "0: builds never pause.") \
   _(dynamic_after, TN_CFG_INT, 2, NULL, \
     "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
     "same place: argument, path, dimension), or distinct values an int or float argument takes, before its next " \

@@ -155,6 +155,7 @@ class _Trace:
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
         self.call_args = args  # the arguments before the frame ran (begin copies their containers)
+        self.sizes_only = False  # guard_arguments leaves modules' insides out (_note_sizes)
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -287,7 +288,8 @@ class _Trace:
         elif isinstance(value, torch.nn.Module):
             # weakly: a jitted function does not keep the modules passed to it alive
             spec.add(("isweak", slot, weakref.ref(value)), name)
-            self.guard_module(value, name, slot)
+            if not self.sizes_only:
+                self.guard_module(value, name, slot)
         elif isinstance(value, _NAMED):
             spec.add(("is", slot, value), name)
         else:
@@ -1036,6 +1038,44 @@ class _Build:
             trace, fgm, slots, checks, writebacks, out_plan, compiled)
 
 
+class _GcHold:
+    """Python's cyclic collector paused from a trace's start to the end of
+    its build (build_gc_off): a trace and its build allocate enough to set
+    off a collection of the whole heap, ~0.3 s of the GIL with torch and
+    transformers loaded, inside the traced call or a call served beside the
+    build. Objects they drop while it is paused are freed by their counts
+    without reaching the old generation. Holds nest; the last one resumes it
+    where a hold found it on."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.holds = 0
+        self.resume = False
+
+    def hold(self):
+        """One hold more; a release must follow."""
+        with self.lock:
+            if self.holds == 0:
+                self.resume = gc.isenabled() and config.build_gc_off
+                if self.resume:
+                    gc.disable()
+            self.holds += 1
+
+    def release(self):
+        """One hold less; True when this one resumed the collector."""
+        with self.lock:
+            assert self.holds > 0
+            self.holds -= 1
+            if self.holds == 0 and self.resume:
+                self.resume = False
+                gc.enable()
+                return True
+            return False
+
+
+_gc_hold = _GcHold()
+
+
 class _Builds:
     """The build thread: compiles prepared traces one at a time, off the
     calling thread, and publishes each variant in place of the entry that
@@ -1051,19 +1091,23 @@ class _Builds:
     def busy(self):
         return not self.idle.is_set()
 
+    def building(self, jf):
+        """Whether the build in flight is one of JitFunction jf's."""
+        build = self.pending
+        return build is not None and _jf_of(build.trace) is jf
+
     def submit(self, build):
         with self.lock:
             self.idle.clear()
             self.pending = build
+        _gc_hold.hold()  # released when the build ends
         threading.Thread(target=self._run, name="torchneuron_jit build", daemon=True).start()
 
     def _run(self):
         build = self.pending
         t0 = time.perf_counter()
-        collecting = gc.isenabled() and config.build_gc_off
         try:
-            if collecting:  # no collection of the whole heap (~0.3 s of the GIL) while the build allocates
-                gc.disable()
+            _C.build_yield(max(0, config.build_pause_ms))  # pauses while jitted calls are in flight
             entry = build.finish()
             trace = build.trace
             jf = _jf_of(trace)
@@ -1076,8 +1120,11 @@ class _Builds:
             _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
                            f"({type(exc).__name__}: {exc}); it runs eagerly", stacklevel=2)
         finally:
-            if collecting:
-                gc.enable()
+            if _gc_hold.release():
+                # what the trace and the build promoted would set off a collection of the whole heap inside
+                # some later call: it runs now, when no jitted call is in flight (build_yield parks it)
+                gc.collect()
+            _C.build_yield(0)
             with self.lock:
                 self.pending = None
                 self.idle.set()
@@ -1167,6 +1214,7 @@ class _Tracer:
             trace.guard_arguments()
         except Exception as exc:  # ours: the call still runs eagerly, and later ones too
             trace.problems.append(f"guarding the arguments failed ({type(exc).__name__}: {exc})")
+        _gc_hold.hold()  # released by end or abort
         trace.prev_profile = sys.getprofile()
         sys.setprofile(trace.profile)
         trace.recorder.__enter__()
@@ -1179,6 +1227,7 @@ class _Tracer:
         dimension that changed, not only those of the calls it traced."""
         try:
             trace = _Trace(fn, args, [])
+            trace.sizes_only = True  # a module's parameters keep their sizes (~1 ms for BERT's)
             trace.guard_arguments()
             _dynamic.observe(trace)
         except Exception as exc:  # ours: the sizes go unnoted
@@ -1187,10 +1236,17 @@ class _Tracer:
     def abort(self, trace):
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
+        _gc_hold.release()
 
     def end(self, trace, result):
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
+        try:
+            return self._end(trace, result)
+        finally:
+            _gc_hold.release()  # a background build took a hold of its own
+
+    def _end(self, trace, result):
         try:
             trace.check_writes()
         except Exception as exc:  # ours: this variant runs eagerly
@@ -1348,8 +1404,15 @@ class _Tracer:
         cache: each record whose guards and code hold for args and that
         JitFunction jf does not hold already, compiled from its stored graph
         (the lowered artifacts come from the cache too)."""
-        if not _records_on():
-            return []
+        if not _records_on() or _builds.building(jf):
+            return []  # its records were looked up at the miss whose variant is being built
+        _gc_hold.hold()  # describing the guards allocates as a trace does
+        try:
+            return self._load(fn, args, jf)
+        finally:
+            _gc_hold.release()
+
+    def _load(self, fn, args, jf):
         held = {getattr(runner, "record", None) for _, runner in jf.entries()}
         trace = _Trace(fn, args, [])
         trace.guard_arguments()

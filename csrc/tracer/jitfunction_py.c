@@ -25,7 +25,9 @@ static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, s
     tn_active a = {tn_hook_active, jf, (PyCodeObject *)PyFunction_GET_CODE(jf->jf_fn), 0, NULL};
     tn_hook_active = &a;
     tn_hook_add();
+    tn_yield_call_begin();
     PyObject *res = PyObject_Vectorcall(jf->jf_fn, args, nargsf, kwnames);
+    tn_yield_call_end();
     tn_hook_remove();
     tn_hook_active = a.ac_prev;
     return res;

@@ -62,4 +62,8 @@ int tn_py_tracer_init(PyObject *m);
 
 extern PyMethodDef tn_py_tracer_methods[];
 
+/* build_yield and build_pauses (yield_py.c): a background build pauses
+** while jitted calls are in flight. */
+extern PyMethodDef tn_py_yield_methods[];
+
 #endif /* TN_TRACER_H */

@@ -8,7 +8,7 @@ from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion", "row_fusion_min_row",
          "gemm_fusion", "onednn_linear", "conv_channels_last", "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
-         "tier2_cc", "jit_cache_limit", "compile_blocking", "build_gc_off", "dynamic_after", "storm_misses", "trace_backoff",
+         "tier2_cc", "jit_cache_limit", "compile_blocking", "build_gc_off", "build_pause_ms", "dynamic_after", "storm_misses", "trace_backoff",
          "blacklist_after", "jit_trace_records", "cpu_isa", "log"]
 DEFAULTS = {
     "cache": True,
@@ -30,6 +30,7 @@ DEFAULTS = {
     "jit_cache_limit": 8,
     "compile_blocking": False,
     "build_gc_off": True,
+    "build_pause_ms": 200,
     "dynamic_after": 2,
     "storm_misses": 4,
     "trace_backoff": 2,
@@ -42,7 +43,7 @@ TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "choice", "row_fusion_min_row": "int",
          "gemm_fusion": "choice", "onednn_linear": "bool", "conv_channels_last": "bool", "onednn_packed_weights": "bool", "compile_tier2": "choice",
          "tier2_after_calls": "int", "tier2_jobs": "int", "tier2_cc": "str",
-         "jit_cache_limit": "int", "compile_blocking": "bool", "build_gc_off": "bool", "dynamic_after": "int", "storm_misses": "int",
+         "jit_cache_limit": "int", "compile_blocking": "bool", "build_gc_off": "bool", "build_pause_ms": "int", "dynamic_after": "int", "storm_misses": "int",
          "trace_backoff": "int", "blacklist_after": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}
 
 

@@ -592,6 +592,65 @@ def test_a_background_build_pauses_the_collector_and_resumes_it(monkeypatch, set
         gc.enable()
 
 
+def test_a_trace_and_its_build_set_off_no_collection():
+    """From a trace's start to its build's end the collector is paused: the
+    trace and the build allocate enough to set off a collection of the
+    whole heap (~0.3 s of the GIL with transformers loaded) inside the call
+    that traced. A background build then collects once, between calls."""
+    import gc
+
+    @torchneuron_jit.jit
+    def f(x):
+        garbage = [[] for _ in range(2000)]  # as a trace allocates: 40 collections at a threshold of 50
+        return torch.tanh(x) * 3 + x + len(garbage)
+
+    g = torchneuron_jit.jit(lambda x: torch.sigmoid(x) - x)
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)  # a collection every 50 allocations the collector tracks
+    try:
+        x = torch.randn(8)
+        with config.patch(compile_blocking=True):
+            before = gc.get_stats()[0]["collections"]
+            torch.testing.assert_close(f(x), torch.tanh(x) * 3 + x + 2000)
+            # a few between the steps of the miss (the lookup of records, the trace); none inside them
+            assert gc.get_stats()[0]["collections"] - before < 10
+        assert gc.isenabled()
+        with config.patch(compile_blocking=False):
+            full = gc.get_stats()[2]["collections"]
+            torch.testing.assert_close(g(x), torch.sigmoid(x) - x)
+            assert _jit.wait(60)
+            assert gc.get_stats()[2]["collections"] > full
+        assert gc.isenabled()
+    finally:
+        gc.set_threshold(*threshold)
+
+
+@pytest.mark.parametrize("pause_ms", [5000, 0])
+def test_a_build_pauses_while_a_jitted_call_is_in_flight(pause_ms):
+    """A build's Python beside a served call makes the call's PyTorch ops
+    wait for the GIL; the build thread parks while a jitted call runs
+    (build_pause_ms, here longer than the call), and goes on after it."""
+    import time
+    f = torchneuron_jit.jit(lambda x: torch.relu(x) * 2 + 1)
+
+    @torchneuron_jit.jit
+    def served(x):
+        time.sleep(2.0)  # a long call: a variant is being built, so it runs eagerly
+        return x + 1
+
+    pauses = _C.build_pauses()
+    x = torch.randn(6)
+    with config.patch(compile_blocking=False, build_pause_ms=pause_ms):
+        torch.testing.assert_close(f(x), torch.relu(x) * 2 + 1)  # its build starts
+        assert _jit._builds.busy()
+        torch.testing.assert_close(served(x), x + 1)
+        still_building = _jit._builds.busy()  # the build paused through the whole call
+        assert _jit.wait(60)
+    assert still_building == (pause_ms > 0)
+    assert (_C.build_pauses() > pauses) == (pause_ms > 0)
+    torch.testing.assert_close(f(x), torch.relu(x) * 2 + 1)
+
+
 def test_storm_words_while_a_build_runs_say_the_next_trace_makes_it_dynamic(background):
     """Lengths that change while the first variant is built run eagerly
     and count as misses: the words say what happens next, not that every

@@ -1,0 +1,134 @@
+/*
+** Background builds give way to jitted calls (tracer.h).
+**
+** A build of jit is Python (make_fx, lowering) on a thread of its own. On
+** CPython a thread that keeps the GIL busy costs every other thread a wait
+** of up to the switch interval (5 ms) each time it takes the GIL back, and
+** a model's call takes it back after each PyTorch op (they release it): an
+** eager BERT call of 5.6 ms took 470 ms beside a thread running Python.
+** So the build thread pauses: a C profile function on it (called at each
+** Python call and return, a load and a compare when nothing is in flight)
+** parks it, the GIL released, while any call of a JitFunction is in flight
+** on another thread, until none is or build_pause_ms passed. After a pause
+** that ran out, it runs as long without pausing: calls that never stop
+** (several serving threads) slow a build down, they do not starve it.
+*/
+#include "tracer_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+static atomic_int yield_calls;        /* JitFunction calls in flight, all threads */
+static atomic_int yield_parked;       /* build threads parked now */
+static atomic_ullong yield_pauses;    /* pauses so far (build_pauses()) */
+static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t yield_cv;
+static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
+
+/* per build thread: its longest pause, and when a pause that ran out lets it park again */
+static _Thread_local int64_t yield_max_ns;
+static _Thread_local int64_t yield_free_until;
+
+static void yield_init(void)
+{
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(&yield_cv, &a);
+  pthread_condattr_destroy(&a);
+}
+
+static int64_t yield_now(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void tn_yield_call_begin(void)
+{
+  atomic_fetch_add_explicit(&yield_calls, 1, memory_order_relaxed);
+}
+
+void tn_yield_call_end(void)
+{
+  if (atomic_fetch_sub_explicit(&yield_calls, 1, memory_order_acq_rel) == 1 &&
+      atomic_load_explicit(&yield_parked, memory_order_acquire) > 0) {
+    pthread_mutex_lock(&yield_mu);
+    pthread_cond_broadcast(&yield_cv);
+    pthread_mutex_unlock(&yield_mu);
+  }
+}
+
+/* Parks the calling thread (which holds the GIL, and releases it) while a
+** call is in flight, at most yield_max_ns. */
+static void yield_park(void)
+{
+  int64_t start = yield_now();
+  if (start < yield_free_until)
+    return;
+  int64_t end = start + yield_max_ns;
+  struct timespec deadline = {(time_t)(end / 1000000000), (long)(end % 1000000000)};
+  int ran_out = 0;
+  atomic_fetch_add_explicit(&yield_pauses, 1, memory_order_relaxed);
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&yield_mu);
+  atomic_fetch_add_explicit(&yield_parked, 1, memory_order_acq_rel);
+  while (!ran_out && atomic_load_explicit(&yield_calls, memory_order_acquire) > 0)
+    ran_out = pthread_cond_timedwait(&yield_cv, &yield_mu, &deadline) == ETIMEDOUT;
+  atomic_fetch_sub_explicit(&yield_parked, 1, memory_order_acq_rel);
+  pthread_mutex_unlock(&yield_mu);
+  Py_END_ALLOW_THREADS
+  if (ran_out)
+    yield_free_until = yield_now() + yield_max_ns;
+}
+
+static int yield_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
+{
+  (void)obj;
+  (void)frame;
+  (void)what;
+  (void)arg;
+  /* a thread with a call of its own in flight would wait for itself */
+  if (atomic_load_explicit(&yield_calls, memory_order_relaxed) > 0 && !tn_hook_active)
+    yield_park();
+  return 0;
+}
+
+/* build_yield(max_ms) -> None: the calling thread (a build) pauses while a
+** jitted call is in flight, at most max_ms at a time; 0 ends it (and
+** removes the thread's profile function) */
+static PyObject *py_build_yield(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  long long ms = PyLong_AsLongLong(arg);
+  if (ms == -1 && PyErr_Occurred())
+    return NULL;
+  if (ms < 0) {
+    PyErr_SetString(PyExc_ValueError, "build_yield: max_ms must be >= 0");
+    return NULL;
+  }
+  pthread_once(&yield_once, yield_init);
+  yield_max_ns = (int64_t)ms * 1000000;
+  yield_free_until = 0;
+  PyEval_SetProfile(ms > 0 ? yield_profile : NULL, NULL);
+  Py_RETURN_NONE;
+}
+
+/* build_pauses() -> how many times build threads paused for calls */
+static PyObject *py_build_pauses(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(atomic_load(&yield_pauses));
+}
+
+PyMethodDef tn_py_yield_methods[] = {
+  {"build_yield", py_build_yield, METH_O,
+   "build_yield(max_ms): this thread (a build) pauses while a jitted call is in flight, at most max_ms at a "
+   "time; 0 ends it"},
+  {"build_pauses", py_build_pauses, METH_NOARGS, "build_pauses() -> how many times builds paused for calls"},
+  {NULL, NULL, 0, NULL},
+};
