@@ -53,12 +53,20 @@ fallback_reasons = collections.Counter()
 
 
 def decompositions():
-    """Core ATen decompositions, minus the ops in KEEP_WHOLE."""
-    table = dict(core_aten_decompositions())
-    for packet in KEEP_WHOLE:
-        for overload in packet.overloads():
-            table.pop(getattr(packet, overload), None)
-    return table
+    """Core ATen decompositions, minus the ops in KEEP_WHOLE (not to be
+    changed: one table serves every build while no operator is registered;
+    making it walks every operator, ~50 ms of the GIL per build)."""
+    ops = len(torch._C._dispatch_get_all_op_names())
+    if _decompositions[0] != ops:
+        table = dict(core_aten_decompositions())
+        for packet in KEEP_WHOLE:
+            for overload in packet.overloads():
+                table.pop(getattr(packet, overload), None)
+        _decompositions[:] = [ops, table]
+    return _decompositions[1]
+
+
+_decompositions = [None, None]  # [operators registered when it was made, the table]
 
 
 # Version of the cached artifact (payload layout, code generation): bump it
