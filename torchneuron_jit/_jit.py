@@ -1519,9 +1519,7 @@ _tracer = _Tracer()
 _compile_lock = threading.Lock()  # make_fx and FX code generation keep global state
 
 
-def _where(fn):
-    code = fn.__code__
-    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+_where = _manager.where
 
 
 # -- the API ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ decisions; as text, and as HTML in a notebook.
 import collections
 import dis
 import html
+import inspect
 import re
 import types
 
@@ -51,12 +52,27 @@ class Site:
         self.dynamic = set()                    # (argument, dimension) made dynamic
 
 
+def where(fn):
+    """How the words name function (or code object) fn: its qualified name
+    and where it is defined. A decorator's wrapper (functools.wraps) is
+    named by the function it wraps: Hugging Face models' forward is
+    merge_with_config_defaults' wrapper."""
+    if not isinstance(fn, types.CodeType):
+        try:
+            fn = inspect.unwrap(fn)
+        except ValueError:  # a __wrapped__ cycle: the wrapper's own name
+            pass
+    code = fn if isinstance(fn, types.CodeType) else getattr(fn, "__code__", None)
+    if code is None:
+        return repr(fn)
+    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
 def site(jf):
     """The Site of JitFunction jf (made on first use)."""
     s = jf.__dict__.get("_tn_site")
     if s is None:
-        code = jf.fn.__code__
-        s = jf.__dict__["_tn_site"] = Site(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
+        s = jf.__dict__["_tn_site"] = Site(where(jf.fn))
     return s
 
 
@@ -372,7 +388,7 @@ def dynamo_recompile(code, reasons):
     reasons = [re.sub(r"^\d+/\d+: ", "", r.splitlines()[0].split("  #")[0].strip()) for r in reasons]
     s = _dynamo_sites.get(code)
     if s is None:
-        s = _dynamo_sites[code] = Site(f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})")
+        s = _dynamo_sites[code] = Site(where(code))
     key = _dynamo_subject(reasons[0])
     s.misses[key] += 1
     _note_change(s, key, reasons[0])

@@ -154,6 +154,25 @@ def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
     torch.testing.assert_close(f(X), X * 3.0)
 
 
+def test_the_words_name_a_decorated_function_by_the_function_it_wraps():
+    """A decorator's wrapper (functools.wraps, as Hugging Face wraps its
+    models' forward) is named by what it wraps, not "deco.<locals>.wrapper"."""
+    import functools
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args):
+            return fn(*args)
+        return wrapper
+
+    scope = {"torch": torch, "ARR": np.array([2.0])}
+    exec("def scaled(x):\n    return x * float(ARR[0])\n", scope)
+    f = torchneuron_jit.jit(deco(scope["scaled"]))
+    with pytest.warns(RuntimeWarning, match=r"jit: scaled \(<string>:1\) runs eagerly") as record:
+        torch.testing.assert_close(f(X), X * 2.0)
+    assert not any("wrapper" in str(w.message) for w in record)
+
+
 # -- writes ---------------------------------------------------------------------------
 
 def test_a_counter_in_a_closure_list_runs_eagerly_with_a_warning():
