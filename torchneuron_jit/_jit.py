@@ -1091,11 +1091,6 @@ class _Builds:
     def busy(self):
         return not self.idle.is_set()
 
-    def building(self, jf):
-        """Whether the build in flight is one of JitFunction jf's."""
-        build = self.pending
-        return build is not None and _jf_of(build.trace) is jf
-
     def submit(self, build):
         with self.lock:
             self.idle.clear()
@@ -1404,8 +1399,10 @@ class _Tracer:
         cache: each record whose guards and code hold for args and that
         JitFunction jf does not hold already, compiled from its stored graph
         (the lowered artifacts come from the cache too)."""
-        if not _records_on() or _builds.building(jf):
-            return []  # its records were looked up at the miss whose variant is being built
+        if not _records_on() or _builds.busy():
+            # rebuilding a record takes the compile lock the build in flight holds (and pauses it): the
+            # call runs eagerly, a miss after the build loads them (the build's own were looked up already)
+            return []
         _gc_hold.hold()  # describing the guards allocates as a trace does
         try:
             return self._load(fn, args, jf)

@@ -651,6 +651,33 @@ def test_a_build_pauses_while_a_jitted_call_is_in_flight(pause_ms):
     torch.testing.assert_close(f(x), torch.relu(x) * 2 + 1)
 
 
+def test_a_record_is_not_loaded_while_another_function_builds():
+    """Rebuilding a stored record takes the compile lock a build in flight
+    holds, and that build pauses while the call is in flight: a call of
+    another function runs eagerly instead of waiting, and loads the record
+    at its first miss after the build."""
+    import time
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(6, 6).eval(), torch.nn.Linear(6, 6).eval()
+    x = torch.randn(3, 6)
+    want = second(x)
+    with torch.no_grad():
+        with config.patch(compile_blocking=True):
+            torchneuron_jit.jit(first)(x)  # its record is in the cache: second's first call could load it
+        torchneuron_jit.jit(second)
+        f = torchneuron_jit.jit(lambda y: torch.relu(y) * 3 - 1)
+        with config.patch(compile_blocking=False, build_pause_ms=5000):
+            f(torch.randn(4))  # its build starts, and pauses while second's call is in flight
+            loaded = torchneuron_jit.stats()["traces_loaded"]
+            t = time.perf_counter()
+            torch.testing.assert_close(second(x), want)
+            assert time.perf_counter() - t < 2.0
+            assert torchneuron_jit.stats()["traces_loaded"] == loaded
+            assert _jit.wait(60)
+        torch.testing.assert_close(second(x), want)
+    assert torchneuron_jit.stats()["traces_loaded"] == loaded + 1
+
+
 def test_storm_words_while_a_build_runs_say_the_next_trace_makes_it_dynamic(background):
     """Lengths that change while the first variant is built run eagerly
     and count as misses: the words say what happens next, not that every
