@@ -55,6 +55,17 @@
     "Run the 2-d convolutions of a graph, and the ops between them, on channels-last (NHWC) tensors, as " \
     "oneDNN's fastest kernels and max pooling want them (inputs converted once, results given back in " \
     "eager's strides). The values differ from eager's NCHW convolution by rounding only.") \
+  _(flash_attention, TN_CFG_CHOICE, 0, "auto|on|off", \
+    "Run attention written as matmul, softmax and matmul (Hugging Face's eager attention, hand-written " \
+    "attention; float32, scaled by a number, with additive masks or none) as one call of PyTorch's CPU " \
+    "flash attention, the kernel of eager's scaled_dot_product_attention: no scores in memory. auto: " \
+    "without a mask always (0.6-0.9x the time of matmul, our fused softmax and matmul at 1-8 x 64-1024 " \
+    "tokens, 4 heads of 64), with one where the scores hold flash_attention_min_scores elements or more " \
+    "(below that, up to 1.14x slower; at 8 x 512 tokens 0.3x). The values differ by rounding only; a " \
+    "row masked with -inf throughout stays NaN as in eager. True/False set on/off.") \
+  _(flash_attention_min_scores, TN_CFG_INT, INT64_C(1) << 21, NULL, \
+    "With flash_attention auto, the fewest elements (batch x heads x queries x keys, a symbolic size " \
+    "counted at the traced call's value) a masked attention's scores must have to run as flash attention.") \
   _(onednn_packed_weights, TN_CFG_BOOL, 0, NULL, \
     "With onednn_linear, also time oneDNN on a copy of each weight packed into its blocked layout, made on " \
     "first use and again when the weight is another tensor or its version counter moved (in-place updates, " \

@@ -153,6 +153,7 @@ def _key_context():
             f"row_fusion {_row_fusion()} from {_row_fusion_min_row()}; gemm {_gemm_fusion()}; "
             f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
             f"conv_channels_last {bool(config.conv_channels_last)}; "
+            f"flash {config.flash_attention} from {config.flash_attention_min_scores}; "
             f"cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
 
 
@@ -602,6 +603,259 @@ def _drop_copies(graph):
     return dropped
 
 
+# -- attention as one call ----------------------------------------------------
+
+_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+
+
+def _calls(node, *targets):
+    """Whether node is an FX node calling one of targets."""
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target in targets
+
+
+def _sizes_known_equal(a, b):
+    """Whether two size lists are equal for every value of their symbols."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
+
+
+def _val(node):
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _bmm_operand(view):
+    """x where view = view(clone(expand(x, x's own sizes)), [b*h, m, n])
+    (the clone and the expand may be absent), x 4-d: one side of a batched
+    matmul as torch.matmul writes it. The nodes in between have one user each.
+    Returns (x, [nodes between x and the bmm]) or (None, None)."""
+    chain = [view]
+    if not _calls(view, *_VIEWS) or len(view.users) != 1:
+        return None, None
+    x = view.args[0]
+    if _calls(x, aten.clone.default) and len(x.users) == 1:  # matmul's copy of a strided operand
+        chain.append(x)
+        x = x.args[0]
+    if _calls(x, aten.expand.default) and len(x.users) == 1:
+        chain.append(x)
+        if _val(x.args[0]) is None or not _sizes_known_equal(_val(x.args[0]).shape, _val(x).shape):
+            return None, None
+        x = x.args[0]
+    xv, vv = _val(x), _val(view)
+    if xv is None or vv is None or xv.dim() != 4 or vv.dim() != 3 \
+            or not _sizes_known_equal(vv.shape, [xv.shape[0] * xv.shape[1], xv.shape[2], xv.shape[3]]):
+        return None, None
+    return x, chain
+
+
+def _key_of(kt):
+    """k where kt is k with its last two dims swapped (permute or
+    transpose, one user), else None."""
+    if not _calls(kt, aten.permute.default, aten.transpose.int) or len(kt.users) != 1:
+        return None
+    dims = kt.args[1] if kt.target is aten.permute.default else sorted(d % 4 for d in kt.args[1:3])
+    ok = list(dims) == [0, 1, 3, 2] if kt.target is aten.permute.default else dims == [2, 3]
+    return kt.args[0] if ok else None
+
+
+def _hint_numel(val):
+    """Elements of a tensor's metadata, a symbolic size counted at the value
+    it had when traced (0 where none is known)."""
+    n = 1
+    for d in val.shape:
+        d = d if isinstance(d, int) else d.node.hint
+        if d is None:
+            return 0
+        n *= int(d)
+    return n
+
+
+def _fake_call(mode, target, args, kwargs=None):
+    """target's result on the metadata of its node arguments (fake tensors
+    of mode)."""
+    def val(a):
+        return a.meta["val"] if isinstance(a, torch.fx.Node) else a
+    with mode:
+        return target(*[val(a) for a in args], **{k: val(a) for k, a in (kwargs or {}).items()})
+
+
+def _new_call(graph, mode, target, args, kwargs=None):
+    """A call of target inserted at the graph's insertion point, with its
+    metadata."""
+    node = graph.call_function(target, tuple(args), kwargs or {})
+    node.meta["val"] = _fake_call(mode, target, args, kwargs)
+    return node
+
+
+def _scaled_scores(s):
+    """(scale, [the nodes scaling], scores) where s = scores times or over
+    numbers (in place too: view round trips), scores a 4-d view of a bmm,
+    each of one use; else None."""
+    scale, scaled = 1.0, []
+    s = _through_round_trip(s, scaled)
+    while _calls(s, aten.mul.Tensor, aten.div.Tensor) and len(s.users) == 1 and not s.kwargs:
+        c = s.args[1]
+        if _calls(c, aten.full.default) and list(c.args[0]) == [] and _val(c) is not None \
+                and _val(c).dtype == torch.float32:
+            c = c.args[1]  # a 0-dim tensor of a number: GPT-2's torch.full([], head_dim ** 0.5)
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or c == 0:
+            return None
+        scale = scale * c if s.target is aten.mul.Tensor else scale / c
+        scaled.append(s)
+        s = _through_round_trip(s.args[0], scaled)
+    if not _calls(s, *_VIEWS) or len(s.users) != 1 or not _calls(s.args[0], aten.bmm.default) \
+            or len(s.args[0].users) != 1:
+        return None
+    return scale, scaled, s
+
+
+def _through_round_trip(s, nodes):
+    """s's base where s is a chain of views (each of one use) that gives
+    back its base's sizes and strides (functionalization writes
+    `scores += mask` on a view so), the views appended to nodes; else s."""
+    chain, base = [], s
+    while _calls(base, *_VIEWS) and len(base.users) == 1:
+        chain.append(base)
+        base = base.args[0]
+    sv, bv = _val(s), _val(base)
+    if not chain or sv is None or bv is None or not _sizes_known_equal(sv.shape, bv.shape) \
+            or not _sizes_known_equal(sv.stride(), bv.stride()):
+        return s
+    nodes += chain
+    return base
+
+
+def _peel_masks(s):
+    """([masks], [the adds], _scaled_scores(...)) where s = scaled scores
+    plus tensors (the masks, innermost first; the adds, outermost first),
+    each add of one use; else None."""
+    views = []
+    s = _through_round_trip(s, views)
+    if _calls(s, aten.add.Tensor) and len(s.users) == 1 and not s.kwargs:
+        for a, b in (s.args, s.args[::-1]):
+            inner = _peel_masks(a) if isinstance(b, torch.fx.Node) else None
+            if inner is not None:
+                return inner[0] + [b], views + [s] + inner[1], inner[2]
+        return None
+    found = _scaled_scores(s)
+    return None if found is None else ([], views, found)
+
+
+def _attention_match(out):
+    """The attention torch.matmul writes, ending at out: out =
+    bmm(softmax(scale * (q @ k^T) [+ mask]), v) viewed back to 4-d, float32,
+    every node between one use. Returns dict(q, k, v, masks, scale, nodes,
+    scores: the scores' metadata) or None."""
+    bmm = out.args[0] if _calls(out, *_VIEWS) else None
+    if not _calls(bmm, aten.bmm.default) or len(bmm.users) != 1:
+        return None
+    p, p_chain = _bmm_operand(bmm.args[0])
+    v, v_chain = _bmm_operand(bmm.args[1])
+    if p is None or v is None:
+        return None
+    nodes = [bmm] + p_chain + v_chain
+    while _calls(p, aten.clone.default) and len(p.users) == 1 and not p.kwargs:  # dropout in eval
+        nodes.append(p)
+        p = p.args[0]
+    if not _calls(p, aten._softmax.default) or p.args[2] or p.args[1] not in (-1, 3) or len(p.users) != 1:
+        return None
+    nodes.append(p)
+    peeled = _peel_masks(p.args[0])
+    if peeled is None:
+        return None
+    masks, adds, (scale, scaled, s) = peeled
+    nodes += adds
+    q, q_chain = _bmm_operand(s.args[0].args[0])
+    kt, k_chain = _bmm_operand(s.args[0].args[1])
+    k = _key_of(kt)
+    if q is None or k is None:
+        return None
+    nodes += scaled + [s, s.args[0]] + q_chain + k_chain + [kt]
+    qv, kv, vv, sv, ov = (_val(n) for n in (q, k, v, s, out))
+    if any(t is None or t.dtype != torch.float32 for t in (qv, kv, vv, sv, ov)):
+        return None
+    b, h, l, e = qv.shape
+    n = kv.shape[2]
+    if not (_sizes_known_equal(kv.shape, [b, h, n, e]) and _sizes_known_equal(vv.shape, [b, h, n, e])
+            and _sizes_known_equal(sv.shape, [b, h, l, n]) and _sizes_known_equal(ov.shape, [b, h, l, e])):
+        return None  # flash attention takes q, k and v of one head size
+    for mask in masks:
+        mv = _val(mask)
+        if mv is None or mv.dtype != torch.float32 or mv.dim() > 4 \
+                or not all(_sizes_known_equal([m], [1]) or _sizes_known_equal([m], [d])
+                           for m, d in zip(mv.shape, list(sv.shape)[-mv.dim():])):
+            return None
+    if masks and max(_val(m).dim() for m in masks) not in (2, 4):
+        return None  # flash attention takes a mask of 2 or 4 dims
+    return dict(q=q, k=k, v=v, masks=masks, scale=float(scale), nodes=nodes, scores=sv)
+
+
+def _flash_call(graph, mode, out, m, added):
+    """The flash attention call that replaces the attention _attention_match
+    found at out (m), inserted before out; the nodes inserted are appended
+    to added as they are made (so that a failure can take them out).
+    Returns the node of the result."""
+    def call(target, args, kwargs=None):
+        added.append(_new_call(graph, mode, target, args, kwargs))
+        return added[-1]
+    with graph.inserting_before(out):
+        mask = m["masks"][0] if m["masks"] else None
+        for more in m["masks"][1:]:  # the scores plus each mask: the scores plus their sum
+            mask = call(aten.add.Tensor, (mask, more))
+        kwargs = {"scale": m["scale"]} if mask is None else {"attn_mask": mask, "scale": m["scale"]}
+        flash = call(_FLASH, (m["q"], m["k"], m["v"], 0.0, False), kwargs)
+        res = call(operator.getitem, (flash, 0))
+        if mask is not None:
+            row_max = call(aten.amax.default, (mask, [-1], True))
+            dead = call(aten.eq.Scalar, (row_max, float("-inf")))
+            nan = call(aten.scalar_tensor.default, (float("nan"),), {"dtype": torch.float32})
+            res = call(aten.where.self, (dead, nan, res))
+        if not _sizes_known_equal(res.meta["val"].stride(), out.meta["val"].stride()):
+            res = call(aten.clone.default, (res,), {"memory_format": torch.contiguous_format})
+    return res
+
+
+def _flash_attention(graph):
+    """Writes attention as torch.matmul and softmax spell it (Hugging Face's
+    eager attention, hand-written attention) as one call of PyTorch's CPU
+    flash attention, the kernel eager's scaled_dot_product_attention runs:
+    no [b, h, l, n] scores in memory, one pass instead of three. float32,
+    additive float masks (their sum of 2 or 4 dims), a number as scale;
+    config.flash_attention says where (auto: masked attention only where
+    its scores are large). The values differ by rounding only, but where a
+    mask row is -inf throughout eager's softmax gives NaN and flash
+    attention 0: the NaN is put back (where the row's max of the mask is
+    -inf). Returns how many."""
+    if config.flash_attention == "off":
+        return 0
+    done = 0
+    for out in list(graph.nodes):
+        m = _attention_match(out) if _calls(out, *_VIEWS) else None
+        if m is None or (m["masks"] and config.flash_attention == "auto"
+                         and _hint_numel(m["scores"]) < config.flash_attention_min_scores):
+            continue
+        mode = getattr(m["q"].meta["val"], "fake_mode", None)
+        if mode is None:
+            continue
+        added = []
+        try:
+            res = _flash_call(graph, mode, out, m, added)
+        except Exception as exc:  # a meta function that refuses these inputs: left as it was
+            for node in reversed(added):
+                graph.erase_node(node)
+            _log.event("compile", f"attention at {out} stays matmul and softmax: {type(exc).__name__}: {exc}")
+            continue
+        out.replace_all_uses_with(res)
+        graph.erase_node(out)
+        for node in m["nodes"]:  # users first: the match lists them from the output back
+            graph.erase_node(node)
+        done += 1
+    if done:
+        _log.event("compile", f"{done} attention blocks as one flash attention call each")
+    return done
+
+
 # Ops whose result is a fresh tensor laid out as their meta function says
 # (contiguous): as_strided over it reads the elements the views would.
 _DENSE_RESULTS = (aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
@@ -660,8 +914,7 @@ def _collapse_views(graph):
 
 def _single_user_view(node, target):
     """Whether node calls target and has one user (None is no node)."""
-    return (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
-            and len(node.users) == 1)
+    return _calls(node, target) and len(node.users) == 1
 
 
 # Arithmetic whose first operand may be a number in the graph (1.0 - x).
@@ -897,6 +1150,7 @@ def _build(gm, example_inputs, eager=None):
         # Python code is never generated (a lazy graph module makes it on a first call only)
         gm = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
     _drop_copies(gm.graph)
+    _flash_attention(gm.graph)
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)
     _materialize_number_operands(gm.graph)

@@ -7,7 +7,8 @@ import pytest
 from torchneuron_jit import _C, config
 
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion", "row_fusion_min_row",
-         "gemm_fusion", "onednn_linear", "conv_channels_last", "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
+         "gemm_fusion", "onednn_linear", "conv_channels_last", "flash_attention", "flash_attention_min_scores",
+         "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
          "tier2_cc", "jit_cache_limit", "compile_blocking", "build_gc_off", "build_pause_ms", "dynamic_after", "storm_misses", "trace_backoff",
          "blacklist_after", "jit_trace_records", "cpu_isa", "log"]
 DEFAULTS = {
@@ -22,6 +23,8 @@ DEFAULTS = {
     "gemm_fusion": "off",
     "onednn_linear": True,
     "conv_channels_last": True,
+    "flash_attention": "auto",
+    "flash_attention_min_scores": 1 << 21,
     "onednn_packed_weights": False,
     "compile_tier2": "background",
     "tier2_after_calls": 2,
@@ -41,7 +44,8 @@ DEFAULTS = {
 }
 TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "cache_initial_map_bytes": "bytes", "cache_verify": "bool", "kernel_threads": "int", "row_fusion": "choice", "row_fusion_min_row": "int",
-         "gemm_fusion": "choice", "onednn_linear": "bool", "conv_channels_last": "bool", "onednn_packed_weights": "bool", "compile_tier2": "choice",
+         "gemm_fusion": "choice", "onednn_linear": "bool", "conv_channels_last": "bool", "flash_attention": "choice",
+         "flash_attention_min_scores": "int", "onednn_packed_weights": "bool", "compile_tier2": "choice",
          "tier2_after_calls": "int", "tier2_jobs": "int", "tier2_cc": "str",
          "jit_cache_limit": "int", "compile_blocking": "bool", "build_gc_off": "bool", "build_pause_ms": "int", "dynamic_after": "int", "storm_misses": "int",
          "trace_backoff": "int", "blacklist_after": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}

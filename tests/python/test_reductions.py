@@ -765,6 +765,7 @@ def test_attention_block(compiled):
 
 
 def test_plain_attention(compiled):
+    config.flash_attention = "off"  # the softmax between the matmuls (on, the three are one call: test_attention.py)
     q, k, v = _x((2, 4, 10, 16)), _x((2, 4, 10, 16), seed=1), _x((2, 4, 10, 16), seed=2)
     got, expected = run_both(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1) @ v, q, k, v)
     torch.testing.assert_close(got, expected)
