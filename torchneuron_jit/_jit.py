@@ -1104,6 +1104,7 @@ class _Builds:
         build = self.pending
         t0 = time.perf_counter()
         try:
+            _gate_dynamo()
             _C.build_yield(max(0, config.build_pause_ms))  # pauses while jitted calls are in flight
             entry = build.finish()
             trace = build.trace
@@ -1131,8 +1132,65 @@ class _Builds:
         return self.idle.wait(timeout)
 
 
-_fx_lock = threading.RLock()
-_fx_owner = [None]  # the thread whose FX trace holds _fx_lock
+class _FxGate:
+    """Who may trace now: an FX trace (make_fx, on any thread; re-entrant)
+    and a TorchDynamo compile (Dynamo serialises its own) exclude each
+    other across threads. While FX traces, torch.nn.Module's __call__ and
+    __getattr__ are patched for the whole process, and FX's is-tracing
+    flags are globals."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.fx_owner, self.fx_depth = None, 0   # the thread whose FX trace is in flight
+        self.dynamo_owner = None                 # the thread whose Dynamo compile is in flight
+
+    def _free_for(self, me):
+        return self.fx_owner in (None, me) and self.dynamo_owner in (None, me)
+
+    @contextlib.contextmanager
+    def fx(self):
+        me = threading.get_ident()
+        with self.cond:
+            self.cond.wait_for(lambda: self._free_for(me))
+            self.fx_owner, self.fx_depth = me, self.fx_depth + 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.fx_depth -= 1
+                if self.fx_depth == 0:
+                    self.fx_owner = None
+                    self.cond.notify_all()
+
+    def dynamo_start(self, _args=None):
+        me = threading.get_ident()
+        with self.cond:
+            self.cond.wait_for(lambda: self._free_for(me))
+            self.dynamo_owner = me
+
+    def dynamo_end(self, _args=None):
+        with self.cond:
+            self.dynamo_owner = None
+            self.cond.notify_all()
+
+    def tracing_here(self):
+        return self.fx_owner == threading.get_ident()
+
+
+_fx_gate = _FxGate()
+
+
+def _gate_dynamo():
+    """Makes TorchDynamo's compiles wait for an FX trace in flight on
+    another thread (a background build's make_fx), and such traces for
+    them: a module Dynamo traced meanwhile saw make_fx's patched
+    Module.__call__ (a graph break, or Dynamo's "Guard failed on the same
+    frame it was created" AssertionError in the user's call). Done before
+    each background build: torch._dynamo.reset() forgets the callbacks."""
+    handler = torch._dynamo.callback_handler
+    if _fx_gate.dynamo_start not in handler.start_callbacks:
+        handler.register_start_callback(_fx_gate.dynamo_start)
+        handler.register_end_callback(_fx_gate.dynamo_end)
 
 
 def _serialise_fx_tracing():
@@ -1142,10 +1200,11 @@ def _serialise_fx_tracing():
     TorchDynamo, called on another thread meanwhile, raises "Detected that
     you are using FX to symbolically trace a dynamo-optimized function"
     (is_fx_symbolic_tracing reads one flag). Made once, when jit is
-    imported: every FX trace in the process holds one re-entrant lock (a
-    trace on another thread waits for the one in flight), and the two
-    is-tracing questions answer for the thread that asks. A function
-    torch.compile wrapped before this keeps the question it captured."""
+    imported: every FX trace in the process passes _fx_gate (a trace on
+    another thread waits for the one in flight, and for a Dynamo compile:
+    _gate_dynamo), and the two is-tracing questions answer for the thread
+    that asks. A function torch.compile wrapped before this keeps the
+    question it captured."""
     from torch.fx import _symbolic_trace as st
     original = getattr(st, "_new_patcher", None)
     if original is None or getattr(original, "_tn_locked", False):
@@ -1153,18 +1212,12 @@ def _serialise_fx_tracing():
 
     @contextlib.contextmanager
     def locked():
-        with _fx_lock:
-            outer = _fx_owner[0]
-            _fx_owner[0] = threading.get_ident()
-            try:
-                with original() as patcher:
-                    yield patcher
-            finally:
-                _fx_owner[0] = outer
+        with _fx_gate.fx(), original() as patcher:
+            yield patcher
 
     def on_this_thread(question):
-        def asked():  # FX traces under _fx_lock: only the thread that holds it is tracing
-            return question() and _fx_owner[0] == threading.get_ident()
+        def asked():  # FX traces through _fx_gate: only the thread that holds it is tracing
+            return question() and _fx_gate.tracing_here()
         asked._tn_locked = True
         return asked
 

@@ -1,6 +1,7 @@
 """Dynamic sizes in torchneuron_jit.jit (_dynamic.py, csrc/guards "sizes"):
 one variant serves every size of a dimension that keeps changing, guarded
 by the relations the trace needs, with eager's answer on every call."""
+import time
 import warnings
 
 import pytest
@@ -712,3 +713,49 @@ def test_sizes_of_calls_made_while_building_count(background):
     u = torch.randn(5, 13, 32)
     torch.testing.assert_close(f(u, w), heads(u, w))
     assert traces() == before
+
+
+def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread():
+    """make_fx patches torch.nn.Module's __call__ for the whole process
+    while it traces: a TorchDynamo compile of a module on another thread
+    meanwhile saw the patched method (a graph break, or Dynamo's "Guard
+    failed on the same frame it was created" AssertionError raised into the
+    user's call). With a background build's gate in place, the compile
+    waits for the trace to end."""
+    import threading
+
+    from torch._dynamo.utils import counters
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    small = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.LayerNorm(8)).eval()
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(x):
+        entered.set()
+        release.wait(20)
+        return x + 1
+
+    with torch.no_grad():  # Dynamo and the back end warm: the compile below takes well under 0.4 s itself
+        torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8)), backend="neuron")(torch.randn(3, 8))
+    y = torch.randn(3, 8)
+    with torch.no_grad():
+        want = small(y)
+    unpatched = torch.nn.Module.__call__
+    _jit._gate_dynamo()  # what each background build does first
+    tracer = threading.Thread(target=lambda: make_fx(slow)(torch.randn(3)))
+    tracer.start()
+    try:
+        assert entered.wait(20)
+        assert torch.nn.Module.__call__ is not unpatched  # the trace in flight patched it
+        threading.Timer(0.5, release.set).start()
+        counters.clear()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            got = torch.compile(small, backend="neuron")(y)
+        assert time.perf_counter() - t0 >= 0.4  # it waited for the trace
+        assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters)
+    finally:
+        release.set()
+        tracer.join(20)
+    assert torch.nn.Module.__call__ is unpatched
+    torch.testing.assert_close(got, want)
