@@ -631,13 +631,13 @@ def _bmm_operand(view):
     matmul as torch.matmul writes it. The nodes in between have one user each.
     Returns (x, [nodes between x and the bmm]) or (None, None)."""
     chain = [view]
-    if not _calls(view, *_VIEWS) or len(view.users) != 1:
+    if not _single_use(view, *_VIEWS):
         return None, None
     x = view.args[0]
-    if _calls(x, aten.clone.default) and len(x.users) == 1:  # matmul's copy of a strided operand
+    if _single_use(x, aten.clone.default):  # matmul's copy of a strided operand
         chain.append(x)
         x = x.args[0]
-    if _calls(x, aten.expand.default) and len(x.users) == 1:
+    if _single_use(x, aten.expand.default):
         chain.append(x)
         if _val(x.args[0]) is None or not _sizes_known_equal(_val(x.args[0]).shape, _val(x).shape):
             return None, None
@@ -652,7 +652,7 @@ def _bmm_operand(view):
 def _key_of(kt):
     """k where kt is k with its last two dims swapped (permute or
     transpose, one user), else None."""
-    if not _calls(kt, aten.permute.default, aten.transpose.int) or len(kt.users) != 1:
+    if not _single_use(kt, aten.permute.default, aten.transpose.int):
         return None
     dims = kt.args[1] if kt.target is aten.permute.default else sorted(d % 4 for d in kt.args[1:3])
     ok = list(dims) == [0, 1, 3, 2] if kt.target is aten.permute.default else dims == [2, 3]
@@ -694,7 +694,7 @@ def _scaled_scores(s):
     each of one use; else None."""
     scale, scaled = 1.0, []
     s = _through_round_trip(s, scaled)
-    while _calls(s, aten.mul.Tensor, aten.div.Tensor) and len(s.users) == 1 and not s.kwargs:
+    while _single_use(s, aten.mul.Tensor, aten.div.Tensor) and not s.kwargs:
         c = s.args[1]
         if _calls(c, aten.full.default) and list(c.args[0]) == [] and _val(c) is not None \
                 and _val(c).dtype == torch.float32:
@@ -704,8 +704,7 @@ def _scaled_scores(s):
         scale = scale * c if s.target is aten.mul.Tensor else scale / c
         scaled.append(s)
         s = _through_round_trip(s.args[0], scaled)
-    if not _calls(s, *_VIEWS) or len(s.users) != 1 or not _calls(s.args[0], aten.bmm.default) \
-            or len(s.args[0].users) != 1:
+    if not _single_use(s, *_VIEWS) or not _single_use(s.args[0], aten.bmm.default):
         return None
     return scale, scaled, s
 
@@ -715,7 +714,7 @@ def _through_round_trip(s, nodes):
     back its base's sizes and strides (functionalization writes
     `scores += mask` on a view so), the views appended to nodes; else s."""
     chain, base = [], s
-    while _calls(base, *_VIEWS) and len(base.users) == 1:
+    while _single_use(base, *_VIEWS):
         chain.append(base)
         base = base.args[0]
     sv, bv = _val(s), _val(base)
@@ -732,7 +731,7 @@ def _peel_masks(s):
     each add of one use; else None."""
     views = []
     s = _through_round_trip(s, views)
-    if _calls(s, aten.add.Tensor) and len(s.users) == 1 and not s.kwargs:
+    if _single_use(s, aten.add.Tensor) and not s.kwargs:
         for a, b in (s.args, s.args[::-1]):
             inner = _peel_masks(a) if isinstance(b, torch.fx.Node) else None
             if inner is not None:
@@ -748,17 +747,17 @@ def _attention_match(out):
     every node between one use. Returns dict(q, k, v, masks, scale, nodes,
     scores: the scores' metadata) or None."""
     bmm = out.args[0] if _calls(out, *_VIEWS) else None
-    if not _calls(bmm, aten.bmm.default) or len(bmm.users) != 1:
+    if not _single_use(bmm, aten.bmm.default):
         return None
     p, p_chain = _bmm_operand(bmm.args[0])
     v, v_chain = _bmm_operand(bmm.args[1])
     if p is None or v is None:
         return None
     nodes = [bmm] + p_chain + v_chain
-    while _calls(p, aten.clone.default) and len(p.users) == 1 and not p.kwargs:  # dropout in eval
+    while _single_use(p, aten.clone.default) and not p.kwargs:  # dropout in eval
         nodes.append(p)
         p = p.args[0]
-    if not _calls(p, aten._softmax.default) or p.args[2] or p.args[1] not in (-1, 3) or len(p.users) != 1:
+    if not _single_use(p, aten._softmax.default) or p.args[2] or p.args[1] not in (-1, 3):
         return None
     nodes.append(p)
     peeled = _peel_masks(p.args[0])
@@ -912,9 +911,9 @@ def _collapse_views(graph):
     return dropped
 
 
-def _single_user_view(node, target):
-    """Whether node calls target and has one user (None is no node)."""
-    return _calls(node, target) and len(node.users) == 1
+def _single_use(node, *targets):
+    """Whether node calls one of targets and has one user (None is no node)."""
+    return _calls(node, *targets) and len(node.users) == 1
 
 
 # Arithmetic whose first operand may be a number in the graph (1.0 - x).
@@ -1023,13 +1022,12 @@ def _recompose_linear(graph):
             continue  # beta or alpha given
         else:
             bias, x, wt = node.args
-        if not _single_user_view(wt, aten.t.default):
+        if not _single_use(wt, aten.t.default):
             continue
         # x = view(x3, [M, K]) and the result's only use unflattens it to x3's leading dims
         unflatten = None
         user = next(iter(node.users)) if len(node.users) == 1 else None
-        if _single_user_view(x, aten.view.default) and (_single_user_view(user, aten.view.default)
-                                                         or _single_user_view(user, aten._unsafe_view.default)):
+        if _single_use(x, aten.view.default) and _single_use(user, aten.view.default, aten._unsafe_view.default):
             x3, res = static_val(x.args[0]), static_val(user)
             if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
                 unflatten = user
