@@ -18,7 +18,6 @@ weight is another tensor or its version counter moved; writes that bypass
 the counter are not seen, hence the opt-in.
 """
 import math
-import statistics
 import time
 import weakref
 from dataclasses import dataclass
@@ -27,18 +26,18 @@ import sympy
 import torch
 from torch.fx.node import map_arg
 
-from . import _log
+from . import _C, _log
 from ._spec import dense_strides
 from .graph import static_val
 
 aten = torch.ops.aten
 
-# oneDNN must beat aten.linear by this factor (medians) to take a unit.
+# oneDNN must beat aten.linear by this factor (least times) to take a unit.
 MARGIN = 0.95
 
-# Measuring one unit: samples of each variant, and the time after which it
-# stops at MIN_SAMPLES.
-MIN_SAMPLES, MAX_SAMPLES, BUDGET_S = 3, 15, 0.012
+# Measuring one unit (_least_seconds): samples of each variant that count,
+# the time after which it stops at MIN_SAMPLES, and the most rounds.
+MIN_SAMPLES, MAX_SAMPLES, BUDGET_S, MAX_ROUNDS = 3, 15, 0.012, 60
 
 
 def available():
@@ -283,22 +282,42 @@ def _example(node, fewest=False):
     return torch.empty_strided(shape, stride, dtype=_tensor(node).dtype).normal_()
 
 
-def _median_seconds(fns):
-    """Median seconds of each of fns, run interleaved so drift hits all."""
-    samples = [[] for _ in fns]
+def _least_seconds(fns):
+    """Least seconds of each of fns, run interleaved so drift hits all.
+
+    A background build of jit measures while calls are served: a jitted
+    call beside a sample (PyTorch's threads of both on the same cores)
+    made oneDNN read 3-10x slower than it is and a dynamic variant keep
+    MKL for its largest layers, at half oneDNN's speed. So a sample counts
+    only when no jitted call was in flight at its start, none began during
+    it and the build did not pause for one inside it; rounds go on, the
+    build pausing between them while calls run, until each fn has
+    MIN_SAMPLES that count and BUDGET_S has passed, or MAX_ROUNDS. The
+    least sample is taken: whatever else runs beside one can only add to
+    it. With too few samples that count (calls that never stop), all are
+    taken."""
+    quiet = [[] for _ in fns]
+    every = [[] for _ in fns]
     for fn in fns:
         fn()
     deadline = time.perf_counter() + BUDGET_S
-    while len(samples[0]) < MAX_SAMPLES and (len(samples[0]) < MIN_SAMPLES or time.perf_counter() < deadline):
-        for fn, s in zip(fns, samples):
+    for _ in range(MAX_ROUNDS):
+        if len(quiet[0]) >= MAX_SAMPLES or (min(map(len, quiet)) >= MIN_SAMPLES and time.perf_counter() > deadline):
+            break
+        for fn, q, e in zip(fns, quiet, every):
+            pauses = _C.build_pauses()
+            in_flight, begun = _C.build_calls()  # a call in flight: the build pauses here first
             t0 = time.perf_counter()
             fn()
-            s.append(time.perf_counter() - t0)
-    return [statistics.median(s) for s in samples]
+            dt = time.perf_counter() - t0
+            e.append(dt)
+            if in_flight == 0 and _C.build_calls()[1] == begun and _C.build_pauses() == pauses:
+                q.append(dt)
+    return [min(q if len(q) >= MIN_SAMPLES else e) for q, e in zip(quiet, every)]
 
 
 def measure(unit, kinds=("onednn",), fewest=False):
-    """{"aten": seconds, kind: seconds for each of kinds}: medians of the
+    """{"aten": seconds, kind: seconds for each of kinds}: least times of the
     unit run as the graph has it and as one oneDNN call of each kind
     ("onednn", "packed": packed once beforehand, as in steady state), on
     random inputs of its layouts (fewest: with its dynamic sizes at 2)."""
@@ -317,7 +336,7 @@ def measure(unit, kinds=("onednn",), fewest=False):
         for kind in kinds:
             target, args = _onednn_call(unit, kind)
             fns.append(lambda target=target, args=map_arg(args, leaves.__getitem__): target(*args))
-        return dict(zip(("aten",) + tuple(kinds), _median_seconds(fns)))
+        return dict(zip(("aten",) + tuple(kinds), _least_seconds(fns)))
 
 
 KINDS = ("aten", "onednn", "packed")  # and "onednn@R" (known_kind)

@@ -21,6 +21,7 @@
 #include <time.h>
 
 static atomic_int yield_calls;        /* JitFunction calls in flight, all threads */
+static atomic_ullong yield_begun;     /* JitFunction calls begun so far (build_calls()) */
 static atomic_int yield_parked;       /* build threads parked now */
 static atomic_ullong yield_pauses;    /* pauses so far (build_pauses()) */
 static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,6 +50,7 @@ static int64_t yield_now(void)
 
 void tn_yield_call_begin(void)
 {
+  atomic_fetch_add_explicit(&yield_begun, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&yield_calls, 1, memory_order_relaxed);
 }
 
@@ -125,10 +127,21 @@ static PyObject *py_build_pauses(PyObject *self, PyObject *unused)
   return PyLong_FromUnsignedLongLong(atomic_load(&yield_pauses));
 }
 
+/* build_calls() -> (calls in flight now, calls begun so far): a build's
+** measurement counts a sample only when no jitted call ran beside it */
+static PyObject *py_build_calls(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  return Py_BuildValue("(iK)", atomic_load(&yield_calls), (unsigned long long)atomic_load(&yield_begun));
+}
+
 PyMethodDef tn_py_yield_methods[] = {
   {"build_yield", py_build_yield, METH_O,
    "build_yield(max_ms): this thread (a build) pauses while a jitted call is in flight, at most max_ms at a "
    "time; 0 ends it"},
   {"build_pauses", py_build_pauses, METH_NOARGS, "build_pauses() -> how many times builds paused for calls"},
+  {"build_calls", py_build_calls, METH_NOARGS,
+   "build_calls() -> (jitted calls in flight now, jitted calls begun so far), all threads"},
   {NULL, NULL, 0, NULL},
 };

@@ -10,6 +10,7 @@ tolerance of a GEMM (a float64 reference bounds ours by twice eager's
 error).
 """
 import textwrap
+import time
 
 import pytest
 import torch
@@ -560,3 +561,43 @@ def test_a_switched_unit_survives_the_plans_stored_form():
     unit = gemm.SwitchedLinear("gelu", "none", 25, True)
     back = _planform._value(_planform._const(unit, unit))
     assert isinstance(back, gemm.SwitchedLinear) and vars(back) == vars(unit)
+
+
+def test_a_sample_beside_a_jitted_call_does_not_count(monkeypatch):
+    """A background build of jit times oneDNN against MKL while calls are
+    served: a sample during which a jitted call began (their PyTorch threads
+    on the same cores) is dropped, and sampling goes on until enough quiet
+    ones are taken. Here the first six runs of one variant each overlap a
+    call and take 20 ms; taken, they made it the slower one."""
+    runs, calls = [0], [0]
+
+    class Counters:  # what _C reports of the jitted calls of other threads
+        @staticmethod
+        def build_calls():
+            return 0, calls[0]
+
+        @staticmethod
+        def build_pauses():
+            return 0
+
+    def beside_calls():
+        runs[0] += 1
+        if runs[0] <= 6:
+            calls[0] += 1
+            time.sleep(0.02)
+
+    monkeypatch.setattr(gemm, "_C", Counters)
+    overlapped, quiet = gemm._least_seconds([beside_calls, lambda: None])
+    assert overlapped < 0.01 and quiet < 0.01
+    assert runs[0] >= 6 + gemm.MIN_SAMPLES
+
+
+def test_build_calls_counts_the_jitted_calls():
+    @torchneuron_jit.jit
+    def f(x):
+        return x * 2
+    in_flight, begun = torchneuron_jit._C.build_calls()
+    x = torch.ones(3)
+    for _ in range(3):
+        torch.testing.assert_close(f(x), x * 2)
+    assert torchneuron_jit._C.build_calls() == (0, begun + 3) and in_flight == 0
