@@ -1291,6 +1291,9 @@ class _Tracer:
     def end(self, trace, result):
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
+        # the hook noted (code, globals) at each frame: HF BERT's call made 11,000 of 300 distinct ones,
+        # and each reader went through all (library_code 22,000 times: 9 of the traced call's 19 ms)
+        trace.codes = list({(id(c), id(g)): (c, g) for c, g in trace.codes}.values())
         try:
             return self._end(trace, result)
         finally:
