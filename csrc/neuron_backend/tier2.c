@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +68,12 @@ static void t2_messages(const char *log, char *err, size_t errlen, int status)
 
 /* Runs argv (argv[0] found on PATH) with stdin from /dev/null and stdout
 ** and stderr into the file log; *status is its exit status (-1: killed).
-** TN_ECOMPILE when it cannot start (the cause in err), TN_EIO. */
-static int t2_run(const char *const *argv, const char *log, int *status, char *err, size_t errlen)
+** idle: moved to the idle scheduling class (SCHED_IDLE) as soon as it has
+** started, where the system has one (posix_spawn cannot start it there:
+** glibc takes only SCHED_OTHER, FIFO and RR); the processes a compiler
+** driver starts after that (cc1, as, ld) are in it too. TN_ECOMPILE when it
+** cannot start (the cause in err), TN_EIO. */
+static int t2_run(const char *const *argv, const char *log, int idle, int *status, char *err, size_t errlen)
 {
   int rc = TN_EIO;
   posix_spawn_file_actions_t fa;
@@ -85,6 +90,14 @@ static int t2_run(const char *const *argv, const char *log, int *status, char *e
     rc = TN_ECOMPILE;
     goto done;
   }
+#ifdef SCHED_IDLE
+  if (idle) {  /* the child has exec'd (glibc's spawn waits for that); failing, it runs as we do */
+    struct sched_param sp = {.sched_priority = 0};
+    (void)sched_setscheduler(pid, SCHED_IDLE, &sp);
+  }
+#else
+  (void)idle;
+#endif
   int st = 0;
   while (waitpid(pid, &st, 0) < 0) {
     if (errno != EINTR) {
@@ -123,7 +136,7 @@ int tn_tier2_version(const char *cc, char *line, size_t len, char *err, size_t e
   if (rc != TN_OK)
     return rc;
   snprintf(log, sizeof log, "%s/log", dir);
-  rc = t2_run(argv, log, &status, err, errlen);
+  rc = t2_run(argv, log, 0, &status, err, errlen);
   if (rc == TN_OK && status != 0) {
     snprintf(err, errlen, "%s --version exited with status %d", cc, status);
     rc = TN_ECOMPILE;
@@ -145,8 +158,8 @@ int tn_tier2_version(const char *cc, char *line, size_t len, char *err, size_t e
   return rc;
 }
 
-int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, uint8_t **so,
-                     size_t *len, char *err, size_t errlen)
+int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, int idle,
+                     uint8_t **so, size_t *len, char *err, size_t errlen)
 {
   int rc, status = -1;
   char dir[256], csrc[300], out[300], log[300];
@@ -182,7 +195,7 @@ int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, co
   argv[a++] = "-lmvec";
   argv[a++] = "-lm";
   argv[a] = NULL;
-  if ((rc = t2_run(argv, log, &status, err, errlen)) != TN_OK)
+  if ((rc = t2_run(argv, log, idle, &status, err, errlen)) != TN_OK)
     goto done;
   if (status != 0) {
     t2_messages(log, err, errlen, status);

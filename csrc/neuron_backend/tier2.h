@@ -25,11 +25,15 @@ typedef struct tn_tier2_obj tn_tier2_obj;
 /* Compiles src with `cc flags... -o OUT SRC -lmvec -lm` (cc found on PATH
 ** when it has no slash) into a shared object: *so (malloc'd; the caller
 ** frees it) of *len bytes. flags must make a shared object (-shared -fPIC).
-** Thread-safe, blocking, no GIL needed. TN_ECOMPILE (the compiler failed
+** idle: the compiler runs in Linux's idle scheduling class (SCHED_IDLE;
+** where there is none, as the calling thread does): a compile in the
+** background while the cores serve calls runs only on a core nothing else
+** wants (at nice 19 it still took cores from PyTorch's threads, and served
+** calls took 3-6x their time). Thread-safe, blocking, no GIL needed. TN_ECOMPILE (the compiler failed
 ** or could not start: the first lines it printed, or the cause, in err),
 ** TN_EIO (temporary files), TN_ENOMEM, TN_EINVAL (more than 32 flags). */
-int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, uint8_t **so,
-                     size_t *len, char *err, size_t errlen);
+int tn_tier2_compile(const char *cc, const char *const *flags, size_t nflags, const char *src, int idle,
+                     uint8_t **so, size_t *len, char *err, size_t errlen);
 
 /* The first line `cc --version` prints, into line (size len), run as
 ** tn_tier2_compile runs the compiler (no GIL needed: a spawn, not a fork of

@@ -23,8 +23,8 @@ static PyObject *py_tier2_compile(PyObject *self, PyObject *args)
   uint8_t *so = NULL;
   size_t len = 0;
   char err[1024];
-  int rc;
-  if (!PyArg_ParseTuple(args, "sOs:tier2_compile", &cc, &flags_arg, &src))
+  int rc, idle = 0;
+  if (!PyArg_ParseTuple(args, "sOs|p:tier2_compile", &cc, &flags_arg, &src, &idle))
     return NULL;
   if (!(fast = PySequence_Fast(flags_arg, "flags must be a sequence of str")))
     return NULL;
@@ -38,7 +38,7 @@ static PyObject *py_tier2_compile(PyObject *self, PyObject *args)
       goto done;
   /* the strings stay alive in fast (and src, cc in args) while the compiler runs */
   Py_BEGIN_ALLOW_THREADS
-  rc = tn_tier2_compile(cc, flags, (size_t)n, src, &so, &len, err, sizeof err);
+  rc = tn_tier2_compile(cc, flags, (size_t)n, src, idle, &so, &len, err, sizeof err);
   Py_END_ALLOW_THREADS
   if (rc != TN_OK) {
     if (rc == TN_ENOMEM)
@@ -89,8 +89,9 @@ static PyObject *py_set_tier2_hook(PyObject *self, PyObject *fn)
 
 PyMethodDef tn_py_tier2_methods[] = {
   {"tier2_compile", py_tier2_compile, METH_VARARGS,
-   "tier2_compile(cc, flags, source) -> bytes: the shared object cc makes of source (GIL released while it "
-   "runs); RuntimeError with the compiler's first messages when it fails."},
+   "tier2_compile(cc, flags, source, idle=False) -> bytes: the shared object cc makes of source (GIL released "
+   "while it runs; idle: the compiler in the idle scheduling class); RuntimeError with the compiler's first "
+   "messages when it fails."},
   {"tier2_version", py_tier2_version, METH_O,
    "tier2_version(cc) -> the first line `cc --version` prints (GIL released; a spawn, not a fork); RuntimeError "
    "when it cannot run or fails."},

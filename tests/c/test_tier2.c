@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "graph/graph.h"
 #include "lowering/fuse.h"
@@ -32,7 +34,7 @@ static kfn2 build(const tn_fgroup *grp, tn_tier2_obj **o)
   ck_assert_int_eq(tn_codegen_tier2(grp, &src), TN_OK);
   ck_assert_ptr_nonnull(src);
   ck_assert_ptr_null(strstr(src, "#include"));
-  ck_assert_msg(tn_tier2_compile("cc", FLAGS, sizeof FLAGS / sizeof FLAGS[0], src, &so, &len, err, sizeof err) == TN_OK,
+  ck_assert_msg(tn_tier2_compile("cc", FLAGS, sizeof FLAGS / sizeof FLAGS[0], src, 0, &so, &len, err, sizeof err) == TN_OK,
                 "%s\n%s", err, src);
   free(src);
   ck_assert_msg(tn_tier2_load(so, len, "tn_kernel2", o, err, sizeof err) == TN_OK, "%s", err);
@@ -180,12 +182,12 @@ START_TEST(test_compiler_failures)
   uint8_t *so = (uint8_t *)1;
   size_t len = 1;
   static const char src[] = "int tn_kernel2(void) { return 0; }\n";
-  ck_assert_int_eq(tn_tier2_compile("/nonexistent/cc", FLAGS, 3, src, &so, &len, err, sizeof err), TN_ECOMPILE);
+  ck_assert_int_eq(tn_tier2_compile("/nonexistent/cc", FLAGS, 3, src, 0, &so, &len, err, sizeof err), TN_ECOMPILE);
   ck_assert_ptr_null(so);
   ck_assert_msg(strstr(err, "cannot run the C compiler") != NULL, "%s", err);
-  ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 3, "this is not C;\n", &so, &len, err, sizeof err), TN_ECOMPILE);
+  ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 3, "this is not C;\n", 0, &so, &len, err, sizeof err), TN_ECOMPILE);
   ck_assert_msg(strstr(err, "status 1") != NULL && strstr(err, "error") != NULL, "%s", err);
-  ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 40, src, &so, &len, err, sizeof err), TN_EINVAL);
+  ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 40, src, 0, &so, &len, err, sizeof err), TN_EINVAL);
   char line[256];
   ck_assert_int_eq(tn_tier2_version("cc", line, sizeof line, err, sizeof err), TN_OK);
   ck_assert_msg(strlen(line) > 0 && strchr(line, '\n') == NULL, "%s", line);
@@ -205,7 +207,7 @@ START_TEST(test_load_rejects_what_is_no_object)
   ck_assert_int_eq(tn_tier2_load(elf, sizeof elf, "tn_kernel2", &o, err, sizeof err), TN_ECOMPILE);
   uint8_t *so;
   size_t len;
-  ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 3, "int other(void) { return 1; }\n", &so, &len, err, sizeof err),
+  ck_assert_int_eq(tn_tier2_compile("cc", FLAGS, 3, "int other(void) { return 1; }\n", 0, &so, &len, err, sizeof err),
                    TN_OK);
   ck_assert_int_eq(tn_tier2_load(so, len, "tn_kernel2", &o, err, sizeof err), TN_ECOMPILE);
   ck_assert_msg(strstr(err, "no tn_kernel2") != NULL, "%s", err);
@@ -220,6 +222,32 @@ START_TEST(test_load_rejects_what_is_no_object)
 }
 END_TEST
 
+/* A "compiler" that writes its scheduling policy (Linux: /proc/self/sched)
+** as the object: idle runs it in the idle class (SCHED_IDLE, 5). */
+START_TEST(test_idle_runs_the_compiler_in_the_idle_class)
+{
+  char dir[] = "/tmp/tn-tier2-test-XXXXXX", cc[64], err[1024];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cc, sizeof cc, "%s/cc", dir);
+  FILE *f = fopen(cc, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("#!/bin/sh\nwhile [ \"$1\" != -o ]; do shift; done\n"
+        "awk '/^policy/ {print $3}' /proc/$$/sched > \"$2\"\n", f);
+  fclose(f);
+  ck_assert_int_eq(chmod(cc, 0700), 0);
+  for (int idle = 0; idle <= 1; idle++) {
+    uint8_t *so;
+    size_t len;
+    int rc = tn_tier2_compile(cc, FLAGS, 3, "int x;\n", idle, &so, &len, err, sizeof err);
+    ck_assert_msg(rc == TN_OK, "rc %d: %s", rc, err);
+    ck_assert_msg(len >= 1 && so[0] == (idle ? '5' : '0'), "idle %d: policy %.*s", idle, (int)len, (const char *)so);
+    free(so);
+  }
+  unlink(cc);
+  rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("tier2");
@@ -230,6 +258,7 @@ int main(void)
   tcase_add_test(tc, test_groups_tier_2_does_not_write);
   tcase_add_test(tc, test_compiler_failures);
   tcase_add_test(tc, test_load_rejects_what_is_no_object);
+  tcase_add_test(tc, test_idle_runs_the_compiler_in_the_idle_class);
   suite_add_tcase(s, tc);
   return tn_check_run(s);
 }
