@@ -81,8 +81,8 @@ def main(argv=None):
             ms = lambda v: f"{v * 1e3:.3f}"
             print(f"| {mode} | {ms(statistics.median(eager))} | {ms(_q(eager, 0.99))} | {ms(max(eager))} | {len(during)} | "
                   f"{ms(statistics.median(during)) if during else '-'} | {ms(_q(during, 0.99)) if during else '-'} | "
-                  f"{ms(max(during)) if during else '-'} | {len(after)} | {ms(statistics.median(after))} | "
-                  f"{ms(_q(after, 0.99))} | {slow} | {kernels} | {secs:.2f} |")
+                  f"{ms(max(during)) if during else '-'} | {len(after)} | {ms(statistics.median(after)) if after else '-'} | "
+                  f"{ms(_q(after, 0.99)) if after else '-'} | {slow} | {kernels} | {secs:.2f} |")
 
 
 if __name__ == "__main__":
