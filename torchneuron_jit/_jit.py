@@ -1462,32 +1462,35 @@ class _Tracer:
             # call runs eagerly, a miss after the build loads them (the build's own were looked up already)
             return []
         # the record key describes the arguments' guards (HF BERT's: 10-14 ms, in every miss's call); a
-        # miss of arguments of a kind already looked up finds what that lookup found, which jf holds
-        looked = jf.__dict__.setdefault("_tn_records_looked", set())
+        # miss of arguments of a kind whose key held no record when looked up finds none (records this
+        # process stores since are jf's own, held already)
+        empty = jf.__dict__.setdefault("_tn_records_empty", set())
         kind = _records_kind(args)
-        if kind is not None and kind in looked:
+        if kind is not None and kind in empty:
             return []
         _gc_hold.hold()  # describing the guards allocates as a trace does
         try:
-            entries = self._load(fn, args, jf)
+            entries, found = self._load(fn, args, jf)
         finally:
             _gc_hold.release()
-        if kind is not None:
-            looked.add(kind)
+        if kind is not None and not found:
+            empty.add(kind)
         return entries
 
     def _load(self, fn, args, jf):
+        """(entries, whether the key held any record)."""
         held = {getattr(runner, "record", None) for _, runner in jf.entries()}
         trace = _Trace(fn, args, [])
         trace.guard_arguments()
         try:
             key = _records.trace_key(fn, trace)
         except _records.Unportable:
-            return []
+            return [], False
         if trace.problems:
-            return []
+            return [], False
         entries = []
-        for v in _records.read(key):
+        variants = _records.read(key)
+        for v in variants:
             if v.get("id") in held:
                 continue
             try:
@@ -1510,7 +1513,7 @@ class _Tracer:
         if entries:
             _C.stat_add("traces_loaded", len(entries))
             _log.event("cache", f"{_where(fn)}: {len(entries)} traced variants from record {key.hex()}")
-        return entries
+        return entries, bool(variants)
 
     @staticmethod
     def _rebuild(v, inputs):
@@ -1581,8 +1584,8 @@ def _records_kind(args):
     tensor's dtype, rank, layout, device and requires_grad, each module by
     identity, other values by type and (small immutable ones) by value;
     None when it cannot be told. Two calls of one kind have the same key
-    while the modules' structure stays as it is: a lookup for the second
-    finds what the first found."""
+    while the modules' structure stays as it is (the key holds every size's
+    records: which of them apply depends on the sizes)."""
     from . import backend, cache
     try:
         leaves = pytree.tree_leaves(args)
@@ -1710,7 +1713,7 @@ def reset(fn):
     reached-the-limit mark (its next miss looks the trace records up again)."""
     jf = _jit_function_of(fn)
     jf.reset()
-    jf.__dict__.pop("_tn_records_looked", None)
+    jf.__dict__.pop("_tn_records_empty", None)
 
 
 def _jit_function_of(fn):

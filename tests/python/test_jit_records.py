@@ -548,3 +548,23 @@ def test_a_miss_of_arguments_already_looked_up_reads_no_record(monkeypatch):
         x = torch.randn(7, 8)
         torch.testing.assert_close(f(x), torch.relu(x) * 2)
         assert len(reads) == 3
+
+
+def test_a_second_instance_loads_each_sizes_record_at_its_own_miss():
+    """One record key holds every size's variants (which apply depends on
+    the sizes): a second instance's miss at a second size looks it up
+    again, and loads that size's variant instead of tracing."""
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(8, 4).eval(), torch.nn.Linear(8, 4).eval()
+    b.load_state_dict(a.state_dict())
+    xs = [torch.randn(n, 8) for n in (3, 1)]  # size 1 stays a variant of its own
+    with config.patch(compile_blocking=True):
+        torchneuron_jit.jit(a)
+        for x in xs:
+            torch.testing.assert_close(a(x), torch.nn.functional.linear(x, a.weight, a.bias))
+        before = counters()
+        torchneuron_jit.jit(b)
+        for x in xs:
+            torch.testing.assert_close(b(x), torch.nn.functional.linear(x, a.weight, a.bias))
+    d = delta(before)
+    assert d["traces"] == 0 and d["traces_loaded"] == 2, d
