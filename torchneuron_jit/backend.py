@@ -1004,12 +1004,24 @@ def _fold_static_arange(gm):
     return done
 
 
+def _stored_matrix(node):
+    """Whether node is a 2-D float32 tensor the graph is given (an input or
+    an attribute: a weight), not one it computes, of static sizes."""
+    val = static_val(node)
+    return node.op in ("placeholder", "get_attr") and val is not None and val.dim() == 2 \
+        and val.dtype == torch.float32
+
+
 def _recompose_linear(graph):
     """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
     become aten.linear(x, w[, b]), and, with static shapes, the views that
     flatten a 3-D input and unflatten the result go too: one dispatch
-    instead of two to four, the same kernels underneath. Not with
-    gemm_fusion, whose groups are made of mm/addmm. Returns how many."""
+    instead of two to four, the same kernels underneath. A product with a
+    stored (K, N) matrix, mm(x, W) or addmm(b, x, W) (GPT-2's Conv1D),
+    becomes aten.linear(x, t(W)[, b]): aten.linear runs it as the same
+    addmm, and oneDNN takes the transposed view in place, so such layers
+    are timed for oneDNN too (gemm.py). Not with gemm_fusion, whose groups
+    are made of mm/addmm. Returns how many."""
     if _gemm_fusion():
         return 0
     done = 0
@@ -1022,7 +1034,10 @@ def _recompose_linear(graph):
             continue  # beta or alpha given
         else:
             bias, x, wt = node.args
-        if not _single_use(wt, aten.t.default):
+        transposed = None  # x @ W with W stored: its transposed view, made below, is the linear weight
+        if _stored_matrix(wt) and wt is not x:
+            transposed = wt
+        elif not _single_use(wt, aten.t.default):
             continue
         # x = view(x3, [M, K]) and the result's only use unflattens it to x3's leading dims
         unflatten = None
@@ -1031,10 +1046,18 @@ def _recompose_linear(graph):
             x3, res = static_val(x.args[0]), static_val(user)
             if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
                 unflatten = user
-        args = (x.args[0] if unflatten is not None else x, wt.args[0]) + (() if bias is None else (bias,))
+        if transposed is not None:
+            with graph.inserting_before(node):
+                weight = graph.call_function(aten.t.default, (transposed,))
+            weight.meta["val"] = static_val(transposed).t()
+        else:
+            weight = wt.args[0]
+        args = (x.args[0] if unflatten is not None else x, weight) + (() if bias is None else (bias,))
         _replace_by_call(graph, unflatten if unflatten is not None else node, aten.linear.default, args)
-        for dead in ((unflatten, node, wt, x) if unflatten is not None else (node, wt)):
+        for dead in (unflatten, node, x) if unflatten is not None else (node,):
             graph.erase_node(dead)
+        if transposed is None:
+            graph.erase_node(wt)
         done += 1
     if done:
         _log.event("compile", f"recomposed {done} linear layers")

@@ -219,12 +219,14 @@ class PackedLinear:
             version = w._version
         except RuntimeError:  # an inference tensor
             return w
+        # a view made on each call (a Conv1D weight's transpose) stands for its base, whose counter it shares
+        owner = w._base if w._base is not None else w
         state = self._state
-        if state is not None and state[0]() is w and state[1] == version and state[2] == w.data_ptr():
+        if state is not None and state[0]() is owner and state[1] == version and state[2] == w.data_ptr():
             return state[4]
         alias = w.detach()
         packed = torch.ops.mkldnn._reorder_linear_weight(alias, self.rows)
-        self._state = (weakref.ref(w), version, w.data_ptr(), alias, packed)
+        self._state = (weakref.ref(owner), version, w.data_ptr(), alias, packed)
         return packed
 
     def __call__(self, x, w, b, other=None):

@@ -196,6 +196,75 @@ def test_layouts_and_shapes(case, choose):
     assert got.shape == f(xx, ww, b).shape and got.is_contiguous()
 
 
+class Conv1D(torch.nn.Module):
+    """GPT-2's layer (transformers' pytorch_utils.Conv1D): x @ W + b with a
+    stored (in, out) matrix, through addmm on the flattened rows."""
+
+    def __init__(self, nx, nf, seed=1):
+        super().__init__()
+        self.weight = torch.nn.Parameter(_t((nx, nf), seed, 0.06))
+        self.bias = torch.nn.Parameter(_t((nf,), seed + 1))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.weight.shape[1],)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(size_out)
+
+
+def _conv1d_door(model, door):
+    if door == "compile":
+        return torch.compile(model, backend="neuron")
+    config.compile_blocking = True
+    return torchneuron_jit.jit(model)
+
+
+@pytest.mark.parametrize("door", ["compile", "jit"])
+def test_a_product_with_a_stored_matrix_is_a_linear_layer(door, choose, ops):
+    """GPT-2's addmm(b, x, W) and a bare x @ W are timed as linear layers on
+    W's transposed view, and run by oneDNN where that measured faster."""
+    measured = choose(True)
+    model = torch.nn.Sequential(Conv1D(256, 384), torch.nn.GELU(approximate="tanh"), Conv1D(384, 256, 3)).eval()
+    w3 = torch.nn.Parameter(_t((256, 128), 5, 0.06))
+    run = _conv1d_door(model, door)
+
+    def f(x):
+        return run(x) @ w3
+
+    with torch.no_grad():
+        for _ in range(2):
+            got = f(x)
+    c1, c2 = model[0], model[2]
+
+    def as_eager(x, w1, b1, w2, b2, w3):
+        return (F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2) @ w3
+    _close_to_eager(got, as_eager, x, c1.weight.detach(), c1.bias.detach(), c2.weight.detach(), c2.bias.detach(),
+                    w3.detach())
+    ran = ops()
+    assert ran[ONEDNN] >= 2 and ran["aten.addmm.default"] == 0 and ran[LINEAR] == 0, dict(ran)
+    assert sorted(set(measured)) == ["linear 256x256->384 + bias + gelu", "linear 256x384->256 + bias"], measured
+
+
+def test_a_stored_matrix_measured_slower_keeps_eagers_product(choose, ops):
+    measured = choose(False)
+    model = Conv1D(256, 384).eval()
+    with torch.no_grad():
+        got = torch.compile(model, backend="neuron")(x)
+    torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    ran = ops()
+    assert ran[ONEDNN] == 0 and ran[LINEAR] == 1 and measured == ["linear 256x256->384 + bias"], dict(ran)
+
+
+def test_a_product_of_two_computed_matrices_is_no_linear_layer(choose, ops):
+    measured = choose(True)
+
+    def f(a, c):
+        return (a * 2).view(-1, 256) @ (c + 1)
+
+    c = _t((256, 384), 6)
+    got = _run(f, x, c)
+    torch.testing.assert_close(got, f(x, c), rtol=1e-5, atol=1e-5)
+    assert measured == [] and ops()[ONEDNN] == 0
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
 def test_other_dtypes_keep_aten_linear(dtype, choose, ops):
     measured = choose(True)
@@ -345,10 +414,13 @@ def test_packed_weight_is_packed_once_while_it_stays_put(packed_on, monkeypatch)
     packs = []
     real = torch.ops.mkldnn._reorder_linear_weight
 
-    class Counting:
+    class Counting:  # the op's other attributes (.default, which torch reads) are the real op's
         def __call__(self, *args):
             packs.append(1)
             return real(*args)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", Counting())
     model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU()).eval()
     with torch.no_grad():
@@ -359,6 +431,31 @@ def test_packed_weight_is_packed_once_while_it_stays_put(packed_on, monkeypatch)
         model[0].weight.add_(1.0)
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
     assert len(packs) == 2
+
+
+def test_a_stored_matrix_is_packed_once_while_it_stays_put(packed_on, monkeypatch):
+    """A Conv1D weight's transposed view is made on every call: the packed
+    copy follows the matrix it views, not the view."""
+    packs = []
+    real = torch.ops.mkldnn._reorder_linear_weight
+
+    class Counting:  # the op's other attributes (.default, which torch reads) are the real op's
+        def __call__(self, *args):
+            packs.append(1)
+            return real(*args)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", Counting())
+    model = Conv1D(256, 384).eval()
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="neuron")
+        for _ in range(5):
+            compiled(x)
+        assert len(packs) == 1
+        model.weight.mul_(-0.5)
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(packs) == 2 and backend.fallback_ops[PACKED] >= 1
 
 
 def test_packed_is_only_timed_when_asked(choose, ops):
