@@ -1039,10 +1039,13 @@ def _recompose_linear(graph):
             transposed = wt
         elif not _single_use(wt, aten.t.default):
             continue
-        # x = view(x3, [M, K]) and the result's only use unflattens it to x3's leading dims
+        # x = view(x3, [M, K]) and the result's only use unflattens it to x3's leading dims; a bias of
+        # (M, N) is added to the flat rows only (linear on x3 would broadcast it against x3's dims)
         unflatten = None
         user = next(iter(node.users)) if len(node.users) == 1 else None
-        if _single_use(x, aten.view.default) and _single_use(user, aten.view.default, aten._unsafe_view.default):
+        flat_bias = bias is not None and (static_val(bias) is None or static_val(bias).dim() > 1)
+        if not flat_bias and _single_use(x, aten.view.default) \
+                and _single_use(user, aten.view.default, aten._unsafe_view.default):
             x3, res = static_val(x.args[0]), static_val(user)
             if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
                 unflatten = user

@@ -253,6 +253,22 @@ def test_a_stored_matrix_measured_slower_keeps_eagers_product(choose, ops):
     assert ran[ONEDNN] == 0 and ran[LINEAR] == 1 and measured == ["linear 256x256->384 + bias"], dict(ran)
 
 
+@pytest.mark.parametrize("weight", ["stored", "transposed"])
+def test_a_bias_of_the_flat_rows_stays_on_the_flat_rows(weight, choose, recwarn):
+    """addmm(B, x3.view(M, K), W).view(x3's dims) with B of (M, N): the
+    views stay, or B would be broadcast against x3's dims."""
+    choose(True)
+    xs, bias = _t((4, 8, 16)), _t((32, 12), 7)
+    w_ = _t((16, 12), 8) if weight == "stored" else _t((12, 16), 8).t()
+
+    def f(x, w, b):
+        return torch.addmm(b, x.view(-1, 16), w).view(4, 8, 12)
+
+    torch.testing.assert_close(_run(f, xs, w_, bias), f(xs, w_, bias), rtol=1e-5, atol=1e-5)
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+    assert not [w for w in recwarn if "torchneuron_jit" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def test_a_product_of_two_computed_matrices_is_no_linear_layer(choose, ops):
     measured = choose(True)
 
