@@ -56,10 +56,11 @@ def _scalar_form(name, args):
 
 def _is_size(node):
     """Whether an FX node computes a number rather than a tensor: a size (an
-    int or SymInt), or a float only known at run time (a SymFloat input of
-    a jit variant whose float argument is dynamic)."""
+    int or SymInt), a float only known at run time (a SymFloat input of
+    a jit variant whose float argument is dynamic), or a comparison of
+    sizes (a SymBool a Dynamo graph returns)."""
     val = node.meta.get("val")
-    return isinstance(val, (torch.SymInt, int, torch.SymFloat)) and not isinstance(val, bool)
+    return isinstance(val, (torch.SymInt, int, torch.SymFloat, torch.SymBool)) and not isinstance(val, bool)
 
 
 def static_val(node):
@@ -279,7 +280,9 @@ def from_fx(gm, roles=None):
         if node.op == "output":
             outs = node.args[0]
             outs = outs if isinstance(outs, (list, tuple)) else [outs]
-            imp.g.set_outputs([imp.tensor_ref(o, f"output {i}") for i, o in enumerate(outs)])
+            # sizes, numbers and None a graph returns (Dynamo's shape outputs) are no values of the IR's
+            imp.g.set_outputs([imp.tensor_ref(o, f"output {i}") for i, o in enumerate(outs)
+                               if isinstance(o, torch.fx.Node) and not _is_size(o)])
             continue
         if node.op != "call_function":
             raise Unsupported(f"{where}: {node.op} nodes are not supported")

@@ -294,3 +294,22 @@ def test_cached_plan_with_permuted_outputs_loads():
             torch.testing.assert_close(g, w)
             assert g.stride() == w.stride()
     assert after["cache_hits"] > before["cache_hits"]
+
+
+def test_a_graph_returning_sizes_a_comparison_and_none_is_compiled(recwarn):
+    """Dynamo's graphs may return sizes, comparisons of sizes and None next
+    to tensors (HF Mistral's, after its dynamic recompile): they are no
+    values of the IR's, and the graph is still ours."""
+    def f(x, n):
+        return torch.sigmoid(x * 2), x.shape[1] + n, None, x.shape[1] > 4
+
+    compiled = torch.compile(f, backend="neuron", dynamic=True)
+    with torch.no_grad():
+        for s in (3, 5, 7):
+            x = torch.randn(2, s)
+            got, want = compiled(x, s), f(x, s)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1:] == want[1:]
+    st = torchneuron_jit.stats()
+    assert st["eager_fallbacks"] == 0 and st["graphs_lowered"] >= 1, st
+    assert not [w for w in recwarn if "torchneuron_jit" in str(w.message)], [str(w.message) for w in recwarn]
