@@ -37,8 +37,10 @@ argument becomes a SymFloat input guarded by its type alone: a guard
 program is integer arithmetic, so code that needs a relation of the float
 (a branch on it) keeps it static.
 """
+import copy
 import inspect
 import math
+import types
 import weakref
 
 import sympy
@@ -184,10 +186,108 @@ def _mutates(gm):
     return False
 
 
-def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None):
+# -- tensors a result holds inside objects ----------------------------------------
+# A result's pytree leaf that is no tensor may hold tensors all the same: a
+# transformers DynamicCache (past_key_values) holds each layer's keys and
+# values in attributes of objects in a list. A compiled call returns a copy
+# of the traced call's object with its own tensors in their places.
+
+_HELD_DEPTH = 6
+
+
+def held_tensors(obj):
+    """[(path, tensor)] of the tensors obj holds, in a fixed order, through
+    lists, tuples, dicts and the attributes (__dict__) of plain objects, to
+    a depth of _HELD_DEPTH; a path is a tuple of steps ("a", attribute) or
+    ("i", index or key). Classes, modules, functions and torch modules are
+    not looked into."""
+    found, seen = [], set()
+
+    def walk(v, path):
+        if isinstance(v, torch.Tensor):
+            found.append((path, v))
+            return
+        if len(path) >= _HELD_DEPTH or id(v) in seen or v is None or isinstance(v, (str, bytes, int, float, type)):
+            return
+        seen.add(id(v))
+        if isinstance(v, (list, tuple)):
+            for k, x in enumerate(v):
+                walk(x, path + (("i", k),))
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, path + (("i", k),))
+        elif not isinstance(v, (types.ModuleType, types.FunctionType, types.MethodType, torch.nn.Module)) \
+                and isinstance(getattr(v, "__dict__", None), dict):
+            for k, x in vars(v).items():
+                walk(x, path + (("a", k),))
+
+    walk(obj, ())
+    return found
+
+
+def holds_numbers(obj):
+    """Whether obj holds an int or a float (not a bool) where held_tensors
+    looks: a value that may be a size of the traced call."""
+    found = []
+
+    def walk(v, depth):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            found.append(v)
+        elif depth < _HELD_DEPTH and isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x, depth + 1)
+        elif depth < _HELD_DEPTH and isinstance(v, dict):
+            for x in v.values():
+                walk(x, depth + 1)
+        elif depth < _HELD_DEPTH and not isinstance(v, (torch.Tensor, type, types.ModuleType, torch.nn.Module)) \
+                and isinstance(getattr(v, "__dict__", None), dict):
+            for x in vars(v).values():
+                walk(x, depth + 1)
+
+    walk(obj, 0)
+    return bool(found)
+
+
+def rebuilt(template, items):
+    """A copy of template with the value of each (path, value) of items put
+    at its path (held_tensors' paths): what lies on a path is copied
+    (copy.copy of objects, new lists, tuples and dicts), the rest is
+    shared with template."""
+    if not items:
+        return template
+    if items[0][0] == ():
+        return items[0][1]
+    steps = {}
+    for path, value in items:
+        steps.setdefault(path[0], []).append((path[1:], value))
+    if isinstance(template, tuple):
+        parts = list(template)
+        for (_, k), sub in steps.items():
+            parts[k] = rebuilt(template[k], sub)
+        return type(template)(*parts) if hasattr(template, "_fields") else type(template)(parts)
+    new = copy.copy(template)
+    for (kind, k), sub in steps.items():
+        if kind == "a":
+            new.__dict__[k] = rebuilt(template.__dict__[k], sub)
+        else:
+            new[k] = rebuilt(template[k], sub)
+    return new
+
+
+def result_tensors(result):
+    """The tensors of result in the order of a compiled call's outputs: its
+    pytree leaves, each that is no tensor as the tensors it holds."""
+    out = []
+    for leaf in pytree.tree_leaves(result):
+        out.extend([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])
+    return out
+
+
+def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositions=None):
     """The trace of trace.fn on its arguments again with the dimensions dims
     ({slot: dimensions}) symbolic. scalars are the values the real trace
-    read out of tensors, in order; decompositions is the back end's table,
+    read out of tensors, in order; outputs the tensors the real trace's
+    result holds (result_tensors); decompositions is the back end's table,
     applied while tracing; functional(gm, inputs) makes the graph functional
     (_jit._functional), inside the fake mode, where the graph writes an
     operand; run_untraced(f, *args) runs f with jitted functions as plain
@@ -260,9 +360,11 @@ def retrace(trace, dims, scalars, functional, run_untraced, decompositions=None)
         if reads.sources and len(reads.sources) != len(scalars):
             # a library took another path for fake tensors, and it still read some: which ones is unknown
             raise Static("the symbolic trace read fewer values out of tensors than the real one")
-        # the result's leaves, then the tensors values were read from: as the real trace's graph
-        # returns them (its output plan is all "out", its value checks index the rest)
-        leaves_out = pytree.tree_leaves(result)
+        # the result's tensors, then the tensors values were read from: as the real trace's graph
+        # returns them (its output plan is all "out" and objects of them, its value checks index the rest)
+        leaves_out = result_tensors(result)
+        if len(leaves_out) != outputs:
+            raise Static(f"the symbolic trace's result holds {len(leaves_out)} tensors, the real one's {outputs}")
         checks.extend((len(leaves_out) + k, v) for k, v in enumerate(scalars[:len(reads.sources)]))
         return tuple(leaves_out) + tuple(reads.sources)
 

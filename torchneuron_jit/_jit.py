@@ -831,21 +831,34 @@ def _graph_of(trace, result):
 
     outputs, plan = [], []
     input_ids = {id(t): k for k, t in enumerate(inputs)}
+
+    def entry(t):
+        if id(t) in input_ids and id(t) not in constants:
+            return ("in", input_ids[id(t)])
+        if id(t) not in env:
+            raise _NotCompilable("the result holds a tensor the traced code did not compute or receive")
+        base = _alias_of(t, inputs)
+        if base is not None:
+            return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        outputs.append(env[id(t)])
+        return ("out", len(outputs) - 1)
+
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            if id(leaf) in input_ids and id(leaf) not in constants:
-                plan.append(("in", input_ids[id(leaf)]))
-            elif id(leaf) in env:
-                base = _alias_of(leaf, inputs)
-                if base is not None:
-                    plan.append(("view", base, tuple(leaf.shape), tuple(leaf.stride()), leaf.storage_offset()))
-                else:
-                    plan.append(("out", len(outputs)))
-                    outputs.append(env[id(leaf)])
-            else:
-                raise _NotCompilable("the result holds a tensor the traced code did not compute or receive")
-        else:
+            plan.append(entry(leaf))
+            continue
+        held = _dynamic.held_tensors(leaf)
+        if not held:
             plan.append(("const", leaf))
+            continue
+        # an object holding tensors (a DynamicCache): each call returns a copy with its own; the template
+        # keeps none of the traced call's
+        try:
+            template = _dynamic.rebuilt(leaf, [(path, None) for path, _ in held])
+        except Exception as exc:
+            raise _NotCompilable(f"the result holds a {type(leaf).__name__} holding tensors that cannot be copied "
+                                 f"({type(exc).__name__}: {exc})") from None
+        plan.append(("object", template, [(path, entry(t)) for path, t in held]))
     for node, value in scalar_sources:
         checks.append((len(outputs), value))
         outputs.append(node)
@@ -934,18 +947,21 @@ class _Runner:
                     inputs[i].copy_(outs[k])
         if self.single is not None:
             return outs[self.single]
-        leaves = []
-        for p in self.plan:
-            kind = p[0]
-            if kind == "out":
-                leaves.append(outs[p[1]])
-            elif kind == "in":
-                leaves.append(inputs[p[1]])
-            elif kind == "view":
-                leaves.append(inputs[p[1]].as_strided(p[2], p[3], p[4]))
-            else:
-                leaves.append(p[1])
-        return pytree.tree_unflatten(leaves, self.treespec)
+        return pytree.tree_unflatten([self._leaf(p, outs, inputs) for p in self.plan], self.treespec)
+
+    @classmethod
+    def _leaf(cls, p, outs, inputs):
+        """The result's leaf that plan entry p makes."""
+        kind = p[0]
+        if kind == "out":
+            return outs[p[1]]
+        if kind == "in":
+            return inputs[p[1]]
+        if kind == "view":
+            return inputs[p[1]].as_strided(p[2], p[3], p[4])
+        if kind == "object":
+            return _dynamic.rebuilt(p[1], [(path, cls._leaf(e, outs, inputs)) for path, e in p[2]])
+        return p[1]
 
 
 # -- the tracer the frame hook calls ----------------------------------------------
@@ -1378,17 +1394,19 @@ class _Tracer:
             return None
         if trace.side_effects:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
-        elif any(p[0] != "out" for p in out_plan[1]):
+        elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])
+                                        and not _dynamic.holds_numbers(p[1])) for p in out_plan[1]):
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
         else:
             from .backend import decompositions
             tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
+            outputs = sum(len(p[2]) if p[0] == "object" else 1 for p in out_plan[1])
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):
                 words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"
                                   for slot, ds in want.items() for d in ds)
                 try:
-                    sym = _dynamic.retrace(trace, want, [value for _, value in checks],
+                    sym = _dynamic.retrace(trace, want, [value for _, value in checks], outputs,
                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
                                            decompositions())
                 except _dynamic.Static as exc:

@@ -903,7 +903,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, names=None):
     if decode_treespec(encoded_spec) != treespec:
         raise Unportable("the result's structure does not survive its description")
     for p in plan:
-        if p[0] == "const" and not (p[1] is None or type(p[1]) in (bool, int, float, str)):
+        if p[0] in ("const", "object") and not (p[1] is None or type(p[1]) in (bool, int, float, str)):
             raise Unportable(f"the result holds a {type(p[1]).__name__}")
     for _, value in checks:
         if type(value) not in (bool, int, float):

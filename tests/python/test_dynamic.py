@@ -183,6 +183,93 @@ def test_hf_bert_variable_shapes():
     assert traces() - before <= 3
 
 
+class _Layer:
+    def __init__(self, keys, values):
+        self.keys, self.values, self.is_initialized = keys, values, True
+
+
+class _Cache:
+    """Like transformers' DynamicCache: no pytree node, tensors in
+    attributes of objects in a list."""
+
+    def __init__(self):
+        self.layers = []
+
+
+def _with_cache(x, w):
+    cache = _Cache()
+    h = x
+    for _ in range(2):
+        h = torch.tanh(h @ w)
+        cache.layers.append(_Layer(h * 2, h.sum(-1)))
+    return h, cache
+
+
+def _assert_same_cache(got, want):
+    assert type(got) is _Cache and len(got.layers) == len(want.layers)
+    for g, e in zip(got.layers, want.layers):
+        torch.testing.assert_close(g.keys, e.keys)
+        torch.testing.assert_close(g.values, e.values)
+        assert g.is_initialized
+
+
+def test_an_object_holding_tensors_is_returned_with_each_calls_tensors():
+    """A result's object holding tensors (a DynamicCache) is a copy holding
+    the call's own tensors, not the traced call's."""
+    w = torch.randn(16, 16) * 0.3
+    f = torchneuron_jit.jit(_with_cache)
+    dynamic = torchneuron_jit.stats()["dynamic_traces"]
+    results = []
+    for s in (5, 5, 5, 9, 12, 7, 5):
+        x = torch.randn(2, s, 16)
+        got, want = f(x, w), _with_cache(x, w)
+        torch.testing.assert_close(got[0], want[0])
+        _assert_same_cache(got[1], want[1])
+        results.append(got[1])
+    assert results[1] is not results[2] and results[1].layers[0] is not results[2].layers[0]
+    assert torchneuron_jit.stats()["dynamic_traces"] > dynamic and _jit.entries(f) <= 3
+
+
+def test_an_object_holding_a_number_keeps_its_sizes_static():
+    """A number in the object may be a size of the traced call: a variant
+    returning one stays static (a trace per size) rather than return it."""
+    def f(x):
+        cache = _Cache()
+        cache.layers.append(_Layer(x * 2, x.sum()))
+        cache.length = x.shape[0]
+        return cache
+
+    g = torchneuron_jit.jit(f)
+    dynamic = torchneuron_jit.stats()["dynamic_traces"]
+    for n in (3, 4, 5, 6):
+        x = torch.randn(n)
+        got = g(x)
+        torch.testing.assert_close(got.layers[0].keys, x * 2)
+        assert got.length == n
+    assert torchneuron_jit.stats()["dynamic_traces"] == dynamic
+
+
+def test_hf_decoder_returns_its_cache_and_one_variant_serves_every_size():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                                   num_key_value_heads=2, vocab_size=500)
+    torch.manual_seed(0)
+    model = transformers.Qwen2Model(cfg).eval()
+    ref = transformers.Qwen2Model(cfg).eval()
+    ref.load_state_dict(model.state_dict())
+    torchneuron_jit.jit(model)
+    before = traces()
+    for b, s in [(2, 16), (2, 16), (1, 9), (3, 23), (2, 31), (4, 12), (2, 16)]:
+        ids = torch.randint(0, 500, (b, s))
+        got, want = model(ids), ref(ids)
+        torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, rtol=1e-4, atol=1e-4)
+        assert len(got.past_key_values.layers) == len(want.past_key_values.layers) == 2
+        for g, e in zip(got.past_key_values.layers, want.past_key_values.layers):
+            torch.testing.assert_close(g.keys, e.keys, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(g.values, e.values, rtol=1e-4, atol=1e-4)
+    assert traces() - before <= 3
+
+
 def _script_runner(run_python, script):
     """run(*args) -> the words script printed, run in a new process with the test's cache (it must exit 0)."""
     def run(*args):
