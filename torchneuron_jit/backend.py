@@ -1067,6 +1067,45 @@ def _recompose_linear(graph):
     return done
 
 
+def _sizes_from_inputs(graph):
+    """A size read off a computed tensor (sym_size.int of a view, as a jit
+    trace over symbolic sizes reads them) whose value is a size of an input
+    or a number input is read there instead. The IR does not see size
+    arithmetic (it runs in the FX graph), so a kernel could take in both
+    the tensor a size was read from and a later op that needs the size:
+    with the size read from an input there is no such path (BART's
+    embeddings: "the fused graph has a cycle"). Returns how many."""
+    where = {}  # sympy expression -> (placeholder, dim), or (placeholder, None) for a number input
+    for node in graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt):
+            where.setdefault(val.node.expr, (node, None))
+        elif isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    where.setdefault(size.node.expr, (node, d))
+    done = 0
+    for node in list(graph.nodes):
+        if not _calls(node, aten.sym_size.int) or node.args[0].op == "placeholder":
+            continue
+        val = node.meta.get("val")
+        found = where.get(val.node.expr) if isinstance(val, torch.SymInt) else None
+        if found is None:
+            continue
+        source, dim = found
+        if dim is None:
+            node.replace_all_uses_with(source)
+            graph.erase_node(node)
+        else:
+            node.args = (source, dim)
+        done += 1
+    if done:
+        _log.event("compile", f"{done} sizes read off inputs instead of computed tensors")
+    return done
+
+
 def _channels_last_convs(gm):
     """With config.conv_channels_last, the 2-d convolutions of gm read
     channels-last inputs: a clone to channels_last before each whose input
@@ -1174,6 +1213,7 @@ def _build(gm, example_inputs, eager=None):
         # Python code is never generated (a lazy graph module makes it on a first call only)
         gm = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
     _drop_copies(gm.graph)
+    _sizes_from_inputs(gm.graph)
     _flash_attention(gm.graph)
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)

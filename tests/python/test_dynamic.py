@@ -270,6 +270,27 @@ def test_hf_decoder_returns_its_cache_and_one_variant_serves_every_size():
     assert traces() - before <= 3
 
 
+def test_a_size_read_off_a_fused_tensor_makes_no_cycle(recwarn):
+    """BART's embeddings: the positions' arange takes its length from a
+    slice of the scaled token embedding, and the kernel fusing both
+    embeddings and their sum would need that length before it runs."""
+    import torch.nn.functional as F
+
+    def embed(ids, w1, w2):
+        e = F.embedding(ids, w1) * 2.0
+        return e + F.embedding(torch.arange(0, e[:, 0:].shape[1]) + 2, w2)
+
+    f = torchneuron_jit.jit(embed)
+    w1, w2 = torch.randn(50, 8), torch.randn(64, 8)
+    fallbacks = torchneuron_jit.stats()["eager_fallbacks"]
+    for b, s in ((2, 5), (3, 7), (1, 9), (4, 11)):
+        ids = torch.randint(0, 50, (b, s))
+        torch.testing.assert_close(f(ids, w1, w2), embed(ids, w1, w2))
+        _jit.wait()
+    assert torchneuron_jit.stats()["eager_fallbacks"] == fallbacks
+    assert not [w for w in recwarn if "torchneuron_jit" in str(w.message)], [str(w.message) for w in recwarn]
+
+
 def _script_runner(run_python, script):
     """run(*args) -> the words script printed, run in a new process with the test's cache (it must exit 0)."""
     def run(*args):
