@@ -88,11 +88,21 @@ def test_multi_output_and_defaults_are_explicit():
 
 
 def test_unsupported_is_reported_with_its_place():
-    # a graph that returns a size (not a tensor) cannot be represented
+    # a call of a torch function rather than an ATen operator cannot be represented
     with torch.no_grad():
-        gm = make_fx(lambda x: (x + 1, x.shape[0] * 2), tracing_mode="symbolic")(torch.randn(4, 6))
-    with pytest.raises(Unsupported, match=r"output 1"):
+        gm = make_fx(lambda x: torch.exp(x) * 2)(torch.randn(4, 6))
+    node = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.exp.default)
+    node.target = torch.exp
+    with pytest.raises(Unsupported, match=r"node exp .*only ATen operators"):
         from_fx(gm)
+
+
+def test_sizes_and_none_a_graph_returns_are_no_outputs_of_the_ir():
+    with torch.no_grad():
+        gm = make_fx(lambda x: (x + 1, x.shape[0] * 2, None, x.shape[1] > 3),
+                     tracing_mode="symbolic")(torch.randn(4, 6))
+    r = from_fx(gm)
+    assert r.graph.num_nodes == 1 and "1 outputs" in r.graph.dump() and "return (%1)" in r.graph.dump()
 
 
 def test_size_arithmetic_stays_in_fx_and_becomes_symbols():
