@@ -877,3 +877,28 @@ def test_a_jitted_module_composes_with_torch_compile_and_inspect():
         torch.testing.assert_close(m(x), want)
         torch.testing.assert_close(m(x), want)
     assert _jit.entries(m) == 1
+
+
+def test_a_dataclass_result_holds_each_calls_tensors():
+    """A dataclass is no pytree node: the result object is rebuilt around
+    the call's tensors (it returned the traced call's before)."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Out:
+        logits: torch.Tensor
+        extra: dict
+
+    def f(x):
+        return Out(torch.relu(x) * 2, {"norm": x.norm(), "tag": "a"})
+
+    g = torchneuron_jit.jit(f)
+    seen = []
+    for n in (4, 4, 4, 5, 6):
+        x = torch.randn(n)
+        got, want = g(x), f(x)
+        torch.testing.assert_close(got.logits, want.logits)
+        torch.testing.assert_close(got.extra["norm"], want.extra["norm"])
+        assert type(got) is Out and got.extra["tag"] == "a"
+        seen.append(got)
+    assert seen[1] is not seen[2] and seen[1].extra is not seen[2].extra
