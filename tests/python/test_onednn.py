@@ -395,6 +395,23 @@ def packed_on(choose):
     return choose("packed")
 
 
+@pytest.fixture
+def packs(monkeypatch):
+    """The list that gets an item each time a weight is packed."""
+    made = []
+    real = torch.ops.mkldnn._reorder_linear_weight
+
+    class Counting:  # the op's other attributes (.default, which torch reads) are the real op's
+        def __call__(self, *args):
+            made.append(1)
+            return real(*args)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", Counting())
+    return made
+
+
 @pytest.mark.parametrize("epilogue", ["none", "relu", "gelu_tanh", "residual"])
 def test_packed_weights_match_eager(packed_on, ops, epilogue):
     y = _t((4, 64, 384), 3)
@@ -426,18 +443,7 @@ def test_packed_weight_follows_in_place_updates_and_replacement(packed_on):
     assert backend.fallback_ops[PACKED] >= 1
 
 
-def test_packed_weight_is_packed_once_while_it_stays_put(packed_on, monkeypatch):
-    packs = []
-    real = torch.ops.mkldnn._reorder_linear_weight
-
-    class Counting:  # the op's other attributes (.default, which torch reads) are the real op's
-        def __call__(self, *args):
-            packs.append(1)
-            return real(*args)
-
-        def __getattr__(self, name):
-            return getattr(real, name)
-    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", Counting())
+def test_packed_weight_is_packed_once_while_it_stays_put(packed_on, packs):
     model = torch.nn.Sequential(torch.nn.Linear(256, 384), torch.nn.ReLU()).eval()
     with torch.no_grad():
         compiled = torch.compile(model, backend="neuron")
@@ -449,20 +455,9 @@ def test_packed_weight_is_packed_once_while_it_stays_put(packed_on, monkeypatch)
     assert len(packs) == 2
 
 
-def test_a_stored_matrix_is_packed_once_while_it_stays_put(packed_on, monkeypatch):
+def test_a_stored_matrix_is_packed_once_while_it_stays_put(packed_on, packs):
     """A Conv1D weight's transposed view is made on every call: the packed
     copy follows the matrix it views, not the view."""
-    packs = []
-    real = torch.ops.mkldnn._reorder_linear_weight
-
-    class Counting:  # the op's other attributes (.default, which torch reads) are the real op's
-        def __call__(self, *args):
-            packs.append(1)
-            return real(*args)
-
-        def __getattr__(self, name):
-            return getattr(real, name)
-    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", Counting())
     model = Conv1D(256, 384).eval()
     with torch.no_grad():
         compiled = torch.compile(model, backend="neuron")
