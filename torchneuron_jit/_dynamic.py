@@ -195,57 +195,46 @@ def _mutates(gm):
 _HELD_DEPTH = 6
 
 
-def held_tensors(obj):
-    """[(path, tensor)] of the tensors obj holds, in a fixed order, through
-    lists, tuples, dicts and the attributes (__dict__) of plain objects, to
-    a depth of _HELD_DEPTH; a path is a tuple of steps ("a", attribute) or
-    ("i", index or key). Classes, modules, functions and torch modules are
-    not looked into."""
-    found, seen = [], set()
+def _held(obj):
+    """(path, value) of each value obj holds that is no list, tuple, dict or
+    plain object, in a fixed order, through those (objects by __dict__) to
+    a depth of _HELD_DEPTH, each container once; a path is a tuple of steps
+    ("a", attribute) or ("i", index or key). Classes, modules, functions
+    and torch modules are not looked into."""
+    seen = set()
 
     def walk(v, path):
-        if isinstance(v, torch.Tensor):
-            found.append((path, v))
+        if isinstance(v, torch.Tensor) or v is None or isinstance(v, (str, bytes, int, float, type)):
+            yield path, v
             return
-        if len(path) >= _HELD_DEPTH or id(v) in seen or v is None or isinstance(v, (str, bytes, int, float, type)):
+        if len(path) >= _HELD_DEPTH or id(v) in seen:
             return
         seen.add(id(v))
         if isinstance(v, (list, tuple)):
             for k, x in enumerate(v):
-                walk(x, path + (("i", k),))
+                yield from walk(x, path + (("i", k),))
         elif isinstance(v, dict):
             for k, x in v.items():
-                walk(x, path + (("i", k),))
+                yield from walk(x, path + (("i", k),))
         elif not isinstance(v, (types.ModuleType, types.FunctionType, types.MethodType, torch.nn.Module)) \
                 and isinstance(getattr(v, "__dict__", None), dict):
             for k, x in vars(v).items():
-                walk(x, path + (("a", k),))
+                yield from walk(x, path + (("a", k),))
+        else:
+            yield path, v
 
-    walk(obj, ())
-    return found
+    return walk(obj, ())
+
+
+def held_tensors(obj):
+    """[(path, tensor)] of the tensors obj holds (_held's paths)."""
+    return [(path, v) for path, v in _held(obj) if isinstance(v, torch.Tensor)]
 
 
 def holds_numbers(obj):
     """Whether obj holds an int or a float (not a bool) where held_tensors
     looks: a value that may be a size of the traced call."""
-    found = []
-
-    def walk(v, depth):
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            found.append(v)
-        elif depth < _HELD_DEPTH and isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x, depth + 1)
-        elif depth < _HELD_DEPTH and isinstance(v, dict):
-            for x in v.values():
-                walk(x, depth + 1)
-        elif depth < _HELD_DEPTH and not isinstance(v, (torch.Tensor, type, types.ModuleType, torch.nn.Module)) \
-                and isinstance(getattr(v, "__dict__", None), dict):
-            for x in vars(v).values():
-                walk(x, depth + 1)
-
-    walk(obj, 0)
-    return bool(found)
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v in _held(obj))
 
 
 def rebuilt(template, items):

@@ -1392,11 +1392,12 @@ class _Tracer:
             dims = {slot: ds for slot, ds in dims.items() if not (None in ds and (names[slot], None) in site.static)}
         if not dims:
             return None
+        numbered = next((type(p[1]).__name__ for p in out_plan[1] if p[0] == "object" and _dynamic.holds_numbers(p[1])),
+                        None)
         if trace.side_effects:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
-        elif any(p[0] == "object" and _dynamic.holds_numbers(p[1]) for p in out_plan[1]):
-            kind = next(type(p[1]).__name__ for p in out_plan[1] if p[0] == "object" and _dynamic.holds_numbers(p[1]))
-            failed = [(dims, f"its result holds a {kind} holding a number, which may be a size of the traced call")]
+        elif numbered is not None:
+            failed = [(dims, f"its result holds a {numbered} holding a number, which may be a size of the traced call")]
         elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) for p in out_plan[1]):
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
         else:

@@ -1007,9 +1007,7 @@ def _fold_static_arange(gm):
 def _stored_matrix(node):
     """Whether node is a 2-D float32 tensor the graph is given (an input or
     an attribute: a weight), not one it computes, of static sizes."""
-    val = static_val(node)
-    return node.op in ("placeholder", "get_attr") and val is not None and val.dim() == 2 \
-        and val.dtype == torch.float32
+    return node.op in ("placeholder", "get_attr") and gemm._f32(node, 2)
 
 
 def _recompose_linear(graph):
