@@ -164,15 +164,22 @@ def test_transformer_encoder_variable_batch_and_length():
     assert traces() - before <= 3
 
 
-def test_hf_bert_variable_shapes():
+def _hf_jitted_and_eager(config, model, **sizes):
+    """(a jitted transformers model of config's class from its name, d 64,
+    2 layers, and an eager copy with the same weights)."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=128, vocab_size=500)
+    cfg = getattr(transformers, config)(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=128, vocab_size=500, **sizes)
     torch.manual_seed(0)
-    model = transformers.BertModel(cfg).eval()
-    ref = transformers.BertModel(cfg).eval()
-    ref.load_state_dict(model.state_dict())
-    torchneuron_jit.jit(model)
+    jitted = getattr(transformers, model)(cfg).eval()
+    ref = getattr(transformers, model)(cfg).eval()
+    ref.load_state_dict(jitted.state_dict())
+    torchneuron_jit.jit(jitted)
+    return jitted, ref
+
+
+def test_hf_bert_variable_shapes():
+    model, ref = _hf_jitted_and_eager("BertConfig", "BertModel")
     before = traces()
     for b, s in [(3, 20), (2, 31), (4, 12), (2, 50), (6, 9), (1, 40), (1, 17), (3, 33)]:
         ids = torch.randint(0, 500, (b, s))
@@ -250,14 +257,7 @@ def test_an_object_holding_a_number_keeps_its_sizes_static():
 
 
 def test_hf_decoder_returns_its_cache_and_one_variant_serves_every_size():
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                                   num_key_value_heads=2, vocab_size=500)
-    torch.manual_seed(0)
-    model = transformers.Qwen2Model(cfg).eval()
-    ref = transformers.Qwen2Model(cfg).eval()
-    ref.load_state_dict(model.state_dict())
-    torchneuron_jit.jit(model)
+    model, ref = _hf_jitted_and_eager("Qwen2Config", "Qwen2Model", num_key_value_heads=2)
     before = traces()
     for b, s in [(2, 16), (2, 16), (1, 9), (3, 23), (2, 31), (4, 12), (2, 16)]:
         ids = torch.randint(0, 500, (b, s))
