@@ -1104,6 +1104,67 @@ def _sizes_from_inputs(graph):
     return done
 
 
+def _max_pools_as_maxima(graph):
+    """A 2-d max pool without padding or dilation whose indices nobody
+    reads, of a static float input, becomes the maximum of its window's
+    k*k strided views of the input (x[..., i::s, j::s] cut to the output's
+    size): one generated kernel reads the input once, where eager's
+    max_pool2d measured 2.2x slower at 8x16x64x64 channels-last (113 us
+    against 50) and 10x slower NCHW. The values are eager's: maximum, as
+    max_pool2d, gives NaN where the window holds one. Windows of more than
+    9 elements (a kernel input each), padding (it would need a copy with
+    -inf borders first), ceil_mode and a result whose strides would not be
+    eager's stay eager's. Returns how many."""
+    done = 0
+    for pool in list(graph.nodes):
+        if not _calls(pool, aten.max_pool2d_with_indices.default):
+            continue
+        x, kernel, *rest = pool.args
+        stride, padding, dilation, ceil_mode = (list(rest) + [[], [0, 0], [1, 1], False][len(rest):])[:4]
+        kernel = list(kernel) * (2 // len(kernel))
+        stride = list(stride or kernel) * (2 // len(stride or kernel))
+        xv, items = static_val(x), list(pool.users)
+        if xv is None or not xv.is_floating_point() or xv.dim() not in (3, 4) or pool.kwargs \
+                or any(p != 0 for p in padding) or any(d != 1 for d in dilation) or ceil_mode \
+                or not 1 < kernel[0] * kernel[1] <= 9 or min(kernel) < 1 or min(stride) < 1 \
+                or not all(u.target is operator.getitem and (u.args[1] == 0 or not u.users) for u in items):
+            continue
+        h, w = xv.shape[-2:]
+        oh, ow = (h - kernel[0]) // stride[0] + 1, (w - kernel[1]) // stride[1] + 1
+        if oh < 1 or ow < 1:
+            continue
+        mode = getattr(xv, "fake_mode", None)
+        if mode is None:
+            continue
+        added = []
+
+        def call(target, args):
+            added.append(_new_call(graph, mode, target, args))
+            return added[-1]
+        with graph.inserting_before(pool):
+            res = None
+            for i in range(kernel[0]):
+                rows = call(aten.slice.Tensor, (x, xv.dim() - 2, i, i + stride[0] * (oh - 1) + 1, stride[0]))
+                for j in range(kernel[1]):
+                    view = call(aten.slice.Tensor, (rows, xv.dim() - 1, j, j + stride[1] * (ow - 1) + 1, stride[1]))
+                    res = view if res is None else call(aten.maximum.default, (res, view))
+        want = next((u for u in items if u.args[1] == 0), None)
+        got, wanted = res.meta["val"], static_val(want)
+        if wanted is None or tuple(got.shape) != tuple(wanted.shape) \
+                or (wanted.numel() > 1 and tuple(got.stride()) != tuple(wanted.stride())):
+            for node in reversed(added):
+                graph.erase_node(node)
+            continue
+        want.replace_all_uses_with(res)
+        for u in items:
+            graph.erase_node(u)
+        graph.erase_node(pool)
+        done += 1
+    if done:
+        _log.event("compile", f"{done} max pools as the maximum of their windows' views")
+    return done
+
+
 def _channels_last_convs(gm):
     """With config.conv_channels_last, the 2-d convolutions of gm read
     channels-last inputs: a clone to channels_last before each whose input
@@ -1219,6 +1280,7 @@ def _build(gm, example_inputs, eager=None):
     _full_like_as_full(gm.graph)
     _fold_static_arange(gm)
     _channels_last_convs(gm)
+    _max_pools_as_maxima(gm.graph)
     set_threads()
     imported = from_fx(gm)
     artifact = _Artifact(imported)
