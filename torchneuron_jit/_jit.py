@@ -1135,9 +1135,10 @@ class _Builds:
                            f"({type(exc).__name__}: {exc}); it runs eagerly", stacklevel=2)
         finally:
             if _gc_hold.release():
-                # what the trace and the build promoted would set off a collection of the whole heap inside
-                # some later call: it runs now, when no jitted call is in flight (build_yield parks it)
-                gc.collect()
+                # what the trace and the build allocated, young (the paused collector promoted none of it), is
+                # collected now, between calls, not inside some later one. Not the whole heap: that took 152 ms
+                # of the GIL with transformers loaded, and a call served meanwhile waited for all of it
+                gc.collect(1)
             _C.build_yield(0)
             with self.lock:
                 self.pending = None
