@@ -1114,7 +1114,9 @@ def _max_pools_as_maxima(graph):
     max_pool2d, gives NaN where the window holds one. Windows of more than
     9 elements (a kernel input each), padding (it would need a copy with
     -inf borders first), ceil_mode and a result whose strides would not be
-    eager's stay eager's. Returns how many."""
+    eager's stay eager's, as do symbolic sizes (a jit variant of dynamic
+    batch: the kernel cannot take views of symbolic sizes, and the maxima
+    through PyTorch are slower than the pool). Returns how many."""
     done = 0
     for pool in list(graph.nodes):
         if not _calls(pool, aten.max_pool2d_with_indices.default):
@@ -1173,7 +1175,9 @@ def _channels_last_convs(gm):
     result whose strides changed is made contiguous again where eager's was
     (otherwise nothing is changed). oneDNN runs a convolution with a
     channels-last input in NHWC throughout: at 8x3x64x64 through two convs
-    and a max pool, 1.8x eager's NCHW. Returns how many convs read NHWC."""
+    and a max pool, 1.8x eager's NCHW. A symbolic batch (a jit variant of
+    dynamic sizes) is fine; channels, height and width must be static.
+    Returns how many convs read NHWC."""
     if not config.conv_channels_last or not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
         return 0
     graph = gm.graph
@@ -1195,7 +1199,7 @@ def _channels_last_convs(gm):
         _propagate_meta(gm)
         for value in output.all_input_nodes:
             want, got = old.get(value), value.meta.get("val")
-            if not isinstance(want, torch.Tensor) or got.stride() == want.stride():
+            if not isinstance(want, torch.Tensor) or _sizes_known_equal(got.stride(), want.stride()):
                 continue
             if not want.is_contiguous() or _aliases_input(value):
                 raise ValueError(f"{value} would change strides")
@@ -1231,7 +1235,7 @@ def _conv_relu(graph, conv):
     Returns 1 if done."""
     relu = next(iter(conv.users)) if len(conv.users) == 1 else None
     if relu is None or relu.target is not aten.relu.default or not hasattr(torch.ops.mkldnn, "_convolution_pointwise") \
-            or any(getattr(static_val(a), "dtype", None) != torch.float32 for a in conv.args[:2]):
+            or any(getattr(_val(a), "dtype", None) != torch.float32 for a in conv.args[:2]):
         return 0
     x, w, b, stride, padding, dilation, _, _, groups = conv.args
     _replace_by_call(graph, relu, torch.ops.mkldnn._convolution_pointwise.default,
@@ -1242,10 +1246,14 @@ def _conv_relu(graph, conv):
 
 
 def _nchw_conv_input(x):
-    """A 4-d float input of static sizes that is not channels-last."""
-    val = static_val(x)
-    return (val is not None and val.dim() == 4 and val.is_floating_point()
-            and not val.is_contiguous(memory_format=torch.channels_last))
+    """A 4-d float input of static sizes but maybe the batch (a jit variant
+    of dynamic batch) that is not channels-last."""
+    val = _val(x)
+    if val is None or val.dim() != 4 or not val.is_floating_point() \
+            or not all(isinstance(d, int) for d in (*val.shape[1:], *val.stride())):
+        return False
+    c, h, w = val.shape[1:]
+    return tuple(val.stride()[1:]) != (1, w * c, c)
 
 
 def _propagate_meta(gm):
@@ -1253,9 +1261,14 @@ def _propagate_meta(gm):
     rewrite that changes strides)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    symbolic = next((v for v in vals if isinstance(v, torch.Tensor) and not all(
+        isinstance(d, int) for d in (*v.shape, *v.stride()))), None)
+    if symbolic is not None:  # a dynamic variant: its own mode, whose shape environment holds the symbols
+        FakeTensorProp(gm, symbolic.fake_mode).propagate_dont_convert_inputs(*vals)
+        return
     mode = FakeTensorMode(allow_non_fake_inputs=True)
-    args = [mode.from_tensor(n.meta["val"]) if isinstance(n.meta.get("val"), torch.Tensor) else n.meta.get("val")
-            for n in gm.graph.nodes if n.op == "placeholder"]
+    args = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for v in vals]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
 
 

@@ -95,3 +95,22 @@ def test_a_channels_last_input_and_grouped_convs():
             want = model(x)
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
+
+
+def test_a_variant_of_dynamic_batch_runs_its_convolutions_channels_last():
+    """Batches that change make jit's next trace symbolic in the batch: that
+    variant's convolutions read channels-last inputs too (channels, height
+    and width are static), with relu as oneDNN's post-op; eager's values
+    and strides at every batch size."""
+    torch.manual_seed(0)
+    model = CNN().eval()
+    f = torchneuron_jit.jit(model)
+    with torch.no_grad(), config.patch(compile_blocking=True):
+        for batch in (2, 3, 5, 4, 7):
+            x = torch.randn(batch, 3, 20, 24)
+            for g, w in zip(f(x), model(x)):
+                torch.testing.assert_close(g, w)
+                assert g.stride() == w.stride()
+    dynamic = [v for v in torchneuron_jit.explain(f).variants if "dynamic" in v["kind"]]
+    assert len(dynamic) == 1 and dynamic[0]["hits"] >= 2, torchneuron_jit.explain(f)
+    assert "mkldnn::_convolution_pointwise (no lowering, 2)" in dynamic[0]["graph"], dynamic[0]
