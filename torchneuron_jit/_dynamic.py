@@ -272,6 +272,34 @@ def result_tensors(result):
     return out
 
 
+def _constant_pad_nd(x, pad, value=0.0):
+    """constant_pad_nd of x for a symbolic trace: each padded dimension cut
+    (negative pads) and put between two constant blocks (cat). PyTorch's
+    own reads the sizes as ints, which makes a symbolic size a constant
+    (transformers' Swin pads its windows: each batch size a trace)."""
+    padded = False
+    for k in range(len(pad) // 2):
+        d = x.dim() - 1 - k
+        lo, hi = pad[2 * k], pad[2 * k + 1]
+        if lo < 0:
+            x = x.narrow(d, -lo, x.shape[d] + lo)
+        if hi < 0:
+            x = x.narrow(d, 0, x.shape[d] + hi)
+        parts = []
+        for n in (max(lo, 0), max(hi, 0)):
+            shape = list(x.shape)
+            shape[d] = n
+            parts.append(torch.full(shape, value, dtype=x.dtype, device=x.device) if n else None)
+        if parts[0] is not None or parts[1] is not None:
+            x, padded = torch.cat([p for p in (parts[0], x, parts[1]) if p is not None], d), True
+    return x if padded else x.clone()  # a new tensor, as PyTorch's
+
+
+# Decompositions a symbolic trace adds to the back end's: ops whose own
+# implementation makes a symbolic size a constant.
+_SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd}
+
+
 def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositions=None):
     """The trace of trace.fn on its arguments again with the dimensions dims
     ({slot: dimensions}) symbolic. scalars are the values the real trace
@@ -361,7 +389,7 @@ def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositi
 
     try:
         with mode:
-            gm = run_untraced(make_fx(run, decomposition_table=decompositions), *fakes)
+            gm = run_untraced(make_fx(run, decomposition_table={**(decompositions or {}), **_SYMBOLIC}), *fakes)
     except Static:
         raise
     except Exception as exc:

@@ -43,6 +43,25 @@ def test_one_variant_serves_every_length():
     assert torchneuron_jit.stats()["dynamic_traces"] >= 1
 
 
+def test_a_padded_tensor_of_any_batch_is_one_variant():
+    """F.pad (transformers' Swin pads its windows): PyTorch's constant_pad_nd
+    reads the sizes as ints, which made the batch a constant of each
+    symbolic trace (Swin took a trace per batch size); the symbolic trace
+    pads through cuts and cats instead, negative pads too."""
+    def padded(x):
+        y = torch.nn.functional.pad(x * 2, (1, 2, 0, 3), value=-1.5)
+        return torch.nn.functional.pad(y, (-1, 0, 2, -1)) + 1
+
+    f = torchneuron_jit.jit(padded)
+    before = traces()
+    for b in [2, 3, 5, 4, 7, 6]:
+        x = torch.randn(b, 3, 5, 6)
+        got, want = f(x), padded(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+    assert traces() - before == 2 and _jit.entries(f) == 2
+
+
 def test_without_dynamic_sizes_every_length_traces():
     """The mechanism the test above covers: with it off, a trace per size."""
     w, heads = torch.randn(32, 32), make_heads()
