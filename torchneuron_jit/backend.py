@@ -688,6 +688,23 @@ def _new_call(graph, mode, target, args, kwargs=None):
     return node
 
 
+class _Inserted:
+    """Calls of a rewrite inserted at the graph's insertion point, each
+    with its metadata (_new_call), kept in order so that a rewrite that
+    fails part way can take them all out again (undo)."""
+
+    def __init__(self, graph, mode):
+        self.graph, self.mode, self.nodes = graph, mode, []
+
+    def __call__(self, target, args, kwargs=None):
+        self.nodes.append(_new_call(self.graph, self.mode, target, args, kwargs))
+        return self.nodes[-1]
+
+    def undo(self):
+        for node in reversed(self.nodes):
+            self.graph.erase_node(node)
+
+
 def _scaled_scores(s):
     """(scale, [the nodes scaling], scores) where s = scores times or over
     numbers (in place too: view round trips), scores a 4-d view of a bmm,
@@ -790,14 +807,11 @@ def _attention_match(out):
     return dict(q=q, k=k, v=v, masks=masks, scale=float(scale), nodes=nodes, scores=sv)
 
 
-def _flash_call(graph, mode, out, m, added):
+def _flash_call(graph, out, m, call):
     """The flash attention call that replaces the attention _attention_match
-    found at out (m), inserted before out; the nodes inserted are appended
-    to added as they are made (so that a failure can take them out).
-    Returns the node of the result."""
-    def call(target, args, kwargs=None):
-        added.append(_new_call(graph, mode, target, args, kwargs))
-        return added[-1]
+    found at out (m), inserted before out through call (an _Inserted, so
+    that a failure can take the nodes out). Returns the node of the
+    result."""
     with graph.inserting_before(out):
         mask = m["masks"][0] if m["masks"] else None
         for more in m["masks"][1:]:  # the scores plus each mask: the scores plus their sum
@@ -837,12 +851,11 @@ def _flash_attention(graph):
         mode = getattr(m["q"].meta["val"], "fake_mode", None)
         if mode is None:
             continue
-        added = []
+        call = _Inserted(graph, mode)
         try:
-            res = _flash_call(graph, mode, out, m, added)
+            res = _flash_call(graph, out, m, call)
         except Exception as exc:  # a meta function that refuses these inputs: left as it was
-            for node in reversed(added):
-                graph.erase_node(node)
+            call.undo()
             _log.event("compile", f"attention at {out} stays matmul and softmax: {type(exc).__name__}: {exc}")
             continue
         out.replace_all_uses_with(res)
@@ -1138,11 +1151,7 @@ def _max_pools_as_maxima(graph):
         mode = getattr(xv, "fake_mode", None)
         if mode is None:
             continue
-        added = []
-
-        def call(target, args):
-            added.append(_new_call(graph, mode, target, args))
-            return added[-1]
+        call = _Inserted(graph, mode)
         with graph.inserting_before(pool):
             res = None
             for i in range(kernel[0]):
@@ -1154,8 +1163,7 @@ def _max_pools_as_maxima(graph):
         got, wanted = res.meta["val"], static_val(want)
         if wanted is None or tuple(got.shape) != tuple(wanted.shape) \
                 or (wanted.numel() > 1 and tuple(got.stride()) != tuple(wanted.stride())):
-            for node in reversed(added):
-                graph.erase_node(node)
+            call.undo()
             continue
         want.replace_all_uses_with(res)
         for u in items:
