@@ -56,7 +56,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _C, _dynamic, _log, _manager, _planform, _records, config
+from . import _C, _dynamic, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -1114,15 +1114,19 @@ class _Builds:
             self.idle.clear()
             self.pending = build
         _gc_hold.hold()  # released when the build ends
-        threading.Thread(target=self._run, name="torchneuron_jit build", daemon=True).start()
+        threads = torch.get_num_threads()  # the calling thread's: its calls run on them
+        threading.Thread(target=self._run, args=(threads,), name="torchneuron_jit build", daemon=True).start()
 
-    def _run(self):
+    def _run(self, threads):
         build = self.pending
         t0 = time.perf_counter()
         try:
             _gate_dynamo()
             _C.build_yield(max(0, config.build_pause_ms))  # pauses while jitted calls are in flight
-            entry = build.finish()
+            # its own ops on one OpenMP thread, its GEMM measurements on the calls' (gemm.measured_with)
+            _C.build_omp_threads(1)
+            with gemm.measured_with(threads):
+                entry = build.finish()
             trace = build.trace
             jf = _jf_of(trace)
             if jf is None:

@@ -17,7 +17,9 @@ times faster than both at a few rows. The copy is remade whenever the
 weight is another tensor or its version counter moved; writes that bypass
 the counter are not seen, hence the opt-in.
 """
+import contextlib
 import math
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ import sympy
 import torch
 from torch.fx.node import map_arg
 
-from . import _C, _log
+from . import _C, _log, config
 from ._spec import dense_strides
 from .graph import static_val
 
@@ -318,6 +320,52 @@ def _least_seconds(fns):
     return [min(q if len(q) >= MIN_SAMPLES else e) for q, e in zip(quiet, every)]
 
 
+_measuring = threading.local()  # .threads: OpenMP threads of the calls this thread's measurements are for
+
+
+@contextlib.contextmanager
+def measured_with(threads):
+    """Measurements made on this thread inside it run on a thread of their
+    own with threads OpenMP threads: a background build runs its own ops on
+    one (_C.build_omp_threads), and its choices are for calls that run on
+    threads. The measuring thread ends with each measurement, and the team
+    of OpenMP threads it ran with ends with it (yield_py.c: a team left
+    alive slows every call)."""
+    was = getattr(_measuring, "threads", None)
+    _measuring.threads = threads
+    try:
+        yield
+    finally:
+        _measuring.threads = was
+
+
+def _timed(fns):
+    """_least_seconds(fns) here, or on a thread of _measuring.threads
+    OpenMP threads that pauses for jitted calls as a build does."""
+    threads = getattr(_measuring, "threads", None)
+    if threads is None:
+        return _least_seconds(fns)
+    out = {}
+
+    def run():
+        try:
+            _C.build_omp_threads(threads)
+            _C.build_yield(max(0, config.build_pause_ms))
+            with torch.no_grad():
+                out["seconds"] = _least_seconds(fns)
+        except BaseException as exc:  # raised again on the build's thread
+            out["error"] = exc
+        finally:
+            _C.build_yield(0)
+
+    t = threading.Thread(target=run, name="torchneuron_jit measure", daemon=True)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["seconds"]
+
+
 def measure(unit, kinds=("onednn",), fewest=False):
     """{"aten": seconds, kind: seconds for each of kinds}: least times of the
     unit run as the graph has it and as one oneDNN call of each kind
@@ -338,7 +386,7 @@ def measure(unit, kinds=("onednn",), fewest=False):
         for kind in kinds:
             target, args = _onednn_call(unit, kind)
             fns.append(lambda target=target, args=map_arg(args, leaves.__getitem__): target(*args))
-        return dict(zip(("aten",) + tuple(kinds), _least_seconds(fns)))
+        return dict(zip(("aten",) + tuple(kinds), _timed(fns)))
 
 
 KINDS = ("aten", "onednn", "packed")  # and "onednn@R" (known_kind)

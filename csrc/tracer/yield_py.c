@@ -18,9 +18,19 @@
 ** it run beside the calls, or take turns in which calls wait, was tried:
 ** its ~1 s of symbolic trace then took 4-11 s and the loop 1.3-1.9x its
 ** time over 700-1500 calls (2 cores), the GIL and the cores shared.
+**
+** A build's own PyTorch ops run on one OpenMP thread (build_omp_threads):
+** GNU OpenMP keeps a team of threads for each thread that ran a parallel
+** region, alive until that thread ends, and while there are more of them
+** than cores it stops spinning for work: every parallel region of a call
+** then wakes its threads from sleep. A second team, idle, made an eager
+** TransformerEncoder call 1.12-1.20x slower (2 cores). Its measurements of
+** GEMMs run on a thread of their own, with the calls' threads, that ends
+** with them (gemm.measured_with).
 */
 #include "tracer_internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -142,7 +152,31 @@ static PyObject *py_build_calls(PyObject *self, PyObject *unused)
   return Py_BuildValue("(iK)", atomic_load(&yield_calls), (unsigned long long)atomic_load(&yield_begun));
 }
 
+/* build_omp_threads(n) -> the calling thread's OpenMP threads before, or
+** None where no OpenMP runtime is loaded: sets this thread's count (the
+** OpenMP ICV is per thread: other threads keep theirs). n >= 1. */
+static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  long n = PyLong_AsLong(arg);
+  if (n == -1 && PyErr_Occurred())
+    return NULL;
+  if (n < 1 || n > 4096) {
+    PyErr_SetString(PyExc_ValueError, "build_omp_threads: n must be in 1..4096");
+    return NULL;
+  }
+  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+  int (*get)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
+  if (set == NULL || get == NULL)
+    Py_RETURN_NONE;
+  int before = get();
+  set((int)n);
+  return PyLong_FromLong(before);
+}
+
 PyMethodDef tn_py_yield_methods[] = {
+  {"build_omp_threads", py_build_omp_threads, METH_O,
+   "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime); sets them to n"},
   {"build_yield", py_build_yield, METH_O,
    "build_yield(max_ms): this thread (a build) pauses while a jitted call is in flight, at most max_ms at a "
    "time; 0 ends it"},
