@@ -105,6 +105,12 @@
     "after a pause that ran out it runs as long before pausing again. A build's Python beside a served " \
     "call made each of its PyTorch ops wait for the GIL: an eager BERT call of 5.6 ms took 470 ms. " \
     "0: builds never pause.") \
+  _(build_resume_us, TN_CFG_INT, 1000, NULL, \
+    "A background build that paused for jitted calls (build_pause_ms) goes on this many microseconds " \
+    "after the last one ended, not at once: the caller's own Python after a call (taking its result, " \
+    "the next request) then keeps the GIL. Woken as a call returned, a build made those lines wait ~10 ms " \
+    "(two switch intervals). Longer starves a build beside calls with short gaps between them (2 ms gaps: " \
+    "~7-16 s for a ~1 s build at 1000, 21-24 s at 2000, 6-7 s at 0). 0: it goes on at once.") \
   _(dynamic_after, TN_CFG_INT, 2, NULL, \
     "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
     "same place: argument, path, dimension), or distinct values an int or float argument takes, before its next " \

@@ -1122,7 +1122,8 @@ class _Builds:
         t0 = time.perf_counter()
         try:
             _gate_dynamo()
-            _C.build_yield(max(0, config.build_pause_ms))  # pauses while jitted calls are in flight
+            # pauses while jitted calls are in flight, and a little after
+            _C.build_yield(max(0, config.build_pause_ms), max(0, config.build_resume_us))
             # its own ops on one OpenMP thread, its GEMM measurements on the calls' (gemm.measured_with)
             _C.build_omp_threads(1)
             with gemm.measured_with(threads):

@@ -350,7 +350,7 @@ def _timed(fns):
     def run():
         try:
             _C.build_omp_threads(threads)
-            _C.build_yield(max(0, config.build_pause_ms))
+            _C.build_yield(max(0, config.build_pause_ms), max(0, config.build_resume_us))
             with torch.no_grad():
                 out["seconds"] = _least_seconds(fns)
         except BaseException as exc:  # raised again on the build's thread

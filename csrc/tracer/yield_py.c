@@ -19,6 +19,13 @@
 ** its ~1 s of symbolic trace then took 4-11 s and the loop 1.3-1.9x its
 ** time over 700-1500 calls (2 cores), the GIL and the cores shared.
 **
+** A pause ends build_resume_us after the last call ended, not at once: a
+** build woken as a call returns takes the GIL from the serving thread's
+** next lines (the caller's own Python), which then wait for it ~10 ms,
+** two switch intervals (an eager TransformerEncoder call of 10 ms timed
+** from Python at 20.8 ms beside a paused Python loop; with 1 ms more of
+** pause, 10.0 ms).
+**
 ** A build's own PyTorch ops run on one OpenMP thread (build_omp_threads):
 ** GNU OpenMP keeps a team of threads for each thread that ran a parallel
 ** region, alive until that thread ends, and while there are more of them
@@ -40,13 +47,17 @@ static atomic_int yield_calls;        /* JitFunction calls in flight, all thread
 static atomic_ullong yield_begun;     /* JitFunction calls begun so far (build_calls()) */
 static atomic_int yield_parked;       /* build threads parked now */
 static atomic_ullong yield_pauses;    /* pauses so far (build_pauses()) */
+static atomic_llong yield_last_end;   /* when the last JitFunction call ended (yield_now) */
 static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t yield_cv;
 static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
 
-/* per build thread: its longest pause, and when a pause that ran out lets it park again */
+/* per build thread: its longest pause, when a pause that ran out lets it park again, how long after
+** a call's end it goes on, and the end of a call it has waited that long after (no clock read then) */
 static _Thread_local int64_t yield_max_ns;
 static _Thread_local int64_t yield_free_until;
+static _Thread_local int64_t yield_resume_ns;
+static _Thread_local int64_t yield_waited_end;
 
 static void yield_init(void)
 {
@@ -72,6 +83,7 @@ void tn_yield_call_begin(void)
 
 void tn_yield_call_end(void)
 {
+  atomic_store_explicit(&yield_last_end, yield_now(), memory_order_release);
   if (atomic_fetch_sub_explicit(&yield_calls, 1, memory_order_acq_rel) == 1 &&
       atomic_load_explicit(&yield_parked, memory_order_acquire) > 0) {
     pthread_mutex_lock(&yield_mu);
@@ -80,22 +92,45 @@ void tn_yield_call_end(void)
   }
 }
 
+/* When this build thread may go on after the last call's end (0: it may). */
+static int64_t yield_resume_at(void)
+{
+  int64_t last = atomic_load_explicit(&yield_last_end, memory_order_acquire);
+  if (yield_resume_ns == 0 || last == yield_waited_end)
+    return 0;
+  if (yield_now() < last + yield_resume_ns)
+    return last + yield_resume_ns;
+  yield_waited_end = last;
+  return 0;
+}
+
 /* Parks the calling thread (which holds the GIL, and releases it) while a
-** call is in flight, at most yield_max_ns. */
+** call is in flight and until yield_resume_ns after the last one ended, at
+** most yield_max_ns. */
 static void yield_park(void)
 {
   int64_t start = yield_now();
   if (start < yield_free_until)
     return;
   int64_t end = start + yield_max_ns;
-  struct timespec deadline = {(time_t)(end / 1000000000), (long)(end % 1000000000)};
   int ran_out = 0;
   atomic_fetch_add_explicit(&yield_pauses, 1, memory_order_relaxed);
   Py_BEGIN_ALLOW_THREADS
   pthread_mutex_lock(&yield_mu);
   atomic_fetch_add_explicit(&yield_parked, 1, memory_order_acq_rel);
-  while (!ran_out && atomic_load_explicit(&yield_calls, memory_order_acquire) > 0)
-    ran_out = pthread_cond_timedwait(&yield_cv, &yield_mu, &deadline) == ETIMEDOUT;
+  for (;;) {
+    /* a call in flight: until it ends (tn_yield_call_end signals); after one: until resume time */
+    int64_t until = atomic_load_explicit(&yield_calls, memory_order_acquire) > 0 ? end : yield_resume_at();
+    if (until == 0)
+      break;
+    if (yield_now() >= end) {
+      ran_out = 1;
+      break;
+    }
+    until = until < end ? until : end;
+    struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
+    (void)pthread_cond_timedwait(&yield_cv, &yield_mu, &ts);
+  }
   atomic_fetch_sub_explicit(&yield_parked, 1, memory_order_acq_rel);
   pthread_mutex_unlock(&yield_mu);
   Py_END_ALLOW_THREADS
@@ -110,27 +145,32 @@ static int yield_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject
   (void)what;
   (void)arg;
   /* a thread with a call of its own in flight would wait for itself */
-  if (atomic_load_explicit(&yield_calls, memory_order_relaxed) > 0 && !tn_hook_active)
+  if ((atomic_load_explicit(&yield_calls, memory_order_relaxed) > 0 || yield_resume_at() != 0) && !tn_hook_active)
     yield_park();
   return 0;
 }
 
-/* build_yield(max_ms) -> None: the calling thread (a build) pauses while a
-** jitted call is in flight, at most max_ms at a time; 0 ends it (and
-** removes the thread's profile function) */
-static PyObject *py_build_yield(PyObject *self, PyObject *arg)
+/* build_yield(max_ms, resume_us=0) -> None: the calling thread (a build)
+** pauses while a jitted call is in flight and until resume_us after the
+** last one ended, at most max_ms at a time; max_ms 0 ends it (and removes
+** the thread's profile function). ValueError for a negative one. */
+static PyObject *py_build_yield(PyObject *self, PyObject *args)
 {
   (void)self;
-  long long ms = PyLong_AsLongLong(arg);
-  if (ms == -1 && PyErr_Occurred())
+  long long ms, resume_us = 0;
+  if (!PyArg_ParseTuple(args, "L|L:build_yield", &ms, &resume_us))
     return NULL;
-  if (ms < 0) {
-    PyErr_SetString(PyExc_ValueError, "build_yield: max_ms must be >= 0");
+  if (ms < 0 || resume_us < 0) {
+    PyErr_SetString(PyExc_ValueError, ms < 0 ? "build_yield: max_ms must be >= 0"
+                                             : "build_yield: resume_us must be >= 0");
     return NULL;
   }
   pthread_once(&yield_once, yield_init);
-  yield_max_ns = (int64_t)ms * 1000000;
+  const long long hour_ms = 3600000;  /* longer is an hour: no overflow of the ns below */
+  yield_max_ns = (int64_t)(ms < hour_ms ? ms : hour_ms) * 1000000;
   yield_free_until = 0;
+  yield_resume_ns = (int64_t)(resume_us < hour_ms * 1000 ? resume_us : hour_ms * 1000) * 1000;
+  yield_waited_end = atomic_load_explicit(&yield_last_end, memory_order_acquire);
   PyEval_SetProfile(ms > 0 ? yield_profile : NULL, NULL);
   Py_RETURN_NONE;
 }
@@ -177,9 +217,9 @@ static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
 PyMethodDef tn_py_yield_methods[] = {
   {"build_omp_threads", py_build_omp_threads, METH_O,
    "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime); sets them to n"},
-  {"build_yield", py_build_yield, METH_O,
-   "build_yield(max_ms): this thread (a build) pauses while a jitted call is in flight, at most max_ms at a "
-   "time; 0 ends it"},
+  {"build_yield", py_build_yield, METH_VARARGS,
+   "build_yield(max_ms, resume_us=0): this thread (a build) pauses while a jitted call is in flight and until "
+   "resume_us after the last one ended, at most max_ms at a time; max_ms 0 ends it"},
   {"build_pauses", py_build_pauses, METH_NOARGS, "build_pauses() -> how many times builds paused for calls"},
   {"build_calls", py_build_calls, METH_NOARGS,
    "build_calls() -> (jitted calls in flight now, jitted calls begun so far), all threads"},

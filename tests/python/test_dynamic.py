@@ -791,6 +791,55 @@ def test_a_build_pauses_while_a_jitted_call_is_in_flight(pause_ms):
     torch.testing.assert_close(f(x), torch.relu(x) * 2 + 1)
 
 
+@pytest.mark.parametrize("resume_us", [300_000, 0])
+def test_a_paused_build_goes_on_build_resume_us_after_the_last_call(resume_us):
+    """A build woken as a jitted call returns takes the GIL from the
+    caller's next lines (~10 ms of them on 2 cores): it goes on
+    build_resume_us after the call ended. Here a loop stands for the
+    build; it parks at its next Python call after the jitted one."""
+    import threading
+    steps, stop, started = [0], threading.Event(), threading.Event()
+
+    def step():
+        steps[0] += 1
+        started.set()
+
+    def build():
+        _C.build_yield(5000, resume_us)
+        try:
+            while not stop.is_set():
+                step()
+        finally:
+            _C.build_yield(0)
+
+    f = torchneuron_jit.jit(lambda x: torch.relu(x) + 1)
+    x = torch.randn(8)
+    with config.patch(compile_blocking=True):
+        f(x)  # its variant: no build of ours in flight below
+    t = threading.Thread(target=build, daemon=True)
+    t.start()
+    try:
+        assert started.wait(10)
+        torch.testing.assert_close(f(x), torch.relu(x) + 1)
+        after_call = steps[0]
+        time.sleep(0.1)  # the GIL free for the loop
+        within = steps[0] - after_call
+        time.sleep(0.5)
+        later = steps[0] - after_call
+    finally:
+        stop.set()
+        t.join(10)
+    assert (within < 10) == (resume_us > 0), within
+    assert later > within + 100
+
+
+def test_a_paused_builds_resume_us_is_checked():
+    with pytest.raises(ValueError, match="resume_us"):
+        _C.build_yield(100, -1)
+    with pytest.raises(ValueError, match="max_ms"):
+        _C.build_yield(-1)
+
+
 def test_a_record_is_not_loaded_while_another_function_builds():
     """Rebuilding a stored record takes the compile lock a build in flight
     holds, and that build pauses while the call is in flight: a call of
