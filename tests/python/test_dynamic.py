@@ -765,6 +765,45 @@ def test_a_trace_and_its_build_set_off_no_collection():
             gc.callbacks.remove(seen)
 
 
+def test_noting_a_modules_state_sets_off_no_collection():
+    """A miss notes the state of a module argument (what the call may write
+    in place) before it traces: for HF BERT that allocated enough to set off
+    a collection of the whole heap there, 217-239 ms of the traced call.
+    The collector is paused from the miss's start."""
+    import gc
+    import threading
+    import traceback
+
+    class Settings(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = [{"scale": float(i), "tags": [i, i + 1]} for i in range(300)]
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x)) * self.table[3]["scale"]
+
+    model = Settings().eval()
+    inside = []  # collections on this thread while the arguments' state was noted
+
+    def seen(phase, info):
+        if phase == "start" and threading.current_thread() is threading.main_thread():
+            if any(f.name in ("guard_arguments", "_state_of") for f in traceback.extract_stack()):
+                inside.append(info["generation"])
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)  # a collection every 50 allocations the collector tracks
+    gc.callbacks.append(seen)
+    try:
+        x = torch.randn(4, 8)
+        with config.patch(compile_blocking=True):
+            torch.testing.assert_close(torchneuron_jit.jit(model)(x), model(x))
+    finally:
+        gc.callbacks.remove(seen)
+        gc.set_threshold(*threshold)
+    assert inside == [], inside
+    assert gc.isenabled()
+
+
 @pytest.mark.parametrize("pause_ms", [5000, 0])
 def test_a_build_pauses_while_a_jitted_call_is_in_flight(pause_ms):
     """A build's Python beside a served call makes the call's PyTorch ops
