@@ -22,7 +22,6 @@ tier 1 with one warning; no compiler on the machine is said once under
 """
 import concurrent.futures
 import functools
-import os
 import platform
 import shutil
 import threading
@@ -127,28 +126,12 @@ def key(source, cc=None):
     return _C.content_key(text.encode())
 
 
-def _lower_priority():
-    """A worker thread (and the compilers it starts, which inherit it) at the
-    lowest priority: on a machine whose cores serve calls, PyTorch's OpenMP
-    team waits at every barrier for a thread the compiler took the core
-    from (on 2 cores, calls ran 5x slower while a compile ran at the same
-    priority). Nice 19 still let a compile take a core from them (HF BERT
-    eagerly beside a looping cc -O3: slowest of 60 calls 51-120 ms, against
-    39-45 ms idle): the compilers also go to the idle scheduling class
-    (_build)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: this thread only
-    except (OSError, AttributeError):
-        pass
-
-
 def _executor():
     global _pool
     with _lock:
         if _pool is None:
             _pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(config.tier2_jobs)),
-                                                          thread_name_prefix="torchneuron-tier2",
-                                                          initializer=_lower_priority)
+                                                          thread_name_prefix="torchneuron-tier2")
         return _pool
 
 

@@ -7,12 +7,14 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -66,13 +68,37 @@ static void t2_messages(const char *log, char *err, size_t errlen, int status)
   free(text);
 }
 
+/* What t2_spawn_low spawns, and what it got. */
+typedef struct {
+  const char *const *sp_argv;
+  posix_spawn_file_actions_t *sp_fa;
+  pid_t sp_pid;
+  int sp_err;
+} t2_spawn;
+
+/* A thread of its own at the lowest priority, in the idle scheduling
+** class where the system has one, spawns s: the process starts there (a
+** child takes its parent thread's class and nice value), and so do the
+** compiler driver's cc1, as and ld, with no moment at the caller's
+** priority. The calling thread keeps its own: a thread at nice 19 that
+** took the GIL kept a served call waiting while the cores ran other work. */
+static void *t2_spawn_low(void *arg)
+{
+  t2_spawn *s = arg;
+  (void)setpriority(PRIO_PROCESS, 0, 19);  /* Linux: this thread only */
+#ifdef SCHED_IDLE
+  struct sched_param sp = {.sched_priority = 0};
+  (void)sched_setscheduler(0, SCHED_IDLE, &sp);
+#endif
+  s->sp_err = posix_spawnp(&s->sp_pid, s->sp_argv[0], s->sp_fa, NULL, (char *const *)s->sp_argv, environ);
+  return NULL;
+}
+
 /* Runs argv (argv[0] found on PATH) with stdin from /dev/null and stdout
 ** and stderr into the file log; *status is its exit status (-1: killed).
-** idle: moved to the idle scheduling class (SCHED_IDLE) as soon as it has
-** started, where the system has one (posix_spawn cannot start it there:
-** glibc takes only SCHED_OTHER, FIFO and RR); the processes a compiler
-** driver starts after that (cc1, as, ld) are in it too. TN_ECOMPILE when it
-** cannot start (the cause in err), TN_EIO. */
+** idle: started at the lowest priority, in the idle scheduling class
+** (t2_spawn_low), where a thread can be made; else it runs as we do.
+** TN_ECOMPILE when it cannot start (the cause in err), TN_EIO. */
 static int t2_run(const char *const *argv, const char *log, int idle, int *status, char *err, size_t errlen)
 {
   int rc = TN_EIO;
@@ -83,23 +109,19 @@ static int t2_run(const char *const *argv, const char *log, int idle, int *statu
       posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600) != 0 ||
       posix_spawn_file_actions_adddup2(&fa, 1, 2) != 0)
     goto done;
-  pid_t pid;
-  int e = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-  if (e != 0) {
-    snprintf(err, errlen, "cannot run the C compiler %s: %s", argv[0], strerror(e));
+  t2_spawn s = {argv, &fa, 0, 0};
+  pthread_t th;
+  if (idle && pthread_create(&th, NULL, t2_spawn_low, &s) == 0)
+    pthread_join(th, NULL);
+  else
+    s.sp_err = posix_spawnp(&s.sp_pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+  if (s.sp_err != 0) {
+    snprintf(err, errlen, "cannot run the C compiler %s: %s", argv[0], strerror(s.sp_err));
     rc = TN_ECOMPILE;
     goto done;
   }
-#ifdef SCHED_IDLE
-  if (idle) {  /* the child has exec'd (glibc's spawn waits for that); failing, it runs as we do */
-    struct sched_param sp = {.sched_priority = 0};
-    (void)sched_setscheduler(pid, SCHED_IDLE, &sp);
-  }
-#else
-  (void)idle;
-#endif
   int st = 0;
-  while (waitpid(pid, &st, 0) < 0) {
+  while (waitpid(s.sp_pid, &st, 0) < 0) {
     if (errno != EINTR) {
       snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
       goto done;

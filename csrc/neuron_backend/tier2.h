@@ -26,7 +26,8 @@ typedef struct tn_tier2_obj tn_tier2_obj;
 ** when it has no slash) into a shared object: *so (malloc'd; the caller
 ** frees it) of *len bytes. flags must make a shared object (-shared -fPIC).
 ** idle: the compiler runs in Linux's idle scheduling class (SCHED_IDLE;
-** where there is none, as the calling thread does): a compile in the
+** where there is none, at nice 19), started so by a thread of its own (the
+** calling thread keeps its priority): a compile in the
 ** background while the cores serve calls runs only on a core nothing else
 ** wants (HF BERT run eagerly beside a looping cc -O3: the slowest of 60
 ** calls took 51-120 ms at nice 19, 39-45 ms idle, 29-47 ms with none).

@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -204,6 +205,34 @@ def test_background_compiles_never_make_a_call_wait(tmp_path):
     runs = stats()["tier2_runs"]
     torch.testing.assert_close(c(x, y), gelu_chain(x, y))
     assert stats()["tier2_compiled"] == 1 and stats()["tier2_runs"] > runs
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no idle scheduling class here")
+def test_a_background_compile_runs_idle_and_its_thread_keeps_its_priority(tmp_path):
+    """The compiler starts in the idle scheduling class at nice 19 (a
+    thread of its own spawns it), and the worker thread that waits for it
+    keeps the priority it had: at nice 19 it took the GIL and kept served
+    calls waiting while other work had the cores."""
+    fresh()
+    config.compile_tier2 = "background"
+    seen = tmp_path / "seen"
+    script = tmp_path / "reportcc"
+    # fields 19 (nice) and 41 (policy) of the script's own /proc/PID/stat, after the command name
+    script.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then exec cc --version; fi\n"
+                      f"sed 's/.*) //' /proc/$$/stat | cut -d' ' -f17,39 > {seen}\nexec cc \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    config.tier2_cc = str(script)
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    c = torch.compile(gelu_chain, backend="neuron")
+    for _ in range(3):
+        torch.testing.assert_close(c(x, y), gelu_chain(x, y))
+    assert _tier2.wait(60)
+    assert stats()["tier2_compiled"] == 1
+    nice, policy = map(int, seen.read_text().split())
+    assert (nice, policy) == (19, os.SCHED_IDLE)
+    worker = _tier2._executor().submit(
+        lambda: (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0))).result()
+    assert worker == (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0))
 
 
 def test_no_compiler_keeps_tier_1_and_says_so_once(capsys):
