@@ -1123,7 +1123,7 @@ class _Builds:
         try:
             _gate_dynamo()
             # pauses while jitted calls are in flight, and a little after
-            _C.build_yield(max(0, config.build_pause_ms), max(0, config.build_resume_us))
+            _C.build_yield()  # as the tunables say: build_pause_ms, build_resume_us
             # its own ops on one OpenMP thread, its GEMM measurements on the calls' (gemm.measured_with)
             _C.build_omp_threads(1)
             with gemm.measured_with(threads):

@@ -28,7 +28,7 @@ import sympy
 import torch
 from torch.fx.node import map_arg
 
-from . import _C, _log, config
+from . import _C, _log
 from ._spec import dense_strides
 from .graph import static_val
 
@@ -350,7 +350,7 @@ def _timed(fns):
     def run():
         try:
             _C.build_omp_threads(threads)
-            _C.build_yield(max(0, config.build_pause_ms), max(0, config.build_resume_us))
+            _C.build_yield()
             with torch.no_grad():
                 out["seconds"] = _least_seconds(fns)
         except BaseException as exc:  # raised again on the build's thread

@@ -36,6 +36,7 @@
 ** with them (gemm.measured_with).
 */
 #include "tracer_internal.h"
+#include "../tn_config.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -150,15 +151,19 @@ static int yield_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject
   return 0;
 }
 
-/* build_yield(max_ms, resume_us=0) -> None: the calling thread (a build)
-** pauses while a jitted call is in flight and until resume_us after the
-** last one ended, at most max_ms at a time; max_ms 0 ends it (and removes
-** the thread's profile function). ValueError for a negative one. */
+/* build_yield(max_ms=build_pause_ms, resume_us=build_resume_us) -> None:
+** the calling thread (a build) pauses while a jitted call is in flight and
+** until resume_us after the last one ended, at most max_ms at a time (the
+** tunables table's values where not given, negative ones as 0); max_ms 0
+** ends it (and removes the thread's profile function). ValueError for a
+** negative argument. */
 static PyObject *py_build_yield(PyObject *self, PyObject *args)
 {
   (void)self;
-  long long ms, resume_us = 0;
-  if (!PyArg_ParseTuple(args, "L|L:build_yield", &ms, &resume_us))
+  long long ms = tn_config_int(TN_CFG_build_pause_ms), resume_us = tn_config_int(TN_CFG_build_resume_us);
+  ms = ms < 0 ? 0 : ms;
+  resume_us = resume_us < 0 ? 0 : resume_us;
+  if (!PyArg_ParseTuple(args, "|LL:build_yield", &ms, &resume_us))
     return NULL;
   if (ms < 0 || resume_us < 0) {
     PyErr_SetString(PyExc_ValueError, ms < 0 ? "build_yield: max_ms must be >= 0"
@@ -218,8 +223,8 @@ PyMethodDef tn_py_yield_methods[] = {
   {"build_omp_threads", py_build_omp_threads, METH_O,
    "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime); sets them to n"},
   {"build_yield", py_build_yield, METH_VARARGS,
-   "build_yield(max_ms, resume_us=0): this thread (a build) pauses while a jitted call is in flight and until "
-   "resume_us after the last one ended, at most max_ms at a time; max_ms 0 ends it"},
+   "build_yield(max_ms=build_pause_ms, resume_us=build_resume_us): this thread (a build) pauses while a jitted "
+   "call is in flight and until resume_us after the last one ended, at most max_ms at a time; max_ms 0 ends it"},
   {"build_pauses", py_build_pauses, METH_NOARGS, "build_pauses() -> how many times builds paused for calls"},
   {"build_calls", py_build_calls, METH_NOARGS,
    "build_calls() -> (jitted calls in flight now, jitted calls begun so far), all threads"},
