@@ -1269,9 +1269,9 @@ def _propagate_meta(gm):
     rewrite that changes strides)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-    symbolic = next((v for v in vals if isinstance(v, torch.Tensor) and not all(
-        isinstance(d, int) for d in (*v.shape, *v.stride()))), None)
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    vals = [n.meta.get("val") for n in inputs]
+    symbolic = next((_val(n) for n in inputs if _val(n) is not None and static_val(n) is None), None)
     if symbolic is not None:  # a dynamic variant: its own mode, whose shape environment holds the symbols
         FakeTensorProp(gm, symbolic.fake_mode).propagate_dont_convert_inputs(*vals)
         return
