@@ -12,7 +12,7 @@ CFLAGS_C := -std=c11 -Wall -Wextra -Werror -O2 -g -fopenmp-simd -D_GNU_SOURCE -I
 LDLIBS_CORE := -Wl,--no-as-needed -lc -llmdb -lxxhash -lmimalloc -lmvec $(TCC_DIR)/lib/libtcc.a
 LDLIBS_C := $(LDLIBS_CORE) $$(pkg-config --libs check) -ldl -lpthread -lm
 
-CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
+CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/tn_yield.c csrc/graph/graph.c csrc/graph/encode.c csrc/cache/cache.c \
             csrc/neuron_backend/tcc.c csrc/neuron_backend/runtime.c csrc/neuron_backend/codegen.c \
             csrc/neuron_backend/pool.c csrc/neuron_backend/launch.c csrc/neuron_backend/gemm.c \
             csrc/neuron_backend/plan.c csrc/neuron_backend/executor.c \

@@ -293,13 +293,14 @@ def _least_seconds(fns):
     call beside a sample (PyTorch's threads of both on the same cores)
     made oneDNN read 3-10x slower than it is and a dynamic variant keep
     MKL for its largest layers, at half oneDNN's speed. So a sample counts
-    only when no jitted call was in flight at its start, none began during
-    it and the build did not pause for one inside it; rounds go on, the
-    build pausing between them while calls run, until each fn has
-    MIN_SAMPLES that count and BUDGET_S has passed, or MAX_ROUNDS. The
-    least sample is taken: whatever else runs beside one can only add to
-    it. With too few samples that count (calls that never stop), all are
-    taken."""
+    only when no jitted call of another thread was in flight at its start
+    (a build made inside its own call, compile_blocking, is not beside
+    it), none began during it and the build did not pause for one inside
+    it; rounds go on, the build pausing between them while calls run,
+    until each fn has MIN_SAMPLES that count and BUDGET_S has passed, or
+    MAX_ROUNDS. The least sample is taken: whatever else runs beside one
+    can only add to it. With too few samples that count (calls that never
+    stop), all are taken."""
     quiet = [[] for _ in fns]
     every = [[] for _ in fns]
     for fn in fns:

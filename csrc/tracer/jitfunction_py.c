@@ -3,6 +3,7 @@
 ** hook, holding its entries.
 */
 #include "tracer_internal.h"
+#include "../tn_yield.h"
 
 static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {

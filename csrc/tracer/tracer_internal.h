@@ -115,13 +115,6 @@ int tn_entries_limit(const JitFunctionObject *jf);
 int tn_entries_load(_PyInterpreterFrame *f, JitFunctionObject *jf, tn_entries *cs, int limit);
 #endif
 
-/* -- Builds give way (yield_py.c) --------------------------------------------- */
-
-/* A JitFunction call starts / ends (any thread, GIL held): a build thread
-** parked for calls in flight goes on when the last one ends. */
-void tn_yield_call_begin(void);
-void tn_yield_call_end(void);
-
 /* -- The hook (hook_py.c) ----------------------------------------------------- */
 
 /* This thread's jit calls in progress (innermost first), and how deep it

@@ -37,21 +37,12 @@
 */
 #include "tracer_internal.h"
 #include "../tn_config.h"
+#include "../tn_yield.h"
 
 #include <dlfcn.h>
-#include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
-#include <time.h>
 
-static atomic_int yield_calls;        /* JitFunction calls in flight, all threads */
-static atomic_ullong yield_begun;     /* JitFunction calls begun so far (build_calls()) */
-static atomic_int yield_parked;       /* build threads parked now */
 static atomic_ullong yield_pauses;    /* pauses so far (build_pauses()) */
-static atomic_llong yield_last_end;   /* when the last JitFunction call ended (yield_now) */
-static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t yield_cv;
-static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
 
 /* per build thread: its longest pause, when a pause that ran out lets it park again, how long after
 ** a call's end it goes on, and the end of a call it has waited that long after (no clock read then) */
@@ -60,83 +51,33 @@ static _Thread_local int64_t yield_free_until;
 static _Thread_local int64_t yield_resume_ns;
 static _Thread_local int64_t yield_waited_end;
 
-static void yield_init(void)
-{
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(&yield_cv, &a);
-  pthread_condattr_destroy(&a);
-}
-
-static int64_t yield_now(void)
-{
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-void tn_yield_call_begin(void)
-{
-  atomic_fetch_add_explicit(&yield_begun, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&yield_calls, 1, memory_order_relaxed);
-}
-
-void tn_yield_call_end(void)
-{
-  atomic_store_explicit(&yield_last_end, yield_now(), memory_order_release);
-  if (atomic_fetch_sub_explicit(&yield_calls, 1, memory_order_acq_rel) == 1 &&
-      atomic_load_explicit(&yield_parked, memory_order_acquire) > 0) {
-    pthread_mutex_lock(&yield_mu);
-    pthread_cond_broadcast(&yield_cv);
-    pthread_mutex_unlock(&yield_mu);
-  }
-}
-
-/* When this build thread may go on after the last call's end (0: it may). */
-static int64_t yield_resume_at(void)
-{
-  int64_t last = atomic_load_explicit(&yield_last_end, memory_order_acquire);
-  if (yield_resume_ns == 0 || last == yield_waited_end)
-    return 0;
-  if (yield_now() < last + yield_resume_ns)
-    return last + yield_resume_ns;
-  yield_waited_end = last;
-  return 0;
-}
-
 /* Parks the calling thread (which holds the GIL, and releases it) while a
 ** call is in flight and until yield_resume_ns after the last one ended, at
 ** most yield_max_ns. */
 static void yield_park(void)
 {
-  int64_t start = yield_now();
+  int64_t start = tn_yield_now();
   if (start < yield_free_until)
     return;
   int64_t end = start + yield_max_ns;
   int ran_out = 0;
   atomic_fetch_add_explicit(&yield_pauses, 1, memory_order_relaxed);
   Py_BEGIN_ALLOW_THREADS
-  pthread_mutex_lock(&yield_mu);
-  atomic_fetch_add_explicit(&yield_parked, 1, memory_order_acq_rel);
   for (;;) {
-    /* a call in flight: until it ends (tn_yield_call_end signals); after one: until resume time */
-    int64_t until = atomic_load_explicit(&yield_calls, memory_order_acquire) > 0 ? end : yield_resume_at();
+    /* a call in flight: until it ends; after one: until resume time */
+    uint64_t epoch = tn_yield_epoch();
+    int64_t until = tn_yield_resume_at(yield_resume_ns, &yield_waited_end);
     if (until == 0)
       break;
-    if (yield_now() >= end) {
+    if (tn_yield_now() >= end) {
       ran_out = 1;
       break;
     }
-    until = until < end ? until : end;
-    struct timespec ts = {(time_t)(until / 1000000000), (long)(until % 1000000000)};
-    (void)pthread_cond_timedwait(&yield_cv, &yield_mu, &ts);
+    tn_yield_wait(epoch, until < end ? until : end);
   }
-  atomic_fetch_sub_explicit(&yield_parked, 1, memory_order_acq_rel);
-  pthread_mutex_unlock(&yield_mu);
   Py_END_ALLOW_THREADS
   if (ran_out)
-    yield_free_until = yield_now() + yield_max_ns;
+    yield_free_until = tn_yield_now() + yield_max_ns;
 }
 
 static int yield_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject *arg)
@@ -146,7 +87,7 @@ static int yield_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject
   (void)what;
   (void)arg;
   /* a thread with a call of its own in flight would wait for itself */
-  if ((atomic_load_explicit(&yield_calls, memory_order_relaxed) > 0 || yield_resume_at() != 0) && !tn_hook_active)
+  if (tn_yield_resume_at(yield_resume_ns, &yield_waited_end) != 0 && !tn_hook_active)
     yield_park();
   return 0;
 }
@@ -170,12 +111,11 @@ static PyObject *py_build_yield(PyObject *self, PyObject *args)
                                              : "build_yield: resume_us must be >= 0");
     return NULL;
   }
-  pthread_once(&yield_once, yield_init);
   const long long hour_ms = 3600000;  /* longer is an hour: no overflow of the ns below */
   yield_max_ns = (int64_t)(ms < hour_ms ? ms : hour_ms) * 1000000;
   yield_free_until = 0;
   yield_resume_ns = (int64_t)(resume_us < hour_ms * 1000 ? resume_us : hour_ms * 1000) * 1000;
-  yield_waited_end = atomic_load_explicit(&yield_last_end, memory_order_acquire);
+  yield_waited_end = tn_yield_last_end();
   PyEval_SetProfile(ms > 0 ? yield_profile : NULL, NULL);
   Py_RETURN_NONE;
 }
@@ -188,13 +128,16 @@ static PyObject *py_build_pauses(PyObject *self, PyObject *unused)
   return PyLong_FromUnsignedLongLong(atomic_load(&yield_pauses));
 }
 
-/* build_calls() -> (calls in flight now, calls begun so far): a build's
-** measurement counts a sample only when no jitted call ran beside it */
+/* build_calls() -> (calls in flight on other threads now, calls begun so
+** far): a build's measurement counts a sample only when no jitted call ran
+** beside it. The calling thread's own calls are not beside it: a build
+** made inside its call (compile_blocking) measures while that call waits
+** for it, and counting it discarded every sample (MAX_ROUNDS of each). */
 static PyObject *py_build_calls(PyObject *self, PyObject *unused)
 {
   (void)self;
   (void)unused;
-  return Py_BuildValue("(iK)", atomic_load(&yield_calls), (unsigned long long)atomic_load(&yield_begun));
+  return Py_BuildValue("(iK)", tn_yield_beside(), (unsigned long long)tn_yield_begun());
 }
 
 /* build_omp_threads(n) -> the calling thread's OpenMP threads before, or
@@ -227,6 +170,6 @@ PyMethodDef tn_py_yield_methods[] = {
    "call is in flight and until resume_us after the last one ended, at most max_ms at a time; max_ms 0 ends it"},
   {"build_pauses", py_build_pauses, METH_NOARGS, "build_pauses() -> how many times builds paused for calls"},
   {"build_calls", py_build_calls, METH_NOARGS,
-   "build_calls() -> (jitted calls in flight now, jitted calls begun so far), all threads"},
+   "build_calls() -> (jitted calls in flight on other threads now, jitted calls begun so far on all)"},
   {NULL, NULL, 0, NULL},
 };

@@ -776,3 +776,53 @@ def test_build_calls_counts_the_jitted_calls():
     for _ in range(3):
         torch.testing.assert_close(f(x), x * 2)
     assert torchneuron_jit._C.build_calls() == (0, begun + 3) and in_flight == 0
+
+
+def test_a_build_inside_its_own_call_measures_without_waiting_for_that_call(monkeypatch):
+    """compile_blocking builds inside the jitted call that traced: that call
+    waits for its build and runs nothing beside its measurements. Counted
+    as a call beside them, every sample was dropped and each measurement ran
+    MAX_ROUNDS rounds (HF BERT's first build: 326 of its 537 ms)."""
+    import threading
+    seen = []
+    least = gemm._least_seconds
+
+    def least_here(fns):
+        runs = [0]
+
+        def counted(fn):
+            def run():
+                runs[0] += 1
+                return fn()
+            return run
+        out = least([counted(fn) for fn in fns])
+        seen.append((torchneuron_jit._C.build_calls()[0], runs[0] // len(fns)))
+        return out
+
+    monkeypatch.setattr(gemm, "_least_seconds", least_here)
+    monkeypatch.setattr(backend, "_gemm_choices", backend._GemmChoices())
+    model = torch.nn.Sequential(torch.nn.Linear(96, 160), torch.nn.ReLU()).eval()
+    x = torch.randn(24, 96)
+    with torch.no_grad(), config.patch(compile_blocking=True, jit_trace_records=False):
+        f = torchneuron_jit.jit(model)
+        _model_close_to_eager(f(x), model, x)
+        _model_close_to_eager(f(x), model, x)
+    assert seen and all(in_flight == 0 and runs <= gemm.MAX_SAMPLES + 1 for in_flight, runs in seen), seen
+    # the calls of other threads still count
+    started, release, seen_there = threading.Event(), threading.Event(), []
+
+    @torchneuron_jit.disable
+    def held(t):  # a jitted call that stays in flight until released
+        started.set()
+        release.wait(10)
+        return t + 1
+
+    t = threading.Thread(target=torchneuron_jit.jit(held), args=(torch.ones(2),))
+    t.start()
+    try:
+        assert started.wait(10)
+        seen_there.append(torchneuron_jit._C.build_calls()[0])
+    finally:
+        release.set()
+        t.join(10)
+    assert seen_there == [1]

@@ -1,0 +1,49 @@
+/*
+** Served calls, and the background work that gives way to them.
+**
+** A call of a jitted function (JitFunction) is a served call from its
+** start to its end. Background work of torchneuron_jit (a jit build's
+** Python: tracer/yield_py.c; a tier-2 compiler process:
+** neuron_backend/tier2.c) pauses while one is in flight and until a little
+** after the last one ended (build_resume_us), at most build_pause_ms at a
+** time. Pure C, any thread: the counters are atomic, waits hold no lock of
+** the caller's and must be made without the GIL.
+*/
+#ifndef TN_YIELD_H
+#define TN_YIELD_H
+
+#include <stdint.h>
+
+/* A served call starts / ends on this thread (pairs, may nest). */
+void tn_yield_call_begin(void);
+void tn_yield_call_end(void);
+
+/* Served calls in flight on all threads; on threads other than this one. */
+int tn_yield_in_flight(void);
+int tn_yield_beside(void);
+
+/* Served calls begun so far, all threads. */
+uint64_t tn_yield_begun(void);
+
+/* CLOCK_MONOTONIC in ns. */
+int64_t tn_yield_now(void);
+
+/* When background work that gives way may go on: 0 when it may now (no
+** call in flight, and the last one ended resume_ns ago or more, or it is
+** the end *waited_end notes: each end is waited for once, no clock read
+** after that), else the time to wait until (INT64_MAX: a call in flight). */
+int64_t tn_yield_resume_at(int64_t resume_ns, int64_t *waited_end);
+
+/* The end of the last served call (tn_yield_now's clock; 0: none yet). */
+int64_t tn_yield_last_end(void);
+
+/* A number that changes each time a served call begins or ends. */
+uint64_t tn_yield_epoch(void);
+
+/* Waits until a served call begins or ends after tn_yield_epoch() gave
+** epoch (at once if one did), or until deadline (tn_yield_now's clock),
+** whichever comes first; may return early. Read epoch before the state
+** that made you wait: no change in between is missed. */
+void tn_yield_wait(uint64_t epoch, int64_t deadline);
+
+#endif
