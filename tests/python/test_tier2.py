@@ -235,6 +235,54 @@ def test_a_background_compile_runs_idle_and_its_thread_keeps_its_priority(tmp_pa
     assert worker == (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0))
 
 
+def test_a_background_compiler_is_stopped_while_a_jitted_call_is_in_flight(tmp_path):
+    """The compiler's process group is stopped while a jitted call runs (and
+    build_resume_us after), at most build_pause_ms at a time: in the idle
+    class alone it still took a core from a call on two (the kernel ran the
+    call's two threads in turns on the other; a TransformerEncoder call at
+    53 instead of 27 ms). Here the compiler writes a tick every 10 ms."""
+    fresh()
+    config.compile_tier2 = "background"
+    ticks = tmp_path / "ticks"
+    script = tmp_path / "tickcc"
+    script.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then exec cc --version; fi\n"
+                      f"i=0; while [ $i -lt 150 ]; do date +%s%N >> {ticks}; sleep 0.01; i=$((i+1)); done\n"
+                      'exec cc "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    config.tier2_cc = str(script)
+
+    @torchneuron_jit.disable
+    def served(seconds):  # a jitted call in flight for that long
+        time.sleep(seconds)
+        return seconds
+
+    serve = torchneuron_jit.jit(served)
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    c = torch.compile(gelu_chain, backend="neuron")
+    with config.patch(build_pause_ms=250):
+        for _ in range(3):
+            torch.testing.assert_close(c(x, y), gelu_chain(x, y))
+        deadline = time.monotonic() + 30
+        while (not ticks.exists() or len(ticks.read_text().split()) < 3) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        windows = []
+        for seconds in (0.15, 0.6):
+            t0 = time.time_ns()
+            serve(seconds)
+            windows.append((t0, time.time_ns()))
+            time.sleep(0.1)
+        assert _tier2.wait(60)
+    assert stats()["tier2_compiled"] == 1
+    stamps = [int(t) for t in ticks.read_text().split()]
+    assert len(stamps) == 150
+    (a0, a1), (b0, b1) = windows
+    # none while the short call ran (a tick begun before it may land in its first 20 ms)
+    assert not [t for t in stamps if a0 + 20e6 < t < a1], (a0, a1, stamps)
+    # the long call outlasted build_pause_ms: none in its first 250 ms, then ticks (it runs as long)
+    assert not [t for t in stamps if b0 + 20e6 < t < b0 + 250e6]
+    assert [t for t in stamps if b0 + 270e6 < t < b1]
+
+
 def test_no_compiler_keeps_tier_1_and_says_so_once(capsys):
     fresh()
     config.tier2_cc = "/nonexistent/torchneuron-cc"
