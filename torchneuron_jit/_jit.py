@@ -1481,7 +1481,7 @@ class _Tracer:
             _log.warn_once(f"storing the trace record of {_where(trace.fn)} failed ({type(exc).__name__}: {exc})",
                            stacklevel=4)
             return
-        if _records.store(key, record, config.jit_cache_limit):
+        if _records.store(trace.fn, key, record, config.jit_cache_limit):
             _log.event("cache", f"{_where(trace.fn)}: trace record stored under {key.hex()}")
         return record["id"]
 
@@ -1500,6 +1500,10 @@ class _Tracer:
         empty = jf.__dict__.setdefault("_tn_records_empty", set())
         kind = _records_kind(args)
         if kind is not None and kind in empty:
+            return []
+        if not _records.has_records(fn):  # a cache that holds none of fn's: no key to describe
+            if kind is not None:
+                empty.add(kind)
             return []
         _gc_hold.hold()  # describing the guards allocates as a trace does
         try:

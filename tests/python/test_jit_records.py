@@ -531,6 +531,7 @@ def test_a_miss_of_arguments_already_looked_up_reads_no_record(monkeypatch):
     reads = []
     real = _jit._Tracer._load
     monkeypatch.setattr(_jit._Tracer, "_load", lambda self, fn, args, jf: reads.append(fn) or real(self, fn, args, jf))
+    monkeypatch.setattr(_records, "has_records", lambda fn: True)  # as in a cache that holds some of f's
 
     @torchneuron_jit.jit
     def f(x):
@@ -548,6 +549,33 @@ def test_a_miss_of_arguments_already_looked_up_reads_no_record(monkeypatch):
         x = torch.randn(7, 8)
         torch.testing.assert_close(f(x), torch.relu(x) * 2)
         assert len(reads) == 3
+
+
+def test_a_miss_of_a_function_the_cache_holds_no_record_of_makes_no_record_key(monkeypatch):
+    """The record key describes the arguments' guards (HF BERT's first
+    miss: 7-10 ms on a cold cache). A function whose mark is not stored
+    (no record of its code) skips it; once a record is stored, a second
+    instance's miss looks it up and loads it."""
+    keys = []
+    real = _records.trace_key
+    monkeypatch.setattr(_records, "trace_key", lambda fn, trace, pspec=None: keys.append(pspec) or
+                        real(fn, trace, pspec))
+    a, b = torch.nn.Linear(8, 4).eval(), torch.nn.Linear(8, 4).eval()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(3, 8)
+    with config.patch(compile_blocking=True):
+        torchneuron_jit.jit(a)
+        assert not _records.has_records(torch.nn.Linear.forward)
+        torch.testing.assert_close(a(x), torch.nn.functional.linear(x, a.weight, a.bias))
+        # the lookup made none (the record's store, at the build, makes one with its portable spec)
+        assert all(pspec is not None for pspec in keys), keys
+        assert _records.has_records(torch.nn.Linear.forward)
+        before = counters()
+        torchneuron_jit.jit(b)
+        torch.testing.assert_close(b(x), torch.nn.functional.linear(x, b.weight, b.bias))
+    d = delta(before)
+    assert (d["traces"], d["traces_loaded"]) == (0, 1), d
+    assert any(pspec is None for pspec in keys)  # b's miss made the record key to look it up
 
 
 def test_a_second_instance_loads_each_sizes_record_at_its_own_miss():
