@@ -74,8 +74,8 @@
   _(compile_tier2, TN_CFG_CHOICE, 0, "background|sync|off", \
     "Tier 2 of generated kernels: each kernel's fused loops compiled by the system C compiler (tier2_cc, -O3 " \
     "for the ISA cpu_isa names), cached in the compile cache, and swapped in while calls go on at tier 1. " \
-    "background: compiled on worker threads, no call waits, the compiler idle-class and stopped while jitted " \
-    "calls run (build_pause_ms); sync: compiled before the call that asks goes on " \
+    "background: compiled on worker threads, no call waits, the compiler in the idle class and stopped while " \
+    "calls are served (build_pause_ms); sync: compiled before the call that asks goes on " \
     "(tests, benchmarks); off: tier 1 only. Without a compiler tier 1 stays (said once under log=compile).") \
   _(tier2_after_calls, TN_CFG_INT, 2, NULL, \
     "Launches of a kernel after which it goes to tier 2 (1: at its first; a kernel run once is not worth a " \
@@ -106,7 +106,7 @@
     "after a pause that ran out it runs as long before pausing again. A build's Python beside a served " \
     "call made each of its PyTorch ops wait for the GIL: an eager BERT call of 5.6 ms took 470 ms. A " \
     "background tier-2 compiler (compile_tier2) is stopped (SIGSTOP to its process group) by the same " \
-    "rule: in the idle class alone it still took a core from a call on two (a TransformerEncoder call at " \
+    "rule, and a compiled graph running (either door) counts as such a call: in the idle class alone it still took a core from a call on two (a TransformerEncoder call at " \
     "53 instead of 27 ms). 0: builds and compilers never pause.") \
   _(build_resume_us, TN_CFG_INT, 1000, NULL, \
     "A background build or tier-2 compiler that paused for jitted calls (build_pause_ms) goes on this many microseconds " \

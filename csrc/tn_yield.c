@@ -76,7 +76,7 @@ int64_t tn_yield_last_end(void) { return atomic_load_explicit(&yield_last_end, m
 
 int64_t tn_yield_resume_at(int64_t resume_ns, int64_t *waited_end)
 {
-  if (atomic_load_explicit(&yield_calls, memory_order_acquire) > 0)
+  if (tn_yield_beside() > 0)
     return INT64_MAX;
   int64_t last = atomic_load_explicit(&yield_last_end, memory_order_acquire);
   if (resume_ns <= 0 || last == *waited_end)

@@ -1,8 +1,9 @@
 /*
 ** Served calls, and the background work that gives way to them.
 **
-** A call of a jitted function (JitFunction) is a served call from its
-** start to its end. Background work of torchneuron_jit (a jit build's
+** A call of a jitted function (JitFunction), and a run of a compiled
+** plan (either door), is a served call from its start to its end.
+** Background work of torchneuron_jit (a jit build's
 ** Python: tracer/yield_py.c; a tier-2 compiler process:
 ** neuron_backend/tier2.c) pauses while one is in flight and until a little
 ** after the last one ended (build_resume_us), at most build_pause_ms at a
@@ -29,9 +30,10 @@ uint64_t tn_yield_begun(void);
 int64_t tn_yield_now(void);
 
 /* When background work that gives way may go on: 0 when it may now (no
-** call in flight, and the last one ended resume_ns ago or more, or it is
-** the end *waited_end notes: each end is waited for once, no clock read
-** after that), else the time to wait until (INT64_MAX: a call in flight). */
+** call in flight on another thread, none waits for its own; and the last
+** one ended resume_ns ago or more, or it is the end *waited_end notes:
+** each end is waited for once, no clock read after that), else the time
+** to wait until (INT64_MAX: a call in flight). */
 int64_t tn_yield_resume_at(int64_t resume_ns, int64_t *waited_end);
 
 /* The end of the last served call (tn_yield_now's clock; 0: none yet). */

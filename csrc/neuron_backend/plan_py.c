@@ -23,6 +23,7 @@
 
 #include "../fallback/fallback.h"
 #include "../tn_stats.h"
+#include "../tn_yield.h"
 #include "executor.h"
 #include "plan.h"
 
@@ -114,7 +115,9 @@ static PyObject *plan_run(PlanObject *p, PyObject *const *inputs, Py_ssize_t n)
     Py_DECREF(res);
     return PyErr_NoMemory();
   }
+  tn_yield_call_begin();  /* a served call: background builds and compilers give way (tn_yield.h) */
   int rc = tn_exec_run(p->pl_plan, &ops, (void *const *)inputs, outs, &failed);
+  tn_yield_call_end();
   if (rc == TN_OK)
     for (uint32_t i = 0; i < nout; i++)
       PyTuple_SET_ITEM(res, i, (PyObject *)outs[i]);

@@ -767,15 +767,22 @@ def test_build_omp_threads_sets_this_threads_count_only():
         torchneuron_jit._C.build_omp_threads(0)
 
 
-def test_build_calls_counts_the_jitted_calls():
+def test_build_calls_counts_the_jitted_calls_and_the_plans_run():
     @torchneuron_jit.jit
     def f(x):
         return x * 2
     in_flight, begun = torchneuron_jit._C.build_calls()
     x = torch.ones(3)
-    for _ in range(3):
-        torch.testing.assert_close(f(x), x * 2)
-    assert torchneuron_jit._C.build_calls() == (0, begun + 3) and in_flight == 0
+    with config.patch(compile_blocking=True):
+        for _ in range(3):
+            torch.testing.assert_close(f(x), x * 2)
+    after_jit = torchneuron_jit._C.build_calls()
+    assert after_jit[0] == 0 and in_flight == 0
+    assert after_jit[1] >= begun + 3 + 2  # each call, and the plan its last two ran (the first traced)
+    c = torch.compile(lambda x: x * 3, backend="neuron")  # the other door's plans are served calls too
+    for _ in range(2):
+        torch.testing.assert_close(c(x), x * 3)
+    assert torchneuron_jit._C.build_calls() == (0, after_jit[1] + 2)
 
 
 def test_a_build_inside_its_own_call_measures_without_waiting_for_that_call(monkeypatch):
