@@ -106,11 +106,12 @@
     "after a pause that ran out it runs as long before pausing again. A build's Python beside a served " \
     "call made each of its PyTorch ops wait for the GIL: an eager BERT call of 5.6 ms took 470 ms. A " \
     "background tier-2 compiler (compile_tier2) is stopped (SIGSTOP to its process group) by the same " \
-    "rule, and a compiled graph running (either door) counts as such a call: in the idle class alone it still took a core from a call on two (a TransformerEncoder call at " \
-    "53 instead of 27 ms). 0: builds and compilers never pause.") \
+    "rule, and a compiled graph running (either door) counts as such a call: in the idle class alone " \
+    "it still took a core from a call on two (a TransformerEncoder call at 53 instead of 27 ms). " \
+    "0: builds and compilers never pause.") \
   _(build_resume_us, TN_CFG_INT, 1000, NULL, \
-    "A background build or tier-2 compiler that paused for jitted calls (build_pause_ms) goes on this many microseconds " \
-    "after the last one ended, not at once: the caller's own Python after a call (taking its result, " \
+    "A background build or tier-2 compiler that paused for served calls (build_pause_ms) goes on this " \
+    "many microseconds after the last one ended, not at once: the caller's own Python after a call (taking its result, " \
     "the next request) then keeps the GIL. Woken as a call returned, a build made those lines wait ~10 ms " \
     "(two switch intervals). Longer starves a build beside calls with short gaps between them (2 ms gaps: " \
     "~7-16 s for a ~1 s build at 1000, 21-24 s at 2000, 6-7 s at 0). 0: it goes on at once.") \
