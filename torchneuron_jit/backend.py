@@ -1025,8 +1025,8 @@ def _stored_matrix(node):
 
 def _recompose_linear(graph):
     """Puts linear layers back together: mm(x, t(w)) and addmm(b, x, t(w))
-    become aten.linear(x, w[, b]), and, with static shapes, the views that
-    flatten a 3-D input and unflatten the result go too: one dispatch
+    become aten.linear(x, w[, b]), and the views that flatten a 3-D input
+    and unflatten the result go too (sizes symbolic or not): one dispatch
     instead of two to four, the same kernels underneath. A product with a
     stored (K, N) matrix, mm(x, W) or addmm(b, x, W) (GPT-2's Conv1D),
     becomes aten.linear(x, t(W)[, b]): aten.linear runs it as the same
@@ -1057,8 +1057,11 @@ def _recompose_linear(graph):
         flat_bias = bias is not None and (static_val(bias) is None or static_val(bias).dim() > 1)
         if not flat_bias and _single_use(x, aten.view.default) \
                 and _single_use(user, aten.view.default, aten._unsafe_view.default):
-            x3, res = static_val(x.args[0]), static_val(user)
-            if x3 is not None and res is not None and x3.dim() >= 2 and tuple(res.shape[:-1]) == tuple(x3.shape[:-1]):
+            # sizes as expressions: a jit variant's symbolic rows too (left flat, a dynamic BERT's FFN kept
+            # its GELU and residual add out of the oneDNN call: its steady p50 0.75x the static variant's)
+            x3, res = gemm._tensor(x.args[0]), gemm._tensor(user)
+            if x3 is not None and res is not None and x3.dim() >= 2 and gemm._same_exprs(res.shape[:-1],
+                                                                                         x3.shape[:-1]):
                 unflatten = user
         if transposed is not None:
             with graph.inserting_before(node):

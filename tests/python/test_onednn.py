@@ -655,8 +655,10 @@ def test_dynamic_rows_run_onednn_from_where_the_measurements_cross(crossing):
             torch.testing.assert_close(jf(x), block(x), rtol=1e-5, atol=1e-5)
     switched = _switched(torchneuron_jit._jit._jit_function_of(jf))
     assert [u.rows for u in switched] == [25, 25], (switched, crossing)  # 4 + 76 * 0.205 / 0.755, rounded up
-    assert [d for d, fewest in crossing if fewest] == ["linear 80 (dynamic)x256->512 + bias",
-                                                       "linear 80 (dynamic)x512->256 + bias"], crossing
+    # their epilogues in the oneDNN call as in a static variant (the views around a flat linear of symbolic
+    # rows go too): left out, a dynamic BERT's steady p50 was 0.75x its static variant's
+    assert [d for d, fewest in crossing if fewest] == ["linear 80 (dynamic)x256->512 + bias + gelu",
+                                                       "linear 80 (dynamic)x512->256 + bias + residual"], crossing
 
 
 def test_switched_linear_is_the_graphs_ops_below_its_rows_and_onednn_from_them():
