@@ -18,7 +18,7 @@ CORE_SRC := csrc/tn_config.c csrc/tn_stats.c csrc/tn_yield.c csrc/graph/graph.c 
             csrc/neuron_backend/plan.c csrc/neuron_backend/executor.c \
             csrc/neuron_backend/tier2.c csrc/fallback/fallback.c csrc/lowering/fuse.c
 CORE_HDR := $(wildcard csrc/*.h csrc/*/*.h)
-C_SUITES := graph cache tcc fuse plan tier2
+C_SUITES := graph cache tcc fuse plan tier2 yield
 C_TESTS := $(addprefix build/tests/test_,$(C_SUITES))
 # AddressSanitizer and UndefinedBehaviorSanitizer (make test-asan): any finding fails
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
