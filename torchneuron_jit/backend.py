@@ -1059,9 +1059,9 @@ def _recompose_linear(graph):
                 and _single_use(user, aten.view.default, aten._unsafe_view.default):
             # sizes as expressions: a jit variant's symbolic rows too (left flat, a dynamic BERT's FFN kept
             # its GELU and residual add out of the oneDNN call: its steady p50 0.75x the static variant's)
-            x3, res = gemm._tensor(x.args[0]), gemm._tensor(user)
-            if x3 is not None and res is not None and x3.dim() >= 2 and gemm._same_exprs(res.shape[:-1],
-                                                                                         x3.shape[:-1]):
+            x3, res = _val(x.args[0]), _val(user)
+            if x3 is not None and res is not None and x3.dim() >= 2 and _sizes_known_equal(res.shape[:-1],
+                                                                                           x3.shape[:-1]):
                 unflatten = user
         if transposed is not None:
             with graph.inserting_before(node):
