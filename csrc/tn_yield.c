@@ -3,6 +3,7 @@
 ** tn_yield.h).
 */
 #include "tn_yield.h"
+#include "tn_config.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -85,6 +86,19 @@ int64_t tn_yield_resume_at(int64_t resume_ns, int64_t *waited_end)
     return last + resume_ns;
   *waited_end = last;
   return 0;
+}
+
+int64_t tn_yield_ns(long long v, int64_t unit_ns)
+{
+  assert(unit_ns > 0);
+  const long long hour = (long long)(INT64_C(3600000000000) / unit_ns);
+  return (int64_t)(v < 0 ? 0 : v < hour ? v : hour) * unit_ns;
+}
+
+void tn_yield_policy(int64_t *pause_ns, int64_t *resume_ns)
+{
+  *pause_ns = tn_yield_ns(tn_config_int(TN_CFG_build_pause_ms), 1000000);
+  *resume_ns = tn_yield_ns(tn_config_int(TN_CFG_build_resume_us), 1000);
 }
 
 uint64_t tn_yield_epoch(void) { return atomic_load(&yield_events); }

@@ -39,6 +39,15 @@ int64_t tn_yield_resume_at(int64_t resume_ns, int64_t *waited_end);
 /* The end of the last served call (tn_yield_now's clock; 0: none yet). */
 int64_t tn_yield_last_end(void);
 
+/* v (a count of unit ns: a tunable in ms or us) in ns: negative as 0,
+** longer than an hour as an hour (no overflow). */
+int64_t tn_yield_ns(long long v, int64_t unit_ns);
+
+/* The tunables table's build_pause_ms and build_resume_us, in ns
+** (tn_yield_ns): how long background work pauses at most, and how long
+** after the last call's end it goes on. */
+void tn_yield_policy(int64_t *pause_ns, int64_t *resume_ns);
+
 /* A number that changes each time a served call begins or ends. */
 uint64_t tn_yield_epoch(void);
 

@@ -3,7 +3,6 @@
 ** tier2.h).
 */
 #include "tier2.h"
-#include "../tn_config.h"
 #include "../tn_yield.h"
 
 #include <dlfcn.h>
@@ -109,10 +108,8 @@ static void *t2_spawn_low(void *arg)
 ** wait (the cause in err); the group is never left stopped. */
 static int t2_wait_giving_way(pid_t pid, int *st, char *err, size_t errlen)
 {
-  int64_t pause_ns = tn_config_int(TN_CFG_build_pause_ms), resume_ns = tn_config_int(TN_CFG_build_resume_us);
-  const int64_t hour_ms = 3600000;  /* longer is an hour: no overflow of the ns below */
-  pause_ns = (pause_ns < 0 ? 0 : pause_ns < hour_ms ? pause_ns : hour_ms) * 1000000;
-  resume_ns = (resume_ns < 0 ? 0 : resume_ns < hour_ms * 1000 ? resume_ns : hour_ms * 1000) * 1000;
+  int64_t pause_ns, resume_ns;
+  tn_yield_policy(&pause_ns, &resume_ns);
   const int64_t poll_ns = 5000000;  /* how soon a running compiler's exit is seen */
   int64_t waited_end = tn_yield_last_end(), stopped_at = 0, free_until = 0;
   int rc = TN_OK, stopped = 0;

@@ -36,7 +36,6 @@
 ** with them (gemm.measured_with).
 */
 #include "tracer_internal.h"
-#include "../tn_config.h"
 #include "../tn_yield.h"
 
 #include <dlfcn.h>
@@ -101,22 +100,26 @@ static int yield_profile(PyObject *obj, PyFrameObject *frame, int what, PyObject
 static PyObject *py_build_yield(PyObject *self, PyObject *args)
 {
   (void)self;
-  long long ms = tn_config_int(TN_CFG_build_pause_ms), resume_us = tn_config_int(TN_CFG_build_resume_us);
-  ms = ms < 0 ? 0 : ms;
-  resume_us = resume_us < 0 ? 0 : resume_us;
+  int64_t max_ns, resume_ns;
+  tn_yield_policy(&max_ns, &resume_ns);  /* the tunables table's, where not given */
+  long long ms = -1, resume_us = -1;
   if (!PyArg_ParseTuple(args, "|LL:build_yield", &ms, &resume_us))
     return NULL;
-  if (ms < 0 || resume_us < 0) {
-    PyErr_SetString(PyExc_ValueError, ms < 0 ? "build_yield: max_ms must be >= 0"
-                                             : "build_yield: resume_us must be >= 0");
+  Py_ssize_t given = PyTuple_GET_SIZE(args);
+  if ((given >= 1 && ms < 0) || (given >= 2 && resume_us < 0)) {
+    PyErr_SetString(PyExc_ValueError, given >= 1 && ms < 0 ? "build_yield: max_ms must be >= 0"
+                                                           : "build_yield: resume_us must be >= 0");
     return NULL;
   }
-  const long long hour_ms = 3600000;  /* longer is an hour: no overflow of the ns below */
-  yield_max_ns = (int64_t)(ms < hour_ms ? ms : hour_ms) * 1000000;
+  if (given >= 1)
+    max_ns = tn_yield_ns(ms, 1000000);
+  if (given >= 2)
+    resume_ns = tn_yield_ns(resume_us, 1000);
+  yield_max_ns = max_ns;
   yield_free_until = 0;
-  yield_resume_ns = (int64_t)(resume_us < hour_ms * 1000 ? resume_us : hour_ms * 1000) * 1000;
+  yield_resume_ns = resume_ns;
   yield_waited_end = tn_yield_last_end();
-  PyEval_SetProfile(ms > 0 ? yield_profile : NULL, NULL);
+  PyEval_SetProfile(max_ns > 0 ? yield_profile : NULL, NULL);
   Py_RETURN_NONE;
 }
 
