@@ -873,8 +873,15 @@ def trace_key(fn, trace, pspec=None):
     # variants (and a dynamic one) share the key
     arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else
                  ["number", a[1]] if _number_guard(a) else a for a in arguments]
-    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__), state, arguments]
+    head = _function_head(fn) + [state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
+
+
+def _function_head(fn):
+    """What identifies fn's code in a key: the record format, Python's
+    version, where fn is defined and a hash of what it does (raises
+    Unportable)."""
+    return [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__)]
 
 
 def function_key(fn):
@@ -884,8 +891,7 @@ def function_key(fn):
     miss, on a cold cache: 7-10 ms for a key that held nothing). Raises
     Unportable as trace_key does."""
     from .backend import _key_context
-    head = [FORMAT, sys.version, code_ref(fn.__code__, fn.__globals__), code_hash(fn.__code__)]
-    return _C.content_key(_key_context() + b"; jit traced " + json.dumps(head).encode())
+    return _C.content_key(_key_context() + b"; jit traced " + json.dumps(_function_head(fn)).encode())
 
 
 def has_records(fn):
