@@ -123,13 +123,15 @@ test-python: build
 test: build test-c test-python
 	$(MAKE) -j2 --no-print-directory fuzz-c SECONDS=20
 
-# The long sweeps make test slices: the OpInfo tests in every dtype, then
+# The long sweeps make test slices: the tests marked long (more zoo rows and
+# processes of what CI's tests cover), the OpInfo tests in every dtype, then
 # every OpInfo sample (again with tier 2 forced: TIER2_SYNC); the differential fuzzer through both front doors
 # (and for 30 minutes with tier 2 forced) and
 # the Python-state fuzzer through jit for 10 minutes each; the libFuzzer
 # targets 5 minutes each.
 TIER2_SYNC := TORCHNEURON_COMPILE_TIER2=sync TORCHNEURON_TIER2_AFTER_CALLS=1 TORCHNEURON_ROW_FUSION=on
 test-long: test
+	TN_TEST_LONG=1 $(PYTHON) -m pytest -q -m long tests/python
 	TN_TEST_LONG=1 $(PYTHON) -m pytest -q tests/python/test_opinfo.py
 	$(PYTHON) -m torchneuron_jit.testing.opinfo --all
 	$(PYTHON) -m torchneuron_jit.testing.fuzz --seconds 600 --seed 1 --out build/fuzz-repros

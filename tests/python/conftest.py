@@ -309,6 +309,24 @@ def isa_profiles():
 ISA_CHILD_VAR = "TN_TEST_ISA"
 
 
+# make test-long sets TN_TEST_LONG: the tests marked long run then (and only then: `-m long` is how
+# the target selects them); make test, CI's, leaves them out to stay within CI's 15 minutes.
+LONG = bool(os.environ.get("TN_TEST_LONG"))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "isa_parity: special-value and half-precision parity with eager, run again "
                             "in a child interpreter under each narrower ISA profile (tests/python/test_isa.py)")
+    config.addinivalue_line("markers", "isa_independent: an isa_parity module's test that computes nothing an ISA "
+                            "changes (processes, the cache, sizes); its child runs leave it out")
+    config.addinivalue_line("markers", "long: more of what a CI-sized test already covers (other models, more "
+                            "processes); run by make test-long (TN_TEST_LONG=1), skipped by make test")
+
+
+def pytest_collection_modifyitems(config, items):
+    if LONG:
+        return
+    skip = pytest.mark.skip(reason="a long test: make test-long runs it (TN_TEST_LONG=1)")
+    for item in items:
+        if item.get_closest_marker("long") is not None:
+            item.add_marker(skip)

@@ -225,6 +225,7 @@ print(json.dumps(torchneuron_jit.stats()))
 """
 
 
+@pytest.mark.isa_independent
 def test_second_process_uses_the_cached_artifact(tmp_path):
     import json
     import os
@@ -685,6 +686,7 @@ def test_half_values_at_a_pole_of_the_op_are_rounded_first(op):
     torch.testing.assert_close(torch.compile(f, backend="neuron")(a, b), f(a, b), equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.isa_independent
 def test_a_very_long_chain_is_several_kernels_not_a_stack_overflow(run_python):
     """A generated kernel keeps a block per buffer on its stack: 1500 fused
     adds were one kernel with a 12 MB frame, and the call died with a

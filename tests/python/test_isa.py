@@ -44,7 +44,8 @@ def child_runs(tmp_path_factory):
         base = tmp_path_factory.mktemp(f"isa-{isa}")
         env = subprocess_env(base / "cache", **settings, **{ISA_CHILD_VAR: isa})
         out = open(base / "out.txt", "w+")
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "isa_parity",
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                 "-m", "isa_parity and not isa_independent",
                                  "--basetemp", str(base / "tmp"), str(REPO / "tests" / "python")],
                                 cwd=str(REPO), env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         runs[isa] = (proc, out)

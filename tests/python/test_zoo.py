@@ -23,9 +23,21 @@ pytestmark = pytest.mark.usefixtures("fresh_backend")
 SEQ = 16
 
 
-@pytest.mark.parametrize("door", ["dynamo", "jit"])
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
-@pytest.mark.parametrize("name", list(zoo.MODELS))
+# Through Dynamo (2-7 s a row here), eager attention runs in CI for four models; the other six's eager
+# attention is the same matmul-softmax-matmul (their sdpa rows and jit rows stay). make test-long runs all.
+EAGER_ATTN_DYNAMO_IN_CI = {"bert", "gpt2", "llama", "t5_encoder"}
+
+
+def _rows():
+    for name in zoo.MODELS:
+        for attn in ("sdpa", "eager"):
+            for door in ("dynamo", "jit"):
+                long = door == "dynamo" and attn == "eager" and name not in EAGER_ATTN_DYNAMO_IN_CI
+                yield pytest.param(name, attn, door, marks=[pytest.mark.long] if long else [],
+                                   id=f"{name}-{attn}-{door}")
+
+
+@pytest.mark.parametrize("name,attn,door", list(_rows()))
 def test_zoo_row_compiles_and_matches_eager(name, attn, door):
     model, make = zoo.build(name, "ci", attn)
     compiled = torch.compile(model, backend="neuron") if door == "dynamo" else torchneuron_jit.jit(model)
