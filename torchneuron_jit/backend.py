@@ -565,18 +565,19 @@ def _aliases_input(node):
 _COPIES = (aten.clone.default, aten.lift_fresh_copy.default)
 
 
-def _drop_copies(graph):
-    """Removes the clones whose copy nobody can observe: in a graph that
-    mutates nothing, a clone that preserves layout (or one to contiguous
-    format of a tensor that already is contiguous, with static sizes) whose
-    result, and every view of it, stays inside the graph is its input.
-    aot_autograd leaves such clones for dropout in eval mode and around
-    attention's reshapes, where eager copies nothing. Returns how many."""
+def _mutates(graph):
+    """Whether a node of graph calls an op that writes to one of its arguments."""
     for node in graph.nodes:
         schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
         if schema is not None and schema.is_mutable:
-            return 0
-    escapes = set()  # nodes whose storage can reach the graph's outputs
+            return True
+    return False
+
+
+def _escaping(graph):
+    """The nodes whose storage can reach graph's outputs: the outputs, and
+    what each is a view of."""
+    escapes = set()
     todo = list(graph.output_node().all_input_nodes)
     while todo:
         n = todo.pop()
@@ -585,6 +586,19 @@ def _drop_copies(graph):
         escapes.add(n)
         if _aliases_input(n) and n.args and isinstance(n.args[0], torch.fx.Node):
             todo.append(n.args[0])
+    return escapes
+
+
+def _drop_copies(graph):
+    """Removes the clones whose copy nobody can observe: in a graph that
+    mutates nothing, a clone that preserves layout (or one to contiguous
+    format of a tensor that already is contiguous, with static sizes) whose
+    result, and every view of it, stays inside the graph is its input.
+    aot_autograd leaves such clones for dropout in eval mode and around
+    attention's reshapes, where eager copies nothing. Returns how many."""
+    if _mutates(graph):
+        return 0
+    escapes = _escaping(graph)
     dropped = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in _COPIES or node in escapes:
@@ -601,6 +615,60 @@ def _drop_copies(graph):
     if dropped:
         _log.event("compile", f"dropped {dropped} copies nobody observes")
     return dropped
+
+
+def _cse_key(value):
+    """A hashable form of an argument for _merge_repeats: numbers with
+    their type and sign (True, 1 and 1.0, or 0.0 and -0.0, are different
+    arguments to an op), containers as tuples."""
+    if isinstance(value, torch.fx.Node):
+        return ("node", value)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_cse_key(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((k, _cse_key(v)) for k, v in value.items())))
+    if isinstance(value, (bool, int, float, complex, str)) or value is None:
+        return (type(value).__name__, repr(value))
+    hash(value)  # dtypes, devices, layouts, memory formats; anything else raises TypeError: no key
+    return (type(value).__name__, value)
+
+
+def _merge_repeats(graph):
+    """Common subexpressions: in a graph that mutates nothing, a node that
+    calls the same op on the same arguments as an earlier one is that
+    node (HF models build the same float attention mask from the bool one
+    in every layer). Not for ops that draw random numbers or return
+    uninitialised memory, and never two nodes that both reach the graph's
+    outputs (eager returns two tensors there, not one twice). Returns how
+    many nodes went."""
+    if _mutates(graph):
+        return 0
+    escapes = _escaping(graph)
+    first, merged = {}, 0
+    for node in list(graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not (isinstance(target, torch._ops.OpOverload) or target is operator.getitem):
+            continue
+        if target is not operator.getitem and (torch.Tag.nondeterministic_seeded in target.tags
+                                               or target.overloadpacket.__name__.lstrip("_").startswith(
+                                                   ("empty", "new_empty"))):
+            continue
+        try:
+            # a merged node's users name the earlier one now: their keys meet too
+            key = (target, _cse_key(node.args), _cse_key(node.kwargs))
+            earlier = first.setdefault(key, node)
+        except TypeError:
+            continue
+        if earlier is node or (node in escapes and earlier in escapes):
+            continue
+        node.replace_all_uses_with(earlier)
+        graph.erase_node(node)
+        if node in escapes:
+            escapes.add(earlier)
+        merged += 1
+    if merged:
+        _log.event("compile", f"merged {merged} repeated nodes")
+    return merged
 
 
 # -- attention as one call ----------------------------------------------------
@@ -1300,6 +1368,7 @@ def _build(gm, example_inputs, eager=None):
     _flash_attention(gm.graph)
     _recompose_linear(gm.graph)
     _collapse_views(gm.graph)
+    _merge_repeats(gm.graph)  # after the passes that match single-use nodes (a weight's t(), a view chain)
     _materialize_number_operands(gm.graph)
     _full_like_as_full(gm.graph)
     _fold_static_arange(gm)

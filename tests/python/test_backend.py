@@ -164,6 +164,58 @@ def test_contiguous_copy_of_a_strided_tensor_is_kept(capsys):
     assert "copies nobody observes" not in log
 
 
+# -- repeated nodes ---------------------------------------------------------------
+
+def test_a_mask_built_again_in_every_layer_is_built_once(capsys):
+    """HF's attention turns one bool mask into the same float mask in every
+    layer: the graph computes it once, and the answers are eager's."""
+    def f(x, mask):
+        for _ in range(3):
+            bias = torch.where(mask, torch.tensor(0.0), torch.tensor(float("-inf")))
+            x = torch.softmax(x @ x.transpose(-1, -2) * 0.1 + bias, -1) @ x
+        return x
+
+    x, mask = torch.randn(2, 6, 8), torch.rand(2, 6, 6) > 0.3
+    mask[..., 0] = True
+    out, log = _compile_log(capsys, f, x, mask)
+    torch.testing.assert_close(out, f(x, mask))
+    assert "merged 6 repeated nodes" in log, log  # the second and third layers' two constants and where
+
+
+def test_repeats_that_both_reach_the_outputs_stay_two_tensors(capsys):
+    def f(x):
+        y = x + 1
+        return y, x + 1, (x + 1).t()
+
+    x = torch.randn(3, 4)
+    (a, b, c), log = _compile_log(capsys, f, x)
+    assert a.data_ptr() != b.data_ptr()  # eager's caller gets two tensors; writing one leaves the other
+    a.add_(1)
+    torch.testing.assert_close(b, x + 1)
+    torch.testing.assert_close(c, (x + 1).t())
+
+
+def test_arguments_of_another_type_or_sign_are_another_node(capsys):
+    def f(x, i):  # the products and sums inside the graph, where repeats are merged
+        return torch.cat([x * 0.0, x * -0.0]), (i + 1) * 7 // 2, (i + 1.0) * 7 // 2
+
+    x, i = -torch.rand(5) - 0.5, torch.arange(5)
+    out, log = _compile_log(capsys, f, x, i)
+    want = f(x, i)
+    for got, w in zip(out, want):
+        assert got.dtype == w.dtype and torch.equal(got, w) and torch.equal(got.signbit(), w.signbit()), (got, w)
+    assert "repeated" not in log, log
+
+
+def test_random_draws_are_never_merged():
+    def f(x):
+        return x + torch.rand(1000), x + torch.rand(1000)
+
+    with torch.no_grad():
+        a, b = torch.compile(f, backend="neuron")(torch.zeros(1000))
+    assert not torch.equal(a, b)
+
+
 # -- chains of views ----------------------------------------------------------------
 
 def test_view_chains_over_computed_tensors_become_one_as_strided(capsys):
