@@ -1006,6 +1006,19 @@ static int t2_type_ok(int dt)
   return dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_BOOL;
 }
 
+/* The C operator of a binary op on bool values (0 or 1: and, or and xor
+** are the logical ones, max and min are or and and; the runtime's
+** tn_rt_binary_b8), or NULL. */
+static const char *t2_bool_binary_op(int op)
+{
+  switch (op) {
+  case TN_RT_B_LAND: case TN_RT_B_BAND: case TN_RT_B_MINIMUM: return "&";
+  case TN_RT_B_LOR: case TN_RT_B_BOR: case TN_RT_B_MAXIMUM: return "|";
+  case TN_RT_B_BXOR: return "^";
+  default: return NULL;
+  }
+}
+
 /* Whether tier 2 writes grp: float32 and bool values, no gathers, every
 ** op one of the tables' (runtime_ops.h). */
 static int t2_supported(const tn_fgroup *grp)
@@ -1026,6 +1039,9 @@ static int t2_supported(const tn_fgroup *grp)
     const tn_finst *fi = &grp->fg_prog[i];
     int f32 = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0 &&
               grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_FLOAT32;
+    /* a bool op's operands are bool too (the lowering converts them first: fuse.c emit_node) */
+    int b8 = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0 &&
+             grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_BOOL;
     switch (fi->fi_kind) {
     case TN_FI_LOAD:
       if (fi->fi_b >= 0 || grp->fg_odtypes[fi->fi_a] != grp->fg_bdtypes[fi->fi_dst])
@@ -1036,11 +1052,14 @@ static int t2_supported(const tn_fgroup *grp)
         return 0;
       break;
     case TN_FI_UNARY:
-      if (!f32 || !t2_unary_expr(fi->fi_op))
+      if (b8 ? fi->fi_op != TN_RT_LNOT || grp->fg_bdtypes[fi->fi_a] != TN_DTYPE_BOOL
+             : !f32 || !t2_unary_expr(fi->fi_op))
         return 0;
       break;
     case TN_FI_BINARY:
-      if (!f32 || !t2_binary_expr(fi->fi_op))
+      if (b8 ? !t2_bool_binary_op(fi->fi_op) || grp->fg_bdtypes[fi->fi_a] != TN_DTYPE_BOOL ||
+                   grp->fg_bdtypes[fi->fi_b] != TN_DTYPE_BOOL
+             : !f32 || !t2_binary_expr(fi->fi_op))
         return 0;
       break;
     case TN_FI_SUNARY:
@@ -1091,13 +1110,20 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
   case TN_FI_CONST:
     out(b, "%s%s v%d = %s;\n", ind, ct, fi->fi_dst, cg_lit(cg_btype(grp, fi->fi_dst), fi->fi_value, lit));
     break;
-  case TN_FI_UNARY:
-    out(b, "%sfloat v%d; { float x = v%d; v%d = (%s); }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_dst,
-        t2_unary_expr(fi->fi_op));
+  case TN_FI_UNARY: /* on bool: logical not */
+    if (grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_BOOL)
+      out(b, "%sunsigned char v%d = v%d ^ 1;\n", ind, fi->fi_dst, fi->fi_a);
+    else
+      out(b, "%sfloat v%d; { float x = v%d; v%d = (%s); }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_dst,
+          t2_unary_expr(fi->fi_op));
     break;
   case TN_FI_BINARY:
-    out(b, "%sfloat v%d; { float x = v%d, y = v%d; v%d = (%s); }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_b, fi->fi_dst,
-        t2_binary_expr(fi->fi_op));
+    if (grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_BOOL)
+      out(b, "%sunsigned char v%d = v%d %s v%d;\n", ind, fi->fi_dst, fi->fi_a, t2_bool_binary_op(fi->fi_op),
+          fi->fi_b);
+    else
+      out(b, "%sfloat v%d; { float x = v%d, y = v%d; v%d = (%s); }\n", ind, fi->fi_dst, fi->fi_a, fi->fi_b,
+          fi->fi_dst, t2_binary_expr(fi->fi_op));
     break;
   case TN_FI_COMPARE:
     out(b, "%sunsigned char v%d = v%d %s v%d;\n", ind, fi->fi_dst, fi->fi_a, t2_compare_op(fi->fi_op), fi->fi_b);
