@@ -265,6 +265,10 @@ def _guard_words(spec):
     return out
 
 
+# ops through PyTorch that a variant's line names (the others are counted)
+_OPS_SHOWN = 8
+
+
 def _graph_words(runner):
     """What the variant's compiled graph runs in ours and through PyTorch."""
     if runner is None:
@@ -276,7 +280,12 @@ def _graph_words(runner):
     if not report:
         return "a compiled graph"
     fallback = sum(n for _, _, n in report["ops"])
-    ops = ", ".join(f"{name} ({reason}, {n})" for name, reason, n in report["ops"][:8])
+    by_nodes = sorted(report["ops"], key=lambda op: (-op[2], op[0]))  # the most nodes first
+    shown, rest = by_nodes[:_OPS_SHOWN], by_nodes[_OPS_SHOWN:]
+    ops = ", ".join(f"{name} ({reason}, {n})" for name, reason, n in shown)
+    if rest:
+        nodes = sum(n for _, _, n in rest)
+        ops += f", and {len(rest)} more op{'s' if len(rest) > 1 else ''} ({nodes} node{'s' if nodes > 1 else ''})"
     return f"{report['lowered']} nodes lowered, {fallback} through PyTorch" + (f": {ops}" if ops else "")
 
 

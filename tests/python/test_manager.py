@@ -175,6 +175,25 @@ def test_explain_shows_variants_guards_misses_and_decisions():
         torchneuron_jit.explain(f)
 
 
+def test_explain_names_the_ops_of_most_nodes_first_and_counts_the_rest():
+    """A graph with more kinds of ops through PyTorch than a line names:
+    the line says so, and names those of the most nodes."""
+    def f(x):
+        y = x.cumsum(0) + x.cumsum(1) + x.cumsum(0).cumsum(1)
+        z = x.flip(0) + x.roll(1, 0) + x.sort(1).values + x.argsort(0) + x.triu() + x.tril()
+        return y + z + x.topk(2, 1).values.sum() + x.cummax(0).values + x.logcumsumexp(1)
+
+    x = torch.randn(6, 5)
+    with config.patch(compile_blocking=True):
+        jf = torchneuron_jit.jit(f)
+        torch.testing.assert_close(jf(x), f(x))
+    line = next(line for line in str(torchneuron_jit.explain(jf)).splitlines() if "through PyTorch" in line)
+    named = line.split("through PyTorch: ", 1)[1]
+    # x.cumsum(0) twice is one node (backend._merge_repeats): 3 cumsum, then sort's 2
+    assert named.startswith("aten::cumsum (no lowering, 3), aten::sort (no lowering, 2), "), line
+    assert named.count("(no lowering") + named.count("(not fused") == 8 and ", and 1 more op (1 node)" in named, line
+
+
 def test_the_dynamo_door_gets_the_same_words():
     global STEP
 
