@@ -1037,11 +1037,11 @@ static int t2_supported(const tn_fgroup *grp)
       return 0;
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
-    int f32 = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0 &&
-              grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_FLOAT32;
+    int dt = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0
+                 ? grp->fg_bdtypes[fi->fi_dst] : -1;  /* the dtype of the value it makes */
+    int f32 = dt == TN_DTYPE_FLOAT32;
     /* a bool op's operands are bool too (the lowering converts them first: fuse.c emit_node) */
-    int b8 = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0 &&
-             grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_BOOL;
+    int b8 = dt == TN_DTYPE_BOOL;
     switch (fi->fi_kind) {
     case TN_FI_LOAD:
       if (fi->fi_b >= 0 || grp->fg_odtypes[fi->fi_a] != grp->fg_bdtypes[fi->fi_dst])
