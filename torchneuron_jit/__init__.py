@@ -63,9 +63,14 @@ def explain(fn):
     words, its graph (ops lowered, ops through PyTorch) and its hits; its
     misses by reason and the recompilation manager's decisions. print() it
     for text; a notebook shows it as HTML (with a timeline when matplotlib
-    is installed)."""
+    is installed). fn may also be what torch.compile(..., backend="neuron")
+    returned: then each of Dynamo's compiled entries for it (graph breaks
+    included) is a variant, with Dynamo's guards and its recompiles."""
     from . import _jit, _manager
-    return _manager.Explanation(_jit._jit_function_of(fn))
+    if _manager.dynamo_codes(fn) is not None:
+        from . import backend
+        return _manager.dynamo_explanation(fn, backend.neuron)
+    return _manager.jit_explanation(_jit._jit_function_of(fn))
 
 
 # Ops the back end handles around its kernels rather than in generated code:

@@ -28,6 +28,7 @@ import html
 import inspect
 import re
 import types
+import weakref
 
 from . import _C, _log, config
 
@@ -269,11 +270,11 @@ def _guard_words(spec):
 _OPS_SHOWN = 8
 
 
-def _graph_words(runner):
+def graph_words(runner):
     """What the variant's compiled graph runs in ours and through PyTorch."""
     if runner is None:
         return "runs eagerly (no compiled graph)"
-    compiled = getattr(runner, "compiled", None)
+    compiled = runner if isinstance(runner, _C.Plan) else getattr(runner, "compiled", None)
     if compiled is None and hasattr(runner, "__self__"):
         compiled = getattr(runner.__self__, "compiled", None)
     report = (getattr(compiled, "form", None) or {}).get("report") if compiled is not None else None
@@ -290,26 +291,20 @@ def _graph_words(runner):
 
 
 class Explanation:
-    """torchneuron_jit.explain's answer: str() is the text, and a notebook shows it as HTML."""
+    """torchneuron_jit.explain's answer: str() is the text, and a notebook
+    shows it as HTML. Made by jit_explanation or dynamo_explanation: head
+    (what and how many calls), variants (dicts of name, kind, hits, graph,
+    guards), and the Site of its misses and decisions."""
 
-    def __init__(self, jf):
-        self.jf = jf
-        self.site = site(jf)
-        self.variants = []
-        hits = jf.hits()
-        for (spec, runner), n in zip(jf.entries(), hits):
-            inner = getattr(runner, "__self__", runner)
-            kind = "eager" if runner is None else "compiled"
-            dynamic = any(inst[0] == "sizes" for inst in spec)
-            self.variants.append({"kind": kind + (", dynamic sizes" if dynamic else ""), "hits": n,
-                                  "guards": _guard_words(spec), "graph": _graph_words(inner)})
+    def __init__(self, head, variants, site):
+        self.head, self.variants, self.site = head, variants, site
 
     def lines(self):
-        s, jf = self.site, self.jf
-        out = [f"{s.where}: {jf.calls} calls, {len(self.variants)} variants"
-               + (", runs eagerly for good" if jf.gave_up else "")]
-        for k, v in enumerate(self.variants):
-            out.append(f"  variant {k} ({v['kind']}): {v['hits']} hits; {v['graph']}")
+        s = self.site
+        out = [self.head]
+        for v in self.variants:
+            hits = "" if v["hits"] is None else f"{v['hits']} hits; "
+            out.append(f"  {v['name']} ({v['kind']}): {hits}{v['graph']}")
             out.extend(f"    guard {g}" for g in v["guards"])
         if s.misses:
             out.append("  misses by reason:")
@@ -317,7 +312,7 @@ class Explanation:
                        for key, n in s.misses.most_common())
         if s.decisions:
             out.append("  decisions:")
-            out.extend(f"    call {c}: {words}" for c, words in s.decisions)
+            out.extend(f"    {_when(c)}{words}" for c, words in s.decisions)
         return out
 
     def __str__(self):
@@ -326,21 +321,24 @@ class Explanation:
     __repr__ = __str__
 
     def _repr_html_(self):
-        s, jf = self.site, self.jf
+        s = self.site
         rows = "".join(
-            f"<tr><td>{k}</td><td>{html.escape(v['kind'])}</td><td>{v['hits']}</td><td>{html.escape(v['graph'])}</td>"
+            f"<tr><td>{html.escape(v['name'])}</td><td>{html.escape(v['kind'])}</td><td>{_or_blank(v['hits'])}</td>"
+            f"<td>{html.escape(v['graph'])}</td>"
             f"<td><ul>{''.join(f'<li>{html.escape(g)}</li>' for g in v['guards'])}</ul></td></tr>"
-            for k, v in enumerate(self.variants))
+            for v in self.variants)
         misses = "".join(f"<li>{n} × {html.escape(key)}</li>" for key, n in s.misses.most_common())
-        decisions = "".join(f"<li>call {c}: {html.escape(w)}</li>" for c, w in s.decisions)
-        return (f"<div><b>{html.escape(s.where)}</b>: {jf.calls} calls, {len(self.variants)} variants"
-                f"<table><tr><th>#</th><th>kind</th><th>hits</th><th>graph</th><th>guards</th></tr>{rows}</table>"
+        decisions = "".join(f"<li>{_when(c)}{html.escape(w)}</li>" for c, w in s.decisions)
+        return (f"<div><b>{html.escape(self.head)}</b>"
+                f"<table><tr><th></th><th>kind</th><th>hits</th><th>graph</th><th>guards</th></tr>{rows}</table>"
                 + (f"<p>misses by reason</p><ul>{misses}</ul>" if misses else "")
                 + (f"<p>decisions</p><ul>{decisions}</ul>" if decisions else "")
                 + self._timeline() + "</div>")
 
     def _timeline(self):
         """A small plot of the site's events by call number (matplotlib, when installed), as an <img>."""
+        if not self.site.events:
+            return ""
         try:
             import matplotlib
             matplotlib.use("Agg")
@@ -363,6 +361,30 @@ class Explanation:
         return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"/>'
 
 
+def _when(call):
+    """A decision's call number in words ("" for the Dynamo door's, which counts no calls)."""
+    return "" if call is None else f"call {call}: "
+
+
+def _or_blank(hits):
+    return "" if hits is None else hits
+
+
+def jit_explanation(jf):
+    """The Explanation of JitFunction jf: its variants (C registry entries)."""
+    s = site(jf)
+    variants = []
+    for k, ((spec, runner), n) in enumerate(zip(jf.entries(), jf.hits())):
+        inner = getattr(runner, "__self__", runner)
+        kind = "eager" if runner is None else "compiled"
+        dynamic = any(inst[0] == "sizes" for inst in spec)
+        variants.append({"name": f"variant {k}", "kind": kind + (", dynamic sizes" if dynamic else ""), "hits": n,
+                         "guards": _guard_words(spec), "graph": graph_words(inner)})
+    head = (f"{s.where}: {jf.calls} calls, {len(variants)} variants"
+            + (", runs eagerly for good" if jf.gave_up else ""))
+    return Explanation(head, variants, s)
+
+
 # -- the Dynamo door -------------------------------------------------------------------
 
 _dynamo_sites = {}  # code object -> Site of its recompiles through our back end
@@ -372,6 +394,8 @@ def _dynamo_subject(reason):
     """The guard a Dynamo recompile reason names, without values: "tensor
     'x' size mismatch at index 1. expected 73, actual 128" -> "tensor 'x'
     size at index 1"; "G['STEP'] == 3" -> "G['STEP']"."""
+    if ".size()[" in reason:
+        return _dynamo_sizes(reason)
     if " mismatch at index " in reason:
         head, rest = reason.split(" mismatch at index ", 1)
         return f"{_dynamo_name(head.replace(' size', '').replace(' stride', ''))} dim {rest.split('.')[0]}"
@@ -382,9 +406,11 @@ def _dynamo_subject(reason):
 
 
 def _dynamo_name(source):
-    """Dynamo's source in the user's words: G['STEP'] -> global STEP, L['self'].scale -> self.scale."""
+    """Dynamo's source in the user's words: G['STEP'] -> global STEP,
+    L['self'].scale -> self.scale, L['self']._modules['l']._parameters['bias'] -> self.l.bias."""
     source = re.sub(r"^G\['([^']+)'\]", r"global \1", source)
-    return re.sub(r"L\['([^']+)'\]", r"\1", source)
+    source = re.sub(r"\._(?:modules|parameters|buffers)\['([^']+)'\]", r".\1", source)
+    return re.sub(r"[LG]\['([^']+)'\]", r"\1", source)
 
 
 def dynamo_recompile(code, reasons):
@@ -416,8 +442,15 @@ def dynamo_recompile(code, reasons):
     else:
         advice = "each value is a graph of its own"
     text = f"{s.where} under torch.compile(backend='neuron'): {key} changed {n} times ({last}); {advice}"
-    s.decisions.append((n, text))
+    s.decisions.append((None, text))
     _log.warn_once(text, stacklevel=2)
+
+
+def _backend_is(backend, ours):
+    """Whether Dynamo's backend (torch.compile's wrapper of it) is ours."""
+    for _ in range(4):  # torch.compile's wrapper keeps the back end it was given as compiler_fn
+        backend = getattr(backend, "compiler_fn", backend)
+    return backend is ours
 
 
 def watch_dynamo(ours):
@@ -434,10 +467,7 @@ def watch_dynamo(ours):
 
     def watched(cache_entries, frame, backend, *args, **kwargs):
         reasons = original(cache_entries, frame, backend, *args, **kwargs)
-        inner = backend
-        for _ in range(4):  # torch.compile's wrapper keeps the back end it was given as compiler_fn
-            inner = getattr(inner, "compiler_fn", inner)
-        if inner is ours:
+        if _backend_is(backend, ours):
             try:
                 dynamo_recompile(frame.f_code, list(reasons))
             except Exception as exc:  # ours: Dynamo's recompile goes on, uncounted
@@ -446,3 +476,165 @@ def watch_dynamo(ours):
 
     watched._tn_watched = True
     convert_frame.get_and_maybe_log_recompilation_reasons = watched
+
+
+# -- explain() of the Dynamo door ------------------------------------------------------
+
+_DYNAMO_GRAPHS = 4096  # Dynamo compiles whose graphs explain() remembers (the oldest go first)
+# Dynamo compile id (str) -> (weakref to the CompileContext, [(weakref to what the back end returned, words)]).
+# torch._dynamo.reset() starts the ids again: a compile under another context replaces the id's graphs.
+_dynamo_graphs = collections.OrderedDict()
+
+
+def dynamo_graph(compiled, words):
+    """Notes a graph the back end compiled (compiled: its Plan), or runs
+    eagerly (compiled: the function it returned; words say why), under the
+    Dynamo compile it came from, for explain(); nothing outside one (the
+    jit door)."""
+    try:
+        from torch._guards import CompileContext
+        ctx = CompileContext.try_get()
+    except ImportError:
+        return
+    if ctx is None or ctx.compile_id is None:
+        return
+    cid = str(ctx.compile_id)
+    held = _dynamo_graphs.get(cid)
+    if held is None or held[0]() is not ctx:
+        held = _dynamo_graphs[cid] = (weakref.ref(ctx), [])
+    held[1].append((weakref.ref(compiled), words))
+    while len(_dynamo_graphs) > _DYNAMO_GRAPHS:
+        _dynamo_graphs.popitem(last=False)
+
+
+def dynamo_codes(fn):
+    """The code objects torch.compile's fn (a compiled module or function)
+    may hold Dynamo's entries under: its forward's (or its function's), and
+    those of the functions that one wraps (functools.wraps); None when fn
+    is no torch.compile wrapper."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except ImportError:
+        return None
+    import torch
+    if isinstance(fn, OptimizedModule):
+        target = fn._orig_mod.forward
+    elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
+        target = fn._torchdynamo_orig_callable
+        if isinstance(target, torch.nn.Module):
+            target = target.forward
+    else:
+        return None
+    codes = []
+    for _ in range(8):
+        target = getattr(target, "__func__", target)
+        code = getattr(target, "__code__", None)
+        if code is not None and code not in codes:
+            codes.append(code)
+        target = getattr(target, "__wrapped__", None)
+        if target is None:
+            break
+    return codes
+
+
+def _dynamo_entries(code, label, depth=0):
+    """[(label, cache entry)] of code, oldest first, then those of the
+    functions Dynamo resumes code in after its graph breaks."""
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+    out = [(label, e) for e in reversed(_debug_get_cache_entry_list(code))]
+    try:
+        from torch._dynamo.resume_execution import ContinueExecutionCache
+        resumes = ContinueExecutionCache.cache.get(code) or {}
+    except (ImportError, AttributeError):
+        resumes = {}
+    if depth < 8:
+        for resume in resumes.values():
+            line = resume.co_name.rsplit("_at_", 1)[-1]
+            out += _dynamo_entries(resume, f"after the graph break at line {line}", depth + 1)
+    return out
+
+
+_TENSOR_CHECK = re.compile(r"check_tensor\((?P<src>.+?), \w+, DispatchKeySet\([^)]*\), torch\.(?P<dtype>\w+), "
+                           r"device=[^,]*, requires_grad=(?P<grad>\w+), size=\[(?P<size>[^\]]*)\]")
+_GUARD_LINE = re.compile(r"^[\s|]*\+- (?P<kind>[A-Z_]+): (?P<text>.*?)(?:\s+#.*)?$")
+
+
+def _dynamo_guard_words(tree):
+    """The guards of Dynamo's tree (str() of a cache entry's guard manager)
+    in the words of the jit door's: the arguments' and globals' tensors
+    (dtype, sizes), relations of sizes, the values of globals and of the
+    module's own attributes (self.scale); the module's tensors (self.l.weight)
+    and its submodules' attribute values counted in one line (like the jit door's snapshots of
+    modules' dicts), the other checks (object identities, types, global
+    state) in another."""
+    out, inner, values, others = [], 0, 0, 0
+    for line in tree.splitlines():
+        m = _GUARD_LINE.match(line)
+        if m is None:
+            continue
+        kind, text = m["kind"], m["text"].strip()
+        t = _TENSOR_CHECK.search(text) if kind == "TENSOR_MATCH" else None
+        if t and "." in _dynamo_name(t["src"]):  # a module's parameter or buffer (self.l.weight)
+            inner += 1
+        elif t:
+            sizes = [("*" if d.strip() == "None" else d.strip()) for d in t["size"].split(",") if d.strip()]
+            out.append(f"{_dynamo_name(t['src'])}: {t['dtype']} ({', '.join(sizes)}{',' if len(sizes) == 1 else ''})"
+                       + (" requires_grad" if t["grad"] == "True" else ""))
+        elif kind == "LAMBDA_GUARD" and ".size()[" in text and ".stride()" not in text:
+            out.append(_dynamo_sizes(text))
+        elif kind == "EQUALS_MATCH" and re.match(r"^[LG]\[", text):
+            name = _dynamo_name(text.split(" == ")[0])
+            if re.fullmatch(r"(global )?\w+(\.\w+)?", name) and "__import_" not in name:  # x, self.scale, global STEP
+                out.append(_dynamo_name(text))
+            else:
+                values += 1
+        else:
+            others += 1
+    counted = [f"{n} {what}" for n, what in ((inner, "tensors"), (values, "attribute values")) if n]
+    if counted:
+        out.append(f"{' and '.join(counted)} of modules as traced (parameters, buffers, settings)")
+    if others:
+        out.append(f"{others} other checks (object identities, types, global state)")
+    return out
+
+
+def _dynamo_sizes(text):
+    """A relation of sizes Dynamo guards, in our words: "2 <= L['x'].size()[0]" -> "sizes: 2 <= x.size(0)"."""
+    return "sizes: " + re.sub(r"\.size\(\)\[(\d+)\]", r".size(\1)", _dynamo_name(text))
+
+
+def dynamo_explanation(fn, ours):
+    """The Explanation of torch.compile's fn through back end ours: each of
+    Dynamo's cache entries (after graph breaks too), its graphs' words and
+    hits (their plans' runs), its guards; recompiles by reason."""
+    codes = dynamo_codes(fn)
+    variants, site_ = [], Site(where(codes[-1]) if codes else repr(fn))
+    for code in codes:
+        s = _dynamo_sites.get(code)
+        if s is not None:  # the recompiles counted for it (dynamo_recompile)
+            site_.misses.update(s.misses)
+            site_.changes.update(s.changes)
+            site_.decisions.extend(s.decisions)
+        for label, entry in _dynamo_entries(code, ""):
+            cid = str(entry.compile_id)
+            graphs = [(ref(), w) for ref, w in _dynamo_graphs.get(cid, (None, ()))[1]]
+            name = f"compile {cid}" + (f", {label}" if label else "")
+            guards = _dynamo_guard_words(str(entry.guard_manager))
+            if not _backend_is(entry.backend, ours):
+                kind, hits, words = "another back end", None, "not compiled by torchneuron_jit"
+            elif all(p is None for p, _ in graphs):
+                kind, hits, words = "no graph", None, "Dynamo found no tensor ops to compile here (or its graph is forgotten)"
+            else:
+                plans = [p for p, _ in graphs]
+                kind = "compiled" if all(isinstance(p, _C.Plan) for p in plans) else "runs eagerly"
+                if kind == "compiled" and any("*" in g for g in guards if "(" in g):
+                    kind = "compiled, dynamic sizes"
+                if any(isinstance(p, _C.Plan) and p.is_eager for p in plans):
+                    kind = "runs eagerly since a step failed at run time"
+                hits = plans[0].runs if isinstance(plans[0], _C.Plan) else None
+                words = "; ".join(w for _, w in graphs)
+                if len(graphs) > 1:
+                    words = f"{len(graphs)} graphs: {words}"
+            variants.append({"name": name, "kind": kind, "hits": hits, "graph": words, "guards": guards})
+    head = f"{site_.where} under torch.compile(backend='neuron'): {len(variants)} compiled entries"
+    return Explanation(head, variants, site_)

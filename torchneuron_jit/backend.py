@@ -1463,8 +1463,11 @@ def compile_inference(gm, example_inputs, eager=None):
         reason = f"{type(exc).__name__}: {exc}"
         _log.warn_once(f"could not compile a graph, running it eagerly ({reason})")
         _log.event("compile", f"failed after {(time.perf_counter() - t0) * 1e3:.2f} ms: {reason}")
-        return make_boxed_func(gm if eager is None else eager)
+        fallback = make_boxed_func(gm if eager is None else eager)
+        _manager.dynamo_graph(fallback, f"runs eagerly: could not compile it ({reason})")
+        return fallback
     compile_seconds += time.perf_counter() - t0
+    _manager.dynamo_graph(compiled, _manager.graph_words(compiled))
     _log.event("compile", f"graph of {ops} ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
     return compiled
 
@@ -1473,7 +1476,9 @@ def _training(gm, example_inputs):
     """Forward and backward graphs of training run eagerly for now."""
     _C.stat_add("training_graphs")
     _log.event("compile", "graph needs gradients: running it eagerly")
-    return make_boxed_func(gm)
+    fallback = make_boxed_func(gm)
+    _manager.dynamo_graph(fallback, "runs eagerly: the graph needs gradients (compiled training is not built yet)")
+    return fallback
 
 
 neuron = aot_autograd(fw_compiler=_training, bw_compiler=_training,

@@ -36,6 +36,8 @@ typedef struct {
   PyObject *pl_warn;
   PyObject *pl_source;    /* the fused FX graph it was built from, for reports; or None */
   PyObject *pl_form;      /* what the back end keeps to store the plan (its portable constants), or None */
+  PyObject *pl_weakrefs;  /* explain() of the Dynamo door holds its plans weakly */
+  uint64_t pl_runs;       /* calls, counted with the GIL held (explain()'s hits) */
   int pl_bare;            /* the graph returns its one output itself, not in a tuple */
   tn_fallback pl_fb;
 } PlanObject;
@@ -101,6 +103,7 @@ static void describe(PyObject *exc, char *out, size_t len)
 static PyObject *plan_run(PlanObject *p, PyObject *const *inputs, Py_ssize_t n)
 {
   uint32_t nout = tn_plan_num_outputs(p->pl_plan), failed = 0;
+  p->pl_runs++;
   if (tn_fallback_route(&p->pl_fb) == TN_FALLBACK_EAGER)
     return PyObject_Vectorcall(p->pl_eager, inputs, (size_t)n, NULL);
   if ((uint32_t)n != tn_plan_num_inputs(p->pl_plan))
@@ -446,6 +449,8 @@ static int Plan_clear(PyObject *o)
 static void Plan_dealloc(PyObject *o)
 {
   PyObject_GC_UnTrack(o);
+  if (((PlanObject *)o)->pl_weakrefs)
+    PyObject_ClearWeakRefs(o);
   Plan_clear(o);
   tn_plan_free(((PlanObject *)o)->pl_plan);
   Py_TYPE(o)->tp_free(o);
@@ -490,6 +495,7 @@ static PyObject *Plan_get(PyObject *o, void *which)
   case 2: return Py_NewRef(p->pl_source);
   case 3: return Py_NewRef(p->pl_eager);
   case 4: return PyLong_FromUnsignedLong(tn_plan_peak_live(p->pl_plan));
+  case 6: return PyLong_FromUnsignedLongLong(p->pl_runs);
   default: return Py_NewRef(p->pl_consts);
   }
 }
@@ -526,6 +532,7 @@ static PyGetSetDef Plan_getset[] = {
   {"eager", Plan_get, NULL, "the graph's eager original", (void *)3},
   {"peak_live", Plan_get, NULL, "most slots alive at once", (void *)4},
   {"constants", Plan_get, NULL, "the constant table", (void *)5},
+  {"runs", Plan_get, NULL, "how many times the plan was called", (void *)6},
   {"form", Plan_get_form, Plan_set_form, "what the back end keeps to store the plan, or None", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
@@ -536,6 +543,7 @@ static PyTypeObject PlanType = {
   .tp_basicsize = sizeof(PlanObject),
   .tp_dealloc = Plan_dealloc,
   .tp_vectorcall_offset = offsetof(PlanObject, pl_vectorcall),
+  .tp_weaklistoffset = offsetof(PlanObject, pl_weakrefs),
   .tp_call = PyVectorcall_Call,
   .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
   .tp_doc = "A compiled graph: its plan, run by the executor in C (see plan_py.c).",

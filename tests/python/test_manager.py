@@ -214,3 +214,72 @@ def test_the_dynamo_door_gets_the_same_words():
     words = [str(m.message) for m in w if "under torch.compile" in str(m.message)]
     assert len(words) == 1, words
     assert "global STEP changed 4 times" in words[0] and "pass it as an argument" in words[0], words
+
+
+class _Breaking(torch.nn.Module):
+    """A linear layer, a graph break (print), then a cumsum: two code objects' entries in Dynamo."""
+
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(4, 4)
+        self.scale = 2.0
+
+    def forward(self, x):
+        y = self.l(x).relu() * self.scale
+        print(end="")  # a graph break: the rest runs in Dynamo's resume function
+        return y.cumsum(0) * 2
+
+
+def test_explain_of_a_torch_compile_model_shows_dynamos_entries_their_graphs_and_hits():
+    """explain() of what torch.compile(backend="neuron") returned: each of
+    Dynamo's entries (those after the graph break too) with our graph's
+    words, its hits (its plan's runs), Dynamo's guards in our words, and
+    the recompiles by reason."""
+    torch._dynamo.reset()
+    model = _Breaking().eval()
+    eager = _Breaking().eval()
+    eager.load_state_dict(model.state_dict())
+    cm = torch.compile(model, backend="neuron")
+    for b in (2, 3, 5, 6):
+        x = torch.randn(b, 4)
+        torch.testing.assert_close(cm(x), eager(x))
+    model.scale = eager.scale = 3.0
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(cm(x), eager(x))
+    e = torchneuron_jit.explain(cm)
+    text = str(e)
+    assert text.startswith(f"{_Breaking.forward.__qualname__} (") and "under torch.compile(backend='neuron')" in text, text
+    first = [v for v in e.variants if "graph break" not in v["name"]]
+    resumed = [v for v in e.variants if "after the graph break at line" in v["name"]]
+    assert first and resumed, text
+    # every call ran one graph of each part: the hits of each part add up to the calls
+    assert sum(v["hits"] for v in first) == 5 and sum(v["hits"] for v in resumed) == 5, text
+    assert all(v["kind"].startswith("compiled") for v in e.variants), text
+    assert any(v["kind"] == "compiled, dynamic sizes" and "x: float32 (*, 4)" in v["guards"]
+               and "sizes: 2 <= x.size(0)" in v["guards"] for v in first), text
+    assert "self.scale == 2.0" in first[0]["guards"] and "x: float32 (2, 4)" in first[0]["guards"], text
+    assert "2 tensors of modules as traced (parameters, buffers, settings)" in first[0]["guards"], text
+    assert all("aten::cumsum (no lowering, 1)" in v["graph"] for v in resumed), text
+    assert "misses by reason:" in text and "tensor 'x' dim 0" in text and "self.scale" in text, text
+    assert "<table>" in e._repr_html_()
+
+
+def test_explain_of_a_torch_compile_function_says_which_graphs_run_eagerly_and_why():
+    torch._dynamo.reset()
+
+    def f(x, y):
+        return torch.nn.functional.gelu(x @ y) + 1
+
+    cf = torch.compile(f, backend="neuron")
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    torch.testing.assert_close(cf(x, y), f(x, y))
+    with torch.enable_grad():
+        xg = x.clone().requires_grad_()
+        torch.testing.assert_close(cf(xg, y), f(xg, y))
+    e = torchneuron_jit.explain(cf)
+    assert [v["kind"] for v in e.variants] == ["compiled", "runs eagerly"], str(e)
+    assert e.variants[0]["hits"] == 1 and "nodes lowered" in e.variants[0]["graph"], str(e)
+    assert "the graph needs gradients" in e.variants[1]["graph"], str(e)
+    assert "x: float32 (3, 4) requires_grad" in e.variants[1]["guards"], str(e)
+    with pytest.raises(TypeError, match="not a jitted function"):
+        torchneuron_jit.explain(torch.compile)
