@@ -104,6 +104,25 @@ def _known_shape(func, args, kwargs):
                              and i.dtype not in (torch.bool, torch.uint8)) for i in indices)
 
 
+# The Python methods of torch.Tensor that read its values without an ATen op, by code
+_VALUE_READERS = {torch.Tensor.__repr__.__code__: "__repr__", torch.Tensor.__format__.__code__: "__format__",
+                  torch.Tensor.__array__.__code__: "__array__"}
+# A pseudo-op of the recorder's: the traced code read the values of its argument (tolist(), str()), which its result
+# is a copy of
+_VALUES = "values read"
+
+
+def _needs_grad(args):
+    """Whether an op's arguments (tensors, lists of them) hold a tensor that requires grad."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.requires_grad:
+                return True
+        elif isinstance(a, (list, tuple)) and _needs_grad(a):
+            return True
+    return False
+
+
 class _Recorder(TorchDispatchMode):
     """Records each ATen op run under it, with its real arguments and results."""
 
@@ -121,6 +140,15 @@ class _Recorder(TorchDispatchMode):
                 (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) and \
                 not _known_shape(func, args, kwargs):
             self.problem = f"{func} has a data-dependent result"
+        if self.problem is None and torch.is_grad_enabled() and _needs_grad(args):
+            # the graph is an inference graph: with grad mode on inside the call (torch.enable_grad()) eager's
+            # result has an autograd history a compiled call would not make
+            self.problem = ("grad mode is on inside the traced code and tensors it uses require grad (training goes "
+                            "through torch.compile for now)")
+        if func is torch.ops.aten.lift_fresh.default:
+            # torch.tensor(...): the graph's constant is the tensor as made, before the call writes it (the
+            # traced call returns that tensor itself, and the caller may write it too)
+            args = (args[0].clone(),)
         self.ops.append((func, args, kwargs, out))
         return out
 
@@ -172,6 +200,8 @@ class _Trace:
             except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
                 self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
                                      f"({type(exc).__name__}: {exc})")
+        if event in ("c_call", "call"):
+            self.note_value_read(frame, event, arg)
         if event == "c_call":
             what = "print" if arg is _PRINT else _outside_source(arg)
             caller = frame
@@ -193,6 +223,33 @@ class _Trace:
             self.side_effects.setdefault((filename, caller.f_lineno), what)
         else:
             self.outside.setdefault((filename, caller.f_lineno), what)
+
+    def note_value_read(self, frame, event, arg):
+        """A tensor's values read in Python without an ATen op (tolist(),
+        str(), format(), numpy()): tolist and the strings become a value
+        check of the graph, as item() is (the tensor as read, compared
+        byte for byte after the graph ran); numpy() shares the tensor's
+        memory, whose reads and writes no graph replays: the variant runs
+        eagerly."""
+        if event == "c_call":
+            t, name = getattr(arg, "__self__", None), getattr(arg, "__name__", None)
+            if not isinstance(t, torch.Tensor) or name not in ("tolist", "numpy"):
+                return
+            caller = frame
+        else:
+            name = _VALUE_READERS.get(frame.f_code)
+            if name is None:
+                return
+            t, caller = frame.f_locals.get("self"), frame.f_back
+        if not isinstance(t, torch.Tensor) or isinstance(t, torch._subclasses.FakeTensor):
+            return
+        if name in ("numpy", "__array__"):
+            where = f" at {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""
+            self.problems.append(f"it reads a tensor's memory through numpy(){where}, which a compiled call would "
+                                 "not replay (convert to numpy outside the jitted function)")
+            return
+        with torch.utils._python_dispatch._disable_current_modes():
+            self.recorder.ops.append((_VALUES, (t,), {}, t.detach().clone()))
 
     # -- Python state the call may write ------------------------------------------
 
@@ -266,7 +323,9 @@ class _Trace:
             spec.add(("type", slot, t), name)
             spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
                       bool(value.requires_grad)), name)
-            self.tensor_slot.setdefault(id(value), slot)
+            first = self.tensor_slot.setdefault(id(value), slot)
+            if first != slot:  # one tensor passed twice: the graph reads it once, for both
+                spec.add(("same", slot, first), name)
             self.tensors.append(value)
         elif t is bool or value is None:
             spec.add(("is", slot, value), name)
@@ -791,11 +850,15 @@ def _graph_of(trace, result):
     constants = {}     # id(tensor) -> tensor, tensors no guard loads (captured)
     checks = []        # (graph output index, expected scalar)
     scalar_sources = []
+    literals = set()   # ids of the tensors torch.tensor(...) made: results never view them
+
+    holders = []       # the placeholder of each input
 
     def external(t):
         node = graph.placeholder(f"in{len(inputs)}")
         node.meta["val"] = t
         inputs.append(t)
+        holders.append(node)
         env[id(t)] = node
         return node
 
@@ -817,9 +880,14 @@ def _graph_of(trace, result):
             external(leaf)
     for func, args, kwargs, out in trace.recorder.ops:
         fargs, fkwargs = arg(args), {k: arg(v) for k, v in kwargs.items()}
-        if func is torch.ops.aten._local_scalar_dense.default:
+        if func is torch.ops.aten._local_scalar_dense.default or func is _VALUES:
             scalar_sources.append((fargs[0], out))
             continue
+        if func is torch.ops.aten.lift_fresh.default:
+            # torch.tensor(...) in the traced code: a new tensor on every call, as eager makes one (the traced
+            # one is a constant of the graph: written in place or returned, it would be shared by all calls)
+            func = torch.ops.aten.lift_fresh_copy.default
+            literals.add(id(args[0]))
         node = graph.call_function(func, tuple(fargs), fkwargs)
         if isinstance(out, torch.Tensor):
             env[id(out)] = node
@@ -833,13 +901,15 @@ def _graph_of(trace, result):
     input_ids = {id(t): k for k, t in enumerate(inputs)}
 
     def entry(t):
-        if id(t) in input_ids and id(t) not in constants:
+        # an argument, or a tensor the code captured (a global) returned as it is: that object itself
+        if id(t) in input_ids and (id(t) not in constants or env[id(t)] is holders[input_ids[id(t)]]):
             return ("in", input_ids[id(t)])
         if id(t) not in env:
             raise _NotCompilable("the result holds a tensor the traced code did not compute or receive")
-        base = _alias_of(t, inputs)
+        base = _alias_of(t, [None if id(x) in literals else x for x in inputs])
         if base is not None:
-            return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            # requires_grad as traced: a view that detach() made of an input that requires grad does not
+            return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))
         outputs.append(env[id(t)])
         return ("out", len(outputs) - 1)
 
@@ -867,13 +937,13 @@ def _graph_of(trace, result):
 
 
 def _alias_of(t, inputs):
-    """The index of the input whose memory t views, or None."""
+    """The index of the input whose memory t views, or None (inputs None are skipped)."""
     try:
         ptr = t.untyped_storage().data_ptr()
     except RuntimeError:
         return None
     for k, x in enumerate(inputs):
-        if x.untyped_storage().data_ptr() == ptr and ptr != 0:
+        if x is not None and x.untyped_storage().data_ptr() == ptr and ptr != 0:
             return k
     return None
 
@@ -907,6 +977,13 @@ def _functional(gm, inputs, tracing_mode="fake"):
     return fgm, writebacks
 
 
+def _same_bytes(a, b):
+    """Whether tensors a and b hold the same dtype, sizes and bytes (NaN is NaN, -0.0 is not 0.0)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(a.detach().contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+
+
 class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
@@ -934,6 +1011,10 @@ class _Runner:
     def __call__(self, *inputs):
         outs = self.compiled(list(inputs))
         for k, want in self.checks:
+            if isinstance(want, torch.Tensor):  # values read with tolist(), str(): the same bytes
+                if not _same_bytes(outs[k], want):
+                    return _C.SIDE_EXIT
+                continue
             got = outs[k].item()
             if got != want and not (got != got and want != want):
                 return _C.SIDE_EXIT
@@ -958,7 +1039,8 @@ class _Runner:
         if kind == "in":
             return inputs[p[1]]
         if kind == "view":
-            return inputs[p[1]].as_strided(p[2], p[3], p[4])
+            view = inputs[p[1]].as_strided(p[2], p[3], p[4])
+            return view.detach() if view.requires_grad and len(p) > 5 and not p[5] else view
         if kind == "object":
             return _dynamic.rebuilt(p[1], [(path, cls._leaf(e, outs, inputs)) for path, e in p[2]])
         return p[1]
@@ -1408,6 +1490,8 @@ class _Tracer:
                         None)
         if trace.side_effects:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
+        elif any(isinstance(value, torch.Tensor) for _, value in checks):
+            failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
         elif numbered is not None:
             failed = [(dims, f"its result holds a {numbered} holding a number, which may be a size of the traced call")]
         elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) for p in out_plan[1]):

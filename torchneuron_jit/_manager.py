@@ -259,6 +259,8 @@ def _guard_words(spec):
             out.append(f"{name}: {inst[2]}")
         elif kind == "isweak":
             out.append(f"{name}: the same module")
+        elif kind == "same":
+            out.append(f"{name}: the same tensor as {spec.names[inst[2]]}")
         elif kind == "len":
             out.append(f"{name}: length {inst[2]}")
     if snapshots:

@@ -107,6 +107,8 @@ def explain(spec, args, index):
         return f"{name}: type {inst[2].__name__} → {type(value).__name__}"
     if kind == "is":
         return f"{name}: {short(inst[2])} → {short(value)}"
+    if kind == "same":
+        return f"{name}: the same tensor as {spec.names[inst[2]]} → another"
     if kind == "isweak":
         was = inst[2]()
         return f"{name}: {short(was) if was is not None else 'a module no longer alive'} → {short(value)}"

@@ -19,6 +19,8 @@
 **   ("cell", s)                    load the contents of cell slot s; fails when empty
 **   ("type", s, type)              Py_TYPE(slot s) is type, exactly
 **   ("is", s, obj)                 slot s is obj
+**   ("same", s, t)                 slot s is the object slot t loaded (the
+**                                  same tensor passed as two arguments)
 **   ("isweak", s, ref)             slot s is the object weak reference ref
 **                                  points to (a module: the set does not keep
 **                                  it alive, and is dead once it is gone)

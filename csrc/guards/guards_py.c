@@ -12,12 +12,13 @@
 
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL,                      /* loads */
-  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, /* checks */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, /* checks */
   G__COUNT
 };
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
+  "same",
 };
 
 /* A "sizes" program (guards.h): postfix over int64, one opcode per item,
@@ -205,7 +206,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op])
@@ -242,6 +243,8 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     if (g->gi_n < 0)
       return PyErr_Occurred() ? -1 : bad(i, "negative index or length");
     return 0;
+  case G_SAME:
+    return slot_arg(t, 2, prog, i, &g->gi_n);
   case G_ISWEAK:
     if (!PyWeakref_CheckRef(a))
       return bad(i, "isweak needs a weak reference");
@@ -565,6 +568,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_IS:
       r = v == g->gi_obj;
+      break;
+    case G_SAME:
+      r = v == slots[g->gi_n];
       break;
     case G_ISWEAK: {
       PyObject *o = PyWeakref_GET_OBJECT(g->gi_obj);

@@ -1,0 +1,157 @@
+"""jit and what a traced call's Python sees of tensors: values read
+without an ATen op (tolist(), str(), numpy()), tensors the code makes
+(torch.tensor(...)) or captures and returns, the autograd state of what it
+returns, and one tensor passed as two arguments. Each call is compared
+with eager's: values, identity, requires_grad."""
+import warnings
+
+import pytest
+import torch
+
+import torchneuron_jit
+
+pytestmark = pytest.mark.usefixtures("fresh_backend")
+
+
+def _calls(f, inputs, check=None):
+    """jit(f) and f on each input (a tuple of arguments, cloned for each
+    side): results compared; check(got, want) for more. Returns the jit
+    door's warnings."""
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, args in enumerate(inputs):
+            got = jf(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+            want = f(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+            torch.testing.assert_close(got, want, msg=lambda m: f"call {i}: {m}")
+            if check is not None:
+                check(got, want)
+    return [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+
+
+def _positives(x):
+    return torch.tensor([v * 2 for v in x.tolist() if v > 0])
+
+
+def _two_values(x):
+    a, b = x.tolist()
+    return x * a + b
+
+
+def _with_words(x):
+    # str() and repr() read a tensor without an ATen op (format() of a 0-dim tensor reads it with item())
+    return x * 2, str(x.max()), repr(x)
+
+
+@pytest.mark.parametrize("f", [_positives, _two_values])
+def test_values_read_with_tolist_are_checked_on_every_call(f):
+    # the values change on every other call; a variant whose read values differ takes a side exit
+    inputs = [(torch.tensor([1.0 + i, -1.0 if i % 2 else 2.0]),) for i in range(6)] * 2
+    _calls(f, inputs)
+
+
+def test_values_read_by_str_and_format_are_checked_on_every_call():
+    inputs = [(torch.tensor([1.0, 2.0 + i % 3]),) for i in range(6)]
+    jf = torchneuron_jit.jit(_with_words)
+    for i, (x,) in enumerate(inputs):
+        got, want = jf(x), _with_words(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:], f"call {i}: {got[1:]} != {want[1:]}"
+
+
+def test_values_that_repeat_run_the_compiled_variant():
+    x = torch.tensor([3.0, -1.0])
+    jf = torchneuron_jit.jit(_two_values)
+    for _ in range(4):
+        torch.testing.assert_close(jf(x), _two_values(x))
+    assert torchneuron_jit.stats()["traces"] == 1
+    assert [v["hits"] for v in torchneuron_jit.explain(jf).variants] == [3]
+
+
+def test_numpy_of_a_tensor_runs_eagerly_with_one_warning():
+    def f(x):
+        return torch.from_numpy(x.numpy() * 2) + x
+
+    words = _calls(f, [(torch.tensor([1.0 + i, 2.0]),) for i in range(4)])
+    assert len(words) == 1 and "reads a tensor's memory through numpy()" in words[0], words
+
+
+def test_a_tensor_literal_is_a_new_tensor_on_every_call():
+    def f(x):
+        t = torch.tensor([1.0, 2.0, 3.0])
+        t.add_(x)
+        return t
+
+    _calls(f, [(torch.ones(3) * i,) for i in range(4)])
+
+    def g(x):
+        return x * 2, torch.tensor([1.0, 2.0])
+
+    jg = torchneuron_jit.jit(g)
+    for _ in range(4):
+        _, lit = jg(torch.ones(1))
+        torch.testing.assert_close(lit, torch.tensor([1.0, 2.0]))
+        lit.add_(100)  # the caller owns it, as eager's
+
+
+G = torch.ones(2)
+
+
+def test_a_captured_tensor_returned_as_it_is_is_that_tensor():
+    def f(x):
+        return G, x + G
+
+    _calls(f, [(torch.ones(2),)] * 3, check=lambda got, want: got[0] is G or pytest.fail("not G itself"))
+
+
+def test_detach_of_an_argument_that_requires_grad_does_not_require_grad():
+    def f(x):
+        return x.detach(), x[1:]
+
+    def same_grad(got, want):
+        assert [t.requires_grad for t in got] == [t.requires_grad for t in want] == [False, True]
+
+    with torch.no_grad():
+        jf = torchneuron_jit.jit(f)
+        for _ in range(4):
+            x = torch.randn(3, requires_grad=True)
+            same_grad(jf(x), f(x))
+
+
+def test_grad_mode_turned_on_inside_the_function_keeps_autograd():
+    def f(x, w):
+        with torch.enable_grad():
+            return (x * w).sum()
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x, w = torch.randn(3), torch.randn(3, requires_grad=True)
+            got = jf(x, w)
+            assert got.requires_grad and got.grad_fn is not None
+            got.backward()
+            torch.testing.assert_close(w.grad, x)
+    words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert len(words) == 1 and "grad mode is on inside the traced code" in words[0], words
+
+
+def _writes_first(a, b):
+    a.add_(1)
+    return b * 2
+
+
+@pytest.mark.parametrize("order", [[True, False, True, False], [False, True, False, True]])
+def test_one_tensor_passed_twice_and_two_tensors_are_different_variants(order):
+    inputs = []
+    for aliased in order:
+        a = torch.zeros(3)
+        inputs.append((a, a) if aliased else (a, torch.zeros(3)))
+    jf = torchneuron_jit.jit(_writes_first)
+    for i, (a, b) in enumerate(inputs):
+        a2 = a.clone()
+        b2 = a2 if b is a else b.clone()
+        torch.testing.assert_close(jf(a, b), _writes_first(a2, b2), msg=lambda m: f"call {i}: {m}")
+        torch.testing.assert_close(a, a2)
+    text = str(torchneuron_jit.explain(jf))
+    assert "args[1]: the same tensor as args[0]" in text or "b: the same tensor as a" in text, text
