@@ -106,10 +106,11 @@ def miss(jf, words):
     s.events.append((calls, "miss", words))
     limit = config.storm_misses
     if limit > 0 and len(s.distinct[key]) >= limit and key not in s.warned:
-        s.warned.add(key)
         text = storm_words(jf, s, key)
+        s.warned.add(key)
         s.decisions.append((calls, text))
-        _log.warn_once(text, stacklevel=4)
+        if not text.endswith(_WHILE_BUILDING):  # those the next trace makes dynamic: explain() tells, no warning
+            _log.warn_once(text, stacklevel=4)
 
 
 def _note_change(s, key, change):
@@ -123,8 +124,13 @@ def _note_change(s, key, change):
         seen.add(change)
 
 
+# a dimension or number that changed while a variant was built: no storm, nothing for the user to do
+_WHILE_BUILDING = "its next trace makes it dynamic (calls ran eagerly while a variant was being built)"
+
+
 def storm_words(jf, s, key):
-    """The warning for guard key that keeps failing: what changes, and what to do."""
+    """The words for guard key that keeps failing: what changes, and what
+    to do (a warning, unless they end in _WHILE_BUILDING)."""
     n = s.misses[key]
     span = max(1, jf.calls - s.first_miss[key] + 1)
     often = "on every call" if n >= 0.8 * span else f"{n} times in {span} calls"
@@ -153,7 +159,7 @@ def storm_words(jf, s, key):
             last = next((w for _, k, w in reversed(s.events) if k == "failed"), "")
             what = f"its traces run eagerly ({last}), so every {each} is a variant of its own"
         elif took >= config.dynamic_after:  # the misses came while a variant was built
-            what = "its next trace makes it dynamic (calls ran eagerly while a variant was being built)"
+            what = _WHILE_BUILDING
         else:
             what = f"every {each} is a variant of its own so far"
         return f"{s.where}: {name}{'' if dim is None else f' dim {dim}'} took {took} values in {jf.calls} calls; {what}"

@@ -923,10 +923,11 @@ def test_a_record_is_not_loaded_while_another_function_builds():
     assert torchneuron_jit.stats()["traces_loaded"] == loaded + 1
 
 
-def test_storm_words_while_a_build_runs_say_the_next_trace_makes_it_dynamic(background):
+def test_sizes_that_change_while_a_build_runs_warn_nothing_and_explain_says_what_happens_next(background):
     """Lengths that change while the first variant is built run eagerly
-    and count as misses: the words say what happens next, not that every
-    size is a variant."""
+    and count as misses, but no storm: the next trace makes the dimension
+    dynamic, and an ordinary variable-length loop must not warn (it did
+    for 19 of 29 Hugging Face models). explain() says what happens next."""
     w, heads = torch.randn(32, 32), make_heads()
     f = torchneuron_jit.jit(heads)
     with warnings.catch_warnings(record=True) as caught:
@@ -934,9 +935,11 @@ def test_storm_words_while_a_build_runs_say_the_next_trace_makes_it_dynamic(back
         for s in [5, 6, 7, 8, 9, 10]:
             x = torch.randn(2, s, 32)
             torch.testing.assert_close(f(x, w), heads(x, w))
-    words = [str(m.message) for m in caught if "took" in str(m.message)]
-    assert len(words) == 1 and "x dim 1 took" in words[0], words
-    assert "its next trace makes it dynamic (calls ran eagerly while a variant was being built)" in words[0], words
+    words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert words == [], words
+    text = str(torchneuron_jit.explain(f))
+    assert "x dim 1 took" in text and \
+        "its next trace makes it dynamic (calls ran eagerly while a variant was being built)" in text, text
 
 
 def test_sizes_of_calls_made_while_building_count(background):
