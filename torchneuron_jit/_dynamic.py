@@ -295,9 +295,22 @@ def _constant_pad_nd(x, pad, value=0.0):
     return x if padded else x.clone()  # a new tensor, as PyTorch's
 
 
+def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
+    """baddbmm for a symbolic trace: beta * x + alpha * bmm(batch1, batch2),
+    x broadcast by the addition (PyTorch's meta function expands x with
+    concrete sizes only: Bloom's ALiBi scores failed every symbolic trace);
+    beta 0 ignores x, as PyTorch's does."""
+    out = torch.bmm(batch1, batch2)
+    if alpha != 1:
+        out = out * alpha
+    if beta == 0:
+        return out
+    return out + (x if beta == 1 else x * beta)
+
+
 # Decompositions a symbolic trace adds to the back end's: ops whose own
 # implementation makes a symbolic size a constant.
-_SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd}
+_SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd, torch.ops.aten.baddbmm.default: _baddbmm}
 
 
 def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositions=None):

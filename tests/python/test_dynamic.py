@@ -79,6 +79,25 @@ def test_a_padded_tensor_of_any_batch_is_one_variant():
     assert traces() - before == 2 and _jit.entries(f) == 2
 
 
+@pytest.mark.parametrize("beta,alpha", [(1.0, 0.125), (0.0, 1.0), (-2.0, 3.0)])
+def test_baddbmm_with_a_broadcast_input_is_one_variant_for_every_length(beta, alpha):
+    """baddbmm (transformers' Bloom adds its ALiBi bias with it): PyTorch's
+    meta function expands the input with concrete sizes, which failed
+    every symbolic trace (a variant per length); the symbolic trace
+    decomposes it (beta 0 ignores the input, NaN too)."""
+    def scores(bias, q, k):
+        return torch.baddbmm(bias, q, k.transpose(1, 2), beta=beta, alpha=alpha).softmax(-1)
+
+    f = torchneuron_jit.jit(scores)
+    before = traces()
+    for s in [5, 6, 9, 7, 12]:
+        bias = torch.randn(6, 1, s)
+        bias[0, 0, 0] = float("nan") if beta == 0 else bias[0, 0, 0]
+        q, k = torch.randn(6, s, 4), torch.randn(6, s, 4)
+        torch.testing.assert_close(f(bias, q, k), scores(bias, q, k))
+    assert traces() - before == 2 and _jit.entries(f) == 2
+
+
 def test_without_dynamic_sizes_every_length_traces():
     """The mechanism the test above covers: with it off, a trace per size."""
     w, heads = torch.randn(32, 32), make_heads()
