@@ -200,7 +200,8 @@ class _Trace:
             except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
                 self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
                                      f"({type(exc).__name__}: {exc})")
-        if event in ("c_call", "call"):
+        if (event == "call" and frame.f_code in _VALUE_READERS) or \
+                (event == "c_call" and type(getattr(arg, "__self__", None)) in _TENSOR_TYPES):
             self.note_value_read(frame, event, arg)
         if event == "c_call":
             what = "print" if arg is _PRINT else _outside_source(arg)
@@ -232,14 +233,12 @@ class _Trace:
         memory, whose reads and writes no graph replays: the variant runs
         eagerly."""
         if event == "c_call":
-            t, name = getattr(arg, "__self__", None), getattr(arg, "__name__", None)
-            if not isinstance(t, torch.Tensor) or name not in ("tolist", "numpy"):
+            t, name = arg.__self__, getattr(arg, "__name__", None)
+            if name not in ("tolist", "numpy"):
                 return
             caller = frame
         else:
-            name = _VALUE_READERS.get(frame.f_code)
-            if name is None:
-                return
+            name = _VALUE_READERS[frame.f_code]
             t, caller = frame.f_locals.get("self"), frame.f_back
         if not isinstance(t, torch.Tensor) or isinstance(t, torch._subclasses.FakeTensor):
             return
