@@ -1663,7 +1663,7 @@ class _Tracer:
         The recompilation manager counts the miss by it."""
         try:
             if any(index < 0 for _, index in fails):
-                words = "a value read from a tensor (item(), bool()) differs from every traced variant's"
+                words = "a value read from a tensor (item(), bool(), tolist(), str()) differs from every traced variant's"
             else:
                 spec, index = max(fails, key=lambda f: (f[1], -tensor_distance(f[0], args, f[1])))
                 words = explain(spec, args, index)
@@ -1671,7 +1671,7 @@ class _Tracer:
             return f"a guard failed ({type(exc).__name__}: {exc})"
         if jf is not None:
             try:
-                _manager.miss(jf, words)
+                _manager.miss(jf, words, building=_builds.busy())
             except Exception as exc:  # ours: the call goes on, uncounted
                 _log.warn_once(f"counting a miss of {_where(fn)} failed ({type(exc).__name__}: {exc})")
         return words

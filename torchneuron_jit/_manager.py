@@ -90,9 +90,11 @@ def _subject(words):
     return head
 
 
-def miss(jf, words):
+def miss(jf, words, building=False):
     """Counts a miss of jf, for the reason words (the nearest entry's first
-    failing guard); warns once per guard that causes storm_misses of them."""
+    failing guard); warns once per guard that causes storm_misses of them,
+    unless its dimension is dynamic, or is about to be, while a variant is
+    built (building: the miss's call runs eagerly meanwhile)."""
     s = site(jf)
     calls = jf.calls
     key = _subject(words)
@@ -109,7 +111,9 @@ def miss(jf, words):
         text = storm_words(jf, s, key)
         s.warned.add(key)
         s.decisions.append((calls, text))
-        if not text.endswith(_WHILE_BUILDING):  # those the next trace makes dynamic: explain() tells, no warning
+        # no storm where the next trace makes a dimension dynamic, or the build of its dynamic variant runs:
+        # explain() tells, and a plain variable-length loop warns nothing
+        if not (text.endswith(_WHILE_BUILDING) or (building and text.endswith(_DYNAMIC_NOW))):
             _log.warn_once(text, stacklevel=4)
 
 
@@ -126,6 +130,7 @@ def _note_change(s, key, change):
 
 # a dimension or number that changed while a variant was built: no storm, nothing for the user to do
 _WHILE_BUILDING = "its next trace makes it dynamic (calls ran eagerly while a variant was being built)"
+_DYNAMIC_NOW = "it is dynamic now"
 
 
 def storm_words(jf, s, key):
@@ -150,7 +155,7 @@ def storm_words(jf, s, key):
         if config.dynamic_after <= 0:
             what = "it stays static (config.dynamic_after = 0); set dynamic_after to make it dynamic"
         elif (name, dim) in s.dynamic:
-            what = "it is dynamic now"
+            what = _DYNAMIC_NOW
         elif why:
             what = f"it stays static because {why}; " + (
                 "pad it to a few sizes, or remove what keeps it static" if dim is not None else

@@ -283,3 +283,23 @@ def test_explain_of_a_torch_compile_function_says_which_graphs_run_eagerly_and_w
     assert "x: float32 (3, 4) requires_grad" in e.variants[1]["guards"], str(e)
     with pytest.raises(TypeError, match="not a jitted function"):
         torchneuron_jit.explain(torch.compile)
+
+
+@pytest.mark.parametrize("building", [True, False])
+def test_misses_of_a_dynamic_dimension_while_its_variant_is_built_warn_nothing(building):
+    """Calls that miss while the dynamic variant of their dimension is
+    built run eagerly meanwhile: no storm (HF BERT's serving loop warned
+    "x dim 1 took 32 values; it is dynamic now" mid-build). The same misses
+    with no build in flight still warn."""
+    from torchneuron_jit import _manager
+
+    jf = _jit._jit_function_of(torchneuron_jit.jit(lambda x: x + 1))
+    jf(torch.randn(2, 3))
+    _manager.site(jf).dynamic.add(("x", 1))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for n in range(4, 9):
+            _manager.miss(jf, f"x: size[1] 3 → {n}", building=building)
+    words = storm_warnings(w)
+    assert len(words) == (0 if building else 1), words
+    assert "x dim 1 took" in str(torchneuron_jit.explain(jf)) and "it is dynamic now" in str(torchneuron_jit.explain(jf))
