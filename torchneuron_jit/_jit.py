@@ -254,7 +254,10 @@ class _Trace:
 
     def remember(self, words, value):
         """Notes value (reached by words) and its state now, once per object,
-        when it is something a call can change in place."""
+        when it is something a call can change in place (a tensor: its
+        Python attributes, x.tag = ..., which no graph sets)."""
+        if type(value) in _TENSOR_TYPES:
+            words, value = f"{words}'s attributes", value.__dict__
         if id(value) in self.before_seen or not _mutable(value):
             return
         self.before_seen.add(id(value))

@@ -155,3 +155,19 @@ def test_one_tensor_passed_twice_and_two_tensors_are_different_variants(order):
         torch.testing.assert_close(a, a2)
     text = str(torchneuron_jit.explain(jf))
     assert "args[1]: the same tensor as args[0]" in text or "b: the same tensor as a" in text, text
+
+
+def test_an_attribute_set_on_an_argument_tensor_runs_eagerly_with_a_warning():
+    def f(x):
+        x.seen = x.shape[0]  # Python state on the tensor, which no compiled call would set
+        return x + 1
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(4):
+            x = torch.randn(3)
+            torch.testing.assert_close(jf(x), x + 1)
+            assert x.seen == 3, f"call {n}"
+    words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert len(words) == 1 and "argument x's attributes['seen'] (set)" in words[0], words
