@@ -151,9 +151,10 @@ class Symbolic:
     runner takes them (a library may read no value of a fake tensor, e.g.
     transformers' masks: then there are none)."""
 
-    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims):
+    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=()):
         self.fgm, self.slots, self.examples, self.checks = fgm, slots, examples, checks
         self.writebacks, self.guards, self.dims = writebacks, guards, dims
+        self.numbers = list(numbers)  # (result leaf, path, graph output) of sizes the result's objects hold
 
 
 class _Scalars(TorchDispatchMode):
@@ -204,7 +205,8 @@ def _held(obj):
     seen = set()
 
     def walk(v, path):
-        if isinstance(v, torch.Tensor) or v is None or isinstance(v, (str, bytes, int, float, type)):
+        if isinstance(v, torch.Tensor) or v is None or \
+                isinstance(v, (str, bytes, int, float, type, torch.SymInt, torch.SymFloat, torch.SymBool)):
             yield path, v
             return
         if len(path) >= _HELD_DEPTH or id(v) in seen:
@@ -231,10 +233,17 @@ def held_tensors(obj):
     return [(path, v) for path, v in _held(obj) if isinstance(v, torch.Tensor)]
 
 
-def holds_numbers(obj):
-    """Whether obj holds an int or a float (not a bool) where held_tensors
-    looks: a value that may be a size of the traced call."""
-    return any(isinstance(v, (int, float)) and not isinstance(v, bool) for _, v in _held(obj))
+def _result_numbers(result):
+    """[(pytree leaf index, path, value)] of the numbers (ints, floats and
+    their symbolic forms, not bools) that result's leaves hold inside
+    objects, where held_tensors looks."""
+    out = []
+    for k, leaf in enumerate(pytree.tree_leaves(result)):
+        if isinstance(leaf, torch.Tensor):
+            continue
+        out.extend((k, path, v) for path, v in _held(leaf) if not isinstance(v, (bool, torch.SymBool)) and
+                   isinstance(v, (int, float, torch.SymInt, torch.SymFloat)))
+    return out
 
 
 def rebuilt(template, items):
@@ -400,9 +409,18 @@ def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositi
         if len(leaves_out) != outputs:
             raise Static(f"the symbolic trace's result holds {len(leaves_out)} tensors, the real one's {outputs}")
         checks.extend((len(leaves_out) + k, v) for k, v in enumerate(scalars[:len(reads.sources)]))
-        return tuple(leaves_out) + tuple(reads.sources)
+        # sizes an object of the result holds (a sliding-window cache's length): outputs after the value reads
+        sizes = []
+        for leaf, path, v in _result_numbers(result):
+            if isinstance(v, (torch.SymFloat, torch.SymBool)):
+                raise Static(f"its result holds a {type(v).__name__} of the symbolic sizes, which no graph returns")
+            if isinstance(v, torch.SymInt):
+                numbers.append((leaf, path, len(leaves_out) + len(reads.sources) + len(sizes)))
+                sizes.append(v)
+        return tuple(leaves_out) + tuple(reads.sources) + tuple(sizes)
 
     checks = []  # (graph output, the value read there): none when the code read none of fake tensors
+    numbers = []  # (result leaf, path, graph output) of the sizes its objects hold
 
     try:
         with mode:
@@ -459,7 +477,7 @@ def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositi
                          "which no guard program checks (a guard program is integer arithmetic)")
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
-                    {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()})
+                    {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers)
 
 
 # -- guards on sizes ---------------------------------------------------------------

@@ -1075,6 +1075,22 @@ def _eager_entry(trace, spec, reason):
     return (spec, (), None)
 
 
+def _with_numbers(out_plan, numbers):
+    """out_plan with the numbers a symbolic graph returns ([(result leaf,
+    path, graph output)]: sizes an object of the result holds, a
+    transformers sliding-window cache's length) put in their objects' items,
+    in place of the traced call's values its template holds."""
+    if not numbers:
+        return out_plan
+    treespec, plan = out_plan
+    plan = list(plan)
+    for leaf, path, k in numbers:
+        kind, template, items = plan[leaf]
+        assert kind == "object"
+        plan[leaf] = (kind, template, list(items) + [(path, ("out", k))])
+    return treespec, plan
+
+
 class _Build:
     """The compile of a prepared trace (_Tracer._prepare): its symbolic
     trace where sizes keep changing, the functional graph, the back end's
@@ -1128,6 +1144,7 @@ class _Build:
             with torch.no_grad():
                 compiled = backend.compile_inference(sym.fgm, sym.examples)
             _C.stat_add("dynamic_traces")
+            out_plan = _with_numbers(out_plan, sym.numbers)
             runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan)
             return (spec, tuple(slots), runner), lambda: tracer._store(
                 trace, sym.fgm, slots, sym.checks, sym.writebacks, out_plan, compiled, spec)
@@ -1488,14 +1505,10 @@ class _Tracer:
             dims = {slot: ds for slot, ds in dims.items() if not (None in ds and (names[slot], None) in site.static)}
         if not dims:
             return None
-        numbered = next((type(p[1]).__name__ for p in out_plan[1] if p[0] == "object" and _dynamic.holds_numbers(p[1])),
-                        None)
         if trace.side_effects:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
         elif any(isinstance(value, torch.Tensor) for _, value in checks):
             failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
-        elif numbered is not None:
-            failed = [(dims, f"its result holds a {numbered} holding a number, which may be a size of the traced call")]
         elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) for p in out_plan[1]):
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
         else:

@@ -292,23 +292,36 @@ def test_an_object_holding_tensors_is_returned_with_each_calls_tensors():
     assert torchneuron_jit.stats()["dynamic_traces"] > dynamic and _jit.entries(f) <= 3
 
 
-def test_an_object_holding_a_number_keeps_its_sizes_static():
-    """A number in the object may be a size of the traced call: a variant
-    returning one stays static (a trace per size) rather than return it."""
+def test_an_object_holding_a_size_gets_each_calls_size_from_the_dynamic_variant():
+    """A number in the object that is a size of the call (transformers'
+    sliding-window cache holds its length: Mistral stayed static, a trace
+    per length) is an output of the symbolic graph; a constant stays the
+    traced call's, and a float of the sizes keeps the variant static."""
     def f(x):
         cache = _Cache()
         cache.layers.append(_Layer(x * 2, x.sum()))
-        cache.length = x.shape[0]
+        cache.length, cache.window = x.shape[0] + 1, 16
         return cache
 
-    g = torchneuron_jit.jit(f)
-    dynamic = torchneuron_jit.stats()["dynamic_traces"]
-    for n in (3, 4, 5, 6):
-        x = torch.randn(n)
-        got = g(x)
-        torch.testing.assert_close(got.layers[0].keys, x * 2)
-        assert got.length == n
-    assert torchneuron_jit.stats()["dynamic_traces"] == dynamic
+    def g(x):
+        cache = f(x)
+        cache.ratio = x.shape[0] / 16
+        return cache
+
+    for fn, dynamic_ones in ((f, 1), (g, 0)):
+        jf = torchneuron_jit.jit(fn)
+        dynamic = torchneuron_jit.stats()["dynamic_traces"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n in (3, 4, 5, 6, 9):
+                x = torch.randn(n)
+                got, want = jf(x), fn(x)
+                torch.testing.assert_close(got.layers[0].keys, want.layers[0].keys)
+                assert (got.length, got.window, getattr(got, "ratio", None)) == \
+                    (want.length, want.window, getattr(want, "ratio", None)) and type(got.length) is int
+        assert torchneuron_jit.stats()["dynamic_traces"] - dynamic == dynamic_ones, fn.__name__
+        words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+        assert words == ([] if dynamic_ones else [next(w for w in words if "holds a SymFloat" in w)]), words
 
 
 def test_hf_decoder_returns_its_cache_and_one_variant_serves_every_size():
