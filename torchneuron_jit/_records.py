@@ -49,9 +49,11 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from . import _C, cache
 from ._spec import Spec, entry_name, explain
 
-FORMAT = 4  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 5  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
-#            4: keys leave out the values of int and float arguments (a dynamic variant serves every value)
+#            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
+#            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
+#               of 4 returned a shared literal, or took two arguments for one
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
