@@ -164,6 +164,7 @@ class _Trace:
         self.tensor_slot = {}   # id(tensor) -> slot that loads it
         self.tensors = []       # keeps them alive (ids stay unique)
         self.problems = []
+        self.unguardable = None  # (problem, slot, type) of the first argument value jit cannot guard
         self.state = _records.read_state()  # name -> value, each guarded
         self.recorder = _Recorder()
         self.modules_seen = set()  # ids of the modules guard_module has guarded
@@ -357,6 +358,8 @@ class _Trace:
             spec.add(("type", slot, t), name)
             self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
                                  "lists, tuples and dicts of them, and modules")
+            if self.unguardable is None:
+                self.unguardable = (self.problems[-1], slot, t)
 
     def guard_module(self, module, name, slot):
         """Guards module (loaded at slot) and its submodules: their dicts as
@@ -1060,6 +1063,22 @@ def _copy_containers(v, depth=0):
     return t(_copy_containers(x, depth + 1) for x in v)
 
 
+def _path_spec(spec, slot, t):
+    """A guard program of the loads of spec that lead to slot (an
+    argument, an item or key of one, ...) and a check that it holds a t."""
+    chain = [slot]
+    while spec[chain[-1]][0] not in ("arg", "const"):
+        chain.append(spec[chain[-1]][1])
+    out, moved = Spec(), {}
+    for s in reversed(chain):
+        inst = spec[s]
+        if inst[0] not in ("arg", "const"):
+            inst = (inst[0], moved[inst[1]], *inst[2:])
+        moved[s] = out.add(inst, spec.names[s], spec.paths.get(s))
+    out.add(("type", moved[slot], t), spec.names[slot])
+    return out
+
+
 def _jf_of(trace):
     """The JitFunction whose call trace is, or None."""
     return trace.jf() if trace.jf is not None else None
@@ -1436,7 +1455,11 @@ class _Tracer:
         for (filename, line), what in trace.side_effects.items():
             _warn_skipped_call(trace.fn, filename, line, what)
         spec = trace.spec
-        if trace.writes and trace.problems[0] is trace.writes[0]:
+        if trace.unguardable is not None and trace.problems[0] is trace.unguardable[0]:
+            # its eager entry takes every call with a value of that type there, whatever the other arguments
+            # (a generation loop's DynamicCache: its lengths would be a trace, a miss and a backoff per step)
+            spec = _path_spec(trace.spec, *trace.unguardable[1:])
+        elif trace.writes and trace.problems[0] is trace.writes[0]:
             # its eager entry takes every call with these argument types: a guard on the state it
             # writes would miss on the next call, and trace again, on every call
             spec = Spec()

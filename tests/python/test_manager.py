@@ -303,3 +303,34 @@ def test_misses_of_a_dynamic_dimension_while_its_variant_is_built_warn_nothing(b
     words = storm_warnings(w)
     assert len(words) == (0 if building else 1), words
     assert "x dim 1 took" in str(torchneuron_jit.explain(jf)) and "it is dynamic now" in str(torchneuron_jit.explain(jf))
+
+
+class _Opaque:
+    """An argument jit cannot guard (like transformers' DynamicCache)."""
+
+    def __init__(self, t):
+        self.t = t
+
+
+def test_an_argument_jit_cannot_guard_is_one_trace_and_one_warning_whatever_the_sizes():
+    """A generation loop passes a DynamicCache whose lengths grow: its
+    eager entry takes every call with such a value there, so the loop
+    makes one trace and one warning (it traced every step, warned of a
+    storm and ran eagerly for good after 4); calls without it compile."""
+    def f(x, state=None):
+        return x * 2 + (state.t.sum() if state is not None else 0)
+
+    jf = torchneuron_jit.jit(f)
+    before = torchneuron_jit.stats()["traces"]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for n in range(2, 10):
+            x, state = torch.randn(n), _Opaque(torch.randn(n, n))
+            torch.testing.assert_close(jf(x, state=state), f(x, state=state))
+        for n in (3, 3, 3):
+            x = torch.randn(n)
+            torch.testing.assert_close(jf(x), f(x))
+    words = [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
+    assert len(words) == 1 and "state is a _Opaque" in words[0], words
+    assert torchneuron_jit.stats()["traces"] - before == 2, str(torchneuron_jit.explain(jf))
+    assert sorted(v["kind"] for v in torchneuron_jit.explain(jf).variants) == ["compiled", "eager"]
