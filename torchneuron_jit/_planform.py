@@ -128,7 +128,7 @@ def load(form, eager):
         raise ValueError(f"a stored plan of another format ({got!r})")
     backend.set_threads()
     consts = tuple(_value(c) for c in form["consts"])
-    plan = _C.Plan.from_bytes(base64.b64decode(form["plan"]), consts, eager, backend._warn_once)
+    plan = _C.Plan.from_bytes(base64.b64decode(form["plan"]), consts, backend.eager_callable(eager), backend._warn_once)
     _C.stat_add("plans_loaded")
     backend.count_fallbacks(form["report"])
     return plan

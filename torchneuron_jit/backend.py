@@ -523,9 +523,18 @@ def plan_of(gm, eager):
                           names))
         slot[node] = nslots
         nslots += 1
-    plan = _C.Plan(ninputs, tuple(consts), steps, outputs, eager, _warn_once, gm, bare)
+    plan = _C.Plan(ninputs, tuple(consts), steps, outputs, eager_callable(eager), _warn_once, gm, bare)
     plan.form = {"consts": described}  # what each constant is, for _planform.encode
     return plan
+
+
+def eager_callable(eager):
+    """What a plan calls to run graph eager eagerly (when a step fails, or
+    the graph runs eagerly for good): a graph module's forward itself, as
+    the user's own code would raise (through the module's __call__, torch.fx
+    prints its generated code to stderr for an exception the user's code
+    raises in it, a ZeroDivisionError of an int argument)."""
+    return eager.forward if isinstance(eager, torch.fx.GraphModule) else eager
 
 
 def _warn_once(message):

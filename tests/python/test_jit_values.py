@@ -171,3 +171,21 @@ def test_an_attribute_set_on_an_argument_tensor_runs_eagerly_with_a_warning():
             assert x.seen == 3, f"call {n}"
     words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
     assert len(words) == 1 and "argument x's attributes['seen'] (set)" in words[0], words
+
+
+def test_an_exception_of_the_users_code_in_a_compiled_variant_prints_nothing(capfd):
+    """Python's own error inside a compiled variant (an int argument that
+    became a symbol, divided by): eager's exception, and nothing on stderr
+    (torch.fx printed its generated code there when the graph's eager
+    original ran as a module)."""
+    def f(x, n):
+        return x * (1 / n)
+
+    jf = torchneuron_jit.jit(f)
+    for n in (1, 2, 3, 4):
+        torch.testing.assert_close(jf(torch.ones(2), n), f(torch.ones(2), n))
+    capfd.readouterr()
+    with pytest.raises(ZeroDivisionError):
+        jf(torch.ones(2), 0)
+    assert "FX-traced" not in capfd.readouterr().err
+    torch.testing.assert_close(jf(torch.ones(2), 5), f(torch.ones(2), 5))
