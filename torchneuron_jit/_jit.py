@@ -36,6 +36,7 @@ that runs eagerly, with one warning naming the reason.
 """
 import atexit
 import contextlib
+import copy
 import dis
 import enum
 import functools
@@ -915,6 +916,9 @@ def _graph_of(trace, result):
         if base is not None:
             # requires_grad as traced: a view that detach() made of an input that requires grad does not
             return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))
+        if t.requires_grad:  # made to require grad in the call (torch.ones(3, requires_grad=True)): no graph does
+            raise _NotCompilable("its result requires grad (a tensor the call made to require it; training goes "
+                                 "through torch.compile for now)")
         outputs.append(env[id(t)])
         return ("out", len(outputs) - 1)
 
@@ -924,7 +928,12 @@ def _graph_of(trace, result):
             continue
         held = _dynamic.held_tensors(leaf)
         if not held:
-            plan.append(("const", leaf))
+            # the traced call's own value is the caller's: a mutable one is copied as it is now
+            try:
+                plan.append(("const", copy.deepcopy(leaf) if _mutable(leaf) else leaf))
+            except Exception as exc:
+                raise _NotCompilable(f"the result holds a {type(leaf).__name__} that cannot be copied for each call "
+                                     f"({type(exc).__name__}: {exc})") from None
             continue
         # an object holding tensors (a DynamicCache): each call returns a copy with its own; the template
         # keeps none of the traced call's
@@ -1014,20 +1023,25 @@ class _Runner:
         return _C.ItemRunner(self.compiled.call, self.single, self)
 
     def __call__(self, *inputs):
-        outs = self.compiled(list(inputs))
-        for k, want in self.checks:
-            if isinstance(want, torch.Tensor):  # values read with tolist(), str(): the same bytes
-                if not _same_bytes(outs[k], want):
-                    return _C.SIDE_EXIT
-                continue
-            got = outs[k].item()
-            if got != want and not (got != got and want != want):
-                return _C.SIDE_EXIT
+        # a side exit runs the call again: the numbers the graph drew (torch.rand) are drawn again, as eager's
+        rng = torch.get_rng_state() if self.checks else None
         if self.writebacks:
             # inputs that share memory (views of one another): eager's order of reads and writes matters
             storages = [x.untyped_storage().data_ptr() for x in inputs]
             if len(set(storages)) != len(storages):
                 return _C.SIDE_EXIT
+        outs = self.compiled(list(inputs))
+        for k, want in self.checks:
+            if isinstance(want, torch.Tensor):  # values read with tolist(), str(): the same bytes
+                if not _same_bytes(outs[k], want):
+                    torch.set_rng_state(rng)
+                    return _C.SIDE_EXIT
+                continue
+            got = outs[k].item()
+            if got != want and not (got != got and want != want):
+                torch.set_rng_state(rng)
+                return _C.SIDE_EXIT
+        if self.writebacks:
             with torch.no_grad():
                 for i, k in self.writebacks:
                     inputs[i].copy_(outs[k])
@@ -1045,10 +1059,13 @@ class _Runner:
             return inputs[p[1]]
         if kind == "view":
             view = inputs[p[1]].as_strided(p[2], p[3], p[4])
-            return view.detach() if view.requires_grad and len(p) > 5 and not p[5] else view
+            if len(p) > 5 and view.requires_grad != p[5]:  # x.detach(), or x.detach().requires_grad_()
+                view = view.detach().requires_grad_(p[5])
+            return view
         if kind == "object":
             return _dynamic.rebuilt(p[1], [(path, cls._leaf(e, outs, inputs)) for path, e in p[2]])
-        return p[1]
+        # a value the traced call returned: a mutable one (a set) is the caller's to change, as each eager call's is
+        return copy.deepcopy(p[1]) if _mutable(p[1]) else p[1]
 
 
 # -- the tracer the frame hook calls ----------------------------------------------

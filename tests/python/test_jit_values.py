@@ -189,3 +189,44 @@ def test_an_exception_of_the_users_code_in_a_compiled_variant_prints_nothing(cap
         jf(torch.ones(2), 0)
     assert "FX-traced" not in capfd.readouterr().err
     torch.testing.assert_close(jf(torch.ones(2), 5), f(torch.ones(2), 5))
+
+
+def test_a_draw_before_a_value_check_that_fails_is_drawn_again_as_eager_draws_it():
+    """A variant whose value check fails takes a side exit and the call
+    runs again: the numbers its graph drew are drawn again from the same
+    state, as eager's call draws them."""
+    def f(x):
+        r = torch.rand(3)
+        return x * 2 if r[0].item() > 0.5 else x - r
+
+    jf = torchneuron_jit.jit(f)
+    for seed in range(8):
+        torch.manual_seed(seed)
+        want = f(torch.ones(3))
+        after = torch.rand(2)
+        torch.manual_seed(seed)
+        torch.testing.assert_close(jf(torch.ones(3)), want, msg=lambda m: f"seed {seed}: {m}")
+        torch.testing.assert_close(torch.rand(2), after)  # the generator where eager's call left it
+
+
+@pytest.mark.parametrize("make", [lambda x: torch.ones(3, requires_grad=True), lambda x: (x * 2).requires_grad_(),
+                                  lambda x: x.detach().requires_grad_()])
+def test_a_result_the_call_made_require_grad_requires_grad(make):
+    jf = torchneuron_jit.jit(make)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert jf(torch.ones(3)).requires_grad
+    assert len([m for m in caught if "torchneuron_jit" in str(m.message)]) <= 1
+
+
+def test_a_mutable_value_in_the_result_is_the_callers_own():
+    def f(x):
+        return x * 2, {"k": {1, 2}}, bytearray(b"ab")
+
+    jf = torchneuron_jit.jit(f)
+    for i in range(4):
+        got = jf(torch.ones(1))
+        assert got[1:] == ({"k": {1, 2}}, bytearray(b"ab")), f"call {i}: {got[1:]}"
+        got[1]["k"].add(10 + i)  # the caller changes its result, as it may change eager's
+        got[2].append(1)
