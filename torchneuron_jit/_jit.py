@@ -131,6 +131,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.ops = []
         self.problem = None
+        self.inference = torch.is_inference_mode_enabled()  # as the call began
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -141,6 +142,9 @@ class _Recorder(TorchDispatchMode):
                 (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) and \
                 not _known_shape(func, args, kwargs):
             self.problem = f"{func} has a data-dependent result"
+        if self.problem is None and torch.is_inference_mode_enabled() != self.inference:
+            # eager's tensors made inside are inference tensors (or not): a compiled call's are as the call began
+            self.problem = "torch.inference_mode is switched inside the traced code"
         if self.problem is None and torch.is_grad_enabled() and _needs_grad(args):
             # the graph is an inference graph: with grad mode on inside the call (torch.enable_grad()) eager's
             # result has an autograd history a compiled call would not make
@@ -259,7 +263,15 @@ class _Trace:
         when it is something a call can change in place (a tensor: its
         Python attributes, x.tag = ..., which no graph sets)."""
         if type(value) in _TENSOR_TYPES:
+            if ("data", id(value)) not in self.before_seen:  # x.data = y, x.set_(...): no graph rebinds an argument
+                self.before_seen.add(("data", id(value)))
+                describe = functools.partial(_tensor_binding, value)
+                self.before.append((f"{words}'s data (x.data = ...)", describe, describe()))
             words, value = f"{words}'s attributes", value.__dict__
+        elif type(value) in (list, tuple, dict):  # the tensors it holds, as above
+            for k, item in (value.items() if type(value) is dict else enumerate(value)):
+                if type(item) in _TENSOR_TYPES:
+                    self.remember(f"{words}[{k!r}]", item)
         if id(value) in self.before_seen or not _mutable(value):
             return
         self.before_seen.add(id(value))
@@ -324,6 +336,9 @@ class _Trace:
             if not value.is_cpu or value.layout != torch.strided or value.is_quantized:
                 self.problems.append(f"{name} is a {value.device} {value.layout} tensor; only dense CPU tensors "
                                      "are compiled")
+            if value.__dict__:  # x.scale = ... set by the caller, which the code may read
+                self.problems.append(f"{name} has Python attributes ({', '.join(map(str, value.__dict__))}), "
+                                     "which jit does not guard")
             spec.add(("type", slot, t), name)
             spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
                       bool(value.requires_grad)), name)
@@ -618,6 +633,11 @@ def _closure_cells(fn):
 
 def _library_class(cls):
     return _records.library_code(_defined_in(cls))
+
+
+def _tensor_binding(t):
+    """What tensor t is bound to, as _state_of describes values: its memory, sizes, strides, offset and dtype."""
+    return ("v", tuple, (t.untyped_storage().data_ptr(), tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype))
 
 
 def _mutable(value):
@@ -916,6 +936,9 @@ def _graph_of(trace, result):
         if base is not None:
             # requires_grad as traced: a view that detach() made of an input that requires grad does not
             return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))
+        if t.__dict__:  # r.tag = ...: Python attributes the call set on a tensor it returns
+            raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(map(str, t.__dict__))}) "
+                                 "that a compiled call would not set")
         if t.requires_grad:  # made to require grad in the call (torch.ones(3, requires_grad=True)): no graph does
             raise _NotCompilable("its result requires grad (a tensor the call made to require it; training goes "
                                  "through torch.compile for now)")

@@ -230,3 +230,59 @@ def test_a_mutable_value_in_the_result_is_the_callers_own():
         assert got[1:] == ({"k": {1, 2}}, bytearray(b"ab")), f"call {i}: {got[1:]}"
         got[1]["k"].add(10 + i)  # the caller changes its result, as it may change eager's
         got[2].append(1)
+
+
+def test_python_attributes_and_data_of_tensors_are_eagers():
+    """Python state on tensors, which no graph reads or sets: an attribute
+    the caller set and the code reads, one the call sets on a tensor it
+    returns or on one in a list argument, and x.data = y; each runs
+    eagerly (with one warning per cause), as its answer needs."""
+    def reads(x):
+        return x * x.scale
+
+    def tags_result(x):
+        r = x * 2
+        r.tag = "made"
+        return r
+
+    def tags_item(xs):
+        xs[0].tag = 1
+        return xs[0] + 1
+
+    def rebinds(x, y):
+        x.data = y
+        return x * 2
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        jr, jt, ji, jb = (torchneuron_jit.jit(f) for f in (reads, tags_result, tags_item, rebinds))
+        for i in range(3):
+            x = torch.ones(2)
+            x.scale = i + 1
+            torch.testing.assert_close(jr(x), reads(x))
+            assert jt(torch.ones(2)).tag == "made"
+            xs = [torch.ones(2)]
+            ji(xs)
+            assert xs[0].tag == 1
+            xj, y = torch.zeros(2), torch.full((2,), float(i + 1))
+            torch.testing.assert_close(jb(xj, y), y * 2)
+            torch.testing.assert_close(xj, y)
+
+
+def test_inference_mode_switched_inside_the_call_makes_eagers_tensors():
+    def inside(x):
+        with torch.inference_mode():
+            return x * 2
+
+    def outside(x):
+        with torch.inference_mode(False):
+            return x * 2
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        ji, jo = torchneuron_jit.jit(inside), torchneuron_jit.jit(outside)
+        for _ in range(3):
+            assert ji(torch.ones(2)).is_inference()
+        with torch.inference_mode():
+            for _ in range(3):
+                assert not jo(torch.ones(2)).is_inference()
