@@ -12,6 +12,10 @@ _Thread_local int tn_hook_tracing;
 PyObject *tn_hook_side_exit;
 
 #if TN_JIT_SUPPORTED
+/* The hook ours replaced, put back when the last jit call ends. Frames are
+** evaluated by CPython's own function, not by it: a hook installed while
+** ours was (Dynamo's, in torch.compile of a jitted function) chains to ours,
+** and ours chaining back to it recursed until the stack overflowed. */
 static _PyFrameEvalFunction prev_eval;
 static long hook_users;
 
@@ -113,13 +117,13 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
   if (!token || token == Py_None) {  /* None: not now (a build is in flight); the call runs as Python does */
     if (!token)
       tn_tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly");
-    res = prev_eval(ts, f, 0);
+    res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;
   }
   tn_stat_add(TN_STAT_traces, 1);
   a->ac_codes = codes;
   tn_hook_tracing++;
-  res = prev_eval(ts, f, 0);
+  res = _PyEval_EvalFrameDefault(ts, f, 0);
   tn_hook_tracing--;
   a->ac_codes = NULL;
   if (!res) {
@@ -152,7 +156,7 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
   if (!code_state && PyErr_Occurred())
     return NULL;
   if ((code_state && code_state->cs_disabled) || cs->es_gave_up)
-    return prev_eval(ts, f, 0);
+    return _PyEval_EvalFrameDefault(ts, f, 0);
   if (cs->es_code != (PyObject *)f->f_code) {
     tn_entries_clear(cs);  /* none, or traced for code the function no longer has */
     Py_XSETREF(cs->es_code, Py_NewRef(f->f_code));
@@ -179,7 +183,7 @@ retry:
     e->en_hits++;
     if (runner == Py_None) {
       tn_entries_touch(cs, i);
-      res = prev_eval(ts, f, 0);
+      res = _PyEval_EvalFrameDefault(ts, f, 0);
       goto done;
     }
     res = run_entry(e, slots);
@@ -240,7 +244,7 @@ retry:
     if (!r)
       tn_tracer_failed(jf, "warning of the entry limit failed (it runs eagerly from now on)");
     Py_XDECREF(r);
-    res = prev_eval(ts, f, 0);
+    res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;
   }
   if (cs->es_n > 0)
@@ -257,12 +261,12 @@ static PyObject *jit_eval_frame(PyThreadState *ts, _PyInterpreterFrame *f, int t
 {
   tn_active *a = tn_hook_active;
   if (!a || throwflag)
-    return prev_eval(ts, f, throwflag);
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
   if (a->ac_codes && note_frame_into(a->ac_codes, f) < 0)
     return NULL;
   if (a->ac_consumed || f->f_code != a->ac_code ||
       (f->f_code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)))
-    return prev_eval(ts, f, throwflag);
+    return _PyEval_EvalFrameDefault(ts, f, throwflag);
   a->ac_consumed = 1;
   return jit_frame(ts, f, a);
 }

@@ -286,3 +286,34 @@ def test_inference_mode_switched_inside_the_call_makes_eagers_tensors():
         with torch.inference_mode():
             for _ in range(3):
                 assert not jo(torch.ones(2)).is_inference()
+
+
+_BOTH_DOORS = """
+import torch, torchneuron_jit
+def f3(x):
+    print("a graph break")
+    return x + 1
+try:
+    torch.compile(f3, backend="neuron", fullgraph=True)(torch.ones(2))
+except Exception as exc:
+    print("fullgraph raised", type(exc).__name__)
+j = torchneuron_jit.jit(lambda x: x * 3)
+j(torch.ones(2))
+print(torch.compile(j, backend="neuron")(torch.ones(2)).tolist())
+print(torchneuron_jit.jit(torch.compile(lambda x: x * 4, backend="neuron"))(torch.ones(2)).tolist())
+"""
+
+
+def test_torch_compile_of_a_jitted_function_and_jit_of_a_compiled_one_answer(tmp_path):
+    """Dynamo's frame hook installed while ours was chains to ours, and
+    ours chained back to it: the stack overflowed (a segfault), or Dynamo
+    traced our tracer. Ours now evaluates with CPython's own function, and
+    Dynamo skips our package."""
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+    env = subprocess_env(tmp_path, TORCHNEURON_COMPILE_BLOCKING="0")
+    done = subprocess.run([sys.executable, "-c", _BOTH_DOORS], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[3.0, 3.0]\n[4.0, 4.0]" in done.stdout, done.stdout
