@@ -272,7 +272,8 @@ class _Trace:
             if ("data", id(value)) not in self.before_seen:  # x.data = y, x.set_(...): no graph rebinds an argument
                 self.before_seen.add(("data", id(value)))
                 describe = functools.partial(_tensor_binding, value)
-                self.before.append((f"{words}'s data (x.data = ...)", describe, describe()))
+                self.before.append((f"{words}'s memory or sizes (x.data = y, an out= or resize_ that grows it)",
+                                    describe, describe()))
             words, value = f"{words}'s attributes", value.__dict__
         elif type(value) in (list, tuple, dict):  # the tensors it holds, as above
             for k, item in (value.items() if type(value) is dict else enumerate(value)):

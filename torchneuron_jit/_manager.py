@@ -649,5 +649,7 @@ def dynamo_explanation(fn, ours):
                 if len(graphs) > 1:
                     words = f"{len(graphs)} graphs: {words}"
             variants.append({"name": name, "kind": kind, "hits": hits, "graph": words, "guards": guards})
-    head = f"{site_.where} under torch.compile(backend='neuron'): {len(variants)} compiled entries"
+    door = "torch.compile(backend='neuron')" if all(v["kind"] != "another back end" for v in variants) else \
+        "torch.compile"
+    head = f"{site_.where} under {door}: {len(variants)} compiled entries"
     return Explanation(head, variants, site_)
