@@ -61,12 +61,6 @@ from . import _C, _dynamic, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
-
-try:  # Dynamo never traces our own code: torch.compile of a jitted function ran its tracer under Dynamo's frame hook
-    import torch._dynamo.trace_rules
-    torch._dynamo.trace_rules.add(__package__)
-except (ImportError, AttributeError, AssertionError):
-    pass
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 # held by identity: what a record finds again by name

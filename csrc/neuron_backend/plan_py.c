@@ -529,7 +529,7 @@ static PyGetSetDef Plan_getset[] = {
   {"_boxed_call", Plan_get, NULL, "True: called with one list of inputs", (void *)0},
   {"is_eager", Plan_get, NULL, "whether our failure sent this graph to eager for good", (void *)1},
   {"source", Plan_get, NULL, "the fused FX graph the plan was built from (reports only)", (void *)2},
-  {"eager", Plan_get, NULL, "the graph's eager original", (void *)3},
+  {"eager", Plan_get, NULL, "what runs the graph eagerly (its graph module's forward)", (void *)3},
   {"peak_live", Plan_get, NULL, "most slots alive at once", (void *)4},
   {"constants", Plan_get, NULL, "the constant table", (void *)5},
   {"runs", Plan_get, NULL, "how many times the plan was called", (void *)6},

@@ -49,7 +49,8 @@ def test_planted_mismatch_is_found_shrunk_and_printed(monkeypatch, tmp_path, cac
 
         def __call__(self, args):
             out = self.plan(args)
-            if any(n.target is torch.ops.aten.exp.default for n in self.plan.eager.graph.nodes):
+            eager = self.plan.eager  # the graph module's forward
+            if any(n.target is torch.ops.aten.exp.default for n in eager.__self__.graph.nodes):
                 out = [o + 1 if isinstance(o, torch.Tensor) and o.dtype == torch.float32 else o for o in out]
             return out
 

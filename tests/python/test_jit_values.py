@@ -306,9 +306,8 @@ print(torchneuron_jit.jit(torch.compile(lambda x: x * 4, backend="neuron"))(torc
 
 def test_torch_compile_of_a_jitted_function_and_jit_of_a_compiled_one_answer(tmp_path):
     """Dynamo's frame hook installed while ours was chains to ours, and
-    ours chained back to it: the stack overflowed (a segfault), or Dynamo
-    traced our tracer. Ours now evaluates with CPython's own function, and
-    Dynamo skips our package."""
+    ours chained back to it: the stack overflowed (a segfault), or memory
+    grew without end. Ours now evaluates with CPython's own function."""
     import subprocess
     import sys
 
