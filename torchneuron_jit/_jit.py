@@ -1057,12 +1057,11 @@ class _Runner:
         outs = self.compiled(list(inputs))
         for k, want in self.checks:
             if isinstance(want, torch.Tensor):  # values read with tolist(), str(): the same bytes
-                if not _same_bytes(outs[k], want):
-                    torch.set_rng_state(rng)
-                    return _C.SIDE_EXIT
-                continue
-            got = outs[k].item()
-            if got != want and not (got != got and want != want):
+                same = _same_bytes(outs[k], want)
+            else:
+                got = outs[k].item()
+                same = got == want or (got != got and want != want)
+            if not same:
                 torch.set_rng_state(rng)
                 return _C.SIDE_EXIT
         if self.writebacks:

@@ -499,11 +499,12 @@ _DYNAMO_GRAPHS = 4096  # Dynamo compiles whose graphs explain() remembers (the o
 _dynamo_graphs = collections.OrderedDict()
 
 
-def dynamo_graph(compiled, words):
-    """Notes a graph the back end compiled (compiled: its Plan), or runs
-    eagerly (compiled: the function it returned; words say why), under the
-    Dynamo compile it came from, for explain(); nothing outside one (the
-    jit door)."""
+def dynamo_graph(compiled, words=None):
+    """Notes a graph the back end compiled (compiled: its Plan; words
+    None: its graph's words), or runs eagerly (compiled: the function it
+    returned; words say why), under the Dynamo compile it came from, for
+    explain(); nothing outside one (the jit door, whose builds pay for no
+    words)."""
     try:
         from torch._guards import CompileContext
         ctx = CompileContext.try_get()
@@ -515,7 +516,7 @@ def dynamo_graph(compiled, words):
     held = _dynamo_graphs.get(cid)
     if held is None or held[0]() is not ctx:
         held = _dynamo_graphs[cid] = (weakref.ref(ctx), [])
-    held[1].append((weakref.ref(compiled), words))
+    held[1].append((weakref.ref(compiled), graph_words(compiled) if words is None else words))
     while len(_dynamo_graphs) > _DYNAMO_GRAPHS:
         _dynamo_graphs.popitem(last=False)
 

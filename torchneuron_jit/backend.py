@@ -1476,7 +1476,7 @@ def compile_inference(gm, example_inputs, eager=None):
         _manager.dynamo_graph(fallback, f"runs eagerly: could not compile it ({reason})")
         return fallback
     compile_seconds += time.perf_counter() - t0
-    _manager.dynamo_graph(compiled, _manager.graph_words(compiled))
+    _manager.dynamo_graph(compiled)
     _log.event("compile", f"graph of {ops} ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
     return compiled
 
