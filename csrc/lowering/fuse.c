@@ -886,7 +886,8 @@ static int cat_slot(const tn_graph *g, int32_t v, int32_t *cat, int *dim, int64_
     return 0;
   int64_t numel = 1, d = c->no_args[1].u.ar_int, off = 0, at_off = -1;
   for (int k = 0; k < cm->me_rank; k++)
-    numel *= cm->me_sizes[k].si_val;
+    if (__builtin_mul_overflow(numel, cm->me_sizes[k].si_val, &numel))
+      return 0;  /* no tensor has that many elements (the graph fuzzer's sizes) */
   d = d < 0 ? d + cm->me_rank : d;
   if (numel == 0 || d < 0 || d >= cm->me_rank)
     return 0;
