@@ -93,6 +93,23 @@
     "(the traced run) and its variant is built (symbolic trace, lowering, kernels) on a background thread, " \
     "published when ready; meanwhile its calls run eagerly. On, the call that traced waits for the build " \
     "(tests, benchmarks of steady state).") \
+  _(build_worker, TN_CFG_CHOICE, 0, "auto|process|thread", \
+    "Where a background build of torchneuron_jit.jit runs (compile_blocking off). thread: on a build thread " \
+    "that pauses while jitted calls run (build_pause_ms) and so runs in the gaps between them. process: in a " \
+    "forked child in the idle scheduling class, which makes the symbolic trace, the lowering and the kernels " \
+    "and stores them as a trace record that the build thread loads (~20-30 ms of the GIL instead of ~1 s " \
+    "of make_fx); where calls keep every core busy, so that it starves, each call lends it one of its " \
+    "OpenMP threads until it is done. auto: process where jitted calls were in flight build_child_busy_pct " \
+    "of the time or more since the last build ended (a server calling back to back, whose gaps a thread " \
+    "never gets: 400 such calls of a TransformerEncoder left its dynamic variant unbuilt), else thread (a " \
+    "lent thread slows each call during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no " \
+    "fork, trace records or the cache off, a variant that cannot be stored) or fails, the thread builds.") \
+  _(build_child_busy_pct, TN_CFG_INT, 90, NULL, \
+    "With build_worker=auto, the share of the time since the last build ended (0.2 s at least) in which " \
+    "jitted calls were in flight from which a build runs in a child process.") \
+  _(build_worker_timeout_s, TN_CFG_INT, 300, NULL, \
+    "Seconds a build's forked child (build_worker) may take before it is killed and the build runs on the " \
+    "thread instead.") \
   _(build_gc_off, TN_CFG_BOOL, 1, NULL, \
     "Python's cyclic garbage collector is paused from the start of a miss of torchneuron_jit.jit (its " \
     "lookup of trace records, its trace) to the end of its variant's build, and resumed after it where it " \

@@ -6,8 +6,12 @@
 #include "tn_config.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
 
 static atomic_int yield_calls;       /* calls in flight, all threads */
@@ -15,12 +19,24 @@ static atomic_ullong yield_begun;    /* calls begun so far */
 static atomic_llong yield_last_end;  /* when the last call ended (tn_yield_now) */
 static atomic_ullong yield_events;   /* calls begun and ended so far (tn_yield_epoch) */
 static atomic_int yield_waiters;     /* threads in tn_yield_wait */
+static atomic_llong yield_busy;      /* ns with a call in flight, periods ended so far */
+static atomic_llong yield_busy_from; /* when the period in flight began */
 static _Thread_local int yield_mine; /* calls in flight on this thread */
 static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t yield_cv;
 static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
 
-static void yield_init(void)
+/* Lending: threads the calls give up to a starved build's child (0 or 1),
+** and on each thread, what its outermost call changed to lend them. */
+static atomic_int yield_lent;
+static _Thread_local int yield_lending;   /* threads this thread's call lends */
+static _Thread_local int yield_omp_was;   /* its OpenMP threads before */
+static _Thread_local int yield_mkl_was;   /* its MKL thread-local count before (0: the global one) */
+static void (*_Atomic yield_omp_set)(int);        /* tn_yield_lend_with's: NULL, nothing is lent */
+static int (*_Atomic yield_omp_get)(void);
+static int (*_Atomic yield_mkl_local)(int);       /* mkl_set_num_threads_local: returns the one before */
+
+static void yield_cond_init(void)
 {
   pthread_condattr_t a;
   pthread_condattr_init(&a);
@@ -28,6 +44,62 @@ static void yield_init(void)
   pthread_cond_init(&yield_cv, &a);
   pthread_condattr_destroy(&a);
 }
+
+/* A forked child (a background build's, _jit.py build_worker) serves no
+** call of its own: the parent's calls in flight when it forked are not
+** its to wait for, and their threads will never end them here. */
+static void yield_atfork_child(void)
+{
+  atomic_store(&yield_calls, 0);
+  atomic_store(&yield_waiters, 0);
+  atomic_store(&yield_lent, 0);
+  yield_mine = 0;
+  yield_lending = 0;
+  pthread_mutex_init(&yield_mu, NULL);
+  yield_cond_init();
+}
+
+static void yield_init(void)
+{
+  yield_cond_init();
+  pthread_atfork(NULL, NULL, yield_atfork_child);
+}
+
+void tn_yield_lend_with(void (*omp_set)(int), int (*omp_get)(void), int (*mkl_local)(int))
+{
+  yield_omp_get = omp_get;
+  yield_mkl_local = mkl_local;
+  yield_omp_set = omp_get ? omp_set : NULL;
+}
+
+/* The outermost call on this thread begins: while a build's child is
+** lent a thread (tn_yield_wait_child), its OpenMP parallel regions, MKL's
+** and our kernels' launches run on one thread fewer. */
+static void yield_lend_begin(void)
+{
+  int lent = atomic_load_explicit(&yield_lent, memory_order_relaxed);
+  if (lent <= 0 || !yield_omp_set)
+    return;
+  int threads = yield_omp_get();
+  if (threads <= 1)
+    return;
+  yield_lending = threads - lent >= 1 ? lent : threads - 1;
+  yield_omp_was = threads;
+  yield_omp_set(threads - yield_lending);
+  yield_mkl_was = yield_mkl_local ? yield_mkl_local(threads - yield_lending) : 0;
+}
+
+static void yield_lend_end(void)
+{
+  if (yield_lending == 0)
+    return;
+  yield_omp_set(yield_omp_was);
+  if (yield_mkl_local)
+    (void)yield_mkl_local(yield_mkl_was);
+  yield_lending = 0;
+}
+
+int tn_yield_lending(void) { return yield_lending; }
 
 int64_t tn_yield_now(void)
 {
@@ -52,18 +124,24 @@ static void yield_wake(void)
 
 void tn_yield_call_begin(void)
 {
+  pthread_once(&yield_once, yield_init); /* before any fork: its child handler */
   atomic_fetch_add_explicit(&yield_begun, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&yield_calls, 1, memory_order_acq_rel);
-  yield_mine++;
+  if (atomic_fetch_add_explicit(&yield_calls, 1, memory_order_acq_rel) == 0)
+    atomic_store_explicit(&yield_busy_from, tn_yield_now(), memory_order_release);
+  if (yield_mine++ == 0)
+    yield_lend_begin();
   yield_wake();
 }
 
 void tn_yield_call_end(void)
 {
   assert(yield_mine > 0);
-  yield_mine--;
-  atomic_store_explicit(&yield_last_end, tn_yield_now(), memory_order_release);
-  atomic_fetch_sub_explicit(&yield_calls, 1, memory_order_acq_rel);
+  if (--yield_mine == 0)
+    yield_lend_end();
+  int64_t now = tn_yield_now();
+  atomic_store_explicit(&yield_last_end, now, memory_order_release);
+  if (atomic_fetch_sub_explicit(&yield_calls, 1, memory_order_acq_rel) == 1)
+    atomic_fetch_add(&yield_busy, now - atomic_load_explicit(&yield_busy_from, memory_order_acquire));
   yield_wake();
 }
 
@@ -72,6 +150,14 @@ int tn_yield_in_flight(void) { return atomic_load_explicit(&yield_calls, memory_
 int tn_yield_beside(void) { return atomic_load_explicit(&yield_calls, memory_order_acquire) - yield_mine; }
 
 uint64_t tn_yield_begun(void) { return atomic_load_explicit(&yield_begun, memory_order_relaxed); }
+
+int64_t tn_yield_busy_ns(void)
+{
+  int64_t busy = atomic_load(&yield_busy);
+  if (atomic_load_explicit(&yield_calls, memory_order_acquire) > 0)
+    busy += tn_yield_now() - atomic_load_explicit(&yield_busy_from, memory_order_acquire);
+  return busy;
+}
 
 int64_t tn_yield_last_end(void) { return atomic_load_explicit(&yield_last_end, memory_order_acquire); }
 
@@ -114,4 +200,116 @@ void tn_yield_wait(uint64_t epoch, int64_t deadline)
   }
   atomic_fetch_sub(&yield_waiters, 1);
   pthread_mutex_unlock(&yield_mu);
+}
+
+int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st)
+{
+  int64_t pause_ns, resume_ns;
+  tn_yield_policy(&pause_ns, &resume_ns);
+  const int64_t poll_ns = 5000000; /* how soon a running group's exit is seen */
+  int64_t waited_end = tn_yield_last_end(), stopped_at = 0, free_until = 0;
+  int rc = 0, stopped = 0;
+  for (;;) {
+    uint64_t epoch = tn_yield_epoch();
+    int64_t now = tn_yield_now();
+    if (deadline_ns > 0 && now >= deadline_ns) {
+      (void)kill(-pid, SIGKILL);
+      (void)kill(pid, SIGKILL); /* its group may not be made yet */
+      stopped = 0;
+      while (waitpid(pid, st, 0) < 0 && errno == EINTR)
+        ;
+      rc = 1;
+      break;
+    }
+    int64_t until = pause_ns > 0 && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
+    int64_t wake = deadline_ns > 0 && deadline_ns < now + poll_ns ? deadline_ns : now + poll_ns;
+    if (!stopped) {
+      pid_t r = waitpid(pid, st, WNOHANG);
+      if (r == pid)
+        break;
+      if (r < 0 && errno != EINTR) {
+        rc = -1;
+        break;
+      }
+      if (until != 0 && kill(-pid, SIGSTOP) == 0) {
+        stopped = 1;
+        stopped_at = now;
+        continue;
+      }
+      tn_yield_wait(epoch, wake);
+    } else if (until == 0 || now >= stopped_at + pause_ns) {
+      (void)kill(-pid, SIGCONT);
+      stopped = 0;
+      if (until != 0)
+        free_until = now + pause_ns; /* the pause ran out: it runs as long */
+    } else {
+      int64_t end = until < stopped_at + pause_ns ? until : stopped_at + pause_ns;
+      if (deadline_ns > 0 && deadline_ns < end)
+        end = deadline_ns;
+      tn_yield_wait(epoch, end);
+    }
+  }
+  int saved = errno;
+  if (stopped)
+    (void)kill(-pid, SIGCONT);
+  errno = saved;
+  return rc;
+}
+
+/* Time process pid has run, in ns (/proc/pid/schedstat); -1 unknown. */
+static int64_t yield_cpu_ns(pid_t pid)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  long long ns = -1;
+  if (fscanf(f, "%lld", &ns) != 1)
+    ns = -1;
+  fclose(f);
+  return ns;
+}
+
+int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st)
+{
+  int64_t window_ns, resume_ns;
+  tn_yield_policy(&window_ns, &resume_ns);
+  const int64_t poll_ns = 5000000; /* how soon its exit is seen */
+  int64_t window_start = tn_yield_now(), ran_before = yield_cpu_ns(pid);
+  int rc = 0, lending = 0;
+  for (;;) {
+    pid_t r = waitpid(pid, st, WNOHANG);
+    if (r == pid)
+      break;
+    if (r < 0 && errno != EINTR) {
+      rc = -1;
+      break;
+    }
+    int64_t now = tn_yield_now();
+    if (deadline_ns > 0 && now >= deadline_ns) {
+      (void)kill(pid, SIGKILL);
+      while (waitpid(pid, st, 0) < 0 && errno == EINTR)
+        ;
+      rc = 1;
+      break;
+    }
+    if (!lending && window_ns > 0 && now - window_start >= window_ns) {
+      /* starved: it ran less than a quarter of the window (a call in flight on every core, back to back) */
+      int64_t ran = yield_cpu_ns(pid);
+      if (ran >= 0 && ran_before >= 0 && ran - ran_before < window_ns / 4) {
+        lending = 1;
+        atomic_store(&yield_lent, 1);
+      }
+      window_start = now;
+      ran_before = ran;
+    }
+    struct timespec ts = {0, poll_ns};
+    nanosleep(&ts, NULL);
+  }
+  int saved = errno;
+  if (lending)
+    atomic_store(&yield_lent, 0);
+  errno = saved;
+  return rc;
 }

@@ -14,6 +14,7 @@
 #define TN_YIELD_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 /* A served call starts / ends on this thread (pairs, may nest). */
 void tn_yield_call_begin(void);
@@ -25,6 +26,10 @@ int tn_yield_beside(void);
 
 /* Served calls begun so far, all threads. */
 uint64_t tn_yield_begun(void);
+
+/* How long some served call was in flight, in all so far (ns): over a
+** stretch of time, its share says whether the calls leave gaps. */
+int64_t tn_yield_busy_ns(void);
 
 /* CLOCK_MONOTONIC in ns. */
 int64_t tn_yield_now(void);
@@ -56,5 +61,36 @@ uint64_t tn_yield_epoch(void);
 ** whichever comes first; may return early. Read epoch before the state
 ** that made you wait: no change in between is missed. */
 void tn_yield_wait(uint64_t epoch, int64_t deadline);
+
+/* Waits for process pid, the leader of its own process group (background
+** work: a tier-2 compiler, a jit build's child), to exit, giving way to
+** served calls: the group is stopped (SIGSTOP) while a call is in flight
+** and until build_resume_us after the last one ended, at most
+** build_pause_ms at a time, after which it runs as long (calls that never
+** stop slow it down, they do not starve it). deadline_ns (tn_yield_now's
+** clock; 0: none): past it the group is killed. Returns 0 with *st
+** (waitpid's status) once it exited, 1 when it was killed at the deadline
+** (and waited for), -1 with errno on a failed wait. The group is never left
+** stopped. Call without the GIL. */
+int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st);
+
+/* Waits for process pid (a jit build's child, in the idle scheduling
+** class) to exit. Where it starves, having run less than a quarter of a
+** build_pause_ms window (calls in flight on every core back to back: their
+** OpenMP threads spin between ops, and the idle class gets no core), the
+** calls lend it a thread until it exits: each outermost call then runs its
+** OpenMP regions, MKL and our kernel launches on one thread fewer.
+** deadline_ns (tn_yield_now's clock; 0: none): past it pid is killed.
+** Returns as tn_yield_wait_group. Call without the GIL. */
+int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st);
+
+/* The OpenMP runtime's omp_set_num_threads and omp_get_max_threads, and
+** MKL's mkl_set_num_threads_local (NULL: none), through which calls lend
+** a thread (PyTorch's: found by the Python side). Without them nothing is
+** lent. */
+void tn_yield_lend_with(void (*omp_set)(int), int (*omp_get)(void), int (*mkl_local)(int));
+
+/* Threads this thread's call lends to a build's child now (0: none). */
+int tn_yield_lending(void);
 
 #endif

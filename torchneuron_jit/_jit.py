@@ -44,13 +44,17 @@ import gc
 import inspect
 import operator
 import os
+import pickle
 import random
 import secrets
+import signal
 import sys
+import tempfile
 import threading
 import time
 import types
 import uuid
+import warnings
 import weakref
 
 import torch
@@ -1159,6 +1163,9 @@ class _Build:
     def __init__(self, tracer, trace, graph, inputs, slots, out_plan, checks):
         self.tracer, self.trace, self.graph, self.inputs = tracer, trace, graph, inputs
         self.slots, self.out_plan, self.checks = slots, out_plan, checks
+        # the dimensions that keep changing, noted where the call traced (a build's child remembers nothing)
+        self.dims = _dynamic.observe(trace)
+        self.record = None  # the id of the trace record finish stored
 
     def finish(self):
         """The entry (spec, slots, runner), stored as a trace record when
@@ -1179,7 +1186,7 @@ class _Build:
                         _manager.traced(jf, False, words)
                     return None
                 if _records_on():
-                    entry[2].record = record()
+                    entry[2].record = self.record = record()
                 if jf is not None:
                     _manager.traced(jf, True, "compiled")
                 return (entry[0], entry[1], entry[2].direct())
@@ -1192,7 +1199,7 @@ class _Build:
         """(entry with its _Runner, a function storing its trace record and returning the record's id)."""
         trace, inputs, slots, out_plan, checks = self.trace, self.inputs, self.slots, self.out_plan, self.checks
         tracer = self.tracer
-        sym = tracer._symbolic(trace, inputs, checks, out_plan)
+        sym = tracer._symbolic(trace, inputs, checks, out_plan, self.dims)
         from . import backend
         if sym is not None:
             spec = _dynamic.spec_of(trace, sym)
@@ -1263,11 +1270,24 @@ class _Builds:
     def __init__(self):
         self.lock = threading.Lock()
         self.pending = None       # the _Build in flight
+        self.since = None         # _C.build_busy() when the last build began
         self.idle = threading.Event()
         self.idle.set()
 
     def busy(self):
         return not self.idle.is_set()
+
+    def never_idle(self):
+        """Whether jitted calls were in flight build_child_busy_pct of the
+        time or more since the last build began (0.1 s at least): a server
+        that leaves a build thread no gap to run in (build_worker=auto).
+        Since it began, not ended: sizes that vary on every call miss again
+        at the call after a build is published."""
+        if self.since is None:
+            return False
+        busy, now = _C.build_busy()
+        busy0, then = self.since
+        return now - then >= 100_000_000 and (busy - busy0) * 100 >= config.build_child_busy_pct * (now - then)
 
     def submit(self, build):
         with self.lock:
@@ -1275,26 +1295,43 @@ class _Builds:
             self.pending = build
         _gc_hold.hold()  # released when the build ends
         threads = torch.get_num_threads()  # the calling thread's: its calls run on them
-        threading.Thread(target=self._run, args=(threads,), name="torchneuron_jit build", daemon=True).start()
-
-    def _run(self, threads):
-        build = self.pending
         t0 = time.perf_counter()
+        never_idle = self.never_idle()
+        self.since = _C.build_busy()  # never_idle's window: from this build's start
+        try:
+            # forked here, on the thread whose call traced, between its PyTorch ops: no thread of ours is inside
+            # MKL, whose allocator's lock a child forked from the build thread found taken (by a call's OpenMP
+            # thread in a GEMM) and spun on for good
+            child = _BuildChild.start(build, threads, never_idle)
+        except BaseException:
+            _gc_hold.release()
+            with self.lock:
+                self.pending = None
+                self.idle.set()
+            raise
+        threading.Thread(target=self._run, args=(threads, child, t0), name="torchneuron_jit build",
+                         daemon=True).start()
+
+    def _run(self, threads, child, t0):
+        build = self.pending
         try:
             _gate_dynamo()
             # pauses while jitted calls are in flight, and a little after
             _C.build_yield()  # as the tunables say: build_pause_ms, build_resume_us
             # its own ops on one OpenMP thread, its GEMM measurements on the calls' (gemm.measured_with)
-            _C.build_omp_threads(1)
-            with gemm.measured_with(threads):
-                entry = build.finish()
+            gemm.own_threads(1)
+            entry = child.result() if child is not None else _BuildChild.NONE
+            if entry is _BuildChild.NONE:
+                with gemm.measured_with(threads):
+                    entry = build.finish()
             trace = build.trace
             jf = _jf_of(trace)
             if jf is None:
                 return
             jf.publish(trace.spec, entry)  # None: dropped, the next call traces again
             _log.event("compile", f"{_where(trace.fn)}: variant published after "
-                                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms in the background")
+                                  f"{(time.perf_counter() - t0) * 1e3:.0f} ms in the background"
+                                  + (" (built by a child process)" if child is not None and child.used else ""))
         except Exception as exc:  # ours: the entry that runs eagerly stays
             _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
                            f"({type(exc).__name__}: {exc}); it runs eagerly", stacklevel=2)
@@ -1312,6 +1349,171 @@ class _Builds:
     def wait(self, timeout=None):
         """Waits for the build in flight (if any); True when none is left."""
         return self.idle.wait(timeout)
+
+
+class _BuildChild:
+    """A background build made by a forked child process (build_worker):
+    the symbolic trace, the lowering and the kernels, stored as a trace
+    record, which the build thread then loads. A build on the thread is
+    ~1 s of Python that needs the GIL, and a server calling back to back
+    never lets go of it long enough (build_pause_ms); the child needs none
+    of the parent's, and runs in the idle scheduling class, on a core the
+    calls leave free, or, where they leave none, one they lend it
+    (_C.build_wait_child). It is forked on the thread whose call traced,
+    between its PyTorch ops. What the child learnt besides its record (the
+    manager's decisions, counters, warnings) comes back in a file. Where
+    the child cannot build the variant, the thread does."""
+
+    NONE = object()  # result(): the child built nothing, the thread builds
+    live = set()  # pids of children not waited for yet
+
+    @classmethod
+    def kill_all(cls):
+        """At exit: no child outlives the process (a build still going after
+        the wait for it, or one stuck)."""
+        for pid in list(cls.live):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        cls.live.clear()
+
+    def __init__(self, build, threads, pid, report):
+        self.build, self.threads, self.pid, self.report = build, threads, pid, report
+        self.used = False
+
+    @classmethod
+    def start(cls, build, threads, never_idle):
+        """The child building build (forked from this thread), or None where
+        build_worker says thread (auto: unless never_idle, _Builds.never_idle)
+        or a child could not be used."""
+        trace = build.trace
+        worker = config.build_worker
+        if worker == "auto":
+            worker = "process" if never_idle else "thread"
+        if (worker != "process" or not _records_on() or sys.platform != "linux"
+                or not hasattr(os, "fork") or trace.state.get("CPU autocast")):
+            return None
+        try:
+            from . import backend
+            backend.lend_threads()
+        except Exception as exc:  # ours: the child is lent no thread
+            _log.event("compile", f"finding how calls lend a thread to a build failed ({type(exc).__name__}: {exc})")
+        try:
+            report = tempfile.TemporaryFile(prefix="tn_build_")  # the child writes, the parent reads
+            # nothing else compiles (make_fx's globals, the FX code generator's) while the child is made
+            with _compile_lock, warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads running
+                pid = os.fork()
+        except OSError as exc:
+            _log.event("compile", f"{_where(trace.fn)}: no child for its build ({exc}); built on the thread")
+            return None
+        if pid == 0:  # never returns; where calls keep every core busy, it measures on the one they lend it
+            cls._child(build, threads, 1 if never_idle else None, report.fileno())
+        cls.live.add(pid)
+        return cls(build, threads, pid, report)
+
+    @staticmethod
+    def _child(build, threads, run_on, fd):
+        """The child's whole life: build (its GEMM measurements on run_on
+        threads, gemm.measured_with), report on fd, exit."""
+        status = 1
+        try:
+            try:  # a core the calls leave idle, or one they lend it (build_wait_child)
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            except OSError:
+                os.nice(19)
+            gemm.own_threads(1)
+            journal = []
+            decided, traced = _manager.decided, _manager.traced
+
+            def note_decided(jf, words, dynamic=()):
+                journal.append(("decided", words, list(dynamic)))
+                decided(jf, words, dynamic)
+
+            def note_traced(jf, ok, words):
+                journal.append(("traced", ok, words))
+                traced(jf, ok, words)
+
+            _manager.decided, _manager.traced = note_decided, note_traced
+            before = _C.stats()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with gemm.measured_with(threads, run_on):
+                    entry = build.finish()
+            after = _C.stats()
+            jf = _jf_of(build.trace)
+            site = _manager.site(jf) if jf is not None else None
+            built = entry is not None and entry[2] is not None and build.record is not None
+            report = {"record": build.record if built else None,
+                      "why": None if built else "it stored no trace record" if entry is not None
+                      else "what the trace read changed",
+                      "journal": journal, "static": dict(site.static) if site is not None else {},
+                      "stats": {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)},
+                      "warnings": [(str(c.message), c.category) for c in caught]}
+            data = pickle.dumps(report)
+            while data:
+                data = data[os.write(fd, data):]
+            status = 0
+        except BaseException:  # the parent builds on its thread instead
+            pass
+        finally:
+            os._exit(status)
+
+    def _wait(self):
+        """The child's report (a dict), or the reason there is none."""
+        try:
+            status = _C.build_wait_child(self.pid, max(config.build_worker_timeout_s, 1))
+            if status is None:
+                return f"it took more than build_worker_timeout_s = {config.build_worker_timeout_s} s"
+            if status != 0:
+                return f"it ended with wait status {status}"
+            self.report.seek(0)
+            return pickle.loads(self.report.read())
+        finally:
+            self.live.discard(self.pid)
+            self.report.close()
+
+    def result(self):
+        """The entry built by the child, loaded from its trace record; NONE
+        when the thread must build it."""
+        trace, jf = self.build.trace, _jf_of(self.build.trace)
+        report = self._wait()
+        if isinstance(report, dict) and report["record"] is not None and jf is not None:
+            try:
+                # the record's key as the trace's state and the calls' threads make it
+                with torch.set_grad_enabled(trace.state["grad mode"]), gemm.measured_with(self.threads):
+                    entries, _ = _tracer._load(trace.fn, trace.call_args, jf, only=report["record"], count=False)
+            except Exception as exc:  # ours: the thread builds it
+                report = f"loading its record failed ({type(exc).__name__}: {exc})"
+            else:
+                if entries:
+                    self._replay(report, jf)
+                    self.used = True
+                    return entries[0]
+                report = "its record did not apply"
+        elif isinstance(report, dict):
+            report = report["why"] or "no function to publish to"
+        _log.event("compile", f"{_where(trace.fn)}: the build's child built no variant ({report}); "
+                              f"building on the thread")
+        return self.NONE
+
+    @staticmethod
+    def _replay(report, jf):
+        """What the child learnt, here: the manager's decisions and
+        counters, the warnings it gave."""
+        for kind, *args in report["journal"]:
+            (_manager.decided if kind == "decided" else _manager.traced)(jf, *args)
+        _manager.site(jf).static.update(report["static"])
+        for name, n in report["stats"].items():
+            if n > 0:
+                _C.stat_add(name, n)
+        for message, category in report["warnings"]:
+            if message.startswith("torchneuron_jit: "):
+                _log.warn_once(message[len("torchneuron_jit: "):], stacklevel=5)
+            else:
+                warnings.warn(message, category, stacklevel=5)
 
 
 class _FxGate:
@@ -1412,6 +1614,7 @@ def _serialise_fx_tracing():
 
 _serialise_fx_tracing()
 _builds = _Builds()
+atexit.register(_BuildChild.kill_all)  # after the wait below (atexit runs the last registered first)
 atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process
 
 
@@ -1553,14 +1756,14 @@ class _Tracer:
         return _Build(self, trace, graph, inputs, slots, out_plan, checks)
 
     @staticmethod
-    def _symbolic(trace, inputs, checks, out_plan):
+    def _symbolic(trace, inputs, checks, out_plan, dims):
         """The trace made again with the dimensions (and int and float
         arguments) that keep changing symbolic (_dynamic), or None when there
         are none or it cannot be (then the variant is specialised to this
-        call's sizes, and the reason is a recompiles event). When a symbolic
+        call's sizes, and the reason is a recompiles event). dims: the
+        dimensions that keep changing (_dynamic.observe). When a symbolic
         trace with such arguments fails (an op that needs them concrete), the
         dimensions are tried without them; a number found static stays so."""
-        dims = _dynamic.observe(trace)
         jf = _jf_of(trace)
         site = _manager.site(jf) if jf is not None else None
         names = trace.spec.names
@@ -1676,8 +1879,10 @@ class _Tracer:
             empty.add(kind)
         return entries
 
-    def _load(self, fn, args, jf):
-        """(entries, whether the key held any record)."""
+    def _load(self, fn, args, jf, only=None, count=True):
+        """(entries, whether the key held any record). only: the id of the
+        one record to load (a build's child stored it); count: whether the
+        entries count as loaded (traces_loaded)."""
         held = {getattr(runner, "record", None) for _, runner in jf.entries()}
         trace = _Trace(fn, args, [])
         trace.guard_arguments()
@@ -1690,7 +1895,7 @@ class _Tracer:
         entries = []
         variants = _records.read(key)
         for v in variants:
-            if v.get("id") in held:
+            if v.get("id") in held or only is not None and v.get("id") != only:
                 continue
             try:
                 spec, live = _records.applies(v, fn, args)
@@ -1709,7 +1914,7 @@ class _Tracer:
         # another thread may have added the same records while these compiled
         held = {getattr(runner, "record", None) for _, runner in jf.entries()}
         entries = [e for e in entries if e[2].record not in held]
-        if entries:
+        if entries and count:
             _C.stat_add("traces_loaded", len(entries))
             _log.event("cache", f"{_where(fn)}: {len(entries)} traced variants from record {key.hex()}")
         return entries, bool(variants)

@@ -111,6 +111,28 @@ def _share_torch_threads():
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def lend_threads():
+    """Registers how a call gives up a thread to a build's starved child
+    process (_jit._BuildChild): PyTorch's OpenMP thread count and MKL's
+    thread-local one (MKL takes torch.set_num_threads' count over OpenMP's).
+    False where torch runs on no libgomp of its own (nothing is lent)."""
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    if not _share_torch_threads():
+        return False
+    gomp = ctypes.CDLL(os.path.join(torch_lib, "libgomp.so.1"))
+    omp = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value
+           for name in ("omp_set_num_threads", "omp_get_max_threads")]
+    try:
+        # the C interface (mkl_service.h maps mkl_set_num_threads_local to it; that symbol is Fortran's, by pointer)
+        mkl = ctypes.cast(ctypes.CDLL(os.path.join(torch_lib, "libtorch_cpu.so")).MKL_Set_Num_Threads_Local,
+                          ctypes.c_void_p).value
+    except (OSError, AttributeError):  # a torch without MKL
+        mkl = 0
+    _C.build_lend_with(omp[0] or 0, omp[1] or 0, mkl or 0)
+    return True
+
+
 def _fusion_on(setting):
     """Whether a fusion setting of auto|on|off (row_fusion, gemm_fusion) is
     on now: auto is on where tier 2 can run."""
@@ -154,7 +176,7 @@ def _key_context():
             f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
             f"conv_channels_last {bool(config.conv_channels_last)}; "
             f"flash {config.flash_attention} from {config.flash_attention_min_scores}; "
-            f"cpu {_cpu_name()}; threads {torch.get_num_threads()}").encode()
+            f"cpu {_cpu_name()}; threads {gemm.call_threads()}").encode()
 
 
 def _onednn_linear():

@@ -78,7 +78,7 @@ class Unit:
         def sig(n):
             return None if n is None else _hinted(n)
         return (sig(self.x), sig(self.w), sig(self.b), self.attr, self.algorithm, sig(self.other),
-                torch.get_num_threads()) + (("dynamic rows",) if self.dynamic() else ())
+                call_threads()) + (("dynamic rows",) if self.dynamic() else ())
 
     def dynamic(self):
         """Whether the unit's rows are symbolic (a jit variant's dynamic sizes)."""
@@ -325,19 +325,40 @@ _measuring = threading.local()  # .threads: OpenMP threads of the calls this thr
 
 
 @contextlib.contextmanager
-def measured_with(threads):
+def measured_with(threads, run_on=None):
     """Measurements made on this thread inside it run on a thread of their
-    own with threads OpenMP threads: a background build runs its own ops on
-    one (_C.build_omp_threads), and its choices are for calls that run on
-    threads. The measuring thread ends with each measurement, and the team
-    of OpenMP threads it ran with ends with it (yield_py.c: a team left
-    alive slows every call)."""
-    was = getattr(_measuring, "threads", None)
-    _measuring.threads = threads
+    own with threads OpenMP threads (run_on where given): a background build
+    runs its own ops on one (own_threads), and its choices are for
+    calls that run on threads. A build's child lent a thread by calls that
+    keep every core busy measures on run_on = 1: two threads time-sliced on
+    the one core it gets made MKL read twice its time and took oneDNN for
+    layers MKL serves faster. The measuring thread ends with each
+    measurement, and the team of OpenMP threads it ran with ends with it
+    (yield_py.c: a team left alive slows every call)."""
+    was = getattr(_measuring, "threads", None), getattr(_measuring, "run_on", None)
+    _measuring.threads, _measuring.run_on = threads, run_on
     try:
         yield
     finally:
-        _measuring.threads = was
+        _measuring.threads, _measuring.run_on = was
+
+
+def own_threads(n):
+    """This thread's PyTorch ops (its OpenMP parallel regions) on n threads,
+    other threads' kept. PyTorch sets a thread's OpenMP count to
+    torch.set_num_threads' on the thread's first op (a lazy init, which
+    torch.get_num_threads runs): done first, or that op undid this, and a
+    background build after torch.set_num_threads(2) ran its ops on two."""
+    torch.get_num_threads()
+    _C.build_omp_threads(n)
+
+
+def call_threads():
+    """The OpenMP threads the calls being compiled for run on: measured_with's
+    inside it (a background build's own thread, or a build's child process,
+    runs on one), else this thread's."""
+    threads = getattr(_measuring, "threads", None)
+    return threads if threads is not None else torch.get_num_threads()
 
 
 def _timed(fns):
@@ -346,11 +367,12 @@ def _timed(fns):
     threads = getattr(_measuring, "threads", None)
     if threads is None:
         return _least_seconds(fns)
+    threads = getattr(_measuring, "run_on", None) or threads
     out = {}
 
     def run():
         try:
-            _C.build_omp_threads(threads)
+            own_threads(threads)
             _C.build_yield()
             with torch.no_grad():
                 out["seconds"] = _least_seconds(fns)

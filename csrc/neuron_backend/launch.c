@@ -5,6 +5,7 @@
 #include "launch.h"
 
 #include "../tn_stats.h"
+#include "../tn_yield.h"
 
 #include <string.h>
 
@@ -22,8 +23,9 @@ void tn_launch_set_threads(int n)
 int tn_launch_split_parts(int64_t work, int64_t per_part, int64_t most)
 {
   int64_t parts = work / per_part;
-  if (parts > launch_threads)
-    parts = launch_threads;
+  int threads = launch_threads - tn_yield_lending(); /* a call lending a thread to a build (tn_yield.h) */
+  if (parts > threads)
+    parts = threads;
   if (parts > most)
     parts = most;
   return parts < 1 ? 1 : (int)parts;

@@ -98,52 +98,17 @@ static void *t2_spawn_low(void *arg)
 }
 
 /* Waits for the compiler pid, the leader of its own process group, to
-** exit (*st: waitpid's status). It gives way to served calls as a
-** background build does (tn_yield.h): the group (the driver, cc1, as, ld)
-** is stopped while a call is in flight and until build_resume_us after
-** the last one ended, at most build_pause_ms at a time, after which it runs
-** as long. In the idle class alone, a compiler still took one core from a
-** call on two: the kernel ran the call's two threads in turns on the other
-** (a TransformerEncoder call at 53 instead of 27 ms). TN_EIO on a failed
-** wait (the cause in err); the group is never left stopped. */
+** exit (*st: waitpid's status), giving way to served calls
+** (tn_yield_wait_group). In the idle class alone, a compiler still took
+** one core from a call on two: the kernel ran the call's two threads in
+** turns on the other (a TransformerEncoder call at 53 instead of 27 ms).
+** TN_EIO on a failed wait (the cause in err). */
 static int t2_wait_giving_way(pid_t pid, int *st, char *err, size_t errlen)
 {
-  int64_t pause_ns, resume_ns;
-  tn_yield_policy(&pause_ns, &resume_ns);
-  const int64_t poll_ns = 5000000;  /* how soon a running compiler's exit is seen */
-  int64_t waited_end = tn_yield_last_end(), stopped_at = 0, free_until = 0;
-  int rc = TN_OK, stopped = 0;
-  for (;;) {
-    uint64_t epoch = tn_yield_epoch();
-    int64_t now = tn_yield_now();
-    int64_t until = pause_ns > 0 && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
-    if (!stopped) {
-      pid_t r = waitpid(pid, st, WNOHANG);
-      if (r == pid)
-        break;
-      if (r < 0 && errno != EINTR) {
-        snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
-        rc = TN_EIO;
-        break;
-      }
-      if (until != 0 && kill(-pid, SIGSTOP) == 0) {
-        stopped = 1;
-        stopped_at = now;
-        continue;
-      }
-      tn_yield_wait(epoch, now + poll_ns);
-    } else if (until == 0 || now >= stopped_at + pause_ns) {
-      (void)kill(-pid, SIGCONT);
-      stopped = 0;
-      if (until != 0)
-        free_until = now + pause_ns;  /* the pause ran out: it runs as long */
-    } else {
-      tn_yield_wait(epoch, until < stopped_at + pause_ns ? until : stopped_at + pause_ns);
-    }
-  }
-  if (stopped)
-    (void)kill(-pid, SIGCONT);
-  return rc;
+  if (tn_yield_wait_group(pid, 0, st) == 0)
+    return TN_OK;
+  snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
+  return TN_EIO;
 }
 
 /* Runs argv (argv[0] found on PATH) with stdin from /dev/null and stdout

@@ -165,7 +165,67 @@ static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
   return PyLong_FromLong(before);
 }
 
+/* build_wait_child(pid, timeout_s) -> waitpid's status, or None when the
+** child was killed at timeout_s: waits, without the GIL, for a build's
+** child process; where the child starves, calls lend it a thread
+** (tn_yield_wait_child). ValueError for a pid
+** below 1 or a negative timeout_s (0: none); OSError on a failed wait. */
+static PyObject *py_build_wait_child(PyObject *self, PyObject *args)
+{
+  (void)self;
+  long long pid;
+  double timeout_s;
+  if (!PyArg_ParseTuple(args, "Ld:build_wait_child", &pid, &timeout_s))
+    return NULL;
+  if (pid < 1 || pid > INT32_MAX || !(timeout_s >= 0) || timeout_s > 1e9) {
+    PyErr_SetString(PyExc_ValueError, pid < 1 || pid > INT32_MAX ? "build_wait_child: pid must be a process id"
+                                                                 : "build_wait_child: timeout_s must be in 0..1e9");
+    return NULL;
+  }
+  int st = 0, rc;
+  Py_BEGIN_ALLOW_THREADS
+  int64_t deadline = timeout_s > 0 ? tn_yield_now() + (int64_t)(timeout_s * 1e9) : 0;
+  rc = tn_yield_wait_child((pid_t)pid, deadline, &st);
+  Py_END_ALLOW_THREADS
+  if (rc < 0)
+    return PyErr_SetFromErrno(PyExc_OSError);
+  if (rc == 1)
+    Py_RETURN_NONE;
+  return PyLong_FromLong(st);
+}
+
+/* build_lend_with(omp_set_num_threads, omp_get_max_threads,
+** mkl_set_num_threads_local) -> None: the addresses (ints; 0: none) through
+** which calls lend a thread to a starved build's child (tn_yield.h). */
+static PyObject *py_build_lend_with(PyObject *self, PyObject *args)
+{
+  (void)self;
+  unsigned long long set, get, mkl;
+  if (!PyArg_ParseTuple(args, "KKK:build_lend_with", &set, &get, &mkl))
+    return NULL;
+  tn_yield_lend_with(set && get ? (void (*)(int))(uintptr_t)set : NULL, set && get ? (int (*)(void))(uintptr_t)get : NULL,
+                     mkl ? (int (*)(int))(uintptr_t)mkl : NULL);
+  Py_RETURN_NONE;
+}
+
+/* build_busy() -> (ns some jitted call was in flight so far, now in ns on
+** the same clock) */
+static PyObject *py_build_busy(PyObject *self, PyObject *unused)
+{
+  (void)self;
+  (void)unused;
+  return Py_BuildValue("(LL)", (long long)tn_yield_busy_ns(), (long long)tn_yield_now());
+}
+
 PyMethodDef tn_py_yield_methods[] = {
+  {"build_busy", py_build_busy, METH_NOARGS,
+   "build_busy() -> (ns some jitted call was in flight so far, now in ns): the share of a stretch with calls"},
+  {"build_lend_with", py_build_lend_with, METH_VARARGS,
+   "build_lend_with(omp_set_num_threads, omp_get_max_threads, mkl_set_num_threads_local): addresses (0: none) "
+   "through which calls lend a thread to a starved build's child"},
+  {"build_wait_child", py_build_wait_child, METH_VARARGS,
+   "build_wait_child(pid, timeout_s) -> waitpid status, None when killed at timeout_s (0: none); a starved "
+   "child is lent a thread of the calls"},
   {"build_omp_threads", py_build_omp_threads, METH_O,
    "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime); sets them to n"},
   {"build_yield", py_build_yield, METH_VARARGS,

@@ -5,10 +5,14 @@
 ** and waiting).
 */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tn_check.h"
+#include "tn_config.h"
 #include "tn_yield.h"
 
 static void sleep_ms(long ms)
@@ -104,6 +108,87 @@ START_TEST(test_a_call_beginning_ends_a_wait)
 }
 END_TEST
 
+/* Test doubles of OpenMP's and MKL's thread counts. */
+static int omp_threads = 4, mkl_local = 0, omp_sets, mkl_sets;
+static void fake_omp_set(int n) { omp_threads = n; omp_sets++; }
+static int fake_omp_get(void) { return omp_threads; }
+static int fake_mkl_local(int n)
+{
+  int was = mkl_local;
+  mkl_local = n;
+  mkl_sets++;
+  return was;
+}
+
+typedef struct {
+  pid_t pid;
+  int64_t deadline;
+  int rc, st;
+} child_wait;
+
+static void *wait_child(void *arg)
+{
+  child_wait *w = arg;
+  w->rc = tn_yield_wait_child(w->pid, w->deadline, &w->st);
+  return NULL;
+}
+
+static pid_t sleeping_child(long ms)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    sleep_ms(ms);
+    _exit(7);
+  }
+  ck_assert_int_gt(pid, 0);
+  return pid;
+}
+
+START_TEST(test_a_starved_child_is_lent_a_thread_by_each_outermost_call)
+{
+  tn_config_init();  /* build_pause_ms: the window a starved child is seen in */
+  tn_yield_lend_with(fake_omp_set, fake_omp_get, fake_mkl_local);
+  /* a child that runs nothing (asleep) for longer than a window (build_pause_ms, 200) is starved */
+  child_wait w = {sleeping_child(700), 0, -2, 0};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, wait_child, &w), 0);
+  sleep_ms(450);
+  tn_yield_call_begin();
+  ck_assert_int_eq(tn_yield_lending(), 1);
+  ck_assert_int_eq(omp_threads, 3);
+  ck_assert_int_eq(mkl_local, 3);
+  tn_yield_call_begin();  /* nested: the outer call lends already */
+  ck_assert_int_eq(omp_sets, 1);
+  tn_yield_call_end();
+  tn_yield_call_end();
+  ck_assert_int_eq(tn_yield_lending(), 0);
+  ck_assert_int_eq(omp_threads, 4);
+  ck_assert_int_eq(mkl_local, 0);  /* MKL's own count back to the global one */
+  pthread_join(t, NULL);
+  ck_assert_int_eq(w.rc, 0);
+  ck_assert(WIFEXITED(w.st) && WEXITSTATUS(w.st) == 7);
+  /* the child exited: nothing is lent any more */
+  omp_sets = 0;
+  tn_yield_call_begin();
+  ck_assert_int_eq(tn_yield_lending(), 0);
+  tn_yield_call_end();
+  ck_assert_int_eq(omp_sets, 0);
+  tn_yield_lend_with(NULL, NULL, NULL);
+}
+END_TEST
+
+START_TEST(test_a_child_past_its_deadline_is_killed)
+{
+  child_wait w = {sleeping_child(20000), tn_yield_now() + 100000000, -2, 0};
+  int64_t t0 = tn_yield_now();
+  wait_child(&w);
+  ck_assert_int_eq(w.rc, 1);
+  ck_assert(WIFSIGNALED(w.st) && WTERMSIG(w.st) == SIGKILL);
+  ck_assert(tn_yield_now() - t0 < 5000000000);
+  ck_assert_int_eq(waitpid(w.pid, NULL, WNOHANG), -1);  /* reaped */
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("yield");
@@ -112,6 +197,8 @@ int main(void)
   tcase_add_test(tc, test_calls_of_this_thread_are_not_beside_it);
   tcase_add_test(tc, test_work_goes_on_resume_ns_after_the_last_end);
   tcase_add_test(tc, test_a_call_beginning_ends_a_wait);
+  tcase_add_test(tc, test_a_starved_child_is_lent_a_thread_by_each_outermost_call);
+  tcase_add_test(tc, test_a_child_past_its_deadline_is_killed);
   suite_add_tcase(s, tc);
   return tn_check_run(s);
 }

@@ -1,6 +1,8 @@
 """Dynamic sizes in torchneuron_jit.jit (_dynamic.py, csrc/guards "sizes"):
 one variant serves every size of a dimension that keeps changing, guarded
 by the relations the trace needs, with eager's answer on every call."""
+import os
+import threading
 import time
 import warnings
 
@@ -716,6 +718,152 @@ def test_a_failing_background_build_warns_and_runs_eagerly(background):
         torch.testing.assert_close(jf(x), f(x))
 
 
+def _sin_plus(x):
+    return (x * 2).sin() + 1
+
+
+def test_a_background_build_runs_in_a_child_process(monkeypatch):
+    """build_worker=process (the default): a forked child makes the
+    symbolic trace, the lowering and the kernels and stores the trace
+    record; this process loads it. What the child decided and counted is
+    this process's too."""
+    from torchneuron_jit import backend
+    inner, here = backend.compile_inference, []
+
+    def watched(*args, **kwargs):
+        here.append(os.getpid())  # the child's copy of the list, not ours
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", watched)
+    jf = torchneuron_jit.jit(_sin_plus)
+    before = torchneuron_jit.stats()
+    with config.patch(compile_blocking=False, build_worker="process"):
+        for n in (5, 6):  # a static variant, then a dynamic one
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(jf(x), _sin_plus(x))
+            assert _jit.wait(60)
+    assert here == []
+    st = torchneuron_jit.stats()
+    assert st["dynamic_traces"] - before["dynamic_traces"] == 1
+    assert st["trace_records_stored"] - before["trace_records_stored"] == 2
+    assert all(runner is not None for _, runner in jf.entries())
+    y = torch.randn(9, 3)
+    torch.testing.assert_close(jf(y), _sin_plus(y))  # the dynamic variant, no trace
+    assert torchneuron_jit.stats()["traces"] == st["traces"]
+    assert "dynamic now" in str(torchneuron_jit.explain(jf))
+
+
+def _mm_relu(x, w):
+    return (x @ w).relu()
+
+
+def test_auto_builds_in_a_child_for_calls_back_to_back_and_on_the_thread_after_gaps(monkeypatch):
+    """build_worker=auto: where jitted calls were in flight nearly all the
+    time since the last build (a thread would get no gap), the next build
+    runs in a child; after calls with gaps between them, on the thread.
+    (Answers within GEMM tolerance: the variants may take oneDNN.)"""
+    from torchneuron_jit import backend
+    inner, here = backend.compile_inference, []
+
+    def watched(*args, **kwargs):
+        here.append(os.getpid())  # a child's append is the child's own
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", watched)
+    jf = torchneuron_jit.jit(_mm_relu, cache_limit=16)
+    w = torch.randn(512, 512)  # a call of ~1 ms: the loop's own lines are a sliver
+    with config.patch(compile_blocking=False, build_worker="auto", dynamic_after=0):
+        x = torch.randn(256, 512)
+        torch.testing.assert_close(jf(x, w), _mm_relu(x, w), rtol=1e-4, atol=1e-4)  # no history: the thread
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.6:  # back to back, from the build's start
+            jf(x, w)
+        assert _jit.wait(60) and len(here) == 1
+        y = torch.randn(257, 512)
+        torch.testing.assert_close(jf(y, w), _mm_relu(y, w), rtol=1e-4, atol=1e-4)
+        assert _jit.wait(60) and len(here) == 1  # built by a child
+        for _ in range(4):  # calls with gaps
+            jf(x, w)
+            time.sleep(0.1)
+        z = torch.randn(258, 512)
+        torch.testing.assert_close(jf(z, w), _mm_relu(z, w), rtol=1e-4, atol=1e-4)
+        assert _jit.wait(60) and len(here) == 2  # the thread
+    assert all(runner is not None for _, runner in jf.entries())
+    torch.testing.assert_close(jf(y, w), _mm_relu(y, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("how", ["dies", "hangs"])
+def test_a_child_that_fails_leaves_the_build_to_the_thread(monkeypatch, how):
+    """A child that dies, or takes longer than build_worker_timeout_s (and
+    is killed), builds nothing: the build thread builds the variant."""
+    from torchneuron_jit import backend
+    parent, inner, here = os.getpid(), _jit._Build.finish, []
+    compile_inference = backend.compile_inference
+
+    def finish(self):
+        if os.getpid() != parent:
+            if how == "dies":
+                os._exit(3)
+            time.sleep(120)
+        return inner(self)
+
+    def watched(*args, **kwargs):
+        here.append(os.getpid())
+        return compile_inference(*args, **kwargs)
+
+    monkeypatch.setattr(_jit._Build, "finish", finish)
+    monkeypatch.setattr(backend, "compile_inference", watched)
+    jf = torchneuron_jit.jit(_sin_plus)
+    x = torch.randn(4, 3)
+    t = time.perf_counter()
+    with config.patch(compile_blocking=False, build_worker="process", build_worker_timeout_s=1):
+        torch.testing.assert_close(jf(x), _sin_plus(x))
+        assert _jit.wait(60)
+    assert time.perf_counter() - t < 30
+    assert here == [parent] and not _jit._BuildChild.live
+    (_, runner), = jf.entries()
+    assert runner is not None
+    torch.testing.assert_close(jf(x), _sin_plus(x))
+
+
+def test_calls_that_never_stop_lend_a_starved_child_a_thread():
+    """A server calling back to back on every core keeps them all busy
+    (OpenMP's threads spin between ops), and a build's child in the idle
+    class gets none. After build_pause_ms of starving, each call lends it a
+    thread until it exits; the calls' thread counts come back after."""
+    cores = os.cpu_count() or 1
+    if cores > 8:
+        pytest.skip("the calls would leave the child a core of its own")
+    from torchneuron_jit import backend
+    assert backend.lend_threads()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cores)
+    try:
+        g = torchneuron_jit.jit(lambda a, b: torch.mm(a, b).relu())
+        a = torch.randn(384, 384)
+        g(a, a)
+        pid = os.fork()
+        if pid == 0:  # needs 0.3 s of a core, in the idle class
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            start = time.process_time()
+            while time.process_time() - start < 0.3:
+                pass
+            os._exit(0)
+        status = []
+        waiter = threading.Thread(target=lambda: status.append(_C.build_wait_child(pid, 60)))
+        waiter.start()
+        t = time.perf_counter()
+        while waiter.is_alive() and time.perf_counter() - t < 15:
+            g(a, a)
+        waiter.join()
+        assert status == [0]
+        assert time.perf_counter() - t < 10
+        assert torch.get_num_threads() == cores
+        torch.testing.assert_close(g(a, a), torch.mm(a, a).relu())
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_torch_compile_on_another_thread_while_a_build_traces():
     """FX keeps its tracing state in module globals: a build's make_fx on
     the build thread must not make a function compiled by TorchDynamo,
@@ -741,17 +889,20 @@ def test_torch_compile_on_another_thread_while_a_build_traces():
     torch.testing.assert_close(jf(x), x + 1500)
 
 
+@pytest.mark.parametrize("worker", ["thread", "process"])
 @pytest.mark.parametrize("setting, user_gc", [(True, True), (False, True), (True, False)])
-def test_a_background_build_pauses_the_collector_and_resumes_it(monkeypatch, setting, user_gc):
+def test_a_background_build_pauses_the_collector_and_resumes_it(monkeypatch, tmp_path, setting, user_gc, worker):
     """While a build runs, Python's cyclic collector is off (its collections
     of the whole heap hold the GIL for hundreds of ms); after it, as it
-    was: on, or off where the user had turned it off."""
+    was: on, or off where the user had turned it off. The build may run in
+    a child process: what it saw is written to a file."""
     import gc
     from torchneuron_jit import backend
-    inner, seen = backend.compile_inference, []
+    inner, seen = backend.compile_inference, tmp_path / "seen"
 
     def watched(*args, **kwargs):
-        seen.append(gc.isenabled())
+        with open(seen, "a") as fh:
+            fh.write(f"{gc.isenabled()}\n")
         return inner(*args, **kwargs)
 
     monkeypatch.setattr(backend, "compile_inference", watched)
@@ -759,11 +910,11 @@ def test_a_background_build_pauses_the_collector_and_resumes_it(monkeypatch, set
     try:
         if not user_gc:
             gc.disable()
-        with config.patch(compile_blocking=False, build_gc_off=setting):
+        with config.patch(compile_blocking=False, build_gc_off=setting, build_worker=worker):
             x = torch.randn(5)
             torch.testing.assert_close(f(x), (x * 2).relu() + 1)
             assert _jit.wait(60)
-        assert seen == [user_gc and not setting]
+        assert seen.read_text().split() == [str(user_gc and not setting)]
         assert gc.isenabled() == user_gc
     finally:
         gc.enable()

@@ -723,10 +723,12 @@ def test_a_background_build_runs_its_ops_on_one_openmp_thread_and_measures_on_th
     parallel regions wake theirs from sleep (an idle second team: eager
     calls 1.12-1.20x slower). A build's own ops run on one thread; its GEMM
     measurements on the calling thread's count, on a thread that ends with
-    them."""
+    them. Also after torch.set_num_threads, whose count PyTorch gives each
+    thread at its first op."""
     import threading
     if torch.get_num_threads() < 2:
         pytest.skip("one OpenMP thread here: nothing to tell apart")
+    torch.set_num_threads(torch.get_num_threads())
     seen = {}
     measure, least = gemm.measure, gemm._least_seconds
 
