@@ -202,7 +202,17 @@ void tn_yield_wait(uint64_t epoch, int64_t deadline)
   pthread_mutex_unlock(&yield_mu);
 }
 
-int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st)
+/* Whether pid exited (1, *st its status), runs still (0), or cannot be
+** waited for (-1, errno). */
+static int yield_reaped(pid_t pid, int *st)
+{
+  pid_t r = waitpid(pid, st, WNOHANG);
+  if (r == pid)
+    return 1;
+  return r < 0 && errno != EINTR ? -1 : 0;
+}
+
+int tn_yield_wait_group(pid_t pid, int *st)
 {
   int64_t pause_ns, resume_ns;
   tn_yield_policy(&pause_ns, &resume_ns);
@@ -212,23 +222,11 @@ int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st)
   for (;;) {
     uint64_t epoch = tn_yield_epoch();
     int64_t now = tn_yield_now();
-    if (deadline_ns > 0 && now >= deadline_ns) {
-      (void)kill(-pid, SIGKILL);
-      (void)kill(pid, SIGKILL); /* its group may not be made yet */
-      stopped = 0;
-      while (waitpid(pid, st, 0) < 0 && errno == EINTR)
-        ;
-      rc = 1;
-      break;
-    }
     int64_t until = pause_ns > 0 && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
-    int64_t wake = deadline_ns > 0 && deadline_ns < now + poll_ns ? deadline_ns : now + poll_ns;
     if (!stopped) {
-      pid_t r = waitpid(pid, st, WNOHANG);
-      if (r == pid)
-        break;
-      if (r < 0 && errno != EINTR) {
-        rc = -1;
+      int reaped = yield_reaped(pid, st);
+      if (reaped != 0) {
+        rc = reaped < 0 ? -1 : 0;
         break;
       }
       if (until != 0 && kill(-pid, SIGSTOP) == 0) {
@@ -236,17 +234,14 @@ int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st)
         stopped_at = now;
         continue;
       }
-      tn_yield_wait(epoch, wake);
+      tn_yield_wait(epoch, now + poll_ns);
     } else if (until == 0 || now >= stopped_at + pause_ns) {
       (void)kill(-pid, SIGCONT);
       stopped = 0;
       if (until != 0)
         free_until = now + pause_ns; /* the pause ran out: it runs as long */
     } else {
-      int64_t end = until < stopped_at + pause_ns ? until : stopped_at + pause_ns;
-      if (deadline_ns > 0 && deadline_ns < end)
-        end = deadline_ns;
-      tn_yield_wait(epoch, end);
+      tn_yield_wait(epoch, until < stopped_at + pause_ns ? until : stopped_at + pause_ns);
     }
   }
   int saved = errno;
@@ -279,11 +274,9 @@ int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st)
   int64_t window_start = tn_yield_now(), ran_before = yield_cpu_ns(pid);
   int rc = 0, lending = 0;
   for (;;) {
-    pid_t r = waitpid(pid, st, WNOHANG);
-    if (r == pid)
-      break;
-    if (r < 0 && errno != EINTR) {
-      rc = -1;
+    int reaped = yield_reaped(pid, st);
+    if (reaped != 0) {
+      rc = reaped < 0 ? -1 : 0;
       break;
     }
     int64_t now = tn_yield_now();

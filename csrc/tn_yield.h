@@ -62,17 +62,14 @@ uint64_t tn_yield_epoch(void);
 ** that made you wait: no change in between is missed. */
 void tn_yield_wait(uint64_t epoch, int64_t deadline);
 
-/* Waits for process pid, the leader of its own process group (background
-** work: a tier-2 compiler, a jit build's child), to exit, giving way to
-** served calls: the group is stopped (SIGSTOP) while a call is in flight
-** and until build_resume_us after the last one ended, at most
-** build_pause_ms at a time, after which it runs as long (calls that never
-** stop slow it down, they do not starve it). deadline_ns (tn_yield_now's
-** clock; 0: none): past it the group is killed. Returns 0 with *st
-** (waitpid's status) once it exited, 1 when it was killed at the deadline
-** (and waited for), -1 with errno on a failed wait. The group is never left
-** stopped. Call without the GIL. */
-int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st);
+/* Waits for process pid, the leader of its own process group (a tier-2
+** compiler), to exit, giving way to served calls: the group is stopped
+** (SIGSTOP) while a call is in flight and until build_resume_us after the
+** last one ended, at most build_pause_ms at a time, after which it runs as
+** long (calls that never stop slow it down, they do not starve it).
+** Returns 0 with *st (waitpid's status) once it exited, -1 with errno on a
+** failed wait. The group is never left stopped. Call without the GIL. */
+int tn_yield_wait_group(pid_t pid, int *st);
 
 /* Waits for process pid (a jit build's child, in the idle scheduling
 ** class) to exit. Where it starves, having run less than a quarter of a
@@ -81,7 +78,9 @@ int tn_yield_wait_group(pid_t pid, int64_t deadline_ns, int *st);
 ** calls lend it a thread until it exits: each outermost call then runs its
 ** OpenMP regions, MKL and our kernel launches on one thread fewer.
 ** deadline_ns (tn_yield_now's clock; 0: none): past it pid is killed.
-** Returns as tn_yield_wait_group. Call without the GIL. */
+** Returns 0 with *st (waitpid's status) once it exited, 1 when it was
+** killed at the deadline (and waited for), -1 with errno on a failed
+** wait. Call without the GIL. */
 int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st);
 
 /* The OpenMP runtime's omp_set_num_threads and omp_get_max_threads, and

@@ -105,7 +105,7 @@ static void *t2_spawn_low(void *arg)
 ** TN_EIO on a failed wait (the cause in err). */
 static int t2_wait_giving_way(pid_t pid, int *st, char *err, size_t errlen)
 {
-  if (tn_yield_wait_group(pid, 0, st) == 0)
+  if (tn_yield_wait_group(pid, st) == 0)
     return TN_OK;
   snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
   return TN_EIO;
