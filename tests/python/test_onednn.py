@@ -755,10 +755,14 @@ def test_a_background_build_runs_its_ops_on_one_openmp_thread_and_measures_on_th
 
 
 def test_build_omp_threads_sets_this_threads_count_only():
+    """gemm.own_threads: after PyTorch's per-thread lazy init (which gives a
+    new thread torch.set_num_threads' count at its first op), so it holds."""
     import threading
     got, here = {}, torch.get_num_threads()
+    torch.set_num_threads(here)  # as a user does: the count every new thread gets at its first op
 
     def other():
+        gemm.own_threads(1)
         got["before"] = torchneuron_jit._C.build_omp_threads(1)
         got["after"] = torch.get_num_threads()
 
