@@ -38,7 +38,7 @@ def run_one(name, calls, seed):
     import torch
     import copy
     import torchneuron_jit
-    from torchneuron_jit import _jit
+    from torchneuron_jit import _jit, _tier2
     from benchmarks.dynamic_serving import build, first, shapes
     model, make = build(name)
     eager_model = copy.deepcopy(model)
@@ -51,22 +51,38 @@ def run_one(name, calls, seed):
             eager.append(time.perf_counter() - t)
         run = torchneuron_jit.jit(model)
         fallbacks0 = torchneuron_jit.stats()["eager_fallbacks"]
-        ours, building, gots, mismatches = [], [], [], 0
+        ours, building, tier2, gots, mismatches = [], [], [], [], 0
         for args in inputs:  # compared after the loop: a comparison between calls would be a gap
             t = time.perf_counter()
             gots.append(first(run(*args)))
             ours.append(time.perf_counter() - t)
             building.append(_jit._builds.busy())
+            tier2.append(bool(_tier2._pending))
         for got, want in zip(gots, wants):
             try:
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
             except AssertionError:
                 mismatches += 1
-    last = max((i for i, b in enumerate(building) if b), default=-1)
-    return {"built_after": "never" if building[-1] else last + 1,
+        # settled: the first 100 shapes again, each call through the door then eagerly, so both are timed in
+        # the same seconds (the loop's ratios set calls against eager's minutes before: on a noisy machine the
+        # blocks after the builds read 0.74-1.66x between runs of one build)
+        settled, settled_eager = [], []
+        for args in inputs[:100]:
+            t = time.perf_counter()
+            run(*args)
+            settled.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            eager_model(*args)
+            settled_eager.append(time.perf_counter() - t)
+        tier2_left = len(_tier2._pending)
+
+    def after(flags):
+        return "never" if flags[-1] else max((i for i, b in enumerate(flags) if b), default=-1) + 1
+
+    return {"built_after": after(building), "tier2_after": after(tier2),
             "fallbacks": torchneuron_jit.stats()["eager_fallbacks"] - fallbacks0, "mismatches": mismatches,
             "p50": statistics.median(ours) / statistics.median(eager), "p99": _q(ours, 0.99) / _q(eager, 0.99),
-            "wall": sum(ours) / sum(eager),
+            "wall": sum(ours) / sum(eager), "settled": sum(settled) / sum(settled_eager), "tier2_left": tier2_left,
             "blocks": [(round(sum(ours[i:i + 50]) / sum(eager[i:i + 50]), 2), sum(building[i:i + 50]))
                        for i in range(0, calls, 50)]}
 
@@ -83,9 +99,10 @@ def main(argv=None):
         print(json.dumps(run_one(a.one, a.calls, a.seed)))
         return
     print(f"{a.calls} calls back to back, batch 1-8 x sequence 8-200 (seed {a.seed}), an empty cache each")
-    print("| model | build_worker | all built after call | eager fallbacks | calls ≠ eager | p50 / eager's | "
-          "p99 / eager's | wall / eager's | per 50 calls: time / eager's (calls while building) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | build_worker | all built after call | tier 2 done after call | eager fallbacks | calls ≠ eager | "
+          "p50 / eager's | p99 / eager's | wall / eager's | per 50 calls: time / eager's (calls while building) | "
+          "settled: time / eager's (tier-2 compiles left) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in a.models.split(","):
         for worker in a.workers.split(","):
             with tempfile.TemporaryDirectory(prefix="tn_b2b_") as tmp:
@@ -95,8 +112,9 @@ def main(argv=None):
                                      env=env, capture_output=True, text=True, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             blocks = " ".join(f"{x} ({n})" for x, n in r["blocks"])
-            print(f"| {name} | {worker} | {r['built_after']} | {r['fallbacks']} | {r['mismatches']} of {a.calls} | "
-                  f"{r['p50']:.2f} | {r['p99']:.2f} | {r['wall']:.2f} | {blocks} |", flush=True)
+            print(f"| {name} | {worker} | {r['built_after']} | {r['tier2_after']} | {r['fallbacks']} | "
+                  f"{r['mismatches']} of {a.calls} | {r['p50']:.2f} | {r['p99']:.2f} | {r['wall']:.2f} | {blocks} | "
+                  f"{r['settled']:.2f} ({r['tier2_left']}) |", flush=True)
 
 
 if __name__ == "__main__":

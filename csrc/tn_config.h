@@ -124,8 +124,10 @@
     "call made each of its PyTorch ops wait for the GIL: an eager BERT call of 5.6 ms took 470 ms. A " \
     "background tier-2 compiler (compile_tier2) is stopped (SIGSTOP to its process group) by the same " \
     "rule, and a compiled graph running (either door) counts as such a call: in the idle class alone " \
-    "it still took a core from a call on two (a TransformerEncoder call at 53 instead of 27 ms). " \
-    "0: builds and compilers never pause.") \
+    "it still took a core from a call on two (a TransformerEncoder call at 53 instead of 27 ms). A " \
+    "compiler that ran less than a quarter of the run after a pause that ran out (calls back to back on " \
+    "every core: the idle class gets none) is lent a thread of the calls until it exits, as a build's " \
+    "child is (build_worker), and not stopped again. 0: builds and compilers never pause.") \
   _(build_resume_us, TN_CFG_INT, 1000, NULL, \
     "A background build or tier-2 compiler that paused for served calls (build_pause_ms) goes on this " \
     "many microseconds after the last one ended, not at once: the caller's own Python after a call (taking its result, " \

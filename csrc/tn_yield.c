@@ -8,6 +8,8 @@
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -26,7 +28,7 @@ static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t yield_cv;
 static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
 
-/* Lending: threads the calls give up to a starved build's child (0 or 1),
+/* Lending: the waits whose process starves (tn_yield_wait_child and _group: one thread each),
 ** and on each thread, what its outermost call changed to lend them. */
 static atomic_int yield_lent;
 static _Thread_local int yield_lending;   /* threads this thread's call lends */
@@ -70,6 +72,18 @@ void tn_yield_lend_with(void (*omp_set)(int), int (*omp_get)(void), int (*mkl_lo
   yield_omp_get = omp_get;
   yield_mkl_local = mkl_local;
   yield_omp_set = omp_get ? omp_set : NULL;
+}
+
+int tn_yield_omp_threads(int n)
+{
+  void (*set)(int) = yield_omp_set;
+  int (*get)(void) = yield_omp_get;
+  assert(n >= 1);
+  if (!set || !get)
+    return -1;
+  int before = get();
+  set(n);
+  return before;
 }
 
 /* The outermost call on this thread begins: while a build's child is
@@ -212,17 +226,81 @@ static int yield_reaped(pid_t pid, int *st)
   return r < 0 && errno != EINTR ? -1 : 0;
 }
 
+/* Time process pid and its descendants have run, in ns; -1 unknown. Each
+** live process counts its own time (/proc/P/schedstat) and that of the
+** children it has reaped (cutime and cstime of /proc/P/stat: a compiler
+** driver's finished cc1 and as); live children are followed through
+** /proc/P/task/P/children, depth levels down. */
+static int64_t yield_tree_cpu_ns(pid_t pid, int depth)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return -1;
+  long long ns = -1;
+  if (fscanf(f, "%lld", &ns) != 1)
+    ns = -1;
+  fclose(f);
+  if (ns < 0)
+    return -1;
+  int64_t total = ns;
+  char buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  if ((f = fopen(path, "r")) != NULL) {
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+    long long cutime = 0, cstime = 0;
+    /* fields 3.. follow: cutime and cstime are the 14th and 15th of them */
+    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %lld %lld", &cutime, &cstime) == 2) {
+      long tick = sysconf(_SC_CLK_TCK);
+      if (tick > 0)
+        total += (cutime + cstime) * (1000000000 / tick);
+    }
+  }
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+  if (depth > 0 && (f = fopen(path, "r")) != NULL) {
+    int child;
+    while (fscanf(f, "%d", &child) == 1) {
+      int64_t c = yield_tree_cpu_ns((pid_t)child, depth - 1);
+      total += c > 0 ? c : 0; /* one that just exited: its parent's reaped time soon */
+    }
+    fclose(f);
+  }
+  return total;
+}
+
+/* The tree of a background process: a compiler driver, its cc1, as,
+** collect2 and ld. */
+static int64_t yield_cpu_ns(pid_t pid) { return yield_tree_cpu_ns(pid, 3); }
+
+/* Whether background work that ran ran_ns (yield_cpu_ns) over a window of
+** window_ns starved: less than a quarter of it. */
+static int yield_starved(int64_t ran_ns, int64_t window_ns) { return ran_ns >= 0 && ran_ns < window_ns / 4; }
+
 int tn_yield_wait_group(pid_t pid, int *st)
 {
   int64_t pause_ns, resume_ns;
   tn_yield_policy(&pause_ns, &resume_ns);
   const int64_t poll_ns = 5000000; /* how soon a running group's exit is seen */
   int64_t waited_end = tn_yield_last_end(), stopped_at = 0, free_until = 0;
-  int rc = 0, stopped = 0;
+  int64_t ran_before = -1; /* its time when a pause ran out with a call in flight (-1: none did) */
+  int rc = 0, stopped = 0, lending = 0;
   for (;;) {
     uint64_t epoch = tn_yield_epoch();
     int64_t now = tn_yield_now();
-    int64_t until = pause_ns > 0 && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
+    if (ran_before >= 0 && now >= free_until) {
+      /* the run after a pause that ran out is over: starved, it is lent a thread and never stopped again */
+      int64_t ran = yield_cpu_ns(pid);
+      if (ran >= 0 && yield_starved(ran - ran_before, pause_ns)) {
+        lending = 1;
+        atomic_fetch_add(&yield_lent, 1);
+      }
+      ran_before = -1;
+    }
+    int64_t until = !lending && pause_ns > 0 && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
     if (!stopped) {
       int reaped = yield_reaped(pid, st);
       if (reaped != 0) {
@@ -234,12 +312,19 @@ int tn_yield_wait_group(pid_t pid, int *st)
         stopped_at = now;
         continue;
       }
-      tn_yield_wait(epoch, now + poll_ns);
+      if (lending) { /* no waiter: the calls' ends wake no one */
+        struct timespec ts = {0, poll_ns};
+        nanosleep(&ts, NULL);
+      } else {
+        tn_yield_wait(epoch, now + poll_ns);
+      }
     } else if (until == 0 || now >= stopped_at + pause_ns) {
       (void)kill(-pid, SIGCONT);
       stopped = 0;
-      if (until != 0)
+      if (until != 0) {
         free_until = now + pause_ns; /* the pause ran out: it runs as long */
+        ran_before = yield_cpu_ns(pid);
+      }
     } else {
       tn_yield_wait(epoch, until < stopped_at + pause_ns ? until : stopped_at + pause_ns);
     }
@@ -247,23 +332,10 @@ int tn_yield_wait_group(pid_t pid, int *st)
   int saved = errno;
   if (stopped)
     (void)kill(-pid, SIGCONT);
+  if (lending)
+    atomic_fetch_sub(&yield_lent, 1);
   errno = saved;
   return rc;
-}
-
-/* Time process pid has run, in ns (/proc/pid/schedstat); -1 unknown. */
-static int64_t yield_cpu_ns(pid_t pid)
-{
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return -1;
-  long long ns = -1;
-  if (fscanf(f, "%lld", &ns) != 1)
-    ns = -1;
-  fclose(f);
-  return ns;
 }
 
 int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st)
@@ -290,9 +362,9 @@ int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st)
     if (!lending && window_ns > 0 && now - window_start >= window_ns) {
       /* starved: it ran less than a quarter of the window (a call in flight on every core, back to back) */
       int64_t ran = yield_cpu_ns(pid);
-      if (ran >= 0 && ran_before >= 0 && ran - ran_before < window_ns / 4) {
+      if (ran >= 0 && ran_before >= 0 && yield_starved(ran - ran_before, window_ns)) {
         lending = 1;
-        atomic_store(&yield_lent, 1);
+        atomic_fetch_add(&yield_lent, 1);
       }
       window_start = now;
       ran_before = ran;
@@ -302,7 +374,7 @@ int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st)
   }
   int saved = errno;
   if (lending)
-    atomic_store(&yield_lent, 0);
+    atomic_fetch_sub(&yield_lent, 1);
   errno = saved;
   return rc;
 }

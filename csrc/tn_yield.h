@@ -66,7 +66,10 @@ void tn_yield_wait(uint64_t epoch, int64_t deadline);
 ** compiler), to exit, giving way to served calls: the group is stopped
 ** (SIGSTOP) while a call is in flight and until build_resume_us after the
 ** last one ended, at most build_pause_ms at a time, after which it runs as
-** long (calls that never stop slow it down, they do not starve it).
+** long. Where it starves in that run, having run less than a quarter of it
+** (calls in flight on every core back to back: the idle class gets no
+** core), the calls lend it a thread until it exits, as tn_yield_wait_child
+** does, and it is not stopped any more.
 ** Returns 0 with *st (waitpid's status) once it exited, -1 with errno on a
 ** failed wait. The group is never left stopped. Call without the GIL. */
 int tn_yield_wait_group(pid_t pid, int *st);
@@ -91,5 +94,10 @@ void tn_yield_lend_with(void (*omp_set)(int), int (*omp_get)(void), int (*mkl_lo
 
 /* Threads this thread's call lends to a build's child now (0: none). */
 int tn_yield_lending(void);
+
+/* Sets this thread's OpenMP thread count to n (>= 1; other threads keep
+** theirs) through the runtime tn_yield_lend_with registered: the count
+** before, or -1 where none is registered. */
+int tn_yield_omp_threads(int n);
 
 #endif

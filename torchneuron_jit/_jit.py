@@ -1397,7 +1397,7 @@ class _BuildChild:
             return None
         try:
             from . import backend
-            backend.lend_threads()
+            backend._share_torch_threads()
         except Exception as exc:  # ours: the child is lent no thread
             _log.event("compile", f"finding how calls lend a thread to a build failed ({type(exc).__name__}: {exc})")
         try:

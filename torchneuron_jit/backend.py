@@ -74,26 +74,39 @@ _decompositions = [None, None]  # [operators registered when it was made, the ta
 ARTIFACT_FORMAT = 29
 
 
+def _torch_symbols(lib, *names):
+    """The addresses (ints) of names in torch's own lib (torch/lib/<lib>),
+    or None where that library or one of the names is missing."""
+    try:
+        handle = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", lib))
+        return [ctypes.cast(getattr(handle, name), ctypes.c_void_p).value for name in names]
+    except (OSError, AttributeError):
+        return None
+
+
 @functools.lru_cache(maxsize=None)
 def _gemm_available():
     """Registers torch's own sgemm (MKL in the CPU wheels: the GEMM eager
     uses, on torch's thread pool) for GEMM kernels; False where this torch
     build exports none."""
-    lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-    try:
-        address = ctypes.cast(ctypes.CDLL(lib).sgemm_, ctypes.c_void_p).value
-    except (OSError, AttributeError):
+    address = _torch_symbols("libtorch_cpu.so", "sgemm_")
+    if not address or not address[0]:
         return False
-    _C.set_sgemm(address)
-    return bool(address)
+    _C.set_sgemm(address[0])
+    return True
 
 
 @functools.lru_cache(maxsize=None)
 def _share_torch_threads():
     """Large launches split across PyTorch's own OpenMP threads (libgomp in
     the CPU wheels) rather than a pool of ours: one set of threads for both,
-    already awake between ops. False where torch runs on no libgomp of its
-    own (then a pool of ours splits launches)."""
+    already awake between ops. Registers too how a thread's OpenMP count is
+    set (a build's own ops: gemm.own_threads) and how a call gives up a
+    thread to a starved child process (a build's, _jit._BuildChild, or a
+    tier-2 compiler): OpenMP's count and MKL's thread-local one (MKL takes
+    torch.set_num_threads' count over OpenMP's). False where torch runs on
+    no libgomp of its own (then a pool of ours splits launches, and nothing
+    is set or lent)."""
     lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")
     try:  # only the runtime torch has loaded: loading a second one would be a second pool
         with open("/proc/self/maps") as maps:
@@ -101,35 +114,14 @@ def _share_torch_threads():
                 return False
     except OSError:
         return False
-    try:
-        gomp = ctypes.CDLL(lib)
-        addresses = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value
-                     for name in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")]
-    except (OSError, AttributeError):
+    omp = _torch_symbols("libgomp.so.1", "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads",
+                         "omp_set_num_threads", "omp_get_max_threads")
+    if not omp or not all(omp):
         return False
-    _C.set_openmp(*addresses)
-    return True
-
-
-@functools.lru_cache(maxsize=None)
-def lend_threads():
-    """Registers how a call gives up a thread to a build's starved child
-    process (_jit._BuildChild): PyTorch's OpenMP thread count and MKL's
-    thread-local one (MKL takes torch.set_num_threads' count over OpenMP's).
-    False where torch runs on no libgomp of its own (nothing is lent)."""
-    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    if not _share_torch_threads():
-        return False
-    gomp = ctypes.CDLL(os.path.join(torch_lib, "libgomp.so.1"))
-    omp = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p).value
-           for name in ("omp_set_num_threads", "omp_get_max_threads")]
-    try:
-        # the C interface (mkl_service.h maps mkl_set_num_threads_local to it; that symbol is Fortran's, by pointer)
-        mkl = ctypes.cast(ctypes.CDLL(os.path.join(torch_lib, "libtorch_cpu.so")).MKL_Set_Num_Threads_Local,
-                          ctypes.c_void_p).value
-    except (OSError, AttributeError):  # a torch without MKL
-        mkl = 0
-    _C.build_lend_with(omp[0] or 0, omp[1] or 0, mkl or 0)
+    _C.set_openmp(*omp[:3])
+    # the C interface (mkl_service.h maps mkl_set_num_threads_local to it; that symbol is Fortran's, by pointer)
+    mkl = _torch_symbols("libtorch_cpu.so", "MKL_Set_Num_Threads_Local")  # None: a torch without MKL
+    _C.build_lend_with(omp[3], omp[4], mkl[0] if mkl else 0)
     return True
 
 

@@ -349,6 +349,8 @@ def own_threads(n):
     torch.set_num_threads' on the thread's first op (a lazy init, which
     torch.get_num_threads runs): done first, or that op undid this, and a
     background build after torch.set_num_threads(2) ran its ops on two."""
+    from . import backend
+    backend._share_torch_threads()  # how: torch's own OpenMP runtime
     torch.get_num_threads()
     _C.build_omp_threads(n)
 

@@ -38,7 +38,6 @@
 #include "tracer_internal.h"
 #include "../tn_yield.h"
 
-#include <dlfcn.h>
 #include <stdatomic.h>
 
 static atomic_ullong yield_pauses;    /* pauses so far (build_pauses()) */
@@ -144,8 +143,9 @@ static PyObject *py_build_calls(PyObject *self, PyObject *unused)
 }
 
 /* build_omp_threads(n) -> the calling thread's OpenMP threads before, or
-** None where no OpenMP runtime is loaded: sets this thread's count (the
-** OpenMP ICV is per thread: other threads keep theirs). n >= 1. */
+** None where torch's OpenMP runtime is not registered (build_lend_with):
+** sets this thread's count (the OpenMP ICV is per thread: other threads
+** keep theirs). n >= 1. */
 static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
 {
   (void)self;
@@ -156,12 +156,9 @@ static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
     PyErr_SetString(PyExc_ValueError, "build_omp_threads: n must be in 1..4096");
     return NULL;
   }
-  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-  int (*get)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_max_threads");
-  if (set == NULL || get == NULL)
+  int before = tn_yield_omp_threads((int)n);
+  if (before < 0)
     Py_RETURN_NONE;
-  int before = get();
-  set((int)n);
   return PyLong_FromLong(before);
 }
 
@@ -227,7 +224,7 @@ PyMethodDef tn_py_yield_methods[] = {
    "build_wait_child(pid, timeout_s) -> waitpid status, None when killed at timeout_s (0: none); a starved "
    "child is lent a thread of the calls"},
   {"build_omp_threads", py_build_omp_threads, METH_O,
-   "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime); sets them to n"},
+   "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime registered); sets them to n"},
   {"build_yield", py_build_yield, METH_VARARGS,
    "build_yield(max_ms=build_pause_ms, resume_us=build_resume_us): this thread (a build) pauses while a jitted "
    "call is in flight and until resume_us after the last one ended, at most max_ms at a time; max_ms 0 ends it"},

@@ -189,6 +189,110 @@ START_TEST(test_a_child_past_its_deadline_is_killed)
 }
 END_TEST
 
+typedef struct {
+  pid_t pid;
+  int rc, st;
+} group_wait;
+
+static void *wait_group(void *arg)
+{
+  group_wait *w = arg;
+  w->rc = tn_yield_wait_group(w->pid, &w->st);
+  return NULL;
+}
+
+/* A process group's leader (as a tier-2 compiler driver is) whose child
+** sleeps (runs nothing) or spins (runs) ms, then exits 7. */
+static pid_t group_with_a_child(long ms, int spin)
+{
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    pid_t child = fork();
+    if (child == 0) {
+      if (!spin)
+        sleep_ms(ms);
+      for (int64_t t0 = tn_yield_now(); spin && tn_yield_now() - t0 < ms * INT64_C(1000000);)
+        ;
+      _exit(0);
+    }
+    while (waitpid(child, NULL, 0) < 0)
+      ;
+    _exit(7);
+  }
+  ck_assert_int_gt(pid, 0);
+  setpgid(pid, pid);
+  return pid;
+}
+
+/* A call held in flight on a thread of its own for ms: beside every other. */
+static void *call_in_flight(void *arg)
+{
+  tn_yield_call_begin();
+  sleep_ms((long)(intptr_t)arg);
+  tn_yield_call_end();
+  return NULL;
+}
+
+/* Whether a call beginning now on this thread lends a thread. */
+static int a_call_lends(void)
+{
+  tn_yield_call_begin();
+  int lends = tn_yield_lending();
+  tn_yield_call_end();
+  return lends;
+}
+
+START_TEST(test_a_group_starved_after_its_pause_ran_out_is_lent_a_thread)
+{
+  char err[128];
+  tn_config_init();
+  ck_assert_int_eq(tn_config_set_int(tn_config_find("build_pause_ms"), 100, err, sizeof err), 0);
+  tn_yield_lend_with(fake_omp_set, fake_omp_get, fake_mkl_local);
+  pthread_t call, t;
+  ck_assert_int_eq(pthread_create(&call, NULL, call_in_flight, (void *)(intptr_t)900), 0);
+  sleep_ms(20);
+  /* stopped for the 100 ms pause while the call goes on, then run 100 ms: asleep, it ran nothing */
+  group_wait w = {group_with_a_child(600, 0), -2, 0};
+  ck_assert_int_eq(pthread_create(&t, NULL, wait_group, &w), 0);
+  sleep_ms(50);
+  ck_assert_int_eq(a_call_lends(), 0);
+  sleep_ms(300);
+  ck_assert_int_eq(a_call_lends(), 1);
+  ck_assert_int_eq(omp_threads, 4);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(w.rc, 0);
+  ck_assert(WIFEXITED(w.st) && WEXITSTATUS(w.st) == 7);
+  ck_assert_int_eq(a_call_lends(), 0);  /* it exited: nothing lent */
+  pthread_join(call, NULL);
+  tn_yield_lend_with(NULL, NULL, NULL);
+  tn_config_init();
+}
+END_TEST
+
+START_TEST(test_a_group_that_runs_in_its_turns_is_not_lent_a_thread)
+{
+  char err[128];
+  tn_config_init();
+  ck_assert_int_eq(tn_config_set_int(tn_config_find("build_pause_ms"), 100, err, sizeof err), 0);
+  tn_yield_lend_with(fake_omp_set, fake_omp_get, fake_mkl_local);
+  pthread_t call, t;
+  ck_assert_int_eq(pthread_create(&call, NULL, call_in_flight, (void *)(intptr_t)900), 0);
+  sleep_ms(20);
+  /* its child (not the leader: the whole tree's time counts) spins through every run it gets */
+  group_wait w = {group_with_a_child(250, 1), -2, 0};
+  ck_assert_int_eq(pthread_create(&t, NULL, wait_group, &w), 0);
+  sleep_ms(350);
+  ck_assert_int_eq(a_call_lends(), 0);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(w.rc, 0);
+  ck_assert(WIFEXITED(w.st) && WEXITSTATUS(w.st) == 7);
+  pthread_join(call, NULL);
+  tn_yield_lend_with(NULL, NULL, NULL);
+  tn_config_init();
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("yield");
@@ -199,6 +303,8 @@ int main(void)
   tcase_add_test(tc, test_a_call_beginning_ends_a_wait);
   tcase_add_test(tc, test_a_starved_child_is_lent_a_thread_by_each_outermost_call);
   tcase_add_test(tc, test_a_child_past_its_deadline_is_killed);
+  tcase_add_test(tc, test_a_group_starved_after_its_pause_ran_out_is_lent_a_thread);
+  tcase_add_test(tc, test_a_group_that_runs_in_its_turns_is_not_lent_a_thread);
   suite_add_tcase(s, tc);
   return tn_check_run(s);
 }

@@ -837,7 +837,7 @@ def test_calls_that_never_stop_lend_a_starved_child_a_thread():
     if cores < 2 or cores > 8:
         pytest.skip("nothing to lend, or the calls would leave the child a core of its own")
     from torchneuron_jit import backend
-    assert backend.lend_threads()
+    assert backend._share_torch_threads()
     threads, seen = torch.get_num_threads(), []
 
     @torchneuron_jit.disable  # its calls run eagerly, each a jitted call that can lend
