@@ -2,7 +2,8 @@
 ** Check suite of csrc/tn_yield.c: served calls counted per thread and in
 ** all, when background work may go on after them, and a wait that a call
 ** beginning on another thread ends (none missed between reading the epoch
-** and waiting).
+** and waiting); the thread calls lend to a starved build's child or
+** tier-2 compiler group, and a child killed at its deadline.
 */
 #include <pthread.h>
 #include <signal.h>
@@ -243,53 +244,61 @@ static int a_call_lends(void)
   return lends;
 }
 
-START_TEST(test_a_group_starved_after_its_pause_ran_out_is_lent_a_thread)
+/* A group (group_with_a_child(ms, spin)) waited for on thread *t while a
+** call is in flight beside it on thread *call, with build_pause_ms 100
+** and fake thread counts to lend. */
+typedef struct {
+  pthread_t call, t;
+  group_wait w;
+} group_beside;
+
+static void group_beside_a_call(group_beside *g, long ms, int spin)
 {
   char err[128];
   tn_config_init();
   ck_assert_int_eq(tn_config_set_int(tn_config_find("build_pause_ms"), 100, err, sizeof err), 0);
   tn_yield_lend_with(fake_omp_set, fake_omp_get, fake_mkl_local);
-  pthread_t call, t;
-  ck_assert_int_eq(pthread_create(&call, NULL, call_in_flight, (void *)(intptr_t)900), 0);
+  ck_assert_int_eq(pthread_create(&g->call, NULL, call_in_flight, (void *)(intptr_t)900), 0);
   sleep_ms(20);
+  g->w = (group_wait){group_with_a_child(ms, spin), -2, 0};
+  ck_assert_int_eq(pthread_create(&g->t, NULL, wait_group, &g->w), 0);
+}
+
+/* Its wait returned the group's exit (7); then the call ends, and the
+** fakes and the tunables are put back. */
+static void group_beside_done(group_beside *g)
+{
+  pthread_join(g->t, NULL);
+  ck_assert_int_eq(g->w.rc, 0);
+  ck_assert(WIFEXITED(g->w.st) && WEXITSTATUS(g->w.st) == 7);
+  ck_assert_int_eq(a_call_lends(), 0);  /* it exited: nothing lent */
+  pthread_join(g->call, NULL);
+  tn_yield_lend_with(NULL, NULL, NULL);
+  tn_config_init();
+}
+
+START_TEST(test_a_group_starved_after_its_pause_ran_out_is_lent_a_thread)
+{
+  group_beside g;
   /* stopped for the 100 ms pause while the call goes on, then run 100 ms: asleep, it ran nothing */
-  group_wait w = {group_with_a_child(600, 0), -2, 0};
-  ck_assert_int_eq(pthread_create(&t, NULL, wait_group, &w), 0);
+  group_beside_a_call(&g, 600, 0);
   sleep_ms(50);
   ck_assert_int_eq(a_call_lends(), 0);
   sleep_ms(300);
   ck_assert_int_eq(a_call_lends(), 1);
   ck_assert_int_eq(omp_threads, 4);
-  pthread_join(t, NULL);
-  ck_assert_int_eq(w.rc, 0);
-  ck_assert(WIFEXITED(w.st) && WEXITSTATUS(w.st) == 7);
-  ck_assert_int_eq(a_call_lends(), 0);  /* it exited: nothing lent */
-  pthread_join(call, NULL);
-  tn_yield_lend_with(NULL, NULL, NULL);
-  tn_config_init();
+  group_beside_done(&g);
 }
 END_TEST
 
 START_TEST(test_a_group_that_runs_in_its_turns_is_not_lent_a_thread)
 {
-  char err[128];
-  tn_config_init();
-  ck_assert_int_eq(tn_config_set_int(tn_config_find("build_pause_ms"), 100, err, sizeof err), 0);
-  tn_yield_lend_with(fake_omp_set, fake_omp_get, fake_mkl_local);
-  pthread_t call, t;
-  ck_assert_int_eq(pthread_create(&call, NULL, call_in_flight, (void *)(intptr_t)900), 0);
-  sleep_ms(20);
+  group_beside g;
   /* its child (not the leader: the whole tree's time counts) spins through every run it gets */
-  group_wait w = {group_with_a_child(250, 1), -2, 0};
-  ck_assert_int_eq(pthread_create(&t, NULL, wait_group, &w), 0);
+  group_beside_a_call(&g, 250, 1);
   sleep_ms(350);
   ck_assert_int_eq(a_call_lends(), 0);
-  pthread_join(t, NULL);
-  ck_assert_int_eq(w.rc, 0);
-  ck_assert(WIFEXITED(w.st) && WEXITSTATUS(w.st) == 7);
-  pthread_join(call, NULL);
-  tn_yield_lend_with(NULL, NULL, NULL);
-  tn_config_init();
+  group_beside_done(&g);
 }
 END_TEST
 
