@@ -100,12 +100,14 @@
     "and stores them as a trace record that the build thread loads (~20-30 ms of the GIL instead of ~1 s " \
     "of make_fx); where calls keep every core busy, so that it starves, each call lends it one of its " \
     "OpenMP threads until it is done. auto: process where jitted calls were in flight build_child_busy_pct " \
-    "of the time or more since the last build ended (a server calling back to back, whose gaps a thread " \
-    "never gets: 400 such calls of a TransformerEncoder left its dynamic variant unbuilt), else thread (a " \
-    "lent thread slows each call during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no " \
+    "of the time or more since the last build began (a server calling back to back, whose gaps a thread " \
+    "never gets: 400 such calls of a TransformerEncoder left its dynamic variant unbuilt), or, where they " \
+    "were not (or there was no build before: a process's first), in the build's first 0.1 s (the child is " \
+    "then forked at the start of the next call, on its thread); else thread (a lent thread slows each call " \
+    "during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no " \
     "fork, trace records or the cache off, a variant that cannot be stored) or fails, the thread builds.") \
   _(build_child_busy_pct, TN_CFG_INT, 90, NULL, \
-    "With build_worker=auto, the share of the time since the last build ended (0.2 s at least) in which " \
+    "With build_worker=auto, the share of the time since the last build began (0.1 s at least) in which " \
     "jitted calls were in flight from which a build runs in a child process.") \
   _(build_worker_timeout_s, TN_CFG_INT, 300, NULL, \
     "Seconds a build's forked child (build_worker) may take before it is killed and the build runs on the " \

@@ -1267,27 +1267,40 @@ class _Builds:
     ran eagerly meanwhile. While one is in flight, a call no entry takes
     runs eagerly without tracing (jit does not queue a storm of traces)."""
 
+    WINDOW_NS = 100_000_000  # never_idle's shortest stretch
+
     def __init__(self):
         self.lock = threading.Lock()
         self.pending = None       # the _Build in flight
         self.since = None         # _C.build_busy() when the last build began
         self.idle = threading.Event()
         self.idle.set()
+        self.fork_for = None      # _watch: the _Build a call is to fork a child for; FORKING while one does
+        self.forked = threading.Event()  # set when that call is done (self.fork_child: its child or None)
+        self.fork_child = None
+
+    FORKING = object()
 
     def busy(self):
         return not self.idle.is_set()
 
-    def never_idle(self):
-        """Whether jitted calls were in flight build_child_busy_pct of the
-        time or more since the last build began (0.1 s at least): a server
-        that leaves a build thread no gap to run in (build_worker=auto).
-        Since it began, not ended: sizes that vary on every call miss again
-        at the call after a build is published."""
+    def _window(self):
+        """(ns since the last build began, ns of it some jitted call was in
+        flight); (0, 0) before any build."""
         if self.since is None:
-            return False
+            return 0, 0
         busy, now = _C.build_busy()
         busy0, then = self.since
-        return now - then >= 100_000_000 and (busy - busy0) * 100 >= config.build_child_busy_pct * (now - then)
+        return now - then, busy - busy0
+
+    def never_idle(self):
+        """Whether jitted calls were in flight build_child_busy_pct of the
+        time or more since the last build began (WINDOW_NS at least): a
+        server that leaves a build thread no gap to run in
+        (build_worker=auto). Since it began, not ended: sizes that vary on
+        every call miss again at the call after a build is published."""
+        span, busy = self._window()
+        return span >= self.WINDOW_NS and busy * 100 >= config.build_child_busy_pct * span
 
     def submit(self, build):
         with self.lock:
@@ -1298,24 +1311,77 @@ class _Builds:
         t0 = time.perf_counter()
         never_idle = self.never_idle()
         self.since = _C.build_busy()  # never_idle's window: from this build's start
+        # auto, where the calls before left gaps (or there were none): the calls of the next WINDOW_NS decide
+        watch = not never_idle and config.build_worker == "auto" and _BuildChild.possible(build.trace)
         try:
             # forked here, on the thread whose call traced, between its PyTorch ops: no thread of ours is inside
             # MKL, whose allocator's lock a child forked from the build thread found taken (by a call's OpenMP
             # thread in a GEMM) and spun on for good
-            child = _BuildChild.start(build, threads, never_idle)
+            child = None if watch else _BuildChild.start(build, threads, never_idle)
         except BaseException:
             _gc_hold.release()
             with self.lock:
                 self.pending = None
                 self.idle.set()
             raise
-        threading.Thread(target=self._run, args=(threads, child, t0), name="torchneuron_jit build",
+        threading.Thread(target=self._run, args=(threads, child, t0, watch), name="torchneuron_jit build",
                          daemon=True).start()
 
-    def _run(self, threads, child, t0):
+    def _watch(self, build):
+        """build_worker=auto where the calls before this build left gaps
+        (or there were none: a process's first build): the calls of its
+        first WINDOW_NS decide. Calls in flight back to back (never_idle)
+        get it a child, forked at the start of the next outermost jitted
+        call, on that call's thread (tracer.fork_build, _C.build_fork_wanted:
+        the build thread's own fork can catch MKL's allocator lock held);
+        calls with gaps leave it to this thread. The child, or None."""
+        while True:
+            span, _ = self._window()
+            if span >= self.WINDOW_NS:
+                break
+            time.sleep((self.WINDOW_NS - span) / 1e9 + 0.002)
+        if not self.never_idle():
+            return None
+        with self.lock:
+            self.fork_for, self.fork_child = build, None
+            self.forked.clear()
+        _C.build_fork_wanted(True)
+        if not self.forked.wait(0.5):  # no call started: this thread builds
+            with self.lock:
+                if self.fork_for is not self.FORKING:
+                    self.fork_for = None
+                    _C.build_fork_wanted(False)
+                    return None
+            self.forked.wait()  # a call is forking it now
+        with self.lock:
+            child, self.fork_child = self.fork_child, None
+        if child is not None:
+            _log.event("compile", f"{_where(build.trace.fn)}: calls were in flight back to back as its build began; "
+                                  f"a child process builds it")
+        return child
+
+    def fork_here(self):
+        """tracer.fork_build: the child _watch asked for, forked on the
+        thread of an outermost jitted call that is about to start."""
+        with self.lock:
+            build = self.fork_for
+            if build is None or build is self.FORKING:
+                return
+            self.fork_for = self.FORKING
+        child = None
+        try:
+            child = _BuildChild.start(build, torch.get_num_threads(), True, wait=False)
+        finally:
+            with self.lock:
+                self.fork_for, self.fork_child = None, child
+                self.forked.set()
+
+    def _run(self, threads, child, t0, watch):
         build = self.pending
         try:
             _gate_dynamo()
+            if watch:
+                child = self._watch(build)
             # pauses while jitted calls are in flight, and a little after
             _C.build_yield()  # as the tunables say: build_pause_ms, build_resume_us
             # its own ops on one OpenMP thread, its GEMM measurements on the calls' (gemm.measured_with)
@@ -1383,17 +1449,24 @@ class _BuildChild:
         self.build, self.threads, self.pid, self.report = build, threads, pid, report
         self.used = False
 
+    @staticmethod
+    def possible(trace):
+        """Whether a child can build trace's variant: a child hands it over
+        as a trace record, made under fork."""
+        return (_records_on() and sys.platform == "linux" and hasattr(os, "fork")
+                and not trace.state.get("CPU autocast"))
+
     @classmethod
-    def start(cls, build, threads, never_idle):
+    def start(cls, build, threads, never_idle, wait=True):
         """The child building build (forked from this thread), or None where
         build_worker says thread (auto: unless never_idle, _Builds.never_idle)
-        or a child could not be used."""
+        or a child could not be used (wait=False: nor while another thread
+        compiles)."""
         trace = build.trace
         worker = config.build_worker
         if worker == "auto":
             worker = "process" if never_idle else "thread"
-        if (worker != "process" or not _records_on() or sys.platform != "linux"
-                or not hasattr(os, "fork") or trace.state.get("CPU autocast")):
+        if worker != "process" or not cls.possible(trace):
             return None
         try:
             from . import backend
@@ -1401,11 +1474,18 @@ class _BuildChild:
         except Exception as exc:  # ours: the child is lent no thread
             _log.event("compile", f"finding how calls lend a thread to a build failed ({type(exc).__name__}: {exc})")
         try:
-            report = tempfile.TemporaryFile(prefix="tn_build_")  # the child writes, the parent reads
             # nothing else compiles (make_fx's globals, the FX code generator's) while the child is made
-            with _compile_lock, warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads running
-                pid = os.fork()
+            if not _compile_lock.acquire(blocking=wait):
+                _log.event("compile", f"{_where(trace.fn)}: no child for its build (another compile was in "
+                                      f"flight); built on the thread")
+                return None
+            try:
+                report = tempfile.TemporaryFile(prefix="tn_build_")  # the child writes, the parent reads
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads running
+                    pid = os.fork()
+            finally:
+                _compile_lock.release()
         except OSError as exc:
             _log.event("compile", f"{_where(trace.fn)}: no child for its build ({exc}); built on the thread")
             return None
@@ -1969,6 +2049,9 @@ class _Tracer:
                 bound.__self__ is module):
             return jf
         return _jit_forward(module, jf.fn, jf.limit)
+
+    def fork_build(self):
+        _builds.fork_here()
 
     def give_up(self, fn, reason):
         limit = config.jit_cache_limit

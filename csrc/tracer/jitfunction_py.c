@@ -4,6 +4,40 @@
 */
 #include "tracer_internal.h"
 #include "../tn_yield.h"
+#include <stdatomic.h>
+
+#if TN_JIT_SUPPORTED
+/* Set by build_fork_wanted (a background build that is to be made by a
+** forked child, _jit._Builds): the next outermost jitted call, on whichever
+** thread, first calls tracer.fork_build(), before its frame runs. */
+static atomic_int jf_fork_wanted;
+
+/* The call's tracer.fork_build(), once per request: a fork between the
+** PyTorch ops of the thread that calls (no thread of ours is inside MKL,
+** whose allocator lock a fork elsewhere can catch held). A failure warns;
+** the call goes on. */
+static void jf_fork_if_wanted(JitFunctionObject *jf)
+{
+  if (!atomic_load_explicit(&jf_fork_wanted, memory_order_relaxed) || !atomic_exchange(&jf_fork_wanted, 0))
+    return;
+  PyObject *r = tn_tracer_call(jf, "fork_build", PyTuple_New(0));
+  if (!r)
+    tn_tracer_failed(jf, "forking a background build's child failed (the build thread builds the variant)");
+  Py_XDECREF(r);
+}
+#endif
+
+PyObject *tn_py_build_fork_wanted(PyObject *self, PyObject *on)
+{
+  (void)self;
+  int want = PyObject_IsTrue(on);
+  if (want < 0)
+    return NULL;
+#if TN_JIT_SUPPORTED
+  atomic_store(&jf_fork_wanted, want);
+#endif
+  Py_RETURN_NONE;
+}
 
 static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -22,6 +56,8 @@ static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, s
     Py_XDECREF(own);
   }
   if (tn_hook_tracing == 0) {
+    if (!tn_hook_active)
+      jf_fork_if_wanted(jf);
     jf->jf_calls++;
     tn_active a = {tn_hook_active, jf, (PyCodeObject *)PyFunction_GET_CODE(jf->jf_fn), 0, NULL};
     tn_hook_active = &a;

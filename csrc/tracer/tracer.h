@@ -43,6 +43,9 @@
 **       why no entry took args; fails lists (spec, index of its first
 **       failing guard, or -1 for one that passed but side-exited) per entry
 **   tracer.give_up(fn, reason)    the code reached its entry limit
+**   tracer.fork_build()           at the start of an outermost jitted call,
+**       on its thread and before its frame, once after build_fork_wanted(True)
+**       asked for it: a background build's child is forked there
 **   tracer.rebind(jitfunction, module) -> JitFunction
 **       a call of a module's jitted forward whose self is not the module
 **       it was made for (its owner): a copy (copy.deepcopy keeps the bound

@@ -148,6 +148,10 @@ PyObject *tn_tracer_call(JitFunctionObject *jf, const char *name, PyObject *args
 void tn_tracer_failed(JitFunctionObject *jf, const char *what);
 #endif
 
+/* build_fork_wanted(on) (jitfunction_py.c): whether the next outermost
+** jitted call calls tracer.fork_build() first (tracer.h). */
+PyObject *tn_py_build_fork_wanted(PyObject *self, PyObject *on);
+
 /* -- The types ---------------------------------------------------------------- */
 
 extern PyTypeObject tn_py_JitFunctionType;  /* jitfunction_py.c */

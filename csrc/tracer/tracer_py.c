@@ -89,6 +89,8 @@ PyMethodDef tn_py_tracer_methods[] = {
   {"run_untraced", (PyCFunction)(void (*)(void))py_run_untraced, METH_FASTCALL,
    "run_untraced(fn, *args) -> fn(*args), with jitted functions run as plain Python meanwhile"},
   {"jit_tracing", py_jit_tracing, METH_NOARGS, "whether this thread is tracing a jit call"},
+  {"build_fork_wanted", tn_py_build_fork_wanted, METH_O,
+   "build_fork_wanted(on): the next outermost jitted call, on any thread, calls tracer.fork_build() first"},
   {NULL, NULL, 0, NULL},
 };
 

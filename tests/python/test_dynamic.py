@@ -761,7 +761,10 @@ def test_auto_builds_in_a_child_for_calls_back_to_back_and_on_the_thread_after_g
     """build_worker=auto: where jitted calls were in flight nearly all the
     time since the last build (a thread would get no gap), the next build
     runs in a child; after calls with gaps between them, on the thread.
-    (Answers within GEMM tolerance: the variants may take oneDNN.)"""
+    A process's first build has no calls before it: those of its first
+    0.1 s decide, and calls back to back get it a child too, forked by
+    the next call. (Answers within GEMM tolerance: the variants may take
+    oneDNN.)"""
     from torchneuron_jit import backend
     inner, here = backend.compile_inference, []
 
@@ -776,22 +779,63 @@ def test_auto_builds_in_a_child_for_calls_back_to_back_and_on_the_thread_after_g
     # the loop's own lines, and the build thread takes the GIL between calls)
     with config.patch(compile_blocking=False, build_worker="auto", dynamic_after=0, build_child_busy_pct=50):
         x = torch.randn(256, 512)
-        torch.testing.assert_close(jf(x, w), _mm_relu(x, w), rtol=1e-4, atol=1e-4)  # no history: the thread
+        torch.testing.assert_close(jf(x, w), _mm_relu(x, w), rtol=1e-4, atol=1e-4)  # no calls before it
         t = time.perf_counter()
         while time.perf_counter() - t < 0.6:  # back to back, from the build's start
             jf(x, w)
-        assert _jit.wait(60) and len(here) == 1
+        assert _jit.wait(60) and here == []  # built by a child, forked by one of these calls
         y = torch.randn(257, 512)
         torch.testing.assert_close(jf(y, w), _mm_relu(y, w), rtol=1e-4, atol=1e-4)
-        assert _jit.wait(60) and len(here) == 1  # built by a child
+        assert _jit.wait(60) and here == []  # a child, forked at once
         for _ in range(4):  # calls with gaps
             jf(x, w)
             time.sleep(0.1)
         z = torch.randn(258, 512)
         torch.testing.assert_close(jf(z, w), _mm_relu(z, w), rtol=1e-4, atol=1e-4)
-        assert _jit.wait(60) and len(here) == 2  # the thread
+        assert _jit.wait(60) and len(here) == 1  # the thread
     assert all(runner is not None for _, runner in jf.entries())
     torch.testing.assert_close(jf(y, w), _mm_relu(y, w), rtol=1e-4, atol=1e-4)
+
+
+def test_a_first_build_among_calls_with_gaps_stays_on_the_thread(monkeypatch):
+    """build_worker=auto, a process's first build, calls with gaps in its
+    first 0.1 s: the thread builds it (a child would cost the calls a lent
+    thread for nothing)."""
+    from torchneuron_jit import backend
+    inner, here = backend.compile_inference, []
+
+    def watched(*args, **kwargs):
+        here.append(os.getpid())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", watched)
+    monkeypatch.setattr(_jit._builds, "since", None)  # no build before this one
+    jf = torchneuron_jit.jit(_mm_relu)
+    w = torch.randn(64, 64)
+    with config.patch(compile_blocking=False, build_worker="auto", build_child_busy_pct=50):
+        x = torch.randn(32, 64)
+        for _ in range(4):
+            torch.testing.assert_close(jf(x, w), _mm_relu(x, w), rtol=1e-4, atol=1e-4)
+            time.sleep(0.05)
+        assert _jit.wait(60) and here == [os.getpid()]
+    torch.testing.assert_close(jf(x, w), _mm_relu(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_a_wanted_fork_is_made_once_at_the_start_of_the_next_outermost_call(monkeypatch):
+    """_C.build_fork_wanted(True): the next outermost jitted call, on
+    whichever thread, calls the tracer's fork_build; only that one."""
+    forks = []
+    monkeypatch.setattr(_jit._builds, "fork_here", lambda: forks.append(threading.get_ident()))
+    jf = torchneuron_jit.jit(_sin_plus)
+    x = torch.randn(3)
+    jf(x)
+    assert forks == []
+    _C.build_fork_wanted(True)
+    worker = threading.Thread(target=jf, args=(x,))
+    worker.start()
+    worker.join()
+    jf(x)
+    assert forks == [worker.ident]
 
 
 @pytest.mark.parametrize("how", ["dies", "hangs"])
