@@ -103,7 +103,7 @@
     "of the time or more since the last build began (a server calling back to back, whose gaps a thread " \
     "never gets: 400 such calls of a TransformerEncoder left its dynamic variant unbuilt), or, where they " \
     "were not (or there was no build before: a process's first), in the build's first 0.1 s (the child is " \
-    "then forked at the start of the next call, on its thread); else thread (a lent thread slows each call " \
+    "then forked at the start of the next call, on its thread; gaps that rule it out decide at once); else thread (a lent thread slows each call " \
     "during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no " \
     "fork, trace records or the cache off, a variant that cannot be stored) or fails, the thread builds.") \
   _(build_child_busy_pct, TN_CFG_INT, 90, NULL, \

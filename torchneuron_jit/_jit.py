@@ -1335,11 +1335,14 @@ class _Builds:
         call, on that call's thread (tracer.fork_build, _C.build_fork_wanted:
         the build thread's own fork can catch MKL's allocator lock held);
         calls with gaps leave it to this thread. The child, or None."""
+        gaps_max = (100 - config.build_child_busy_pct) * self.WINDOW_NS // 100
         while True:
-            span, _ = self._window()
+            span, busy = self._window()
+            if span - busy > gaps_max:  # gaps enough that the window cannot be never_idle: decided at once
+                return None
             if span >= self.WINDOW_NS:
                 break
-            time.sleep((self.WINDOW_NS - span) / 1e9 + 0.002)
+            time.sleep(min(self.WINDOW_NS - span, self.WINDOW_NS // 20) / 1e9 + 0.001)
         if not self.never_idle():
             return None
         with self.lock:
