@@ -37,7 +37,9 @@
     "logsumexp, ...) into row kernels with their pointwise prologue and epilogue. auto (the default): where " \
     "tier 2 can run (compile_tier2 not off and a C compiler found); tier 1's row kernels are 2-4x slower than " \
     "eager's. At tier 2 the suite's pointwise block gained 1.28-1.20x -> 1.61-1.27x eager, LLaMA and the T5 " \
-    "encoder 4-5%, the others within noise; rows of 64 run at 0.75-0.9x eager's. True/False set on/off.") \
+    "encoder 4-5%, the others within noise; rows of 64 run at 0.75-0.9x eager's. Under auto a reduction whose " \
+    "rows are not one unit-stride run of its input (a mean over H and W of a channels-last tensor) stays " \
+    "eager's, which reduces across rows: as a row kernel it took 157 us against 16. True/False set on/off.") \
   _(row_fusion_min_row, TN_CFG_INT, 256, NULL, \
     "With row_fusion auto, the fewest elements a row must be known to have for its reduction to be fused " \
     "(on: every row). Shorter rows go one at a time through tier 2's passes and measured slower than " \

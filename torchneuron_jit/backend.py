@@ -71,7 +71,7 @@ _decompositions = [None, None]  # [operators registered when it was made, the ta
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 29
+ARTIFACT_FORMAT = 30
 
 
 def _torch_symbols(lib, *names):
@@ -141,6 +141,13 @@ def _row_fusion_min_row():
     return max(0, config.row_fusion_min_row) if config.row_fusion == "auto" else 0
 
 
+def _row_fusion_dense():
+    """Whether row fusion leaves reductions over strided rows to eager's
+    kernels (_C.fuse's dense_rows): under auto, which fuses what measured
+    faster; on takes them too."""
+    return config.row_fusion == "auto"
+
+
 def _gemm_fusion():
     return _fusion_on(config.gemm_fusion) and _gemm_available()
 
@@ -164,7 +171,8 @@ def _key_context():
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
-            f"row_fusion {_row_fusion()} from {_row_fusion_min_row()}; gemm {_gemm_fusion()}; "
+            f"row_fusion {_row_fusion()} from {_row_fusion_min_row()} dense {_row_fusion_dense()}; "
+            f"gemm {_gemm_fusion()}; "
             f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
             f"conv_channels_last {bool(config.conv_channels_last)}; "
             f"flash {config.flash_attention} from {config.flash_attention_min_scores}; "
@@ -206,7 +214,8 @@ class _Artifact:
         else:
             _C.stat_add("cache_misses")
             groups = _C.fuse(_C.decode_graph(g.encode()), rows=_row_fusion(), gemm=_gemm_fusion(),
-                             linear_act=_onednn_linear(), min_row=_row_fusion_min_row())
+                             linear_act=_onednn_linear(), min_row=_row_fusion_min_row(),
+                             dense_rows=_row_fusion_dense())
             self.artifact = {"format": ARTIFACT_FORMAT, "groups": groups, "onednn": None}
             self.seconds = time.perf_counter() - t0
         order, value_of = self.order, {canon: v for v, canon in enumerate(vmap)}

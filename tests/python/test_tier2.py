@@ -419,6 +419,25 @@ def test_tier2_settings_are_in_the_table():
         config.compile_tier2 = "sometimes"
 
 
+@pytest.mark.parametrize("layout,fused", [("channels_last", False), ("contiguous", True)])
+def test_auto_row_fusion_leaves_a_reduction_over_strided_rows_to_eager(layout, fused):
+    """Under row_fusion auto, a mean over H and W of a channels-last tensor
+    (rows of stride C: a row kernel gathers them, 10x eager's time, which
+    reduces across rows) stays eager's; over a contiguous tensor it is
+    fused. row_fusion on takes both."""
+    fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+    x = torch.randn(8, 32, 32, 32).contiguous(memory_format=fmt)
+    f = lambda a: (a * 2).mean((2, 3)) + 1  # noqa: E731
+    for setting, want in (("auto", fused), ("on", True)):
+        torch._dynamo.reset()
+        torchneuron_jit.reset_stats()
+        with config.patch(row_fusion=setting):
+            got, expected, _ = run(f, x)
+        torch.testing.assert_close(got, expected)
+        ops = stats()["fallback_ops"]
+        assert (not any(op.startswith(("aten::mean", "aten::sum")) for op in ops)) == want, (setting, ops)
+
+
 @pytest.mark.parametrize("cols,fused", [(128, False), (255, False), (256, True), (1024, True)])
 def test_auto_row_fusion_takes_rows_of_row_fusion_min_row_and_more(cols, fused):
     """Under row_fusion auto, a softmax over rows shorter than
