@@ -31,6 +31,20 @@ from . import config  # noqa: E402  (reads TORCHNEURON_* and warns about bad val
 from . import cache  # noqa: E402
 
 
+def _gate_fx_tracing():
+    """With torch imported already (the usual order), FX's is-tracing
+    questions answer per thread from now on (_fxgate): a function the user
+    wraps in torch.compile before jit is first used captures that answer,
+    and a background build's make_fx made its calls raise."""
+    import sys
+    if "torch" in sys.modules:
+        from . import _fxgate
+        _fxgate.serialise_fx_tracing()
+
+
+_gate_fx_tracing()
+
+
 def stats():
     """Process-wide counters: graphs_compiled, graphs_lowered, kernels_compiled,
     cache_hits, cache_misses, fallback_nodes, eager_fallbacks, training_graphs;

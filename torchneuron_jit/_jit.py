@@ -35,7 +35,6 @@ data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
 import atexit
-import contextlib
 import copy
 import dis
 import enum
@@ -61,7 +60,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _C, _dynamic, _log, _manager, _planform, _records, config, gemm
+from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -1382,7 +1381,7 @@ class _Builds:
     def _run(self, threads, child, t0, watch):
         build = self.pending
         try:
-            _gate_dynamo()
+            _fxgate.gate_dynamo()
             if watch:
                 child = self._watch(build)
             # pauses while jitted calls are in flight, and a little after
@@ -1599,103 +1598,9 @@ class _BuildChild:
                 warnings.warn(message, category, stacklevel=5)
 
 
-class _FxGate:
-    """Who may trace now: an FX trace (make_fx, on any thread; re-entrant)
-    and a TorchDynamo compile (Dynamo serialises its own) exclude each
-    other across threads. While FX traces, torch.nn.Module's __call__ and
-    __getattr__ are patched for the whole process, and FX's is-tracing
-    flags are globals."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.fx_owner, self.fx_depth = None, 0   # the thread whose FX trace is in flight
-        self.dynamo_owner = None                 # the thread whose Dynamo compile is in flight
-
-    def _free_for(self, me):
-        return self.fx_owner in (None, me) and self.dynamo_owner in (None, me)
-
-    @contextlib.contextmanager
-    def fx(self):
-        me = threading.get_ident()
-        with self.cond:
-            self.cond.wait_for(lambda: self._free_for(me))
-            self.fx_owner, self.fx_depth = me, self.fx_depth + 1
-        try:
-            yield
-        finally:
-            with self.cond:
-                self.fx_depth -= 1
-                if self.fx_depth == 0:
-                    self.fx_owner = None
-                    self.cond.notify_all()
-
-    def dynamo_start(self, _args=None):
-        me = threading.get_ident()
-        with self.cond:
-            self.cond.wait_for(lambda: self._free_for(me))
-            self.dynamo_owner = me
-
-    def dynamo_end(self, _args=None):
-        with self.cond:
-            self.dynamo_owner = None
-            self.cond.notify_all()
-
-    def tracing_here(self):
-        return self.fx_owner == threading.get_ident()
-
-
-_fx_gate = _FxGate()
-
-
-def _gate_dynamo():
-    """Makes TorchDynamo's compiles wait for an FX trace in flight on
-    another thread (a background build's make_fx), and such traces for
-    them: a module Dynamo traced meanwhile saw make_fx's patched
-    Module.__call__ (a graph break, or Dynamo's "Guard failed on the same
-    frame it was created" AssertionError in the user's call). Done before
-    each background build: torch._dynamo.reset() forgets the callbacks."""
-    handler = torch._dynamo.callback_handler
-    if _fx_gate.dynamo_start not in handler.start_callbacks:
-        handler.register_start_callback(_fx_gate.dynamo_start)
-        handler.register_end_callback(_fx_gate.dynamo_end)
-
-
-def _serialise_fx_tracing():
-    """FX's symbolic tracer keeps its state in module globals, so a trace on
-    the build thread is seen by every thread: a second trace breaks both
-    (torch.fx._symbolic_trace.CURRENT_PATCHER), and a function compiled by
-    TorchDynamo, called on another thread meanwhile, raises "Detected that
-    you are using FX to symbolically trace a dynamo-optimized function"
-    (is_fx_symbolic_tracing reads one flag). Made once, when jit is
-    imported: every FX trace in the process passes _fx_gate (a trace on
-    another thread waits for the one in flight, and for a Dynamo compile:
-    _gate_dynamo), and the two is-tracing questions answer for the thread
-    that asks. A function torch.compile wrapped before this keeps the
-    question it captured."""
-    from torch.fx import _symbolic_trace as st
-    original = getattr(st, "_new_patcher", None)
-    if original is None or getattr(original, "_tn_locked", False):
-        return
-
-    @contextlib.contextmanager
-    def locked():
-        with _fx_gate.fx(), original() as patcher:
-            yield patcher
-
-    def on_this_thread(question):
-        def asked():  # FX traces through _fx_gate: only the thread that holds it is tracing
-            return question() and _fx_gate.tracing_here()
-        asked._tn_locked = True
-        return asked
-
-    locked._tn_locked = True
-    st._new_patcher = locked
-    for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
-        if hasattr(st, name):
-            setattr(st, name, on_this_thread(getattr(st, name)))
-
-
-_serialise_fx_tracing()
+# FX traces and Dynamo compiles exclude each other across threads (_fxgate): made when the package is
+# imported after torch, else here, before a function of this process is traced
+_fxgate.serialise_fx_tracing()
 _builds = _Builds()
 atexit.register(_BuildChild.kill_all)  # after the wait below (atexit runs the last registered first)
 atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process

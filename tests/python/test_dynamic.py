@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torchneuron_jit
-from torchneuron_jit import _C, _jit, config
+from torchneuron_jit import _C, _fxgate, _jit, config
 
 
 @pytest.fixture(autouse=True)
@@ -1227,7 +1227,7 @@ def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread():
     with torch.no_grad():
         want = small(y)
     unpatched = torch.nn.Module.__call__
-    _jit._gate_dynamo()  # what each background build does first
+    _fxgate.gate_dynamo()  # what each background build does first
     tracer = threading.Thread(target=lambda: make_fx(slow)(torch.randn(3)))
     tracer.start()
     try:
@@ -1245,3 +1245,48 @@ def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread():
         tracer.join(20)
     assert torch.nn.Module.__call__ is unpatched
     torch.testing.assert_close(got, want)
+
+
+_COMPILED_BEFORE_JIT = """
+import sys, threading, torch
+import torchneuron_jit
+from torch.fx.experimental.proxy_tensor import make_fx
+
+assert "torchneuron_jit._jit" not in sys.modules  # jit not used yet
+small = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backend="neuron")
+y = torch.randn(3, 8)
+with torch.no_grad():
+    want = small(y)
+entered, release = threading.Event(), threading.Event()
+
+def slow(x):
+    entered.set()
+    release.wait(20)
+    return x + 1
+
+tracer = threading.Thread(target=lambda: make_fx(slow)(torch.randn(3)))
+tracer.start()
+try:
+    assert entered.wait(20)
+    with torch.no_grad():
+        got = small(y)
+finally:
+    release.set()
+    tracer.join(20)
+torch.testing.assert_close(got, want)
+print("ok")
+"""
+
+
+def test_a_function_compiled_before_jit_is_used_runs_beside_an_fx_trace():
+    """torch.compile reads FX's is-tracing question when it wraps a
+    function, and make_fx sets one flag for the whole process: a function
+    compiled after importing torchneuron_jit but before jit was first used
+    raised "Detected that you are using FX to symbolically trace a
+    dynamo-optimized function" into the user's call while a background
+    build traced on another thread. The package makes the question per
+    thread when imported after torch."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _COMPILED_BEFORE_JIT], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

@@ -1,0 +1,109 @@
+"""Who may trace now, across threads: an FX trace (make_fx, as a
+background build of torchneuron_jit.jit makes on its thread) and a
+TorchDynamo compile exclude each other, and FX's is-tracing questions
+answer for the thread that asks. Light (torch.fx only): the package runs
+serialise_fx_tracing when imported after torch, before the user wraps
+functions in torch.compile."""
+import contextlib
+import threading
+
+import torch
+
+
+class FxGate:
+    """Who may trace now: an FX trace (make_fx, on any thread; re-entrant)
+    and a TorchDynamo compile (Dynamo serialises its own) exclude each
+    other across threads. While FX traces, torch.nn.Module's __call__ and
+    __getattr__ are patched for the whole process, and FX's is-tracing
+    flags are globals."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.fx_owner, self.fx_depth = None, 0   # the thread whose FX trace is in flight
+        self.dynamo_owner = None                 # the thread whose Dynamo compile is in flight
+
+    def _free_for(self, me):
+        return self.fx_owner in (None, me) and self.dynamo_owner in (None, me)
+
+    @contextlib.contextmanager
+    def fx(self):
+        me = threading.get_ident()
+        with self.cond:
+            self.cond.wait_for(lambda: self._free_for(me))
+            self.fx_owner, self.fx_depth = me, self.fx_depth + 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.fx_depth -= 1
+                if self.fx_depth == 0:
+                    self.fx_owner = None
+                    self.cond.notify_all()
+
+    def dynamo_start(self, _args=None):
+        me = threading.get_ident()
+        with self.cond:
+            self.cond.wait_for(lambda: self._free_for(me))
+            self.dynamo_owner = me
+
+    def dynamo_end(self, _args=None):
+        with self.cond:
+            self.dynamo_owner = None
+            self.cond.notify_all()
+
+    def tracing_here(self):
+        return self.fx_owner == threading.get_ident()
+
+
+fx_gate = FxGate()
+
+
+def gate_dynamo():
+    """Makes TorchDynamo's compiles wait for an FX trace in flight on
+    another thread (a background build's make_fx), and such traces for
+    them: a module Dynamo traced meanwhile saw make_fx's patched
+    Module.__call__ (a graph break, or Dynamo's "Guard failed on the same
+    frame it was created" AssertionError in the user's call). Done before
+    each background build: torch._dynamo.reset() forgets the callbacks."""
+    handler = torch._dynamo.callback_handler
+    if fx_gate.dynamo_start not in handler.start_callbacks:
+        handler.register_start_callback(fx_gate.dynamo_start)
+        handler.register_end_callback(fx_gate.dynamo_end)
+
+
+def serialise_fx_tracing():
+    """FX's symbolic tracer keeps its state in module globals, so a trace on
+    the build thread is seen by every thread: a second trace breaks both
+    (torch.fx._symbolic_trace.CURRENT_PATCHER), and a function compiled by
+    TorchDynamo, called on another thread meanwhile, raises "Detected that
+    you are using FX to symbolically trace a dynamo-optimized function"
+    (is_fx_symbolic_tracing reads one flag). Made once, when jit is
+    imported: every FX trace in the process passes fx_gate (a trace on
+    another thread waits for the one in flight, and for a Dynamo compile:
+    gate_dynamo), and the two is-tracing questions answer for the thread
+    that asks. A function torch.compile wrapped before this keeps the
+    question it captured (torch._dynamo reads it when it wraps one): so it
+    is made when torchneuron_jit is imported after torch, not only when
+    jit is first used."""
+    from torch.fx import _symbolic_trace as st
+    original = getattr(st, "_new_patcher", None)
+    if original is None or getattr(original, "_tn_locked", False):
+        return
+
+    @contextlib.contextmanager
+    def locked():
+        with fx_gate.fx(), original() as patcher:
+            yield patcher
+
+    def on_this_thread(question):
+        def asked():  # FX traces through fx_gate: only the thread that holds it is tracing
+            return question() and fx_gate.tracing_here()
+        asked._tn_locked = True
+        return asked
+
+    locked._tn_locked = True
+    st._new_patcher = locked
+    for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
+        if hasattr(st, name):
+            setattr(st, name, on_this_thread(getattr(st, name)))
+
