@@ -550,7 +550,9 @@ static int row_reducible(const tn_graph *g, const tn_node *n, int *k)
     if (n->no_args[2].ar_tag != TN_ARG_NONE && !arg_number(&n->no_args[2], &v))
       return 0;
     return trailing_dims(&n->no_args[1], r, k);
-  default: /* sum.dim_IntList, mean.dim, amax, amin, logsumexp */
+  case TN_OP_logsumexp: /* eager's float16/bfloat16 one rounds x - max, exp, sum and log each (ReduceOps.cpp) */
+    return !narrow_float(x->me_dtype) && trailing_dims(&n->no_args[1], r, k);
+  default: /* sum.dim_IntList, mean.dim, amax, amin */
     return trailing_dims(&n->no_args[1], r, k);
   }
 }
@@ -1086,10 +1088,14 @@ static int32_t emit_const(prog_builder *b, double v, int dt)
 }
 
 /* An op computing values of dtype dt (its operands in dt's blocks;
-** rounded to float16/bfloat16 only by a later cast or store). */
+** rounded to float16/bfloat16 by a later cast or store, unless the op
+** makes one of its rounded operands' values: neg, abs, relu, max, min). */
 static int32_t emit_op_dt(prog_builder *b, int kind, int op, int32_t a, int32_t c, int dt)
 {
-  int32_t dst = new_buf(b, dt, !narrow_float(dt)); /* integers: emit_wrap says otherwise */
+  int keeps = (kind == TN_FI_UNARY && (op == TN_RT_NEG || op == TN_RT_ABS || op == TN_RT_RELU)) ||
+              (kind == TN_FI_BINARY && (op == TN_RT_B_MAXIMUM || op == TN_RT_B_MINIMUM));
+  int exact = !narrow_float(dt) || (keeps && b->pb_rc == TN_OK && b->pb_exact[a] && (c < 0 || b->pb_exact[c]));
+  int32_t dst = new_buf(b, dt, exact); /* integers: emit_wrap says otherwise */
   emit(b, inst(kind, op, dst, a, c, 0));
   return dst;
 }
@@ -1270,32 +1276,23 @@ static int32_t emit_wrap(prog_builder *b, int32_t r, fuse_rule rule)
 }
 
 /* a as its reader needs it (emit_exact): wrapped when the rule's op reads
-** more than the low bits of an integer operand, rounded where a float16 or
-** bfloat16 one meets a step of the op. */
+** more than the low bits of an integer operand (float16/bfloat16 values
+** are rounded after every op already). */
 static int32_t emit_operand(prog_builder *b, int32_t a, fuse_rule rule)
 {
-  int dt = buf_dtype(b, a);
-  if (dtype_class(dt) == DC_INT)
+  if (dtype_class(buf_dtype(b, a)) == DC_INT)
     return low_bits_op(rule) ? a : emit_exact(b, a);
-  /* float16/bfloat16: where a step or a pole of the op lies between a value
-  ** and its rounding (floor(2.9999) vs floor(3.0), pow(-2, 0.99999) vs
-  ** pow(-2, 1.0), rsqrt(-1e-40) vs rsqrt(-0.0), log1p(-0.99999) vs
-  ** log1p(-1)), the op reads the value eager has, rounded */
-  int un = rule.fr_kind == FK_UNARY, bin = rule.fr_kind == FK_BINARY || rule.fr_kind == FK_SCALAR;
-  int steps = (un && ((rule.fr_op >= TN_RT_FLOOR && rule.fr_op <= TN_RT_SIGN) || rule.fr_op == TN_RT_LOG ||
-                      rule.fr_op == TN_RT_LOG1P || rule.fr_op == TN_RT_SQRT || rule.fr_op == TN_RT_RSQRT ||
-                      rule.fr_op == TN_RT_RECIPROCAL)) ||
-              (bin && (rule.fr_op == TN_RT_B_POW || rule.fr_op == TN_RT_B_DIV));
-  return narrow_float(dt) && steps ? emit_exact(b, a) : a;
+  return a;
 }
 
-/* pow(x, v) of a float32 or float64 x as eager computes it for the
-** exponents its kernels special-case (PowKernel.cpp: 2 -> x*x, 3 ->
-** x*x*x, -2 -> 1/(x*x), 0.5 -> sqrt, -0.5 -> rsqrt, -1 -> reciprocal;
-** pow_Tensor_Scalar_out: 1 -> a copy, 0 -> ones), bit for bit on every
-** ISA; -1 for any other exponent (the math library's pow). A fused powf
-** of an integral exponent was 17x slower than eager's x*x*x (GPT-2's
-** gelu_new). */
+/* pow(x, v) as eager computes it for the exponents its kernels
+** special-case (PowKernel.cpp: 2 -> x*x, 3 -> x*x*x, -2 -> 1/(x*x), 0.5
+** -> sqrt, -0.5 -> rsqrt, -1 -> reciprocal; pow_Tensor_Scalar_out: 1 -> a
+** copy, 0 -> ones), bit for bit on every ISA: float32 and float64, and
+** bfloat16 with x*x rounded to bfloat16 inside x*x*x and 1/(x*x); float16
+** special-cases only 0 and 1. -1 for any other exponent (the math
+** library's pow). A fused powf of an integral exponent was 17x slower
+** than eager's x*x*x (GPT-2's gelu_new). */
 static int32_t emit_pow_scalar(prog_builder *b, int32_t x, double v, int dt)
 {
   const int mul = TN_RT_B_MUL;
@@ -1303,19 +1300,23 @@ static int32_t emit_pow_scalar(prog_builder *b, int32_t x, double v, int dt)
     return emit_const(b, 1, dt);
   if (v == 1)
     return emit_cast(b, x, dt);
-  if (v == 2)
-    return emit_op_dt(b, TN_FI_BINARY, mul, x, x, dt);
-  if (v == 3)
-    return emit_op_dt(b, TN_FI_BINARY, mul, emit_op_dt(b, TN_FI_BINARY, mul, x, x, dt), x, dt);
-  if (v == -2)
-    return emit_op_dt(b, TN_FI_BINARY, TN_RT_B_DIV, emit_const(b, 1, dt), emit_op_dt(b, TN_FI_BINARY, mul, x, x, dt),
-                      dt);
+  if (dt == TN_DTYPE_FLOAT16)
+    return -1;
   if (v == 0.5)
     return emit_op_dt(b, TN_FI_UNARY, TN_RT_SQRT, x, -1, dt);
   if (v == -0.5)
     return emit_op_dt(b, TN_FI_UNARY, TN_RT_RSQRT, x, -1, dt);
   if (v == -1)
     return emit_op_dt(b, TN_FI_UNARY, TN_RT_RECIPROCAL, x, -1, dt);
+  if (narrow_float(dt)) /* bfloat16 compares its exponent rounded */
+    v = tn_rt_round(dt, v);
+  if (v == 2)
+    return emit_op_dt(b, TN_FI_BINARY, mul, x, x, dt);
+  if (v == 3)
+    return emit_op_dt(b, TN_FI_BINARY, mul, emit_exact(b, emit_op_dt(b, TN_FI_BINARY, mul, x, x, dt)), x, dt);
+  if (v == -2)
+    return emit_op_dt(b, TN_FI_BINARY, TN_RT_B_DIV, emit_const(b, 1, dt),
+                      emit_exact(b, emit_op_dt(b, TN_FI_BINARY, mul, x, x, dt)), dt);
   return -1;
 }
 
@@ -1341,22 +1342,24 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
     y = bufof[n->no_args[1].u.ar_ref];
     x = emit_operand(b, buf_dtype(b, x) == dt ? x : emit_convert(b, x, cdt), r);
     y = emit_operand(b, buf_dtype(b, y) == dt ? y : emit_convert(b, y, cdt), r);
-    if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1)
-      y = emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, alpha, dt), dt),
+    if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1) /* alpha in dt, as eager's */
+      y = emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, tn_rt_round(dt, alpha), dt), dt),
                     (fuse_rule){FK_BINARY, TN_RT_B_MUL});
     return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, x, y, dt), r);
   }
   case FK_SCALAR:
     arg_scalar(&n->no_args[1], &v);
-    if (r.fr_op == TN_RT_B_POW && (dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_FLOAT64)) {
+    if (r.fr_op == TN_RT_B_POW && dtype_class(dt) != DC_INT) {
       int32_t p = emit_pow_scalar(b, emit_convert(b, x, dt), v, dt);
       if (p >= 0)
         return p;
     }
-    if (narrow_float(dt) && (r.fr_op == TN_RT_B_ADD || r.fr_op == TN_RT_B_SUB))
-      v = tn_rt_round(dt, v); /* eager adds the scalar rounded to the tensor's dtype */
-    if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha))
-      v = dtype_class(dt) == DC_FLOAT ? (double)((float)alpha * (float)v) : v * alpha; /* other * alpha, as ATen */
+    /* eager adds the scalar, and raises to the exponent, rounded to a
+    ** float16/bfloat16 tensor's dtype; alpha too */
+    if (narrow_float(dt) && (r.fr_op == TN_RT_B_ADD || r.fr_op == TN_RT_B_SUB || r.fr_op == TN_RT_B_POW))
+      v = tn_rt_round(dt, v);
+    if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha)) /* other * alpha, as ATen */
+      v = dtype_class(dt) == DC_FLOAT ? (double)((float)tn_rt_round(dt, alpha) * (float)v) : v * alpha;
     return emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, r.fr_op, emit_operand(b, emit_convert(b, x, dt), r),
                                    emit_const(b, v, dt), dt), r);
   case FK_CLAMP:
@@ -1507,6 +1510,15 @@ static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof,
   int xrank = anchor >= 0 ? tn_graph_value(g, tn_graph_node(g, anchor)->no_args[0].u.ar_ref)->va_meta.me_rank : 0;
   for (uint32_t i = 0; i < nn; i++) {
     const tn_node *n = tn_graph_node(g, grp->fg_nodes[i]);
+    /* a float16/bfloat16 value is rounded to its dtype, as eager stores
+    ** each op's result, where a node reads it (a store rounds it anyway):
+    ** a chain kept in float32 between ops was up to 3% from eager in
+    ** bfloat16 (exp(x * 2 + y)) */
+    for (uint32_t a = 0; a < n->no_nargs; a++) {
+      int32_t *v = n->no_args[a].ar_tag == TN_ARG_TENSOR ? &bufof[n->no_args[a].u.ar_ref] : NULL;
+      if (v && *v >= 0 && narrow_float(buf_dtype(&b, *v)))
+        *v = emit_exact(&b, *v);
+    }
     if (grp->fg_nodes[i] == anchor && gemm) {
       if (n->no_op == TN_OP_addmm || n->no_op == TN_OP_baddbmm) /* the product plus the bias */
         bufof[n->no_out[0]] = emit_op(&b, TN_FI_BINARY, TN_RT_B_ADD, bufof[n->no_out[0]],

@@ -7,7 +7,8 @@
 ** for its dtypes, its output is contiguous (or densely permuted, of
 ** concrete sizes: tn_fuse_contiguous) and its scalar arguments fit
 ** its dtype. Dtypes: float32, float64 (computed in double), float16 and
-** bfloat16 (computed in float32, rounded when stored, cast or compared),
+** bfloat16 (computed in float32, rounded to their dtype after every op, as
+** eager stores each op's result),
 ** integers (computed in int64, wrapped to their width where a reader needs
 ** the value: emit_wrap in fuse.c), bool (bytes of 0 or 1). A node computes in its output's dtype (its inputs
 ** cast to it, as torch's promotion did; the graph says which), comparisons
