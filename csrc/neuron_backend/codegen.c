@@ -1001,9 +1001,20 @@ static int t2_fold_op(int op)
   }
 }
 
-static int t2_type_ok(int dt)
+/* The prelude's function suffix of a float16/bfloat16 dtype, else NULL. */
+static const char *t2_half(int dt)
 {
-  return dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_BOOL;
+  return dt == TN_DTYPE_FLOAT16 ? "f16" : dt == TN_DTYPE_BFLOAT16 ? "bf16" : NULL;
+}
+
+/* float32 and bool; bfloat16 in pointwise kernels (computed in float32 and
+** rounded as tier 1 does: tn_rt_cast's rule, runtime_ops.h's
+** TN_RT_HALF_CONVERSIONS). Not float16: tier 1 converts it with F16C, 8
+** elements an instruction; GCC 12 vectorises no _Float16 cast, and the
+** portable conversion vectorised took 6x as long. */
+static int t2_type_ok(const tn_fgroup *grp, int dt)
+{
+  return dt == TN_DTYPE_FLOAT32 || dt == TN_DTYPE_BOOL || (grp->fg_reduce_dims == 0 && dt == TN_DTYPE_BFLOAT16);
 }
 
 /* The C operator of a binary op on bool values (0 or 1: and, or and xor
@@ -1027,19 +1038,19 @@ static int t2_supported(const tn_fgroup *grp)
   if (grp->fg_reduce_dims > 0 && grp->fg_dtype != TN_DTYPE_FLOAT32)
     return 0;
   for (uint32_t k = 0; k < nops; k++)
-    if (!t2_type_ok(grp->fg_odtypes[k]))
+    if (!t2_type_ok(grp, grp->fg_odtypes[k]))
       return 0;
   for (uint32_t k = 0; k < grp->fg_ninputs; k++)
     if ((grp->fg_gather && grp->fg_gather[k] != -1) || (grp->fg_gather_dim && grp->fg_gather_dim[k] >= 0))
       return 0;
   for (uint32_t v = 0; v < grp->fg_nbufs; v++)
-    if (!t2_type_ok(grp->fg_bdtypes[v]))
+    if (!t2_type_ok(grp, grp->fg_bdtypes[v]))
       return 0;
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
     const tn_finst *fi = &grp->fg_prog[i];
     int dt = fi->fi_kind != TN_FI_STORE && fi->fi_kind < TN_FI_REDUCE && fi->fi_dst >= 0
                  ? grp->fg_bdtypes[fi->fi_dst] : -1;  /* the dtype of the value it makes */
-    int f32 = dt == TN_DTYPE_FLOAT32;
+    int f32 = dt == TN_DTYPE_FLOAT32 || t2_half(dt); /* values in float32 */
     /* a bool op's operands are bool too (the lowering converts them first: fuse.c emit_node) */
     int b8 = dt == TN_DTYPE_BOOL;
     switch (fi->fi_kind) {
@@ -1088,10 +1099,17 @@ static int t2_supported(const tn_fgroup *grp)
   return 1;
 }
 
+/* The C type of a buffer's values, and of an operand's elements. */
 static const char *t2_ctype(int dt)
 {
-  return dt == TN_DTYPE_BOOL ? "unsigned char" : "float";
+  return cg_type(dt)->cd_ctype;
 }
+
+static const char *t2_optype(int dt)
+{
+  return cg_type(dt)->cd_elem;
+}
+
 
 /* The statement of instruction fi in the lane loop: element i (lane l) of
 ** the pass, v<k> the values of buffer k, I<k> / O<k> operand k's elements,
@@ -1105,7 +1123,10 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
                                                                              : t2_ctype(grp->fg_bdtypes[fi->fi_dst]);
   switch (fi->fi_kind) {
   case TN_FI_LOAD:
-    out(b, "%s%s v%d = I%d[i];\n", ind, ct, fi->fi_dst, fi->fi_a);
+    if (t2_half(grp->fg_odtypes[fi->fi_a]))
+      out(b, "%sfloat v%d = tn_rt_from_%s(I%d[i]);\n", ind, fi->fi_dst, t2_half(grp->fg_odtypes[fi->fi_a]), fi->fi_a);
+    else
+      out(b, "%s%s v%d = I%d[i];\n", ind, ct, fi->fi_dst, fi->fi_a);
     break;
   case TN_FI_CONST:
     out(b, "%s%s v%d = %s;\n", ind, ct, fi->fi_dst, cg_lit(cg_btype(grp, fi->fi_dst), fi->fi_value, lit));
@@ -1131,19 +1152,34 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
   case TN_FI_WHERE:
     out(b, "%s%s v%d = v%d ? v%d : v%d;\n", ind, ct, fi->fi_dst, fi->fi_a, fi->fi_b, fi->fi_c);
     break;
-  case TN_FI_CAST: /* between float32 and bool: to bool is x != 0 (NaN is true) */
-    if (grp->fg_bdtypes[fi->fi_dst] == grp->fg_bdtypes[fi->fi_a])
-      out(b, "%s%s v%d = v%d;\n", ind, ct, fi->fi_dst, fi->fi_a);
-    else if (grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_BOOL)
-      out(b, "%sunsigned char v%d = v%d != 0.0f;\n", ind, fi->fi_dst, fi->fi_a);
+  case TN_FI_CAST: { /* to bool is x != 0 (NaN is true); a float16/bfloat16 value is rounded from its dtype, then to
+                     ** the target's (once where they are one), as tn_rt_cast */
+    int to = grp->fg_bdtypes[fi->fi_dst], from = grp->fg_bdtypes[fi->fi_a];
+    const char *hf = t2_half(from), *ht = t2_half(to);
+    char x[48];
+    if (hf && from != to)
+      snprintf(x, sizeof x, "tn_rt_round_%s(v%d)", hf, fi->fi_a);
     else
-      out(b, "%sfloat v%d = (float)v%d;\n", ind, fi->fi_dst, fi->fi_a);
+      snprintf(x, sizeof x, "v%d", fi->fi_a);
+    if (from == TN_DTYPE_BOOL && to == TN_DTYPE_BOOL)
+      out(b, "%sunsigned char v%d = v%d;\n", ind, fi->fi_dst, fi->fi_a);
+    else if (to == TN_DTYPE_BOOL)
+      out(b, "%sunsigned char v%d = %s != 0.0f;\n", ind, fi->fi_dst, x);
+    else if (ht)
+      out(b, "%sfloat v%d = tn_rt_round_%s(%s);\n", ind, fi->fi_dst, ht, x);
+    else
+      out(b, "%sfloat v%d = (float)%s;\n", ind, fi->fi_dst, x);
     break;
+  }
   case TN_FI_SPLAT:
     out(b, "%sfloat v%d = r%d;\n", ind, fi->fi_dst, fi->fi_a);
     break;
   case TN_FI_STORE:
-    out(b, "%sO%u[i] = v%d;\n", ind, grp->fg_ninputs + (uint32_t)fi->fi_dst, fi->fi_a);
+    if (t2_half(grp->fg_bdtypes[fi->fi_a]))
+      out(b, "%sO%u[i] = tn_rt_to_%s(v%d);\n", ind, grp->fg_ninputs + (uint32_t)fi->fi_dst,
+          t2_half(grp->fg_bdtypes[fi->fi_a]), fi->fi_a);
+    else
+      out(b, "%sO%u[i] = v%d;\n", ind, grp->fg_ninputs + (uint32_t)fi->fi_dst, fi->fi_a);
     break;
   case TN_FI_REDUCE: /* a<k> under the loop's reduction clause; max and min note a NaN in z<k> instead */
     if (fi->fi_op == TN_RT_R_SUM || fi->fi_op == TN_RT_R_MEAN)
@@ -1182,7 +1218,7 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
   for (uint32_t k = 0; k < nops; k++) {
     if (!used[k])
       continue;
-    const char *ct = t2_ctype(grp->fg_odtypes[k]);
+    const char *ct = t2_optype(grp->fg_odtypes[k]);
     if (k < nin)
       out(b, "      I%u = %s[%u] == 0 ? B%u : m < %d ? T%u : (const %s *)p[%u] + j;\n", k, sv, k, k, T2_LANES, k, ct, k);
     else
@@ -1192,7 +1228,7 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
   for (uint32_t k = 0; k < nin; k++)
     if (used[k])
       out(b, "        if (%s[%u] != 0) for (l = 0; l < %d; l++) T%u[l] = l < m ? ((const %s *)p[%u])[j + l] : 0;\n", sv,
-          k, T2_LANES, k, t2_ctype(grp->fg_odtypes[k]), k);
+          k, T2_LANES, k, t2_optype(grp->fg_odtypes[k]), k);
   out(b, "      }\n");
   out(b, "#pragma omp simd");
   for (uint32_t i = 0; i < grp->fg_nprog; i++) {
@@ -1220,7 +1256,7 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
   out(b, "      if (m < %d) {\n", T2_LANES);
   for (uint32_t k = nin; k < nops; k++)
     if (used[k])
-      out(b, "        for (l = 0; l < m; l++) ((%s *)p[%u])[j + l] = T%u[l];\n", t2_ctype(grp->fg_odtypes[k]), k, k);
+      out(b, "        for (l = 0; l < m; l++) ((%s *)p[%u])[j + l] = T%u[l];\n", t2_optype(grp->fg_odtypes[k]), k, k);
   out(b, "      }\n    }\n");
 }
 
@@ -1231,7 +1267,7 @@ static void t2_start(cg_buf *b, const tn_fgroup *grp)
   out(b, "int tn_kernel2(i64 rank, const i64 *sizes, void **ptrs, const i64 *st, i64 cols, const i64 *cst)\n{\n");
   cg_operands(b, grp);
   for (uint32_t k = 0; k < nops; k++) {
-    const char *ct = t2_ctype(grp->fg_odtypes[k]);
+    const char *ct = t2_optype(grp->fg_odtypes[k]);
     if (k < nin)
       out(b, "  %s B%u[%d], T%u[%d]; const %s *I%u;\n", ct, k, TN_RT_BLOCK, k, T2_LANES, ct, k);
     else
@@ -1261,7 +1297,7 @@ static void t2_broadcasts(cg_buf *b, const tn_fgroup *grp, const char *len, cons
 {
   for (uint32_t k = 0; k < grp->fg_ninputs; k++)
     out(b, "    if (%s[%u] == 0) for (l = 0; l < %d && l < %s; l++) B%u[l] = *(const %s *)p[%u];\n", sv, k,
-        TN_RT_BLOCK, len, k, t2_ctype(grp->fg_odtypes[k]), k);
+        TN_RT_BLOCK, len, k, t2_optype(grp->fg_odtypes[k]), k);
 }
 
 static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
@@ -1438,7 +1474,8 @@ static const char t2_prelude[] =
   "#pragma omp declare simd notinbranch\nfloat cosf(float);\n"
   "#pragma omp declare simd notinbranch\nfloat powf(float, float);\n"
   "float fabsf(float);\nfloat sqrtf(float);\nfloat floorf(float);\nfloat ceilf(float);\nfloat truncf(float);\n"
-  "float rintf(float);\n";
+  "float rintf(float);\n"
+  TN_RT_TEXT(TN_RT_HALF_CONVERSIONS) "\n";
 
 int tn_codegen_tier2(const tn_fgroup *grp, char **src)
 {

@@ -62,4 +62,65 @@
 ** unequal). */
 #define TN_RT_COMPARE_OPS(_) _(EQ, ==) _(NE, !=) _(LT, <) _(LE, <=) _(GT, >) _(GE, >=)
 
+/* float16 and bfloat16 elements to and from float32 (rounded to nearest
+** even; a NaN gives a quiet NaN of its sign), and a float32 value rounded
+** to their precision: C definitions the runtime (runtime.c) expands and
+** tier-2 code (codegen.c's prelude) takes as text through TN_RT_TEXT.
+** Branch-free (masks, not conditional expressions: GCC left those as
+** branches without AVX-512), so loops of them vectorise on any ISA; the
+** runtime's float16 blocks take F16C where the CPU has it (6x as fast).
+** float16 subnormals are exact in float32 (|h| * 2^-24); float32 values
+** below float16's normal range are rounded to a multiple of 2^-24 by
+** adding 2^23 to |f| * 2^24 (the float32 sum's ulp is 1). */
+#define TN_RT_HALF_CONVERSIONS \
+  static inline float tn_rt_f16_value(unsigned int h) \
+  { \
+    unsigned int em = h & 0x7fffu, su, r; \
+    unsigned int normal = 0u - (em >= 0x0400u), special = 0u - (em >= 0x7c00u); /* masks, not branches */ \
+    float sub = (float)(int)em * 0x1p-24f, f; \
+    __builtin_memcpy(&su, &sub, 4); \
+    r = (normal & ((em << 13) + 0x38000000u + (special & 0x38000000u))) | (~normal & su); \
+    r |= (h & 0x8000u) << 16; \
+    __builtin_memcpy(&f, &r, 4); \
+    return f; \
+  } \
+  static inline unsigned int tn_rt_f16_bits(float f) \
+  { \
+    unsigned int u, a, su, h, normal, inf, nan; \
+    float sub = __builtin_fabsf(f) * 0x1p24f + 0x1p23f; \
+    __builtin_memcpy(&u, &f, 4); \
+    __builtin_memcpy(&su, &sub, 4); \
+    a = u & 0x7fffffffu; \
+    normal = 0u - (a >= 0x38800000u), inf = 0u - (a >= 0x477ff000u), nan = 0u - (a > 0x7f800000u); \
+    h = (normal & ((a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13)) | (~normal & (su - 0x4b000000u)); \
+    h = (inf & 0x7c00u) | (~inf & h); \
+    h = (nan & 0x7e00u) | (~nan & h); \
+    return h | ((u >> 16) & 0x8000u); \
+  } \
+  static inline float tn_rt_bf16_value(unsigned int h) \
+  { \
+    unsigned int u = h << 16; \
+    float f; \
+    __builtin_memcpy(&f, &u, 4); \
+    return f; \
+  } \
+  static inline unsigned int tn_rt_bf16_bits(float f) \
+  { \
+    unsigned int u, nan; \
+    __builtin_memcpy(&u, &f, 4); \
+    nan = 0u - ((u & 0x7fffffffu) > 0x7f800000u); \
+    return (nan & ((u >> 16) | 0x40u)) | (~nan & ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)); \
+  } \
+  static inline float tn_rt_from_f16(unsigned short h) { return tn_rt_f16_value(h); } \
+  static inline unsigned short tn_rt_to_f16(float f) { return (unsigned short)tn_rt_f16_bits(f); } \
+  static inline float tn_rt_from_bf16(unsigned short h) { return tn_rt_bf16_value(h); } \
+  static inline unsigned short tn_rt_to_bf16(float f) { return (unsigned short)tn_rt_bf16_bits(f); } \
+  /* rounded in 32-bit lanes (no narrowing to 16 bits between: 7x the work vectorised) */ \
+  static inline float tn_rt_round_f16(float f) { return tn_rt_f16_value(tn_rt_f16_bits(f)); } \
+  static inline float tn_rt_round_bf16(float f) { return tn_rt_bf16_value(tn_rt_bf16_bits(f)); }
+
+/* Text of the definitions in macro m (its expansion, as a string). */
+#define TN_RT_TEXT_(...) #__VA_ARGS__
+#define TN_RT_TEXT(m) TN_RT_TEXT_(m)
+
 #endif /* TN_RUNTIME_OPS_H */

@@ -985,6 +985,109 @@ START_TEST(test_rt_cast_rounds_half_sources)
 }
 END_TEST
 
+/* The runtime's float16 conversions against the C compiler's _Float16
+** (every float16 value in; out: every float16 value, the midpoints between
+** neighbours, where rounding to even decides, a float32 ulp either side,
+** and a sweep of all float32 exponents), and bfloat16's rounding at its
+** midpoints. A NaN must stay a NaN of its sign. */
+static int half_same(uint16_t got, uint16_t want, int f16)
+{
+  uint16_t inf = f16 ? 0x7c00 : 0x7f80, man = f16 ? 0x03ff : 0x007f;
+  int gnan = (got & inf) == inf && (got & man), wnan = (want & inf) == inf && (want & man);
+  return gnan || wnan ? gnan && wnan && (got & 0x8000) == (want & 0x8000) : got == want;
+}
+
+static uint16_t f16_bits(float f)
+{
+  _Float16 h = (_Float16)f;
+  uint16_t u;
+  memcpy(&u, &h, 2);
+  return u;
+}
+
+START_TEST(test_rt_half_conversions_round_to_nearest_even)
+{
+  enum { N = 65536 };
+  uint16_t *h = malloc(N * sizeof *h), *back = malloc(4 * N * sizeof *back);
+  float *f = malloc(4 * N * sizeof *f);
+  ck_assert(h && back && f);
+  int bad = 0;
+  for (uint32_t i = 0; i < N; i++)
+    h[i] = (uint16_t)i;
+  for (uint32_t i = 0; i < N; i += 7) /* 7 at a time: the portable conversion */
+    tn_rt_load_f16(f + i, h + i, 1, N - i > 7 ? 7 : N - i);
+  tn_rt_load_f16(f + 7, h + 7, 1, N - 7); /* and F16C's where the CPU has it */
+  for (uint32_t i = 0; i < N; i++) {
+    _Float16 w;
+    memcpy(&w, &h[i], 2);
+    float want = (float)w;
+    if (!(f[i] == want || (isnan(f[i]) && isnan(want))) || (f[i] == 0 && signbit(f[i]) != signbit(want)))
+      ck_assert_msg(bad++ > 8, "f16 0x%04x -> %a, want %a", i, f[i], want);
+  }
+  /* out: each value, the midpoint to the next one up (by magnitude) and a float32 ulp either side of it */
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < N; i++) {
+    uint16_t next = (uint16_t)(i + 1);
+    if ((i & 0x7fff) >= 0x7c00 || (next & 0x7fff) > 0x7c00 || (next & 0x7fff) == 0)
+      continue;
+    float a, c;
+    tn_rt_load_f16(&a, &h[i], 1, 1);
+    tn_rt_load_f16(&c, &next, 1, 1);
+    float mid = (float)(((double)a + (double)c) / 2);
+    f[n++] = mid;
+    f[n++] = nextafterf(mid, 0.0f);
+    f[n++] = nextafterf(mid, copysignf(INFINITY, mid));
+    f[n++] = a;
+  }
+  for (int part = 0; part < 2; part++) { /* whole (F16C where the CPU has it), then 7 at a time (portable) */
+    for (uint32_t i = 0; i < n; i += part ? 7 : n)
+      tn_rt_store_f16(back + i, 1, f + i, part && n - i > 7 ? 7 : n - i);
+    for (uint32_t i = 0; i < n; i++)
+      if (!half_same(back[i], f16_bits(f[i]), 1))
+        ck_assert_msg(bad++ > 8, "f16(%a) = 0x%04x, want 0x%04x (part %d)", f[i], back[i], f16_bits(f[i]), part);
+  }
+  /* every float32 exponent, signs, NaN and infinities: bit patterns 0x00010001 apart, 4 per call */
+  for (uint64_t u = 0; u <= 0xffffffffu; u += 0x00010001u * 4) {
+    uint32_t w[4] = {(uint32_t)u, (uint32_t)u + 0x10001u, (uint32_t)u + 0x20002u, (uint32_t)u + 0x30003u};
+    float x[4];
+    uint16_t o[4];
+    memcpy(x, w, sizeof x);
+    tn_rt_store_f16(o, 1, x, 4);
+    for (int k = 0; k < 4; k++)
+      if (!half_same(o[k], f16_bits(x[k]), 1))
+        ck_assert_msg(bad++ > 8, "f16(%a) = 0x%04x, want 0x%04x", x[k], o[k], f16_bits(x[k]));
+  }
+  /* bfloat16: the midpoint between b and b + 1 goes to the even one, a float32 ulp off it to the nearer */
+  n = 0;
+  for (uint32_t i = 0; i < N; i++) {
+    if ((i & 0x7fff) >= 0x7f80 || ((i + 1) & 0x7fff) > 0x7f80 || ((i + 1) & 0x7fff) == 0)
+      continue;
+    uint32_t lo = i << 16, hi = (i + 1) << 16, m = lo + 0x8000u;
+    memcpy(&f[n++], &m, 4);
+    m = lo + 0x7fffu;
+    memcpy(&f[n++], &m, 4);
+    m = lo + 0x8001u;
+    memcpy(&f[n++], &m, 4);
+    (void)hi;
+  }
+  tn_rt_store_bf16(back, 1, f, n);
+  for (uint32_t i = 0; i < n; i += 3) {
+    uint32_t u;
+    memcpy(&u, &f[i], 4);
+    uint16_t b = (uint16_t)(u >> 16), even = (b & 1) ? (uint16_t)(b + 1) : b;
+    if (back[i] != even || back[i + 1] != b || back[i + 2] != (uint16_t)(b + 1))
+      ck_assert_msg(bad++ > 8, "bf16 at 0x%04x: got 0x%04x 0x%04x 0x%04x", b, back[i], back[i + 1], back[i + 2]);
+  }
+  float nan_in[2] = {NAN, -NAN};
+  tn_rt_store_bf16(back, 1, nan_in, 2);
+  ck_assert(half_same(back[0], 0x7fc0, 0) && half_same(back[1], 0xffc0, 0));
+  free(h);
+  free(back);
+  free(f);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 START_TEST(test_rt_cast_int_and_float)
 {
   /* int -> int wraps; eager's int64 tensor .to(dtype) */
@@ -1870,6 +1973,7 @@ int main(void)
   tcase_add_test(tc, test_rt_where);
   tcase_add_test(tc, test_rt_cast_float_to_int);
   tcase_add_test(tc, test_rt_cast_rounds_half_sources);
+  tcase_add_test(tc, test_rt_half_conversions_round_to_nearest_even);
   tcase_add_test(tc, test_rt_cast_int_and_float);
   tcase_add_test(tc, test_rt_cast_bool);
   tcase_add_test(tc, test_rt_round);

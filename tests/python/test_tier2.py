@@ -113,6 +113,27 @@ def test_special_values_follow_eager(name, f):
     assert stats()["tier2_runs"] >= 1, name
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_chains_give_eagers_bits_bfloat16_at_tier_2(dtype):
+    """bfloat16 pointwise kernels run at tier 2, float16 ones stay at tier 1
+    (F16C converts there: codegen.c t2_type_ok); both round every op to the
+    dtype as eager does, so an arithmetic chain gives eager's bits, special
+    values included, and casts between the dtypes round as eager's."""
+    fresh()
+    x = torch.cat([SPECIAL[SPECIAL.abs() < 1e4], torch.randn(4000) * 3]).to(dtype)
+    y = torch.cat([SPECIAL.flip(0)[SPECIAL.abs() < 1e4], torch.randn(4000) * 3]).to(dtype)
+    chains = (lambda x, y: (x * 0.1 + y / 3.0 - 0.7) * (x - y),
+              lambda x, y: torch.where(x > y, x * 3, -y).abs() / 7.0,
+              lambda x, y: (x.float() * 1.1).to(dtype) + y,
+              lambda x, y: (x * 3).float() + 0.25)
+    for i, f in enumerate(chains):
+        got, expected, _ = run(f, x, y)
+        assert torch.equal(got.isnan(), expected.isnan()), i
+        assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(expected)), i
+    runs = stats()["tier2_runs"]
+    assert runs >= 4 if dtype == torch.bfloat16 else runs == 0, stats()
+
+
 BOOL_CHAINS = {
     "and_where": lambda x, y: torch.where((x > 0) & (y < 1), x * y, 0.0),
     "or_xor_not": lambda x, y: ((x > y) | ~(y > 0.5)) ^ (x != x),
