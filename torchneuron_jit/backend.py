@@ -141,10 +141,11 @@ def _row_fusion_min_row():
     return max(0, config.row_fusion_min_row) if config.row_fusion == "auto" else 0
 
 
-def _row_fusion_dense():
-    """Whether row fusion leaves reductions over strided rows to eager's
-    kernels (_C.fuse's dense_rows): under auto, which fuses what measured
-    faster; on takes them too."""
+def _row_fusion_auto():
+    """Whether row fusion leaves to eager's kernels the rows auto does not
+    take (_C.fuse's auto_rows: reductions over strided rows, float16 and
+    bfloat16 sums; fuse.c rows_auto): under auto, which fuses what measured
+    faster and gives eager's answer; on takes them too."""
     return config.row_fusion == "auto"
 
 
@@ -171,7 +172,7 @@ def _key_context():
     from . import __version__
     return (f"torchneuron_jit {__version__}; torch {torch.__version__}; "
             f"graph {_C.GRAPH_FORMAT_VERSION}; artifact {ARTIFACT_FORMAT}; "
-            f"row_fusion {_row_fusion()} from {_row_fusion_min_row()} dense {_row_fusion_dense()}; "
+            f"row_fusion {_row_fusion()} from {_row_fusion_min_row()} auto rows {_row_fusion_auto()}; "
             f"gemm {_gemm_fusion()}; "
             f"onednn_linear {_onednn_linear()}; packed {bool(config.onednn_packed_weights)}; "
             f"conv_channels_last {bool(config.conv_channels_last)}; "
@@ -215,7 +216,7 @@ class _Artifact:
             _C.stat_add("cache_misses")
             groups = _C.fuse(_C.decode_graph(g.encode()), rows=_row_fusion(), gemm=_gemm_fusion(),
                              linear_act=_onednn_linear(), min_row=_row_fusion_min_row(),
-                             dense_rows=_row_fusion_dense())
+                             auto_rows=_row_fusion_auto())
             self.artifact = {"format": ARTIFACT_FORMAT, "groups": groups, "onednn": None}
             self.seconds = time.perf_counter() - t0
         order, value_of = self.order, {canon: v for v, canon in enumerate(vmap)}

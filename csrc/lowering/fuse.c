@@ -550,9 +550,7 @@ static int row_reducible(const tn_graph *g, const tn_node *n, int *k)
     if (n->no_args[2].ar_tag != TN_ARG_NONE && !arg_number(&n->no_args[2], &v))
       return 0;
     return trailing_dims(&n->no_args[1], r, k);
-  case TN_OP_logsumexp: /* eager's float16/bfloat16 one rounds x - max, exp, sum and log each (ReduceOps.cpp) */
-    return !narrow_float(x->me_dtype) && trailing_dims(&n->no_args[1], r, k);
-  default: /* sum.dim_IntList, mean.dim, amax, amin */
+  default: /* sum.dim_IntList, mean.dim, amax, amin, logsumexp */
     return trailing_dims(&n->no_args[1], r, k);
   }
 }
@@ -583,15 +581,26 @@ static int plain_reduction(int op)
   return row_op(op) && op != TN_OP_softmax && op != TN_OP_log_softmax && op != TN_OP_native_layer_norm;
 }
 
-/* Whether the rows n reduces (its input's k trailing dims) are one
-** unit-stride run of memory each, as meta_contiguous tells over those dims
-** (TN_FUSE_DENSE_ROWS). A mean over H and W of a channels-last 8x32x32x32
-** input, rows of stride 32, ran 157 us as a row kernel at tier 2 (its loads
-** gathered) against eager's 16 us. */
-static int rows_dense(const tn_graph *g, const tn_node *n, int k)
+/* Whether row_fusion=auto takes n's rows (TN_FUSE_AUTO_ROWS), k trailing
+** dims of its input:
+** - a reduction (not softmax, log_softmax or layer norm: those write
+**   whole rows) whose rows are not one unit-stride run of memory, as
+**   meta_contiguous tells over those dims, stays eager's: a mean over H
+**   and W of a channels-last 8x32x32x32 input, rows of stride 32, ran
+**   157 us as a row kernel at tier 2 (its loads gathered) against eager's
+**   16 us;
+** - a float16/bfloat16 op that sums its rows (all but amax and amin)
+**   stays eager's: its float32 steps differ from eager's kernel in the
+**   last bit, which the rounding to the dtype turns into an ulp now and
+**   then, and a network spreads (real MiniLM in bfloat16: 4-7 of 8 calls
+**   outside assert_close of eager, 0 with them eager's); the row kernels
+**   gave bfloat16 MiniLM nothing (1.07x eager's speed against 1.08x). */
+static int rows_auto(const tn_graph *g, const tn_node *n, int k)
 {
   const tn_meta *x = &tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta;
-  return meta_contiguous_from(x, x->me_rank - k);
+  if (narrow_float(x->me_dtype) && n->no_op != TN_OP_amax && n->no_op != TN_OP_amin)
+    return 0;
+  return !plain_reduction(n->no_op) || meta_contiguous_from(x, x->me_rank - k);
 }
 
 /* Whether n is an argmax or argmin a kernel of its own computes (eager's
@@ -1675,7 +1684,7 @@ int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out
     int k;
     const tn_node *n = tn_graph_node(g, (int32_t)i);
     if (s.fs_group_of[i] < 0 && row_reducible(g, n, &k) && row_long_enough(g, n, k, min_row) &&
-        (!(flags & TN_FUSE_DENSE_ROWS) || !plain_reduction(n->no_op) || rows_dense(g, n, k)))
+        (!(flags & TN_FUSE_AUTO_ROWS) || rows_auto(g, n, k)))
       form_row_group(&s, i, k);
   }
 

@@ -11,13 +11,13 @@
 
 static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
 {
-  static char *kwlist[] = {"graph", "rows", "gemm", "linear_act", "min_row", "dense_rows", NULL};
+  static char *kwlist[] = {"graph", "rows", "gemm", "linear_act", "min_row", "auto_rows", NULL};
   PyObject *arg;
-  int rows = 0, gemm = 0, linear_act = 0, dense_rows = 0;
+  int rows = 0, gemm = 0, linear_act = 0, auto_rows = 0;
   long long min_row = 0;
   (void)self;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|pppLp:fuse", kwlist, &arg, &rows, &gemm, &linear_act, &min_row,
-                                   &dense_rows))
+                                   &auto_rows))
     return NULL;
   tn_graph *g = tn_py_graph_get(arg);
   tn_fusion *f = NULL;
@@ -25,7 +25,7 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
   if (!g)
     return NULL;
   int rc = tn_fuse_graph(g, (rows ? TN_FUSE_ROWS : 0) | (gemm ? TN_FUSE_GEMM : 0) |
-                              (linear_act ? TN_FUSE_LINEAR_ACT : 0) | (dense_rows ? TN_FUSE_DENSE_ROWS : 0),
+                              (linear_act ? TN_FUSE_LINEAR_ACT : 0) | (auto_rows ? TN_FUSE_AUTO_ROWS : 0),
                     (int64_t)min_row, &f);
   if (rc != TN_OK)
     return PyErr_NoMemory();
@@ -154,7 +154,7 @@ static PyObject *py_lowered_ops(PyObject *self, PyObject *unused)
 PyMethodDef tn_py_fuse_methods[] = {
   {"lowered_ops", py_lowered_ops, METH_NOARGS, "Qualified names of the ATen overloads lowered to generated code."},
   {"fuse", (PyCFunction)(void (*)(void))py_fuse, METH_VARARGS | METH_KEYWORDS,
-   "fuse(graph, rows=False, gemm=False, linear_act=False, min_row=0, dense_rows=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'tier2', 'dtypes', 'reduce_dims', "
+   "fuse(graph, rows=False, gemm=False, linear_act=False, min_row=0, auto_rows=False) -> [{'nodes', 'inputs', 'outputs', 'source', 'tier2', 'dtypes', 'reduce_dims', "
    "'out_kinds', 'nonempty', 'gemm', 'epilogue'}] for each fused group."},
   {NULL, NULL, 0, NULL},
 };
