@@ -581,6 +581,24 @@ static int plain_reduction(int op)
   return row_op(op) && op != TN_OP_softmax && op != TN_OP_log_softmax && op != TN_OP_native_layer_norm;
 }
 
+/* Whether value v holds float16/bfloat16 values, or values pointwise ops
+** computed from such (depth producers back at most). */
+static int half_source(const tn_graph *g, int32_t v, int depth)
+{
+  const tn_value *val = tn_graph_value(g, v);
+  if (narrow_float(val->va_meta.me_dtype))
+    return 1;
+  if (val->va_node < 0 || depth == 0)
+    return 0;
+  const tn_node *n = tn_graph_node(g, val->va_node);
+  if (fuse_rule_of(n->no_op).fr_kind == FK_NONE)
+    return 0;
+  for (uint32_t a = 0; a < n->no_nargs; a++)
+    if (n->no_args[a].ar_tag == TN_ARG_TENSOR && half_source(g, n->no_args[a].u.ar_ref, depth - 1))
+      return 1;
+  return 0;
+}
+
 /* Whether row_fusion=auto takes n's rows (TN_FUSE_AUTO_ROWS), k trailing
 ** dims of its input:
 ** - a reduction (not softmax, log_softmax or layer norm: those write
@@ -589,16 +607,19 @@ static int plain_reduction(int op)
 **   and W of a channels-last 8x32x32x32 input, rows of stride 32, ran
 **   157 us as a row kernel at tier 2 (its loads gathered) against eager's
 **   16 us;
-** - a float16/bfloat16 op that sums its rows (all but amax and amin)
-**   stays eager's: its float32 steps differ from eager's kernel in the
-**   last bit, which the rounding to the dtype turns into an ulp now and
-**   then, and a network spreads (real MiniLM in bfloat16: 4-7 of 8 calls
-**   outside assert_close of eager, 0 with them eager's); the row kernels
-**   gave bfloat16 MiniLM nothing (1.07x eager's speed against 1.08x). */
+** - an op that sums rows (all but amax and amin) of float16/bfloat16
+**   values, or of float32 ones computed from them (a mixed-precision RMS
+**   norm's x.to(float32).pow(2).mean(-1)), stays eager's: its float32
+**   steps differ from eager's kernel in the last bit, which the rounding
+**   to the dtype turns into an ulp now and then, and a network spreads
+**   (real MiniLM in bfloat16: 4-7 of 8 calls outside assert_close of
+**   eager, 0 with them eager's; T5's encoder: 2933 of 28672 elements an
+**   ulp or more away); the row kernels gave bfloat16 MiniLM nothing
+**   (1.07x eager's speed against 1.08x). */
 static int rows_auto(const tn_graph *g, const tn_node *n, int k)
 {
   const tn_meta *x = &tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta;
-  if (narrow_float(x->me_dtype) && n->no_op != TN_OP_amax && n->no_op != TN_OP_amin)
+  if (n->no_op != TN_OP_amax && n->no_op != TN_OP_amin && half_source(g, n->no_args[0].u.ar_ref, 8))
     return 0;
   return !plain_reduction(n->no_op) || meta_contiguous_from(x, x->me_rank - k);
 }

@@ -147,8 +147,9 @@ int tn_fuse_contiguous(const tn_meta *m);
 #define TN_FUSE_LINEAR_ACT 4 /* leave the relu / gelu that alone reads a float32 aten.linear (TN_OP_linear,
                               ** not lowered) out of groups: oneDNN takes it into the GEMM (torchneuron_jit/gemm.py) */
 #define TN_FUSE_AUTO_ROWS 8 /* row_fusion=auto's rows (fuse.c rows_auto): a reduction whose rows are not one
-                             ** unit-stride run of its input (channels-last over H and W), and a float16/bfloat16
-                             ** row op that sums (all but amax, amin), stay with eager's kernels */
+                             ** unit-stride run of its input (channels-last over H and W), and a row op that sums
+                             ** (all but amax, amin) values of float16/bfloat16 or computed from them, stay with
+                             ** eager's kernels */
 
 /* Finds the pointwise groups of g and, with TN_FUSE_ROWS, its row groups: those whose rows are known to hold
 ** min_row elements or more (0: all; shorter rows stay with eager's kernels). The result lives in a mimalloc heap

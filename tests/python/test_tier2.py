@@ -469,7 +469,8 @@ def test_auto_row_fusion_leaves_a_reduction_over_strided_rows_to_eager(layout, f
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_auto_row_fusion_leaves_half_row_sums_to_eager(dtype):
     """Under row_fusion auto, a float16/bfloat16 softmax, layer norm, sum
-    or logsumexp stays eager's, so a network gives eager's bits (a row
+    or logsumexp, and a mean of float32 values computed from half ones,
+    stays eager's, so a network gives eager's bits (a row
     kernel's float32 steps differ from eager's in the last bit: now and then
     an ulp of the dtype after rounding, 1 element in 18432 of MiniLM's
     embeddings, then most of its output); amax is exact and stays fused.
@@ -479,7 +480,10 @@ def test_auto_row_fusion_leaves_half_row_sums_to_eager(dtype):
     sums = {"softmax": (lambda a: torch.softmax(a * 0.125 + 1, -1), "aten::_softmax"),
             "layer_norm": (lambda a: F.layer_norm(a + 1, (384,), w, b), "aten::native_layer_norm"),
             "sum": (lambda a: (a * 2).sum(-1) + 1, "aten::sum"),
-            "logsumexp": (lambda a: torch.logsumexp(a * 2, -1) + 1, "aten::logsumexp")}
+            "logsumexp": (lambda a: torch.logsumexp(a * 2, -1) + 1, "aten::logsumexp"),
+            # T5's and LLaMA's RMS norm: a mean of float32 values made from the half ones
+            "rms_norm_upcast": (lambda a: w * (a.float() * torch.rsqrt(a.float().pow(2).mean(-1, keepdim=True) + 1e-6))
+                                .to(dtype), "aten::mean")}
     for name, (f, op) in sums.items():
         assert _row_fused(f, x, (op,)) == {"auto": False, "on": True}, name
         torch._dynamo.reset()  # not the graph row_fusion on compiled
