@@ -1110,7 +1110,6 @@ static const char *t2_optype(int dt)
   return cg_type(dt)->cd_elem;
 }
 
-
 /* The statement of instruction fi in the lane loop: element i (lane l) of
 ** the pass, v<k> the values of buffer k, I<k> / O<k> operand k's elements,
 ** a<k> reduction k's accumulator (in double, as tier 1 sums; z<k>: a NaN seen by a max or min), r<k> the row scalars, m the elements the
