@@ -35,6 +35,7 @@ data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
 import atexit
+import builtins
 import copy
 import dis
 import enum
@@ -544,8 +545,9 @@ class _Trace:
         primitives by value; functions, classes, Python modules and
         containers by identity (a record describes them by name, code hash or
         content); tensors the graph took as constants by identity, and
-        loaded from there. Other objects are not guarded, and keep the
-        trace out of the persistent cache."""
+        loaded from there; a builtin it loads as absent from the module's
+        globals (a global defined later shadows it). Other objects are not
+        guarded, and keep the trace out of the persistent cache."""
         guarded, seen = {}, set()  # id(globals) -> (globals, {name: value})
         for code, globs in self.codes:
             if _records.library_code(code.co_filename) or _records.namedtuple_code(code, globs):
@@ -561,16 +563,21 @@ class _Trace:
                         if attr in value.__dict__ and (id(value.__dict__), attr) not in seen:
                             seen.add((id(value.__dict__), attr))
                             self.guard_global_value(attrs, attr, value.__dict__[attr], used_constants)
-                if (id(globs), name) in seen or name not in globs:
+                if (id(globs), name) in seen:
                     continue
                 seen.add((id(globs), name))
-                self.guard_global_value(names, name, value, used_constants)
+                if name in globs:
+                    self.guard_global_value(names, name, value, used_constants)
+                elif hasattr(builtins, name):  # a builtin: no global may come to shadow it
+                    names[name] = _C.GUARD_ABSENT
         for globs, names, label in guarded.values():
             if names:
                 d = self.spec.add(("const", globs), label, ("globals", globs.get("__name__")))
                 self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), label)
                 for name, value in names.items():
                     words = entry_name(label, name)
+                    if value is _C.GUARD_ABSENT:
+                        continue
                     if type(value) in _TENSOR_TYPES:
                         self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), words))
                     elif _content_guarded(value):

@@ -49,11 +49,12 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from . import _C, cache
 from ._spec import Spec, entry_name, explain
 
-FORMAT = 5  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 6  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
-#               of 4 returned a shared literal, or took two arguments for one
+#               of 4 returned a shared literal, or took two arguments for one;
+#            6: the builtins the code reads are guarded absent from its module's globals (["absent"])
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -537,7 +538,8 @@ def _portable_spec(trace, upto, spec):
             if any(type(k) not in (str, int) for k in inst[2]):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
             lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
-            out.append(["dict", inst[1], list(inst[2]), [describe.value(v, lenient) for v in inst[3]], inst[4]])
+            out.append(["dict", inst[1], list(inst[2]),
+                        [["absent"] if v is _C.GUARD_ABSENT else describe.value(v, lenient) for v in inst[3]], inst[4]])
         elif kind == "call" and STATE.get(spec.names[slot]) is inst[1]:
             out.append(["state", describe.value(inst[2])])
         else:
@@ -643,6 +645,11 @@ def _live_spec(pspec, names, fn, args):
                 d = live[inst[1]]
                 values = []
                 for k, desc in zip(inst[2], inst[3]):
+                    if desc == ["absent"]:  # a builtin the code read, shadowed by no global
+                        if k in d:
+                            raise Mismatch(f"{entry_name(name, k)}: defined, where the builtin {k} was read")
+                        values.append(_C.GUARD_ABSENT)
+                        continue
                     if k not in d or not _matches(desc, d[k], live):
                         raise Mismatch(f"{entry_name(name, k)}: {'missing' if k not in d else _change(desc, d[k])}")
                     values.append(d[k])

@@ -5,6 +5,8 @@ records (_records.py), which import this and not each other.
 """
 import torch
 
+from . import _C
+
 PRIMITIVES = (bool, int, float, str, type(None))
 
 
@@ -137,6 +139,10 @@ def explain(spec, args, index):
     if kind == "dict":
         keys, values = inst[2], inst[3]
         for k, want in zip(keys, values):
+            if want is _C.GUARD_ABSENT:
+                if k in value:
+                    return f"{entry_name(name, k)}: defined, where the builtin {k} was read"
+                continue
             if k not in value:
                 return f"{entry_name(name, k)}: removed"
             got = value[k]

@@ -36,9 +36,12 @@
 **   ("dict", s, keys, values, sized)
 **                                  dict slot s maps each key to its value (compared
 **                                  by identity, or equality for primitives) and, when
-**                                  sized, holds nothing else. The dict's version tag
-**                                  is remembered on success, so a dict nobody wrote
-**                                  since is checked in O(1).
+**                                  sized, holds nothing else; a value that is
+**                                  tn_guard_absent (_C.GUARD_ABSENT) means the key is
+**                                  not there (a builtin the code reads that no global
+**                                  shadows). The dict's version tag is remembered on
+**                                  success, so a dict nobody wrote since is checked in
+**                                  O(1).
 **   ("call", fn, result)           fn() is result (e.g. torch.is_grad_enabled)
 **   ("sizes", prog)                a relation of dynamic sizes holds (s1 >= 2,
 **                                  s1 == s2): prog is a postfix program over
@@ -64,6 +67,11 @@ typedef struct tn_gset tn_gset;
 /* Builds a guard set from spec (a list of tuples, above). On error returns
 ** NULL with ValueError (naming the instruction) or MemoryError set. */
 tn_gset *tn_guards_build(PyObject *spec);
+
+/* The marker of a dict guard's value for "key absent": an object of its
+** own, made once (the tracer module exposes it as _C.GUARD_ABSENT). NULL
+** with an exception set when it cannot be made. Borrowed. */
+PyObject *tn_guard_absent(void);
 
 /* Frees gs and the references it holds. NULL is fine. */
 void tn_guards_free(tn_gset *gs);

@@ -62,6 +62,15 @@ static int strings_init(void)
   return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu ? 0 : -1;
 }
 
+static PyObject *g_absent;
+
+PyObject *tn_guard_absent(void)
+{
+  if (!g_absent)
+    g_absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  return g_absent;
+}
+
 void tn_guards_free(tn_gset *gs)
 {
   if (!gs)
@@ -434,9 +443,14 @@ static int dict_ok(PyObject *d, tn_ginst *g)
     return 0;
   for (Py_ssize_t k = 0; k < g->gi_n; k++) {
     PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(g->gi_obj, k));
+    PyObject *want = PyTuple_GET_ITEM(g->gi_obj2, k);
+    if (want == g_absent && want) { /* the key must not be there */
+      if (v || PyErr_Occurred())
+        return v ? 0 : -1;
+      continue;
+    }
     if (!v)
       return PyErr_Occurred() ? -1 : 0;
-    PyObject *want = PyTuple_GET_ITEM(g->gi_obj2, k);
     int r = v == want ? 1 : (PyLong_CheckExact(want) || PyFloat_CheckExact(want) || PyUnicode_CheckExact(want))
                                  ? same_value(v, want) : 0;
     if (r <= 0)

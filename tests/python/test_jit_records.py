@@ -170,6 +170,27 @@ def test_a_record_whose_global_differs_says_so_and_traces(capsys):
     assert "does not apply: global FLAG: 2.0 → 3.0" in capsys.readouterr().err
 
 
+def _reads_builtin_abs(x):
+    return x * abs(-3)
+
+
+def test_a_record_read_where_a_global_shadows_its_builtin_says_so_and_traces(capsys):
+    """A record guards the builtins its code read as absent from the
+    module's globals: loaded where a global of that name exists, it does
+    not apply (and the new trace gives the global's answer)."""
+    x = torch.randn(4)
+    torch.testing.assert_close(torchneuron_jit.jit(_reads_builtin_abs)(x), x * 3)
+    config.log = "cache"
+    globals()["abs"] = lambda v: 5
+    try:
+        before = counters()
+        torch.testing.assert_close(torchneuron_jit.jit(_reads_builtin_abs)(x), x * 5)
+        assert delta(before)["traces"] == 1
+    finally:
+        del globals()["abs"]
+    assert "does not apply: global abs: defined, where the builtin abs was read" in capsys.readouterr().err
+
+
 class _Opaque:
     __slots__ = ("scale",)
 

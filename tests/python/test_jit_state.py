@@ -86,6 +86,25 @@ def test_a_value_read_through_a_global_dict_is_guarded():
     CFG["scale"], CFG["inner"]["shift"] = 2.0, 1.0
 
 
+def _reads_builtin_max(x):
+    return x * max(x.shape[0], 2)
+
+
+def test_a_global_that_comes_to_shadow_a_builtin_is_a_miss():
+    """The code reads the builtin max; a global max defined after the trace
+    shadows it for eager, so the variant must miss (it answered with the
+    builtin's value before), in words; removing the global hits again."""
+    jf = torchneuron_jit.jit(_reads_builtin_max)
+    torch.testing.assert_close(jf(X), X * 4)
+    try:
+        out, log = _miss(jf, lambda: globals().__setitem__("max", lambda a, b: 7))
+        torch.testing.assert_close(out, X * 7)
+        assert "global max: defined, where the builtin max was read" in log, log
+    finally:
+        globals().pop("max", None)
+    torch.testing.assert_close(jf(X), X * 4)
+
+
 def test_a_list_item_read_through_a_closure_is_guarded():
     def make():
         k = [2.0]
