@@ -2071,19 +2071,27 @@ def jit(fn=None, *, cache_limit=None):
 
 
 def _jit_forward(module, forward, limit):
-    """Installs a JitFunction of forward as module's own bound forward,
-    through a Python function that carries forward's name (so pickling the
-    module saves the plain method), signature and __wrapped__ (inspect
-    follows it), and that TorchDynamo can trace: under torch.compile it is
-    the original forward. Returns the JitFunction."""
+    """Installs a JitFunction of forward (the class's) as module's own
+    bound forward, through a Python function that carries forward's name
+    (so pickling the module saves the plain method), signature and
+    __wrapped__ (inspect follows it), and that TorchDynamo can trace: under
+    torch.compile it is the class's forward. A forward the class gets later
+    (Model.forward = ...) replaces it at the next call, as eager would call
+    that one. Returns the JitFunction."""
     jf = _C.JitFunction(forward, _tracer, limit)
     functools.update_wrapper(jf, forward)
     jf.owner = module
     compiling = torch.compiler.is_compiling
 
     def jitted_forward(self, *args, **kwargs):
+        now = type(self).forward
         if compiling():  # TorchDynamo is tracing this call: the plain forward, traced by it
-            return forward(self, *args, **kwargs)
+            return now(self, *args, **kwargs)
+        if now is not forward:  # the class's forward replaced since: eager calls the new one, so jit it instead
+            if isinstance(now, types.FunctionType):
+                _jit_forward(self, now, limit)
+                return self.forward(*args, **kwargs)
+            return now(self, *args, **kwargs)
         return jf(self, *args, **kwargs)
 
     functools.update_wrapper(jitted_forward, forward)

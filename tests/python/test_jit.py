@@ -730,6 +730,30 @@ def test_a_helper_method_replaced_after_the_trace_is_a_miss():
     torch.testing.assert_close(m(x), (x + 1) * 2)
 
 
+class _Doubler(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_a_forward_the_class_gets_after_jit_is_the_one_called():
+    """jit(model) installs its forward on the instance; eager calls the
+    class's, so Model.forward replaced afterwards must be what the jitted
+    model computes (it answered with the old forward), jitted in turn; the
+    original back gives the original answers."""
+    m = torchneuron_jit.jit(_Doubler())
+    x = torch.randn(4)
+    torch.testing.assert_close(m(x), x * 2)
+    original = _Doubler.forward
+    try:
+        _Doubler.forward = lambda self, x: x * 5 + 1
+        torch.testing.assert_close(m(x), x * 5 + 1)
+        torch.testing.assert_close(m(x), x * 5 + 1)
+        assert _jit.entries(m.forward._tn_jit) == 1  # the new forward, jitted
+    finally:
+        _Doubler.forward = original
+    torch.testing.assert_close(m(x), x * 2)
+
+
 def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
     def f(x):
         return x + 1
