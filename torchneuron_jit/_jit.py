@@ -2088,10 +2088,12 @@ def _jit_forward(module, forward, limit):
         if compiling():  # TorchDynamo is tracing this call: the plain forward, traced by it
             return now(self, *args, **kwargs)
         if now is not forward:  # the class's forward replaced since: eager calls the new one, so jit it instead
-            if isinstance(now, types.FunctionType):
-                _jit_forward(self, now, limit)
+            raw = next(k.__dict__["forward"] for k in type(self).__mro__ if "forward" in k.__dict__)
+            if isinstance(raw, types.FunctionType):
+                _jit_forward(self, raw, limit)
                 return self.forward(*args, **kwargs)
-            return now(self, *args, **kwargs)
+            get = getattr(type(raw), "__get__", None)  # a staticmethod, a builtin: bound as attribute lookup binds
+            return (get(raw, self, type(self)) if get else raw)(*args, **kwargs)
         return jf(self, *args, **kwargs)
 
     functools.update_wrapper(jitted_forward, forward)
