@@ -749,6 +749,8 @@ def test_a_forward_the_class_gets_after_jit_is_the_one_called():
         torch.testing.assert_close(m(x), x * 5 + 1)
         torch.testing.assert_close(m(x), x * 5 + 1)
         assert _jit.entries(m.forward._tn_jit) == 1  # the new forward, jitted
+        _Doubler.forward = staticmethod(lambda x: x - 1)  # not a method: called as eager looks it up
+        torch.testing.assert_close(m(x), x - 1)
     finally:
         _Doubler.forward = original
     torch.testing.assert_close(m(x), x * 2)
