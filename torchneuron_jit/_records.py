@@ -47,7 +47,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
-from ._spec import Spec, entry_name, explain
+from ._spec import Spec, entry_name, explain, shadowed
 
 FORMAT = 6  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
@@ -647,7 +647,7 @@ def _live_spec(pspec, names, fn, args):
                 for k, desc in zip(inst[2], inst[3]):
                     if desc == ["absent"]:  # a builtin the code read, shadowed by no global
                         if k in d:
-                            raise Mismatch(f"{entry_name(name, k)}: defined, where the builtin {k} was read")
+                            raise Mismatch(shadowed(name, k))
                         values.append(_C.GUARD_ABSENT)
                         continue
                     if k not in d or not _matches(desc, d[k], live):

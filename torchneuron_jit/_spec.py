@@ -141,7 +141,7 @@ def explain(spec, args, index):
         for k, want in zip(keys, values):
             if want is _C.GUARD_ABSENT:
                 if k in value:
-                    return f"{entry_name(name, k)}: defined, where the builtin {k} was read"
+                    return shadowed(name, k)
                 continue
             if k not in value:
                 return f"{entry_name(name, k)}: removed"
@@ -162,6 +162,12 @@ def entry_name(name, key):
     if name.endswith("[...]"):
         return f"{name[:-5]}[{key!r}]"
     return f"{name[:-2] if name.endswith('.*') else name}.{key}"
+
+
+def shadowed(name, key):
+    """The words of a global key, in the globals snapshot called name,
+    that has come to shadow the builtin the traced code read."""
+    return f"{entry_name(name, key)}: defined, where the builtin {key} was read"
 
 
 def short(v):

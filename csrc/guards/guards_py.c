@@ -444,9 +444,11 @@ static int dict_ok(PyObject *d, tn_ginst *g)
   for (Py_ssize_t k = 0; k < g->gi_n; k++) {
     PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(g->gi_obj, k));
     PyObject *want = PyTuple_GET_ITEM(g->gi_obj2, k);
-    if (want == g_absent && want) { /* the key must not be there */
-      if (v || PyErr_Occurred())
-        return v ? 0 : -1;
+    if (want == g_absent) { /* the key must not be there */
+      if (v)
+        return 0;
+      if (PyErr_Occurred())
+        return -1;
       continue;
     }
     if (!v)
