@@ -62,7 +62,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
-from ._spec import PRIMITIVES, Spec, entry_name, explain, tensor_distance
+from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, tensor_distance
 
 SUPPORTED_PYTHON = ((3, 11),)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -70,6 +70,8 @@ _CONTAINERS = (tuple, list, dict, set, frozenset)
 # held by identity: what a record finds again by name
 _NAMED = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType, _C.JitFunction)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+# a module's own dicts, which guard_module guards itself
+_MODULE_DICTS = frozenset(("_parameters", "_buffers", "_modules") + _HOOK_DICTS)
 
 
 
@@ -190,6 +192,7 @@ class _Trace:
         self.frames_seen = set()  # code objects whose frame's globals and closure are in before
         self.outside = {}  # (file, line) -> what non-torch source of values the traced code called
         self.content_guards = 0  # containers and objects guard_content has guarded
+        self.content_seen = set()  # ids of what modules' attributes hold that guard_content has guarded
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
         self.call_args = args  # the arguments before the frame ran (begin copies their containers)
@@ -353,7 +356,7 @@ class _Trace:
             self.tensors.append(value)
         elif t is bool or value is None:
             spec.add(("is", slot, value), name)
-        elif t in PRIMITIVES or isinstance(value, (torch.dtype, torch.device)):
+        elif t in PRIMITIVES or _by_value(value):
             spec.add(("eq", slot, value), name)
         elif t in (list, tuple, torch.Size):
             spec.add(("type", slot, t), name)
@@ -400,7 +403,12 @@ class _Trace:
             self.module_paths[id(sub)] = (slot, sub_name)
             self.guard_classes(type(sub))
             attrs = sub.__dict__
-            self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
+            d = self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
+            for key, v in list(attrs.items()):  # self.cfg["scale"] = 2.0 after the trace: a miss
+                if key not in _MODULE_DICTS and _held_state(v) and id(v) not in self.content_seen:
+                    self.content_seen.add(id(v))
+                    self.guard_content(self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}",
+                                       lenient=True)
             for attr in ("_parameters", "_buffers", "_modules"):
                 self.guard_dict(attrs[attr], f"{qual}.{attr}", ("module", slot, sub_name, attr))
             for attr in _HOOK_DICTS:
@@ -460,7 +468,8 @@ class _Trace:
             else:
                 self.remember(f"argument {name}", value)
         for k, name, cell, value in _closure_cells(self.fn):
-            if isinstance(value, PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES:
+            if isinstance(value, PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES or \
+                    _by_value(value) or type(value) is torch.Size:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
         self.argument_guards = len(self.spec)
@@ -474,7 +483,7 @@ class _Trace:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_content(self.spec.add(("cell", c), name), value, name)
 
-    def guard_content(self, slot, value, words, depth=0):
+    def guard_content(self, slot, value, words, depth=0, lenient=False):
         """Guards what value (loaded at slot) holds, so that a change to it
         after the trace is a miss in words (global CFG['scale']: 2.0 → 5.0):
         a dict by a snapshot (O(1) while its version tag stands), a list item
@@ -483,12 +492,14 @@ class _Trace:
         _MAX_DEPTH. Tensors, numbers, strings, functions, classes and modules
         inside are held by identity or value. What cannot be guarded so
         (an object without a __dict__, too deep, too large) is a problem:
-        the variant runs eagerly."""
+        the variant runs eagerly; lenient (what a module's attributes hold):
+        it stays held as it was (by identity), and the variant compiles."""
         spec, t = self.spec, type(value)
         self.content_guards += 1
+        problems = [] if lenient else self.problems
         if depth > _MAX_DEPTH or self.content_guards > _MAX_CONTENT:
-            self.problems.append(f"{words} holds state nested deeper than {_MAX_DEPTH} or larger than {_MAX_CONTENT} "
-                                 "values, which jit does not guard (pass what the function needs as arguments)")
+            problems.append(f"{words} holds state nested deeper than {_MAX_DEPTH} or larger than {_MAX_CONTENT} "
+                            "values, which jit does not guard (pass what the function needs as arguments)")
             return
         if isinstance(value, torch.nn.Module):
             spec.add(("is", slot, value), words)
@@ -504,7 +515,7 @@ class _Trace:
             for k in keys:
                 if _content_guarded(value[k]):
                     self.guard_content(spec.add(("key", slot, k), f"{words}[{k!r}]"), value[k], f"{words}[{k!r}]",
-                                       depth + 1)
+                                       depth + 1, lenient)
         elif t is list:
             spec.add(("type", slot, list), words)
             spec.add(("len", slot, len(value)), words)
@@ -515,30 +526,32 @@ class _Trace:
                 else:
                     spec.add(("is", s, item), f"{words}[{k}]")
                     if _content_guarded(item):
-                        self.guard_content(s, item, f"{words}[{k}]", depth + 1)
+                        self.guard_content(s, item, f"{words}[{k}]", depth + 1, lenient)
         elif t is tuple:
             for k, item in enumerate(value):
                 if _content_guarded(item):
-                    self.guard_content(spec.add(("item", slot, k), f"{words}[{k}]"), item, f"{words}[{k}]", depth + 1)
+                    self.guard_content(spec.add(("item", slot, k), f"{words}[{k}]"), item, f"{words}[{k}]", depth + 1,
+                                       lenient)
         elif t in (set, frozenset):
             if not all(type(v) in PRIMITIVES for v in value):
-                self.problems.append(f"{words} is a set of other values than numbers and strings, which jit does "
-                                     "not guard")
+                problems.append(f"{words} is a set of other values than numbers and strings, which jit does "
+                                "not guard")
             elif t is set:
                 spec.add(("eq", slot, set(value)), words)
         elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED):
             spec.add(("type", slot, t), words)
             self.guard_classes(t)
             attrs = value.__dict__
-            d = spec.add(("const", attrs), f"{words}.__dict__")
+            d = spec.add(("const", attrs), f"{words}.__dict__", ("objdict", slot))
             keys = tuple(attrs)
             spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), words + ".*")
             for k in keys:  # what a library object's attributes hold is the library's (see _state_of)
                 if _content_guarded(attrs[k]) and not _library_class(t):
-                    self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1)
+                    self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1,
+                                       lenient)
         else:
-            self.problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
-                                 "function needs from it as an argument)")
+            problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
+                            "function needs from it as an argument)")
 
     def guard_globals(self, used_constants):
         """The globals the traced (user) code loads, one snapshot per module:
@@ -590,7 +603,8 @@ class _Trace:
         if t in _TENSOR_TYPES:
             if id(value) in used_constants:
                 names[name] = value
-        elif t in PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value):
+        elif t in PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value) or \
+                t in _IMMUTABLE or isinstance(value, enum.Enum):  # the last by identity (dtypes, enum members)
             names[name] = value
         else:
             self.opaque.append(f"global {name} holds a {t.__qualname__}")
@@ -606,6 +620,16 @@ _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.d
                             torch.memory_format, torch.Size, frozenset)
 
 
+def _by_value(value):
+    """Whether guard_value compares value by type and value (an eq guard;
+    floats by their bits): a value that never changes in place and is no
+    number, string or sequence (a dtype, a device, an enum member, a
+    slice, a complex number, bytes, a range)."""
+    t = type(value)
+    return (t in _IMMUTABLE and t not in PRIMITIVES and t not in (torch.Size, frozenset)) or \
+        isinstance(value, enum.Enum)
+
+
 def _content_guarded(value):
     """Whether guard_content follows value: a container, a module, a user
     class or any other object that may change in place (tensors are held
@@ -619,6 +643,16 @@ def _content_guarded(value):
     if isinstance(value, type):
         return not _library_class(value)
     return not isinstance(value, _NAMED)
+
+
+def _held_state(value):
+    """Whether guard_module follows what a module's attribute holds by
+    content: a container, or an object of a user's class (a library's,
+    such as a model's config, and bound methods stay held by identity)."""
+    t = type(value)
+    return t in (dict, list, tuple, set) and _content_guarded(value) or \
+        (_content_guarded(value) and not isinstance(value, (torch.nn.Module, types.MethodType, type)) and
+         not _library_class(t))
 
 
 def _attribute_state(d, attr):
@@ -691,10 +725,6 @@ def _state_of(value, budget=None, depth=0, inside=None):
         inside.discard(id(value))
 
 
-def _same_value(a, b):
-    return a is b or (type(a) is type(b) and (a == b or (a != a and b != b)))
-
-
 def _state_change(words, was, now):
     """How the state described by was became now, in words naming the
     first place that differs (global CFG['n'] (an int)), or None: no
@@ -705,7 +735,7 @@ def _state_change(words, was, now):
         return f"{words} (another object)"
     kind = was[0]
     if kind == "v":
-        return None if _same_value(was[2], now[2]) else f"{words} ({'an' if type(was[2]).__name__[0] in 'aeiou' else 'a'} {type(was[2]).__name__})"
+        return None if same_value(was[2], now[2]) else f"{words} ({'an' if type(was[2]).__name__[0] in 'aeiou' else 'a'} {type(was[2]).__name__})"
     if kind == "id":
         return None
     if kind == "set":
@@ -1070,7 +1100,7 @@ class _Runner:
                 same = _same_bytes(outs[k], want)
             else:
                 got = outs[k].item()
-                same = got == want or (got != got and want != want)
+                same = same_value(got, want)
             if not same:
                 torch.set_rng_state(rng)
                 return _C.SIDE_EXIT

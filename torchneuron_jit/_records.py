@@ -47,7 +47,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
-from ._spec import Spec, entry_name, explain, shadowed
+from ._spec import Spec, entry_name, explain, same_value, shadowed
 
 FORMAT = 6  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
@@ -445,7 +445,7 @@ def _matches(desc, v, live):
     kind = desc[0]
     if kind == "p":
         want = desc[1]
-        return type(v) is type(want) and (v == want or (v != v and want != want))
+        return same_value(v, want)
     if kind == "dtype":
         return v is getattr(torch, desc[1], None)
     if kind == "device":
@@ -585,6 +585,8 @@ def _resolve(path, fn, live):
         return d[path[2]] if kind == "global" else d
     if kind == "closure":
         return fn.__closure__[path[1]]
+    if kind == "objdict":  # the attributes of the object loaded at slot path[1]
+        return live[path[1]].__dict__
     if kind == "classdict":
         cls = _lookup(*path[1])
         if not isinstance(cls, type):

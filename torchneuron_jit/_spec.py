@@ -3,11 +3,29 @@ one program with the words for each slot), and the sentence that says why
 one failed (explain). Shared by the jit door (_jit.py) and its trace
 records (_records.py), which import this and not each other.
 """
+import math
+
 import torch
 
 from . import _C
 
 PRIMITIVES = (bool, int, float, str, type(None))
+
+
+def same_value(a, b):
+    """Whether a and b are the same guarded value: one object, or of one
+    type and equal; floats (and complex numbers' parts) of one sign too
+    (-0.0 is not 0.0: x / z differs), any NaN the same (the C guards'
+    same_value)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is complex:
+        return same_value(a.real, b.real) and same_value(a.imag, b.imag)
+    if type(a) is float:
+        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    return a == b
 
 
 class Spec(list):
@@ -146,7 +164,7 @@ def explain(spec, args, index):
             if k not in value:
                 return f"{entry_name(name, k)}: removed"
             got = value[k]
-            if got is not want and not (type(got) is type(want) and type(want) in PRIMITIVES and got == want):
+            if not (got is want or (type(want) in PRIMITIVES and same_value(got, want))):
                 return f"{entry_name(name, k)}: {short(want)} → {short(got)}"
         extra = [k for k in value if k not in keys]
         return f"{name}: new entries {extra[:3]}" if extra else f"{name}: changed"

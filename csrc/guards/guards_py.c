@@ -5,6 +5,7 @@
 #include "guards.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -329,13 +330,27 @@ tn_gset *tn_guards_build(PyObject *spec)
 
 /* -- Running ----------------------------------------------------------------- */
 
-/* A primitive's equality: same type, then ==. 1 equal, 0 not, -1 error. */
+/* Two floats the same guarded value: equal and of one sign (-0.0 is not
+** 0.0: x / z differs), or both NaN (_spec.same_value's rule). */
+static int same_double(double a, double b)
+{
+  return (a == b && signbit(a) == signbit(b)) || (a != a && b != b);
+}
+
+/* A guarded value's equality: same type, then ==; floats and complex
+** numbers by same_double. 1 equal, 0 not, -1 error. */
 static int same_value(PyObject *v, PyObject *want)
 {
   if (v == want)
     return 1;
   if (Py_TYPE(v) != Py_TYPE(want))
     return 0;
+  if (PyFloat_CheckExact(v))
+    return same_double(PyFloat_AS_DOUBLE(v), PyFloat_AS_DOUBLE(want));
+  if (PyComplex_CheckExact(v)) {
+    Py_complex a = PyComplex_AsCComplex(v), b = PyComplex_AsCComplex(want);
+    return same_double(a.real, b.real) && same_double(a.imag, b.imag);
+  }
   return PyObject_RichCompareBool(v, want, Py_EQ);
 }
 

@@ -4,6 +4,8 @@ traced call that writes state outliving it, or reads values from outside
 torch (random, time, os.environ, numpy's RNG), runs eagerly with one
 warning naming what and where. Each call is compared with eager from the
 same state, results and state both."""
+import copy
+import enum
 import os
 import random
 import subprocess
@@ -171,6 +173,102 @@ def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
         torch.testing.assert_close(f(X), X * 2.0)
     arr[0] = 3.0
     torch.testing.assert_close(f(X), X * 3.0)
+
+
+class _Mode(enum.Enum):
+    FAST = 1
+    SLOW = 2
+
+
+@pytest.mark.parametrize("values, body", [
+    ((torch.float32, torch.float64), "x.to(V)"),
+    ((torch.Size([4]), torch.Size([2, 2])), "x.reshape(V)"),
+    ((slice(0, 2), slice(1, 4)), "x[V]"),
+    ((1 + 0j, 3 + 0j), "x * V.real"),
+    ((range(2), range(5)), "x * len(V)"),
+    ((b"\x02", b"\x05"), "x * V[0]"),
+    ((_Mode.FAST, _Mode.SLOW), "x.relu() if V is _Mode.FAST else x * 2"),
+], ids=["dtype", "Size", "slice", "complex", "range", "bytes", "enum"])
+def test_a_value_that_never_changes_in_place_is_guarded_in_a_global_and_a_closure(values, body):
+    """A global or closure variable bound to a dtype, a Size, a slice, an
+    enum member...: jit held none of them, and answered with the first
+    value's graph after the program bound another."""
+    scope = {"torch": torch, "_Mode": _Mode, "V": values[0]}
+    exec(f"def g(x):\n    return {body}\n"
+         f"def make(V):\n    def c(x):\n        return {body}\n    return c\n", scope)
+    g = scope["g"]
+    assert _same_as_eager(g, lambda i: scope.__setitem__("V", values[i % 2]), lambda: None) == []
+    for v in values:
+        c = scope["make"](v)
+        torch.testing.assert_close(torchneuron_jit.jit(c)(X), c(X))
+        torch.testing.assert_close(torchneuron_jit.jit(c)(X), c(X))
+    c = scope["make"](values[0])
+    jc = torchneuron_jit.jit(c)
+    for i in range(4):
+        c.__closure__[0].cell_contents = values[i % 2]
+        torch.testing.assert_close(jc(X), eval(body, {"torch": torch, "_Mode": _Mode, "V": values[i % 2], "x": X}),
+                                   msg=lambda m: f"closure call {i}: {m}")
+
+
+class _Opts:
+    pass
+
+
+class _Configured(torch.nn.Module):
+    """Settings a model keeps in plain attributes: a dict, a list in it,
+    an object of the user's and a list of tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = {"scale": 1.0, "layers": [1.0]}
+        self.opts = _Opts()
+        self.opts.shift = 0.5
+        self.extra = [torch.ones(4)]
+
+    def forward(self, x):
+        return x * self.cfg["scale"] * len(self.cfg["layers"]) + self.opts.shift + self.extra[0]
+
+
+@pytest.mark.parametrize("change", [
+    lambda m, i: m.cfg.__setitem__("scale", float(i)),
+    lambda m, i: m.cfg["layers"].append(1.0),
+    lambda m, i: setattr(m.opts, "shift", float(i)),
+    lambda m, i: m.extra.__setitem__(0, torch.full((4,), float(i))),
+], ids=["dict item", "list in a dict", "object attribute", "tensor in a list"])
+def test_what_a_modules_attributes_hold_is_guarded_by_content(change):
+    """A module's attributes were guarded by identity only: a config dict
+    changed in place answered with the first trace's value."""
+    eager = _Configured()
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    for i in range(4):
+        torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
+        change(eager, i + 2)
+        change(model, i + 2)
+
+
+Z = 0.0
+
+
+def _divides_by_global_z(x):
+    return x / Z
+
+
+def test_minus_zero_is_not_zero_to_a_guard():
+    """0.0 == -0.0, but x / z is inf and -inf: a float argument and a
+    global took the variant of the other sign."""
+    def divide(x, z):
+        return x / z
+
+    jf = torchneuron_jit.jit(divide)
+    for z in (0.0, -0.0, 0.0, -0.0, float("nan"), float("nan")):
+        torch.testing.assert_close(jf(X, z), divide(X, z), equal_nan=True, msg=lambda m: f"z={z}: {m}")
+    jg = torchneuron_jit.jit(_divides_by_global_z)
+    try:
+        for i, z in enumerate((0.0, -0.0, 0.0, -0.0)):
+            globals()["Z"] = z
+            torch.testing.assert_close(jg(X), X / z, msg=lambda m: f"call {i}, Z={z}: {m}")
+    finally:
+        globals()["Z"] = 0.0
 
 
 def test_the_words_name_a_decorated_function_by_the_function_it_wraps():
