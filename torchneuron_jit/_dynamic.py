@@ -233,12 +233,19 @@ def held_tensors(obj):
     return [(path, v) for path, v in _held(obj) if isinstance(v, torch.Tensor)]
 
 
+def result_leaves(result):
+    """(leaves, treespec) of a traced call's result, a torch.Size one leaf
+    (pytree's own node for it unflattens to a tuple: x.shape returned
+    must stay a Size)."""
+    return pytree.tree_flatten(result, is_leaf=lambda v: type(v) is torch.Size)
+
+
 def _result_numbers(result):
     """[(pytree leaf index, path, value)] of the numbers (ints, floats and
     their symbolic forms, not bools) that result's leaves hold inside
     objects, where held_tensors looks."""
     out = []
-    for k, leaf in enumerate(pytree.tree_leaves(result)):
+    for k, leaf in enumerate(result_leaves(result)[0]):
         if isinstance(leaf, torch.Tensor):
             continue
         out.extend((k, path, v) for path, v in _held(leaf) if not isinstance(v, (bool, torch.SymBool)) and
@@ -276,7 +283,7 @@ def result_tensors(result):
     """The tensors of result in the order of a compiled call's outputs: its
     pytree leaves, each that is no tensor as the tensors it holds."""
     out = []
-    for leaf in pytree.tree_leaves(result):
+    for leaf in result_leaves(result)[0]:
         out.extend([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])
     return out
 

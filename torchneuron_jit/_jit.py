@@ -941,7 +941,7 @@ def _graph_of(trace, result):
             return type(a)(arg(x) for x in a)
         return a
 
-    leaves, treespec = pytree.tree_flatten(result)
+    leaves, treespec = _dynamic.result_leaves(result)
     for leaf in leaves:  # arguments returned as they are, used by no op
         if isinstance(leaf, torch.Tensor) and id(leaf) in trace.tensor_slot and id(leaf) not in env:
             external(leaf)
@@ -1184,9 +1184,9 @@ def _with_numbers(out_plan, numbers):
     treespec, plan = out_plan
     plan = list(plan)
     for leaf, path, k in numbers:
-        kind, template, items = plan[leaf]
-        assert kind == "object"
-        plan[leaf] = (kind, template, list(items) + [(path, ("out", k))])
+        kind, template, *items = plan[leaf]
+        assert kind in ("object", "const")  # a const: an object of sizes only (x.shape), made for each call
+        plan[leaf] = ("object", template, (items[0] if kind == "object" else []) + [(path, ("out", k))])
     return treespec, plan
 
 
@@ -1800,12 +1800,14 @@ class _Tracer:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
         elif any(isinstance(value, torch.Tensor) for _, value in checks):
             failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
-        elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) for p in out_plan[1]):
+        elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
+                     (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
+            # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
         else:
             from .backend import decompositions
             tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
-            outputs = sum(len(p[2]) if p[0] == "object" else 1 for p in out_plan[1])
+            outputs = sum(len(p[2]) if p[0] == "object" else p[0] == "out" for p in out_plan[1])
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):
                 words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"

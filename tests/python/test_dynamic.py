@@ -326,6 +326,25 @@ def test_an_object_holding_a_size_gets_each_calls_size_from_the_dynamic_variant(
         assert words == ([] if dynamic_ones else [next(w for w in words if "holds a SymFloat" in w)]), words
 
 
+def test_a_returned_shape_stays_a_size_in_the_dynamic_variant():
+    """x.shape returned: pytree's node for torch.Size unflattens to a
+    tuple, so the dynamic variant answered (5, 3) where eager's Size has
+    numel()."""
+    def f(x):
+        y = x * 2
+        return y, y.shape, [y.shape[1:]]
+
+    jf = torchneuron_jit.jit(f)
+    dynamic = torchneuron_jit.stats()["dynamic_traces"]
+    for n in (2, 3, 4, 5, 7):
+        x = torch.randn(n, 3)
+        (got, size, [tail]), (want, want_size, [want_tail]) = jf(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert (type(size), size, type(tail), tail) == (torch.Size, want_size, torch.Size, want_tail), (n, size, tail)
+        assert size.numel() == want_size.numel()
+    assert torchneuron_jit.stats()["dynamic_traces"] - dynamic == 1
+
+
 def test_hf_decoder_returns_its_cache_and_one_variant_serves_every_size():
     model, ref = _hf_jitted_and_eager("Qwen2Config", "Qwen2Model", num_key_value_heads=2)
     before = traces()
