@@ -37,7 +37,8 @@ aten = torch.ops.aten
 KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu,
               aten.addmm, aten.baddbmm, aten.silu, aten.logsumexp, aten.var, aten.clamp_min,
               aten.clamp_max, aten.masked_fill, aten.t, aten.scaled_dot_product_attention,
-              aten._scaled_dot_product_flash_attention_for_cpu)
+              aten._scaled_dot_product_flash_attention_for_cpu,
+              aten._weight_norm_interface)  # eager rounds v * (g / norm) once; the decomposition twice (bfloat16)
 
 # Test hook: when set to a string, the next graph's compilation fails with
 # that reason (tests of the degrade-to-eager path).

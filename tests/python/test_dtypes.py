@@ -5,6 +5,7 @@ torch.compile(backend="neuron") against eager.
 
 Every compiled function chains two or more pointwise ops (a single op is
 left to eager on purpose) and the test checks a kernel was generated."""
+import copy
 import math
 
 import pytest
@@ -716,3 +717,22 @@ def test_rounding_and_sign(check, dtype):
     for g, w in zip(got, want):
         if g.dtype.is_floating_point:
             assert torch.equal(g.signbit() & ~g.isnan(), w.signbit() & ~w.isnan())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=_name)
+def test_weight_norm_gives_eagers_bits_through_both_doors(dtype):
+    """nn.utils weight norm (Wav2Vec2's positional convolution): eager's
+    kernel rounds v * (g / norm) once; the core decomposition rounded
+    g / norm to bfloat16 first (3% of a bfloat16 convolution's outputs
+    outside assert_close)."""
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Conv1d(128, 128, 16, padding=8, groups=4), name="weight", dim=2).to(dtype).eval()
+    x = torch.randn(2, 128, 79, dtype=dtype)
+    with torch.no_grad(), config.patch(compile_blocking=True):
+        want = conv(x)
+        jitted = copy.deepcopy(conv)
+        torchneuron_jit.jit(jitted)
+        for door, f in (("neuron", torch.compile(copy.deepcopy(conv), backend="neuron")), ("jit", jitted)):
+            for call in range(2):
+                torch.testing.assert_close(f(x), want, rtol=0, atol=0, msg=lambda m: f"{door} call {call}: {m}")
