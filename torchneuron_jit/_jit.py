@@ -114,6 +114,10 @@ def _known_shape(func, args, kwargs):
 # The Python methods of torch.Tensor that read its values without an ATen op, by code
 _VALUE_READERS = {torch.Tensor.__repr__.__code__: "__repr__", torch.Tensor.__format__.__code__: "__format__",
                   torch.Tensor.__array__.__code__: "__array__"}
+# torch's RNG seeded or reset by the traced code: a compiled call's random ops draw on from the caller's state
+_RNG_WRITERS = {torch.random.manual_seed.__code__: "torch.manual_seed", torch.random.seed.__code__: "torch.seed",
+                torch.random.set_rng_state.__code__: "torch.set_rng_state"}
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 # A pseudo-op of the recorder's: the traced code read the values of its argument (tolist(), str()), which its result
 # is a copy of
 _VALUES = "values read"
@@ -213,6 +217,13 @@ class _Trace:
             except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
                 self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
                                      f"({type(exc).__name__}: {exc})")
+        if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
+                caller = caller.f_back
+            where = f" at {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""
+            self.writes.append(f"it calls {_RNG_WRITERS[frame.f_code]}{where}, which a compiled call would skip "
+                               "(its random ops would draw on from the caller's generator: seed before the call)")
         if (event == "call" and frame.f_code in _VALUE_READERS) or \
                 (event == "c_call" and type(getattr(arg, "__self__", None)) in _TENSOR_TYPES):
             self.note_value_read(frame, event, arg)
@@ -319,6 +330,13 @@ class _Trace:
         they hold) compared with the state now, and assignments to globals
         and to closure variables the call does not own, with file and line.
         A compiled call would skip each of them."""
+        now = _records.read_state()
+        for name in now.keys() | self.state.keys():  # torch.set_grad_enabled(False) left set by the call
+            if now.get(name) != self.state.get(name):
+                self.writes.append(f"it sets torch's {name} ({self.state.get(name)} → {now.get(name)}) during the "
+                                   "call, which a compiled call would skip (set it around the call, or inside "
+                                   "a with block)")
+                break
         for words, describe, was in self.before:
             change = _state_change(words, was, describe())
             if change is not None:

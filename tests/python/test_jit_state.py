@@ -477,6 +477,42 @@ def test_torch_random_ops_still_compile_and_draw_fresh_numbers():
     torch.testing.assert_close(got, f(X))
 
 
+def _seeds_then_draws(x):
+    torch.manual_seed(123)
+    return x + torch.rand(4)
+
+
+def _turns_grad_off(x):
+    torch.set_grad_enabled(False)
+    return x * 2
+
+
+@pytest.mark.parametrize("f, words", [
+    (_seeds_then_draws, "it calls torch.manual_seed at "),
+    (_turns_grad_off, "it sets torch's grad mode (True → False) during the call"),
+])
+def test_torch_state_the_call_sets_runs_eagerly_with_a_warning(f, words):
+    """A seed set inside the function, or grad mode switched off and left
+    so: compiled calls skipped both (their random ops drew from the
+    caller's generator; grad mode stayed on after the call)."""
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for i in range(3):
+                torch.set_grad_enabled(True)
+                torch.manual_seed(i)
+                got = jf(X)
+                got_grad = torch.is_grad_enabled()
+                torch.set_grad_enabled(True)
+                torch.manual_seed(i)
+                torch.testing.assert_close(got, f(X), msg=lambda m: f"call {i}: {m}")
+                assert got_grad == torch.is_grad_enabled(), f"call {i}: grad mode {got_grad} after jit"
+        finally:
+            torch.set_grad_enabled(True)
+    _one_warning([str(w.message) for w in caught if "torchneuron_jit" in str(w.message)], words)
+
+
 # -- records ---------------------------------------------------------------------------
 
 CHILD = r"""
