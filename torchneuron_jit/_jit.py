@@ -383,7 +383,7 @@ class _Trace:
                 self.guard_value(spec.add(("item", slot, k), f"{name}[{k}]"), item, f"{name}[{k}]")
         elif t is dict:
             spec.add(("type", slot, t), name)
-            spec.add(("len", slot, len(value)), name)
+            spec.add(("len", slot, len(value), tuple(value)), name)  # in order: code may iterate it
             for k, item in value.items():
                 if type(k) not in (str, int):
                     self.problems.append(f"{name} has a key of type {type(k).__name__}")

@@ -135,6 +135,8 @@ def explain(spec, args, index):
     if kind == "eq":
         return f"{name}: {inst[2]!r} → {value!r}"
     if kind == "len":
+        if len(inst) > 3 and len(value) == inst[2]:
+            return f"{name}: keys {list(inst[3])} → {list(value)}"
         return f"{name}: length {inst[2]} → {len(value)}"
     if kind == "tensor":
         _, _, dtype, sizes, strides, rg = inst

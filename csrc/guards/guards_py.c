@@ -36,7 +36,7 @@ typedef struct tn_ginst {
   Py_ssize_t gi_slot;     /* the slot an instruction reads (ITEM, KEY, checks) */
   Py_ssize_t gi_n;        /* ARG / ITEM index, LEN count, TENSOR rank, DICT entries */
   PyObject *gi_obj;       /* KEY key, CONST / IS / EQ object, TYPE type, TENSOR dtype, DICT keys, CALL fn,
-                             ISWEAK weak reference */
+                             ISWEAK weak reference, LEN a dict's keys in order (or NULL) */
   PyObject *gi_obj2;      /* TENSOR requires_grad (a bool), DICT values, CALL result */
   int64_t *gi_ints;       /* TENSOR sizes then strides; SIZES the program */
   int gi_dense;           /* TENSOR: strides are the row-major ones of its sizes (strides None) */
@@ -219,7 +219,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
   if (op < 0)
     return bad(i, "unknown instruction");
-  if (n != arity[op])
+  if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
     return bad(i, "wrong number of operands");
   g->gi_op = op;
   g->gi_slot = -1;
@@ -252,6 +252,10 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     g->gi_n = PyLong_AsSsize_t(a);
     if (g->gi_n < 0)
       return PyErr_Occurred() ? -1 : bad(i, "negative index or length");
+    if (n == 4 && !(g->gi_obj = PySequence_Tuple(PyTuple_GET_ITEM(t, 3))))
+      return -1;
+    if (g->gi_obj && PyTuple_GET_SIZE(g->gi_obj) != g->gi_n)
+      return bad(i, "len: the keys are not as many as the length");
     return 0;
   case G_SAME:
     return slot_arg(t, 2, prog, i, &g->gi_n);
@@ -441,9 +445,9 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
   return ok;
 }
 
-/* 1 when dict d holds g's entries (and, if sized, no more), 0 when not,
-** -1 on error. A dict whose version tag is unchanged since it was last
-** found right is right. */
+/* 1 when dict d holds g's entries (and, if sized, no more, in g's order:
+** code that iterates it sees that order), 0 when not, -1 on error. A dict
+** whose version tag is unchanged since it was last found right is right. */
 static int dict_ok(PyObject *d, tn_ginst *g)
 {
   if (!PyDict_Check(d))
@@ -456,8 +460,18 @@ static int dict_ok(PyObject *d, tn_ginst *g)
     return 1;
   if (g->gi_sized && PyDict_GET_SIZE(d) != g->gi_n)
     return 0;
+  Py_ssize_t pos = 0;
   for (Py_ssize_t k = 0; k < g->gi_n; k++) {
-    PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(g->gi_obj, k));
+    PyObject *key = PyTuple_GET_ITEM(g->gi_obj, k), *v = NULL, *at = NULL;
+    if (g->gi_sized) { /* the k-th entry: a sized snapshot has no absent keys */
+      if (!PyDict_Next(d, &pos, &at, &v))
+        return 0;
+      int same = at == key ? 1 : same_value(at, key);
+      if (same <= 0)
+        return same;
+    } else {
+      v = PyDict_GetItemWithError(d, key);
+    }
     PyObject *want = PyTuple_GET_ITEM(g->gi_obj2, k);
     if (want == g_absent) { /* the key must not be there */
       if (v)
@@ -474,6 +488,23 @@ static int dict_ok(PyObject *d, tn_ginst *g)
       return r;
   }
   g->gi_version = version;
+  return 1;
+}
+
+/* 1 when dict d (as many entries as keys) has keys in that order, 0 when
+** not, -1 on error: code that iterates it sees that order. */
+static int keys_in_order(PyObject *d, PyObject *keys)
+{
+  Py_ssize_t pos = 0;
+  PyObject *at, *v;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+    if (!PyDict_Next(d, &pos, &at, &v))
+      return 0;
+    PyObject *key = PyTuple_GET_ITEM(keys, k);
+    int same = at == key ? 1 : same_value(at, key);
+    if (same <= 0)
+      return same;
+  }
   return 1;
 }
 
@@ -615,6 +646,8 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       r = PyTuple_Check(v) ? PyTuple_GET_SIZE(v) == g->gi_n
         : PyList_Check(v) ? PyList_GET_SIZE(v) == g->gi_n
         : PyDict_Check(v) ? PyDict_GET_SIZE(v) == g->gi_n : 0;
+      if (r == 1 && g->gi_obj)
+        r = keys_in_order(v, g->gi_obj);
       break;
     case G_TENSOR:
       r = tensor_ok(v, g);

@@ -246,6 +246,36 @@ def test_what_a_modules_attributes_hold_is_guarded_by_content(change):
         change(model, i + 2)
 
 
+ORDERED = {"a": 1.0, "b": 2.0}
+
+
+def _first_of_global_dict(x):
+    return x * list(ORDERED.values())[0]
+
+
+def test_a_dicts_key_order_is_guarded():
+    """Code that iterates a dict sees its order: a dict argument and a
+    global dict with the same keys in another order took the first
+    order's variant."""
+    def cat_values(d):
+        return torch.cat(list(d.values()))
+
+    jf = torchneuron_jit.jit(cat_values)
+    for i in range(4):
+        d = {"a": torch.ones(1), "b": torch.zeros(2)} if i % 2 == 0 else {"b": torch.zeros(2), "a": torch.ones(1)}
+        torch.testing.assert_close(jf(d), cat_values(d), msg=lambda m: f"call {i}: {m}")
+    jg = torchneuron_jit.jit(_first_of_global_dict)
+    try:
+        for i in range(4):
+            globals()["ORDERED"] = {"a": 1.0, "b": 2.0} if i % 2 == 0 else {"b": 2.0, "a": 1.0}
+            torch.testing.assert_close(jg(X), _first_of_global_dict(X), msg=lambda m: f"call {i}: {m}")
+            ORDERED.pop("a")  # reordered in place: the same dict object
+            ORDERED["a"] = 1.0
+            torch.testing.assert_close(jg(X), _first_of_global_dict(X), msg=lambda m: f"call {i} in place: {m}")
+    finally:
+        globals()["ORDERED"] = {"a": 1.0, "b": 2.0}
+
+
 Z = 0.0
 
 
