@@ -197,6 +197,7 @@ class _Trace:
         self.outside = {}  # (file, line) -> what non-torch source of values the traced code called
         self.content_guards = 0  # containers and objects guard_content has guarded
         self.content_seen = set()  # ids of what modules' attributes hold that guard_content has guarded
+        self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
         self.call_args = args  # the arguments before the frame ran (begin copies their containers)
@@ -584,21 +585,27 @@ class _Trace:
             if _records.library_code(code.co_filename) or _records.namedtuple_code(code, globs):
                 continue
             names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
-            for name in _global_loads(code):
+            loads = _global_loads(code)
+            # names read another way (getattr(settings, "SCALE"), globals()["SCALE"],
+            # sys.modules[__name__].SCALE): any attribute name or string constant of the code's
+            named = code.co_names + _string_constants(code)
+            for name in loads + tuple(n for n in named if n in globs and n not in loads):
                 value = globs.get(name)
+                read = name in loads  # the others may be no read at all: guarded where that costs nothing
                 if _user_module(value):
                     # a module of the user's (import settings; settings.SCALE): the attributes the
                     # code names, as globals of that module
                     attrs = guarded.setdefault(id(value.__dict__), (value.__dict__, {}, value.__name__))[1]
-                    for attr in code.co_names:
+                    for attr in named:
                         if attr in value.__dict__ and (id(value.__dict__), attr) not in seen:
                             seen.add((id(value.__dict__), attr))
-                            self.guard_global_value(attrs, attr, value.__dict__[attr], used_constants)
+                            self.guard_global_value(attrs, attr, value.__dict__[attr], used_constants,
+                                                    attr in code.co_names)
                 if (id(globs), name) in seen:
                     continue
                 seen.add((id(globs), name))
                 if name in globs:
-                    self.guard_global_value(names, name, value, used_constants)
+                    self.guard_global_value(names, name, value, used_constants, read)
                 elif hasattr(builtins, name):  # a builtin: no global may come to shadow it
                     names[name] = _C.GUARD_ABSENT
         for globs, names, label in guarded.values():
@@ -612,12 +619,24 @@ class _Trace:
                     if type(value) in _TENSOR_TYPES:
                         self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), words))
                     elif _content_guarded(value):
-                        self.guard_content(self.spec.add(("key", d, name), words), value, words)
+                        self.guard_content(self.spec.add(("key", d, name), words), value, words,
+                                           lenient=(id(names), name) in self.maybe_read)
 
-    def guard_global_value(self, names, name, value, used_constants):
+    def guard_global_value(self, names, name, value, used_constants, read=True):
         """Adds global name (value) to names, the entries of its module's
-        snapshot, when it is guarded there."""
+        snapshot, when it is guarded there; not read (a name the code may
+        not read as a global: an attribute's, a string): only where that
+        keeps the variant compiled and its record portable."""
         t = type(value)
+        if not read:
+            if t in _TENSOR_TYPES or not (t in PRIMITIVES or t in _IMMUTABLE or isinstance(value, (enum.Enum, _NAMED))
+                                          or _content_guarded(value)):
+                return
+            try:
+                _records._Describer({}).value(value)
+            except _records.Unportable:
+                return
+            self.maybe_read.add((id(names), name))  # names: the entries of one globals dict (guard_globals)
         if t in _TENSOR_TYPES:
             if id(value) in used_constants:
                 names[name] = value
@@ -907,6 +926,11 @@ def _defined_in(cls):
 
 
 _global_names = weakref.WeakKeyDictionary()
+
+
+def _string_constants(code):
+    """The identifiers among code's string constants (getattr(m, "X"))."""
+    return tuple(c for c in code.co_consts if type(c) is str and c.isidentifier())
 
 
 def _global_loads(code):

@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import time
+import types
 import warnings
 
 import numpy as np
@@ -244,6 +245,25 @@ def test_what_a_modules_attributes_hold_is_guarded_by_content(change):
         torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
         change(eager, i + 2)
         change(model, i + 2)
+
+
+def test_globals_read_by_name_at_run_time_are_guarded(monkeypatch):
+    """getattr(settings, "SCALE"), globals()["SCALE"] and
+    sys.modules[__name__].SCALE read no LOAD_GLOBAL name: the first
+    value's graph answered after the program set another."""
+    settings = types.ModuleType("tn_settings_by_name")
+    settings.SCALE = 1.0
+    monkeypatch.setitem(sys.modules, settings.__name__, settings)
+    scope = {"torch": torch, "settings": settings, "sys": sys, "SCALE": 1.0, "__name__": "tn_scope_by_name"}
+    exec("def by_getattr(x):\n    return x * getattr(settings, 'SCALE')\n"
+         "def by_globals(x):\n    return x * globals()['SCALE']\n", scope)
+    for name in ("by_getattr", "by_globals"):
+        f = scope[name]
+
+        def set_state(i):
+            settings.SCALE = scope["SCALE"] = float(i + 1)
+
+        assert _same_as_eager(f, set_state, lambda: None) == [], name
 
 
 ORDERED = {"a": 1.0, "b": 2.0}
