@@ -443,11 +443,13 @@ class _Trace:
                         self.param_slot(d, key, t, f"{qual}.{key}", ("module", slot, sub_name, attr))
 
     def guard_classes(self, cls):
-        """Snapshots of the dicts of cls and its bases (but object): a method
-        or class attribute replaced after the trace is a miss. A tool that
+        """Snapshots of the dicts of cls and its bases (but object), and of
+        its metaclass's if the user's: a method or class attribute replaced
+        after the trace is a miss. A tool that
         patches a class for a while (make_fx patches nn.Module) costs one
         full comparison once it has put the attribute back."""
-        for c in cls.__mro__[:-1]:
+        meta = type(cls)  # Registry.scale may be its metaclass's attribute
+        for c in cls.__mro__[:-1] + (meta.__mro__[:-2] if meta is not type else ()):
             if c not in self.classes_seen and not _library_class(c):
                 self.classes_seen.add(c)
                 self.guard_dict(_C.class_dict(c), f"class {c.__qualname__}", ("classdict", c))

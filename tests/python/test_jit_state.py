@@ -266,6 +266,28 @@ def test_globals_read_by_name_at_run_time_are_guarded(monkeypatch):
         assert _same_as_eager(f, set_state, lambda: None) == [], name
 
 
+class _Meta(type):
+    scale = 1.0
+
+
+class _Registry(metaclass=_Meta):
+    pass
+
+
+def _reads_metaclass_attribute(x):
+    return x * _Registry.scale
+
+
+def test_an_attribute_a_class_finds_on_its_metaclass_is_guarded():
+    """_Registry.scale lives on the metaclass: only the class and its bases
+    were guarded, and the first value answered."""
+    try:
+        assert _same_as_eager(_reads_metaclass_attribute, lambda i: setattr(_Meta, "scale", float(i + 1)),
+                              lambda: None) == []
+    finally:
+        _Meta.scale = 1.0
+
+
 ORDERED = {"a": 1.0, "b": 2.0}
 
 
