@@ -630,23 +630,23 @@ class _Trace:
         not read as a global: an attribute's, a string): only where that
         keeps the variant compiled and its record portable."""
         t = type(value)
+        if t in _TENSOR_TYPES:
+            if read and id(value) in used_constants:
+                names[name] = value
+            return
+        # immutable values other than numbers and strings by identity (dtypes, enum members)
+        if not (t in _IMMUTABLE or t in _CONTAINERS or isinstance(value, (enum.Enum,) + _NAMED) or
+                _content_guarded(value)):
+            if read:
+                self.opaque.append(f"global {name} holds a {t.__qualname__}")
+            return
         if not read:
-            if t in _TENSOR_TYPES or not (t in PRIMITIVES or t in _IMMUTABLE or isinstance(value, (enum.Enum, _NAMED))
-                                          or _content_guarded(value)):
-                return
             try:
                 _records._Describer({}).value(value)
             except _records.Unportable:
                 return
             self.maybe_read.add((id(names), name))  # names: the entries of one globals dict (guard_globals)
-        if t in _TENSOR_TYPES:
-            if id(value) in used_constants:
-                names[name] = value
-        elif t in PRIMITIVES or t in _CONTAINERS or isinstance(value, _NAMED) or _content_guarded(value) or \
-                t in _IMMUTABLE or isinstance(value, enum.Enum):  # the last by identity (dtypes, enum members)
-            names[name] = value
-        else:
-            self.opaque.append(f"global {name} holds a {t.__qualname__}")
+        names[name] = value
 
 
 # -- Python state: what guard_content guards, what a call may write ---------------
@@ -660,8 +660,8 @@ _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.d
 
 
 def _by_value(value):
-    """Whether guard_value compares value by type and value (an eq guard;
-    floats by their bits): a value that never changes in place and is no
+    """Whether guard_value compares value by type and value (an eq guard,
+    _spec.same_value's rule): a value that never changes in place and is no
     number, string or sequence (a dtype, a device, an enum member, a
     slice, a complex number, bytes, a range)."""
     t = type(value)
@@ -688,10 +688,11 @@ def _held_state(value):
     """Whether guard_module follows what a module's attribute holds by
     content: a container, or an object of a user's class (a library's,
     such as a model's config, and bound methods stay held by identity)."""
+    if not _content_guarded(value):
+        return False
     t = type(value)
-    return t in (dict, list, tuple, set) and _content_guarded(value) or \
-        (_content_guarded(value) and not isinstance(value, (torch.nn.Module, types.MethodType, type)) and
-         not _library_class(t))
+    return t in (dict, list, tuple, set) or \
+        not (isinstance(value, (torch.nn.Module, types.MethodType, type)) or _library_class(t))
 
 
 def _attribute_state(d, attr):
@@ -1228,9 +1229,10 @@ def _with_numbers(out_plan, numbers):
     treespec, plan = out_plan
     plan = list(plan)
     for leaf, path, k in numbers:
-        kind, template, *items = plan[leaf]
+        kind, template = plan[leaf][:2]
         assert kind in ("object", "const")  # a const: an object of sizes only (x.shape), made for each call
-        plan[leaf] = ("object", template, (items[0] if kind == "object" else []) + [(path, ("out", k))])
+        items = list(plan[leaf][2]) if kind == "object" else []
+        plan[leaf] = ("object", template, items + [(path, ("out", k))])
     return treespec, plan
 
 

@@ -445,6 +445,23 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
   return ok;
 }
 
+/* 1 when dict d (as many entries as keys) has keys in that order, 0 when
+** not, -1 on error: code that iterates it sees that order. */
+static int keys_in_order(PyObject *d, PyObject *keys)
+{
+  Py_ssize_t pos = 0;
+  PyObject *at, *v;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
+    if (!PyDict_Next(d, &pos, &at, &v))
+      return 0;
+    PyObject *key = PyTuple_GET_ITEM(keys, k);
+    int same = at == key ? 1 : same_value(at, key);
+    if (same <= 0)
+      return same;
+  }
+  return 1;
+}
+
 /* 1 when dict d holds g's entries (and, if sized, no more, in g's order:
 ** code that iterates it sees that order), 0 when not, -1 on error. A dict
 ** whose version tag is unchanged since it was last found right is right. */
@@ -458,20 +475,15 @@ static int dict_ok(PyObject *d, tn_ginst *g)
   _Pragma("GCC diagnostic pop")
   if (g->gi_version && version == g->gi_version)
     return 1;
-  if (g->gi_sized && PyDict_GET_SIZE(d) != g->gi_n)
-    return 0;
-  Py_ssize_t pos = 0;
+  if (g->gi_sized) {
+    if (PyDict_GET_SIZE(d) != g->gi_n)
+      return 0;
+    int r = keys_in_order(d, g->gi_obj);
+    if (r <= 0)
+      return r;
+  }
   for (Py_ssize_t k = 0; k < g->gi_n; k++) {
-    PyObject *key = PyTuple_GET_ITEM(g->gi_obj, k), *v = NULL, *at = NULL;
-    if (g->gi_sized) { /* the k-th entry: a sized snapshot has no absent keys */
-      if (!PyDict_Next(d, &pos, &at, &v))
-        return 0;
-      int same = at == key ? 1 : same_value(at, key);
-      if (same <= 0)
-        return same;
-    } else {
-      v = PyDict_GetItemWithError(d, key);
-    }
+    PyObject *v = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(g->gi_obj, k));
     PyObject *want = PyTuple_GET_ITEM(g->gi_obj2, k);
     if (want == g_absent) { /* the key must not be there */
       if (v)
@@ -488,23 +500,6 @@ static int dict_ok(PyObject *d, tn_ginst *g)
       return r;
   }
   g->gi_version = version;
-  return 1;
-}
-
-/* 1 when dict d (as many entries as keys) has keys in that order, 0 when
-** not, -1 on error: code that iterates it sees that order. */
-static int keys_in_order(PyObject *d, PyObject *keys)
-{
-  Py_ssize_t pos = 0;
-  PyObject *at, *v;
-  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keys); k++) {
-    if (!PyDict_Next(d, &pos, &at, &v))
-      return 0;
-    PyObject *key = PyTuple_GET_ITEM(keys, k);
-    int same = at == key ? 1 : same_value(at, key);
-    if (same <= 0)
-      return same;
-  }
   return 1;
 }
 
