@@ -357,6 +357,39 @@ def test_real_measurement_decides_and_logs(capsys):
     assert "linear 256x256->384 + bias + relu: aten " in err and " us, onednn " in err and " us -> " in err, err
 
 
+@pytest.mark.parametrize("door", ["neuron", "jit"])
+def test_measuring_leaves_the_callers_random_numbers_as_they_were(door, monkeypatch):
+    """The measurement runs the GEMMs on random examples, drawn from a
+    generator of its own: before, from torch's, so a jit build moved the
+    caller's random numbers on (a sampling generate() drew other tokens
+    than eager's in the calls that built a variant; TorchDynamo restores
+    them around its back end's compile itself)."""
+    monkeypatch.setattr(backend, "_gemm_choices", backend._GemmChoices())  # measured here, not remembered
+    measured = []
+    real = gemm.measure
+
+    def counted(*args, **kwargs):
+        measured.append(1)
+        return real(*args, **kwargs)
+
+    def f(x, w, b):
+        return F.relu(F.linear(x, w, b))
+
+    compiled = torchneuron_jit.jit(f) if door == "jit" else torch.compile(f, backend="neuron")
+    torch.manual_seed(7)
+    want = torch.rand(8)
+    torch.manual_seed(7)
+    gemm.measure = counted
+    try:
+        with torch.no_grad():
+            got = compiled(x, w, b)
+    finally:
+        gemm.measure = real
+    assert measured, "no GEMM was measured: the test tests nothing"
+    torch.testing.assert_close(got, f(x, w, b), rtol=1e-5, atol=1e-5)
+    assert torch.equal(torch.rand(8), want)
+
+
 def test_a_second_process_reuses_the_choice_without_measuring(run_python):
     script = textwrap.dedent("""
         import json, sys
