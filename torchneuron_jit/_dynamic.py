@@ -38,6 +38,7 @@ program is integer arithmetic, so code that needs a relation of the float
 (a branch on it) keeps it static.
 """
 import copy
+import enum
 import inspect
 import math
 import types
@@ -49,9 +50,11 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
-from ._spec import ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides
+from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides,
+                    same_value)
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
+_ABSENT = object()  # an attribute an object does not have
 
 
 class Static(Exception):
@@ -101,17 +104,24 @@ INT_PLACE, FLOAT_PLACE = "int", "float"  # the rank of an int or float argument'
 
 
 def _argument_path(spec, slot):
-    """The pytree key path of the value slot loads inside the call's
-    arguments (as a list: argument positions, items, keys), or None when
-    it is not loaded from the arguments (a closure cell, a constant)."""
+    """Where the value slot loads lies inside the call's arguments: (the
+    pytree key path of the argument's leaf that holds it (a tuple of
+    argument positions, items, keys), the steps from that leaf to it as
+    held_values makes them (("a", attribute) or ("i", index or key); none
+    but for a value an argument's object holds)), or None when it is not
+    loaded from the arguments (a closure cell, a constant)."""
     from torch.utils._pytree import MappingKey, SequenceKey
-    path = []
+    path, steps = [], []  # from slot upwards
     while True:
         inst = spec[slot]
         if inst[0] == "arg":
             path.append(SequenceKey(inst[1]))
-            return tuple(reversed(path))
-        if inst[0] == "item":
+            return tuple(reversed(path)), tuple(reversed(steps))
+        if inst[0] == "attrs":  # the value lies inside the object loaded at inst[1]
+            steps.extend(("a", k.key) if isinstance(k, MappingKey) else ("i", k.idx) for k in path)
+            steps[len(steps) - 1] = ("a", steps[-1][1])  # the first step below the object: its attribute
+            path = []
+        elif inst[0] == "item":
             path.append(SequenceKey(inst[2]))
         elif inst[0] == "key":
             path.append(MappingKey(inst[2]))
@@ -151,10 +161,11 @@ class Symbolic:
     runner takes them (a library may read no value of a fake tensor, e.g.
     transformers' masks: then there are none)."""
 
-    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=()):
+    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=()):
         self.fgm, self.slots, self.examples, self.checks = fgm, slots, examples, checks
         self.writebacks, self.guards, self.dims = writebacks, guards, dims
         self.numbers = list(numbers)  # (result leaf, path, graph output) of sizes the result's objects hold
+        self.sets = list(sets)  # what the call sets on argument objects (_jit._Sets), over this graph's outputs
 
 
 class _Scalars(TorchDispatchMode):
@@ -196,7 +207,7 @@ def _mutates(gm):
 _HELD_DEPTH = 6
 
 
-def _held(obj):
+def held_values(obj):
     """(path, value) of each value obj holds that is no list, tuple, dict or
     plain object, in a fixed order, through those (objects by __dict__) to
     a depth of _HELD_DEPTH, each container once; a path is a tuple of steps
@@ -228,9 +239,69 @@ def _held(obj):
     return walk(obj, ())
 
 
+def plain_object(value):
+    """Whether value is an object whose state is its __dict__: an instance
+    of Python classes only (no C base such as dict, no slots but empty
+    ones, as abc.ABC's), and no module, function, class, enum member or
+    torch module (a transformers DynamicCache, a settings object)."""
+    t = type(value)
+    if not isinstance(getattr(value, "__dict__", None), dict) or \
+            isinstance(value, (torch.nn.Module, enum.Enum, types.MethodType, types.FunctionType, type)):
+        return False
+    return all(c.__flags__ & _HEAPTYPE and not c.__dict__.get("__slots__") for c in t.__mro__[:-1])
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+
+
+def state_copy(value, swap=None, memo=None, depth=0):
+    """value with its lists, tuples, dicts and plain objects (plain_object)
+    copied, to a depth of _HELD_DEPTH + 2, and each tensor t put as
+    swap.get(id(t), t); what else it holds is shared. An object reached
+    twice is copied once (memo: id of the original -> its copy). No code
+    of the objects' classes runs (object.__new__ and their dicts)."""
+    memo = {} if memo is None else memo
+    t = type(value)
+    if isinstance(value, torch.Tensor):
+        return swap.get(id(value), value) if swap else value
+    if depth > _HELD_DEPTH + 2 or not (t in (list, tuple, dict) or plain_object(value)):
+        return value
+    if id(value) in memo:
+        return memo[id(value)]
+    if t is dict:
+        new = memo[id(value)] = {}
+        new.update((k, state_copy(v, swap, memo, depth + 1)) for k, v in value.items())
+    elif t is list:
+        new = memo[id(value)] = []
+        new.extend(state_copy(v, swap, memo, depth + 1) for v in value)
+    elif t is tuple:  # no cycle runs through a tuple alone
+        new = memo[id(value)] = tuple(state_copy(v, swap, memo, depth + 1) for v in value)
+    else:
+        new = memo[id(value)] = object.__new__(t)
+        vars(new).update((k, state_copy(v, swap, memo, depth + 1)) for k, v in vars(value).items())
+    return new
+
+
+def _at(value, steps):
+    """What value holds at steps (held_values' path)."""
+    for kind, k in steps:
+        value = vars(value)[k] if kind == "a" else value[k]
+    return value
+
+
+def _set_at(value, steps, new):
+    """Puts new at steps inside value (its own copy: state_copy)."""
+    holder = _at(value, steps[:-1])
+    kind, k = steps[-1]
+    if kind == "a":
+        vars(holder)[k] = new
+    else:
+        holder[k] = new
+
+
 def held_tensors(obj):
-    """[(path, tensor)] of the tensors obj holds (_held's paths)."""
-    return [(path, v) for path, v in _held(obj) if isinstance(v, torch.Tensor)]
+    """[(path, tensor)] of the tensors obj holds (held_values' paths)."""
+    return [(path, v) for path, v in held_values(obj) if isinstance(v, torch.Tensor)]
 
 
 def result_leaves(result):
@@ -240,15 +311,16 @@ def result_leaves(result):
     return pytree.tree_flatten(result, is_leaf=lambda v: type(v) is torch.Size)
 
 
-def _result_numbers(result):
+def _result_numbers(result, skip=()):
     """[(pytree leaf index, path, value)] of the numbers (ints, floats and
     their symbolic forms, not bools) that result's leaves hold inside
-    objects, where held_tensors looks."""
+    objects, where held_tensors looks; leaves whose id is in skip (the
+    argument objects returned) left out."""
     out = []
     for k, leaf in enumerate(result_leaves(result)[0]):
-        if isinstance(leaf, torch.Tensor):
+        if isinstance(leaf, torch.Tensor) or id(leaf) in skip:
             continue
-        out.extend((k, path, v) for path, v in _held(leaf) if not isinstance(v, (bool, torch.SymBool)) and
+        out.extend((k, path, v) for path, v in held_values(leaf) if not isinstance(v, (bool, torch.SymBool)) and
                    isinstance(v, (int, float, torch.SymInt, torch.SymFloat)))
     return out
 
@@ -329,11 +401,13 @@ def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
 _SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd, torch.ops.aten.baddbmm.default: _baddbmm}
 
 
-def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositions=None):
+def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decompositions=None):
     """The trace of trace.fn on its arguments again with the dimensions dims
     ({slot: dimensions}) symbolic. scalars are the values the real trace
     read out of tensors, in order; outputs the tensors the real trace's
-    result holds (result_tensors); decompositions is the back end's table,
+    result holds (result_tensors) and sets on argument objects; sets, what
+    it set on those (_jit._Sets: the symbolic run sets them on copies of
+    the objects as they were); decompositions is the back end's table,
     applied while tracing; functional(gm, inputs) makes the graph functional
     (_jit._functional), inside the fake mode, where the graph writes an
     operand; run_untraced(f, *args) runs f with jitted functions as plain
@@ -352,82 +426,125 @@ def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositi
     mode.cache_enabled = False
     paths, treespec = pytree.tree_flatten_with_path(list(trace.call_args))
     leaves = [leaf for _, leaf in paths]
-    # int and float arguments made symbolic: leaf position -> slot
+    # int and float arguments made symbolic: leaf position -> [(steps inside it (an object's), slot)]
     numbers = {}
     for slot, want in dims.items():
         if None in want:
-            path = _argument_path(trace.spec, slot)
-            k = next((k for k, (p, _) in enumerate(paths) if p == path), None)
-            if k is None or type(leaves[k]) not in (int, float):
+            where = _argument_path(trace.spec, slot)
+            k = next((k for k, (p, _) in enumerate(paths) if where is not None and p == where[0]), None)
+            value = _at(leaves[k], where[1]) if k is not None else None
+            if type(value) not in (int, float):
                 raise Static(f"{trace.spec.names[slot]} is not an int or a float among the arguments")
-            numbers[k] = slot
+            numbers.setdefault(k, []).append((where[1], slot))
     positions, fakes, slots, examples, sources, floats = [], [], [], [], {}, set()
+    held_at = {}  # id of a tensor an argument's object holds -> its number among the graph's inputs
+    inner_at = []  # (leaf position, steps, number among the graph's inputs) of the numbers objects hold
     for k, leaf in enumerate(leaves):
-        if k in numbers:
-            slot, source = numbers[k], ConstantSource(f"number{numbers[k]}")
-            if type(leaf) is float:  # no guard program reads a float: a guard on it keeps it static
-                sym = env.create_unspecified_symbol(leaf, source, dynamic_dim=DimDynamic.DYNAMIC)
+        for steps, slot in numbers.get(k, ()):
+            value, source = _at(leaf, steps), ConstantSource(f"number{slot}")
+            if type(value) is float:  # no guard program reads a float: a guard on it keeps it static
+                sym = env.create_unspecified_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC)
                 floats.add(sym)
-                fakes.append(env.create_symfloatnode(sym, hint=leaf, source=source))
+                fake = env.create_symfloatnode(sym, hint=value, source=source)
             else:
-                sym = env.create_symbol(leaf, source, dynamic_dim=DimDynamic.DYNAMIC, positive=None)
+                sym = env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC, positive=None)
                 if not isinstance(sym, sympy.Symbol):
                     raise Static(f"{trace.spec.names[slot]} did not become a symbol")
-                fakes.append(env.create_symintnode(sym, hint=leaf))
+                fake = env.create_symintnode(sym, hint=value)
             sources[sym] = (slot, None)
-            positions.append(k)
+            if steps:  # a cache layer's length: set in each run's copy of its object
+                inner_at.append((k, steps, len(fakes)))
+            positions.append(None if steps else k)
+            fakes.append(fake)
             slots.append(slot)
-            examples.append(leaf)
+            examples.append(value)
+        if k in numbers and not plain_object(leaf):
             continue
-        if not isinstance(leaf, torch.Tensor):
-            continue
-        slot = trace.tensor_slot.get(id(leaf))
-        if slot is None:
-            raise Static("an argument tensor has no guard")
-        want = dims.get(slot, ())
-        context = StatelessSymbolicContext(
-            dynamic_sizes=[DimDynamic.DYNAMIC if d in want else DimDynamic.STATIC for d in range(leaf.dim())])
-        fake = mode.from_tensor(leaf, symbolic_context=context)
-        for d in want:
-            expr = fake.shape[d].node.expr
-            if not isinstance(expr, sympy.Symbol):
-                raise Static(f"dimension {d} of an argument did not become a symbol")
-            sources[expr] = (slot, d)
-        positions.append(k)
-        fakes.append(fake)
-        slots.append(slot)
-        examples.append(leaf)
+        held = [t for _, t in held_tensors(leaf)] if plain_object(leaf) else [leaf]
+        for t in held:
+            if not isinstance(t, torch.Tensor) or id(t) in held_at:
+                continue
+            slot = trace.tensor_slot.get(id(t))
+            if slot is None:
+                raise Static("an argument tensor has no guard")
+            want = dims.get(slot, ())
+            context = StatelessSymbolicContext(
+                dynamic_sizes=[DimDynamic.DYNAMIC if d in want else DimDynamic.STATIC for d in range(t.dim())])
+            fake = mode.from_tensor(t, symbolic_context=context)
+            for d in want:
+                expr = fake.shape[d].node.expr
+                if not isinstance(expr, sympy.Symbol):
+                    raise Static(f"dimension {d} of an argument did not become a symbol")
+                sources[expr] = (slot, d)
+            if t is leaf:
+                positions.append(k)
+            else:  # inside an argument's object: the copy each run makes holds the graph's input there
+                held_at[id(t)] = len(fakes)
+                positions.append(None)
+            fakes.append(fake)
+            slots.append(slot)
+            examples.append(t)
     if not sources:
         raise Static("no dimension became a symbol")
+    # the argument objects the runner takes (the copies call_args holds), in its order
+    set_objects = [trace.arg_copies[id(obj)] for _, obj, _, _ in sets.objects]
 
     def run(*tensors):
         values = list(leaves)
         for k, t in zip(positions, tensors):
-            values[k] = t
+            if k is not None:
+                values[k] = t
+        # argument objects as they were, each run its own copies (the code sets their attributes)
+        swap, copies = {id(examples[i]): tensors[i] for i in held_at.values()}, {}
+        for k, leaf in enumerate(leaves):
+            if plain_object(leaf):
+                values[k] = state_copy(leaf, swap, copies)
+        for k, steps, i in inner_at:
+            _set_at(values[k], steps, tensors[i])
+        objects = [copies[id(obj)] for obj in set_objects]
         reads = _Scalars(scalars)
         with reads:
             result = frame_call(trace.fn, pytree.tree_unflatten(values, treespec))
         if reads.sources and len(reads.sources) != len(scalars):
             # a library took another path for fake tensors, and it still read some: which ones is unknown
             raise Static("the symbolic trace read fewer values out of tensors than the real one")
-        # the result's tensors, then the tensors values were read from: as the real trace's graph
-        # returns them (its output plan is all "out" and objects of them, its value checks index the rest)
-        leaves_out = result_tensors(result)
+        # the result's tensors, then what the code set on argument objects, then the tensors values were read
+        # from: as the real trace's graph returns them (its output plan is all "out", objects of them and the
+        # argument objects themselves, its value checks index the rest)
+        returned = {id(o) for o in objects}
+        leaves_out = [t for leaf in result_leaves(result)[0] if id(leaf) not in returned
+                      for t in ([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])]
+        set_numbers = []
+        for i, (k, attr, p) in enumerate(sets.sets):
+            v = vars(objects[k]).get(attr, _ABSENT)
+            if p[0] == "out" and isinstance(v, torch.Tensor):
+                leaves_out.append(v)
+            elif p[0] == "const" and isinstance(v, torch.SymInt):
+                set_numbers.append((i, v))
+            elif p[0] != "const" or isinstance(v, (torch.Tensor, torch.SymFloat, torch.SymBool)) or \
+                    not same_value(v, p[1]):
+                raise Static(f"the symbolic trace set {attr} of an argument object to another kind of value")
         if len(leaves_out) != outputs:
             raise Static(f"the symbolic trace's result holds {len(leaves_out)} tensors, the real one's {outputs}")
         checks.extend((len(leaves_out) + k, v) for k, v in enumerate(scalars[:len(reads.sources)]))
-        # sizes an object of the result holds (a sliding-window cache's length): outputs after the value reads
+        # sizes an object of the result holds (a sliding-window cache's length) and the code set on an argument
+        # object: outputs after the value reads
         sizes = []
-        for leaf, path, v in _result_numbers(result):
+        for leaf, path, v in _result_numbers(result, returned):
             if isinstance(v, (torch.SymFloat, torch.SymBool)):
                 raise Static(f"its result holds a {type(v).__name__} of the symbolic sizes, which no graph returns")
             if isinstance(v, torch.SymInt):
                 numbers.append((leaf, path, len(leaves_out) + len(reads.sources) + len(sizes)))
                 sizes.append(v)
+        for i, v in set_numbers:
+            k, attr, _ = sets.sets[i]
+            new_sets[i] = (k, attr, ("out", len(leaves_out) + len(reads.sources) + len(sizes)))
+            sizes.append(v)
         return tuple(leaves_out) + tuple(reads.sources) + tuple(sizes)
 
     checks = []  # (graph output, the value read there): none when the code read none of fake tensors
     numbers = []  # (result leaf, path, graph output) of the sizes its objects hold
+    new_sets = list(sets.sets)  # with the sizes the code set on argument objects as graph outputs
 
     try:
         with mode:
@@ -484,7 +601,8 @@ def retrace(trace, dims, scalars, outputs, functional, run_untraced, decompositi
                          "which no guard program checks (a guard program is integer arithmetic)")
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
-                    {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers)
+                    {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers,
+                    new_sets)
 
 
 # -- guards on sizes ---------------------------------------------------------------

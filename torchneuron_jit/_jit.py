@@ -42,6 +42,7 @@ import enum
 import functools
 import gc
 import inspect
+import itertools
 import operator
 import os
 import pickle
@@ -200,8 +201,16 @@ class _Trace:
         self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
-        self.call_args = args  # the arguments before the frame ran (begin copies their containers)
+        self.call_args = args  # the arguments before the frame ran (begin copies their containers and objects)
         self.sizes_only = False  # guard_arguments leaves modules' insides out (_note_sizes)
+        # argument objects guarded by their attributes (guard_object): (slot, object, its attributes as they
+        # were, words); what the call sets on them a compiled call sets too (_graph_of's sets)
+        self.objects = []
+        self.object_slot = {}  # id(object) -> the slot that loads it first
+        self.object_parts = []  # (list or dict, its items as they were, words) inside those objects
+        self.owned = set()  # ids of those objects and containers: check_writes leaves them to _graph_of
+        self.inside_object = 0  # guard_value is guarding what such an object holds
+        self.arg_copies = {}  # id of an argument's object or container -> its copy in call_args (begin)
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -292,10 +301,11 @@ class _Trace:
             for k, item in (value.items() if type(value) is dict else enumerate(value)):
                 if type(item) in _TENSOR_TYPES:
                     self.remember(f"{words}[{k!r}]", item)
-        if id(value) in self.before_seen or not _mutable(value):
+        if id(value) in self.before_seen or id(value) in self.owned or not _mutable(value):
             return
         self.before_seen.add(id(value))
-        describe = functools.partial(_state_of, value)
+        # an argument object's state is _graph_of's to compare (what the call sets, a compiled call sets)
+        describe = functools.partial(_state_of, value, opaque=frozenset(self.owned))
         self.before.append((words, describe, describe()))
 
     def remember_module(self, module, names):
@@ -380,11 +390,15 @@ class _Trace:
         elif t in (list, tuple, torch.Size):
             spec.add(("type", slot, t), name)
             spec.add(("len", slot, len(value)), name)
+            if t is list and self.inside_object:  # the call may append to it
+                self.own(value, list(value), name)
             for k, item in enumerate(value):
                 self.guard_value(spec.add(("item", slot, k), f"{name}[{k}]"), item, f"{name}[{k}]")
         elif t is dict:
             spec.add(("type", slot, t), name)
             spec.add(("len", slot, len(value), tuple(value)), name)  # in order: code may iterate it
+            if self.inside_object:
+                self.own(value, dict(value), name)
             for k, item in value.items():
                 if type(k) not in (str, int):
                     self.problems.append(f"{name} has a key of type {type(k).__name__}")
@@ -397,12 +411,53 @@ class _Trace:
                 self.guard_module(value, name, slot)
         elif isinstance(value, _NAMED):
             spec.add(("is", slot, value), name)
+        elif _dynamic.plain_object(value):
+            self.guard_object(slot, value, name)
         else:
             spec.add(("type", slot, t), name)
             self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
-                                 "lists, tuples and dicts of them, and modules")
+                                 "lists, tuples and dicts of them, modules, and objects of Python classes "
+                                 "holding those")
             if self.unguardable is None:
                 self.unguardable = (self.problems[-1], slot, t)
+
+    def guard_object(self, slot, value, name):
+        """An argument's object of a Python class (a transformers
+        DynamicCache): its type and class, and each attribute as an
+        argument's value (tensors are graph inputs), the attributes' names
+        in order. Not by identity: a generation loop passes a new cache
+        to each generate(). What the call sets on it, a compiled call sets
+        (_graph_of); a list or dict inside it must stay as it was."""
+        spec, t = self.spec, type(value)
+        spec.add(("type", slot, t), name)
+        first = self.object_slot.setdefault(id(value), slot)
+        if first != slot:  # one object reached twice (a layer that refers to its cache): the same again
+            spec.add(("same", slot, first), name)
+            return
+        if len(self.objects) >= _MAX_OBJECTS or not self.inside_object and \
+                next(itertools.islice(_dynamic.held_values(value), _MAX_HELD, None), None) is not None:
+            self.problems.append(f"{name} holds more than {_MAX_OBJECTS} objects or {_MAX_HELD} values, which "
+                                 "jit does not guard one by one (pass what the function needs as arguments)")
+            return
+        self.guard_classes(t)
+        attrs = vars(value)
+        d = spec.add(("attrs", slot), f"{name}.__dict__")
+        spec.add(("len", d, len(attrs), tuple(attrs)), f"{name}'s attributes")
+        self.objects.append((slot, value, dict(attrs), name))
+        self.owned.add(id(value))
+        self.inside_object += 1
+        try:
+            for k, item in list(attrs.items()):
+                self.guard_value(spec.add(("key", d, k), f"{name}.{k}"), item, f"{name}.{k}")
+        finally:
+            self.inside_object -= 1
+
+    def own(self, container, items, name):
+        """Notes a list or dict inside an argument object, as it is: the
+        call may not change it (_graph_of)."""
+        if id(container) not in self.owned:
+            self.owned.add(id(container))
+            self.object_parts.append((container, items, name))
 
     def guard_module(self, module, name, slot):
         """Guards module (loaded at slot) and its submodules: their dicts as
@@ -654,6 +709,8 @@ class _Trace:
 _MAX_DEPTH = 6          # containers inside containers guard_content follows
 _MAX_CONTENT = 2000     # containers and objects one trace guards by content
 _MAX_STATE = 50000      # values one _state_of describes before it stops at identities
+_MAX_OBJECTS = 1024     # argument objects one trace guards by their attributes (a cache: one per layer)
+_MAX_HELD = 20000       # values one argument's object holds, at most, to be guarded by its attributes
 # values that never change in place: held by value or identity, never followed
 _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
                             torch.memory_format, torch.Size, frozenset)
@@ -732,26 +789,28 @@ def _mutable(value):
                 isinstance(value, (types.FunctionType, types.BuiltinFunctionType, _C.JitFunction)))
 
 
-def _state_of(value, budget=None, depth=0, inside=None):
+def _state_of(value, budget=None, depth=0, inside=None, opaque=frozenset()):
     """A description of value's Python state that compares equal while
     nothing in it changes: numbers and strings by value, tensors, functions
     and classes by identity, containers, modules and other objects by
     identity and content (their __dict__), _MAX_DEPTH deep and to
-    _MAX_STATE values; an object inside itself by identity."""
+    _MAX_STATE values; an object inside itself, or whose id is in opaque,
+    by identity."""
     budget = budget if budget is not None else [_MAX_STATE]
     inside = inside if inside is not None else set()
     budget[0] -= 1
     t = type(value)
     if t in _IMMUTABLE:
         return ("v", t, value)
-    if budget[0] < 0 or depth > _MAX_DEPTH or id(value) in inside or not _mutable(value):
+    if budget[0] < 0 or depth > _MAX_DEPTH or id(value) in inside or id(value) in opaque or not _mutable(value):
         return ("id", id(value))
     inside.add(id(value))
     try:
         if t in (list, tuple):
-            return ("seq", id(value), t, [_state_of(v, budget, depth + 1, inside) for v in value])
+            return ("seq", id(value), t, [_state_of(v, budget, depth + 1, inside, opaque) for v in value])
         if isinstance(value, dict):
-            return ("map", id(value), t, [(k, _state_of(v, budget, depth + 1, inside)) for k, v in list(value.items())])
+            return ("map", id(value), t, [(k, _state_of(v, budget, depth + 1, inside, opaque))
+                                          for k, v in list(value.items())])
         if t is set:
             return ("set", id(value), frozenset(value))
         attrs = getattr(value, "__dict__", None)
@@ -759,7 +818,8 @@ def _state_of(value, budget=None, depth=0, inside=None):
             # an instance of a library class (a logger, a config) by its own attributes only:
             # what they hold is the library's (a logger's level cache fills as it logs)
             inner = depth + 1 if not _library_class(t) else _MAX_DEPTH + 1
-            return ("obj", id(value), t, [(k, _state_of(v, budget, inner, inside)) for k, v in list(attrs.items())])
+            return ("obj", id(value), t, [(k, _state_of(v, budget, inner, inside, opaque))
+                                          for k, v in list(attrs.items())])
         return ("id", id(value))
     finally:
         inside.discard(id(value))
@@ -952,7 +1012,8 @@ def _graph_of(trace, result):
     """The recorded ops as an FX graph over the trace's external tensors.
     Returns (the fx.Graph, its inputs (the external tensors, in placeholder
     order), the captured ones among them (id -> tensor), the output plan
-    (treespec, per leaf how to make it), the value checks). The build makes
+    (treespec, per leaf how to make it), the value checks, what the call
+    set on argument objects (_Sets)). The build makes
     its GraphModule (FX writes and compiles its Python code: ~10 ms of a
     BERT layer's traced call) where it needs one: a symbolic build needs
     none."""
@@ -987,7 +1048,8 @@ def _graph_of(trace, result):
         return a
 
     leaves, treespec = _dynamic.result_leaves(result)
-    for leaf in leaves:  # arguments returned as they are, used by no op
+    object_sets = _object_sets(trace)
+    for leaf in leaves + [v for _, _, v in object_sets]:  # arguments returned or set as they are, used by no op
         if isinstance(leaf, torch.Tensor) and id(leaf) in trace.tensor_slot and id(leaf) not in env:
             external(leaf)
     for func, args, kwargs, out in trace.recorder.ops:
@@ -1031,9 +1093,18 @@ def _graph_of(trace, result):
         outputs.append(env[id(t)])
         return ("out", len(outputs) - 1)
 
+    used = {}  # number of an argument object in trace.objects -> its number among the runner's objects
+
+    def argument_object(k):
+        return used.setdefault(k, len(used))
+
+    object_number = {id(obj): k for k, (_, obj, _, _) in enumerate(trace.objects)}
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
             plan.append(entry(leaf))
+            continue
+        if id(leaf) in object_number:  # an argument's object itself (the cache a generation step returns)
+            plan.append(("obj", argument_object(object_number[id(leaf)])))
             continue
         held = _dynamic.held_tensors(leaf)
         if not held:
@@ -1052,11 +1123,56 @@ def _graph_of(trace, result):
             raise _NotCompilable(f"the result holds a {type(leaf).__name__} holding tensors that cannot be copied "
                                  f"({type(exc).__name__}: {exc})") from None
         plan.append(("object", template, [(path, entry(t)) for path, t in held]))
+    sets = [(argument_object(k), attr, entry(v) if isinstance(v, torch.Tensor) else ("const", v))
+            for k, attr, v in object_sets]
     for node, value in scalar_sources:
         checks.append((len(outputs), value))
         outputs.append(node)
     graph.output(tuple(outputs))
-    return graph, inputs, constants, (treespec, plan), checks
+    objects = [trace.objects[k] for k in sorted(used, key=used.get)]
+    return graph, inputs, constants, (treespec, plan), checks, _Sets(sets, objects)
+
+
+class _Sets:
+    """What a traced call set on its argument objects, for a compiled call to
+    set again: sets, (object number, attribute, plan entry of the value);
+    objects, the trace.objects entries they number (the runner takes
+    those objects after its tensors)."""
+
+    __slots__ = ("sets", "objects")
+
+    def __init__(self, sets, objects):
+        self.sets, self.objects = sets, objects
+
+
+def _object_sets(trace):
+    """[(number in trace.objects, attribute, value)] of what the traced
+    call set on its argument objects, in their dicts' order. Raises
+    _NotCompilable for a change a compiled call would not make again: an
+    attribute deleted, or set to a value that is no tensor, number,
+    string, None or other value guarded by value, or a list or dict they
+    hold changed."""
+    sets = []
+    for k, (_, obj, before, name) in enumerate(trace.objects):
+        now = vars(obj)
+        if list(now)[:len(before)] != list(before):
+            raise _NotCompilable(f"it deletes an attribute of {name} during the call, which a compiled call "
+                                 "would not")
+        for attr, v in now.items():
+            if attr in before and v is before[attr]:
+                continue
+            if not (type(v) in _TENSOR_TYPES or type(v) in PRIMITIVES or _by_value(v)):
+                raise _NotCompilable(f"it sets {name}.{attr} to a {type(v).__name__} during the call, which a "
+                                     "compiled call would not (it sets tensors, numbers, strings and None again)")
+            sets.append((k, attr, v))
+    for container, items, name in trace.object_parts:
+        same = len(container) == len(items) and (
+            all(a is b for a, b in zip(container, items)) if type(container) is list else
+            list(container) == list(items) and all(container[key] is v for key, v in items.items()))
+        if not same:
+            raise _NotCompilable(f"it changes {name} during the call, which a compiled call would not (it sets "
+                                 "the attributes of objects again, not the items of lists and dicts they hold)")
+    return sets
 
 
 def _alias_of(t, inputs):
@@ -1111,14 +1227,17 @@ class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
 
-    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record")
+    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects")
 
-    def __init__(self, compiled, checks, writebacks, out_plan):
+    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0):
         self.record = None  # the id of its trace record, when it has one
         self.compiled = compiled  # boxed: backend.compile_inference's result (a _C.Plan, or the eager graph)
         self.checks = checks
         self.writebacks = writebacks
         self.treespec, self.plan = out_plan
+        # (object, attribute, plan entry): what the call sets on argument objects (_Sets), the objects
+        # the last inputs, after the graph's tensors
+        self.sets, self.objects = sets, objects
         # a result that is one computed tensor skips the rebuild
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
@@ -1127,11 +1246,15 @@ class _Runner:
         itself when this runner would only pick one of its outputs (no value
         checks, no write-backs, one computed tensor returned); else this
         one."""
-        if self.checks or self.writebacks or self.single is None or not isinstance(self.compiled, _C.Plan):
+        if self.checks or self.writebacks or self.objects or self.single is None or \
+                not isinstance(self.compiled, _C.Plan):
             return self
         return _C.ItemRunner(self.compiled.call, self.single, self)
 
     def __call__(self, *inputs):
+        objects = ()
+        if self.objects:
+            objects, inputs = inputs[-self.objects:], inputs[:-self.objects]
         # a side exit runs the call again: the numbers the graph drew (torch.rand) are drawn again, as eager's
         rng = torch.get_rng_state() if self.checks else None
         if self.writebacks:
@@ -1153,18 +1276,22 @@ class _Runner:
             with torch.no_grad():
                 for i, k in self.writebacks:
                     inputs[i].copy_(outs[k])
+        for k, attr, p in self.sets:  # as the traced call left them (a cache layer's keys and values)
+            vars(objects[k])[attr] = self._leaf(p, outs, inputs, objects)
         if self.single is not None:
             return outs[self.single]
-        return pytree.tree_unflatten([self._leaf(p, outs, inputs) for p in self.plan], self.treespec)
+        return pytree.tree_unflatten([self._leaf(p, outs, inputs, objects) for p in self.plan], self.treespec)
 
     @classmethod
-    def _leaf(cls, p, outs, inputs):
+    def _leaf(cls, p, outs, inputs, objects=()):
         """The result's leaf that plan entry p makes."""
         kind = p[0]
         if kind == "out":
             return outs[p[1]]
         if kind == "in":
             return inputs[p[1]]
+        if kind == "obj":  # an argument's object, as the call left it
+            return objects[p[1]]
         if kind == "view":
             view = inputs[p[1]].as_strided(p[2], p[3], p[4])
             if len(p) > 5 and view.requires_grad != p[5]:  # x.detach(), or x.detach().requires_grad_()
@@ -1177,16 +1304,6 @@ class _Runner:
 
 
 # -- the tracer the frame hook calls ----------------------------------------------
-
-def _copy_containers(v, depth=0):
-    """v with its lists, tuples and dicts copied (to a depth of 8), what they hold shared."""
-    t = type(v)
-    if depth > 8 or t not in (list, tuple, dict):
-        return v
-    if t is dict:
-        return {k: _copy_containers(x, depth + 1) for k, x in v.items()}
-    return t(_copy_containers(x, depth + 1) for x in v)
-
 
 def _path_spec(spec, slot, t):
     """A guard program of the loads of spec that lead to slot (an
@@ -1242,9 +1359,9 @@ class _Build:
     plan, the trace record. Runs on the calling thread (compile_blocking,
     or no JitFunction to publish to) or on the build thread (_builds)."""
 
-    def __init__(self, tracer, trace, graph, inputs, slots, out_plan, checks):
+    def __init__(self, tracer, trace, graph, inputs, slots, out_plan, checks, sets):
         self.tracer, self.trace, self.graph, self.inputs = tracer, trace, graph, inputs
-        self.slots, self.out_plan, self.checks = slots, out_plan, checks
+        self.slots, self.out_plan, self.checks, self.sets = slots, out_plan, checks, sets
         # the dimensions that keep changing, noted where the call traced (a build's child remembers nothing)
         self.dims = _dynamic.observe(trace)
         self.record = None  # the id of the trace record finish stored
@@ -1280,8 +1397,9 @@ class _Build:
     def _compile(self):
         """(entry with its _Runner, a function storing its trace record and returning the record's id)."""
         trace, inputs, slots, out_plan, checks = self.trace, self.inputs, self.slots, self.out_plan, self.checks
-        tracer = self.tracer
-        sym = tracer._symbolic(trace, inputs, checks, out_plan, self.dims)
+        tracer, sets = self.tracer, self.sets.sets
+        objects = [slot for slot, _, _, _ in self.sets.objects]  # the runner's last inputs
+        sym = tracer._symbolic(trace, inputs, checks, out_plan, self.dims, self.sets)
         from . import backend
         if sym is not None:
             spec = _dynamic.spec_of(trace, sym)
@@ -1293,16 +1411,17 @@ class _Build:
                 compiled = backend.compile_inference(sym.fgm, sym.examples)
             _C.stat_add("dynamic_traces")
             out_plan = _with_numbers(out_plan, sym.numbers)
-            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan)
-            return (spec, tuple(slots), runner), lambda: tracer._store(
-                trace, sym.fgm, slots, sym.checks, sym.writebacks, out_plan, compiled, spec)
+            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects))
+            return (spec, tuple(slots + objects), runner), lambda: tracer._store(
+                trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
+                len(objects), spec)
         with torch.no_grad():
             fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
-        runner = _Runner(compiled, checks, writebacks, out_plan)
-        return (trace.spec, tuple(slots), runner), lambda: tracer._store(
-            trace, fgm, slots, checks, writebacks, out_plan, compiled)
+        runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects))
+        return (trace.spec, tuple(slots + objects), runner), lambda: tracer._store(
+            trace, fgm, slots + objects, checks, writebacks, out_plan, compiled, sets, len(objects))
 
 
 class _GcHold:
@@ -1717,9 +1836,13 @@ class _Tracer:
         try:
             trace = _Trace(fn, args, codes)
             trace.jf = weakref.ref(jf) if jf is not None else None
-            # the arguments as the call got them (the frame may fill its own **kwargs dict): what a symbolic
-            # trace calls fn with, and what a background build checks its guards on
-            trace.call_args = _copy_containers(args)
+            # the arguments as the call got them (the frame may fill its own **kwargs dict, the code may set
+            # an argument object's attributes): what a symbolic trace calls fn with, and what a background
+            # build checks its guards on
+            try:
+                trace.call_args = _dynamic.state_copy(args, memo=trace.arg_copies)
+            except Exception as exc:  # an object of an abstract class, say: the call runs eagerly
+                trace.problems.append(f"copying its arguments as they were failed ({type(exc).__name__}: {exc})")
         except BaseException:
             _gc_hold.release()
             raise
@@ -1805,7 +1928,7 @@ class _Tracer:
         disabled = sorted({code.co_qualname for code, _ in trace.codes if _C.jit_disabled(code)})
         if disabled:
             raise _NotCompilable(f"it calls {', '.join(disabled)}, marked by torchneuron_jit.disable")
-        graph, inputs, constants, out_plan, checks = _graph_of(trace, result)
+        graph, inputs, constants, out_plan, checks, sets = _graph_of(trace, result)
         trace.guard_globals(constants)
         trace.guard_closure()
         if trace.problems:
@@ -1824,17 +1947,18 @@ class _Tracer:
                                       ("value", t) if id(t) in fresh else None)
             slots.append(slot)
         trace.recorder.ops = []  # the graph holds what the build needs
-        return _Build(self, trace, graph, inputs, slots, out_plan, checks)
+        return _Build(self, trace, graph, inputs, slots, out_plan, checks, sets)
 
     @staticmethod
-    def _symbolic(trace, inputs, checks, out_plan, dims):
+    def _symbolic(trace, inputs, checks, out_plan, dims, sets):
         """The trace made again with the dimensions (and int and float
         arguments) that keep changing symbolic (_dynamic), or None when there
         are none or it cannot be (then the variant is specialised to this
         call's sizes, and the reason is a recompiles event). dims: the
         dimensions that keep changing (_dynamic.observe). When a symbolic
         trace with such arguments fails (an op that needs them concrete), the
-        dimensions are tried without them; a number found static stays so."""
+        dimensions are tried without them; a number found static stays so.
+        sets: what the call set on argument objects (_Sets)."""
         jf = _jf_of(trace)
         site = _manager.site(jf) if jf is not None else None
         names = trace.spec.names
@@ -1846,20 +1970,24 @@ class _Tracer:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
         elif any(isinstance(value, torch.Tensor) for _, value in checks):
             failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
-        elif not all(p[0] == "out" or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
+        elif not all(p[0] in ("out", "obj") or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
                      (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
             # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
+        elif not all(p[0] == "out" or p[0] == "const" and type(p[1]) in PRIMITIVES for _, _, p in sets.sets):
+            failed = [(dims, "it sets an argument object's attribute to an argument, a view of one or a value that "
+                             "is not a computed tensor")]
         else:
             from .backend import decompositions
             tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
             outputs = sum(len(p[2]) if p[0] == "object" else p[0] == "out" for p in out_plan[1])
+            outputs += sum(p[0] == "out" for _, _, p in sets.sets)
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):
                 words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"
                                   for slot, ds in want.items() for d in ds)
                 try:
-                    sym = _dynamic.retrace(trace, want, [value for _, value in checks], outputs,
+                    sym = _dynamic.retrace(trace, want, [value for _, value in checks], outputs, sets,
                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
                                            decompositions())
                 except _dynamic.Static as exc:
@@ -1891,7 +2019,7 @@ class _Tracer:
                         site.static[(names[slot], d)] = reason
 
     @staticmethod
-    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, spec=None):
+    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, sets=(), objects=0, spec=None):
         """Stores the entry's trace record, when it can be described without
         identities, with its compiled plan when that can be too; returns the
         record's id, or None. spec: the entry's guards when they are not
@@ -1900,7 +2028,7 @@ class _Tracer:
         try:
             pspec = _records.portable_spec(trace, spec=spec)
             key = _records.trace_key(trace.fn, trace, pspec)
-            record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan,
+            record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects,
                                       None if spec is None else spec.names)
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
@@ -1972,7 +2100,7 @@ class _Tracer:
                 continue
             try:
                 spec, live = _records.applies(v, fn, args)
-                runner = self._rebuild(v, [live[s] for s in v["slots"]])
+                runner = self._rebuild(v, [live[s] for s in v["slots"][:len(v["slots"]) - v["objects"]]])
             except _records.Mismatch as exc:
                 _log.event("cache", f"{_where(fn)}: trace record {key.hex()} does not apply: {exc}")
                 continue
@@ -2012,7 +2140,9 @@ class _Tracer:
             if compiled is None:  # the decoded graph is the back end's to rewrite
                 compiled = backend.compile_inference(_records.decode_graph(v["graph"]), inputs, eager=eager)
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
-        return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan)
+        return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
+                       [(k, attr, ("const", _records.set_value(p[1])) if p[0] == "const" else tuple(p))
+                        for k, attr, p in v["sets"]], v["objects"])
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that
@@ -2073,11 +2203,15 @@ def _records_kind(args):
         return None
     kind = [tuple(read() for read in _records.STATE.values()), backend._key_context(), cache.directory()]
     for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
+        if _dynamic.plain_object(leaf):  # by what it holds (a cache before its first step, and after)
+            held = list(_dynamic.held_values(leaf))
+            kind.append((type(leaf), tuple(path for path, _ in held)))
+            leaves.extend(v for _, v in held)
+        elif isinstance(leaf, torch.Tensor):
             kind.append(("tensor", leaf.dtype, leaf.dim(), leaf.layout, leaf.device, leaf.requires_grad))
         elif isinstance(leaf, torch.nn.Module):
             kind.append(("module", id(leaf)))
-        elif leaf is None or type(leaf) in (bool, int, float, str):
+        elif leaf is None or type(leaf) in (bool, int, float, str, torch.device, torch.dtype):
             kind.append((type(leaf), leaf))
         else:
             kind.append((type(leaf), id(leaf)))

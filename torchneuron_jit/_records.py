@@ -49,12 +49,13 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from . import _C, cache
 from ._spec import Spec, entry_name, explain, same_value, shadowed
 
-FORMAT = 6  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 7  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
 #               of 4 returned a shared literal, or took two arguments for one;
-#            6: the builtins the code reads are guarded absent from its module's globals (["absent"])
+#            6: the builtins the code reads are guarded absent from its module's globals (["absent"]);
+#            7: argument objects guarded by their attributes ("attrs"), and what the call sets on them ("sets")
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -516,7 +517,7 @@ def _portable_spec(trace, upto, spec):
     describe = _Describer(trace.module_paths)
     for slot, inst in enumerate(spec[:upto]):
         kind = inst[0]
-        if kind in ("arg", "item", "key", "cell", "len", "same"):
+        if kind in ("arg", "item", "key", "cell", "attrs", "len", "same"):
             out.append(list(inst))
         elif kind == "const":
             out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])
@@ -625,6 +626,8 @@ def _live_spec(pspec, names, fn, args):
                 value = live[inst[1]][inst[2]]
             elif kind == "cell":
                 value = live[inst[1]].cell_contents
+            elif kind == "attrs":
+                value = vars(live[inst[1]])
             elif kind == "const":
                 value = _resolve(inst[1], fn, live)
                 inst = ("const", value)
@@ -925,9 +928,11 @@ def read(key):
         return []
 
 
-def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, names=None):
+def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None):
     """The record of one traced entry, pspec its portable_spec (names: its
-    spec's words, when it is not trace.spec) (raises Unportable)."""
+    spec's words, when it is not trace.spec); sets and objects: what it
+    sets on the last objects of its slots (_jit._Sets) (raises
+    Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -944,15 +949,39 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, names=None):
     for _, value in checks:
         if type(value) not in (bool, int, float):
             raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
+    sets = [[k, attr, ["const", _set_value(attr, p[1])] if p[0] == "const" else list(p)] for k, attr, p in sets]
     # a dynamic variant's graph (names: its own spec's) holds symbolic values, a float's without any "sizes" guard
     symbolic = names is not None or any(inst[0] == "sizes" for inst in pspec)
     record = {"spec": pspec, "names": list(trace.spec.names if names is None else names), "slots": list(slots),
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
-              "plan": [list(p) for p in plan],
+              "plan": [list(p) for p in plan], "sets": sets,
+              "objects": objects,
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
     return record
+
+
+def _set_value(attr, value):
+    """The description of a value a variant sets on an argument's attribute
+    (a number, a string, None, a device or a dtype: a cache layer's device)."""
+    t = type(value)
+    if value is None or t in (bool, int, float, str):
+        return ["p", value]
+    if t is torch.device:
+        return ["device", str(value)]
+    if t is torch.dtype:
+        return ["dtype", _torch_name(value)]
+    raise Unportable(f"the call sets an argument's attribute {attr} to a {t.__name__}")
+
+
+def set_value(desc):
+    """The value _set_value described."""
+    if desc[0] == "device":
+        return torch.device(desc[1])
+    if desc[0] == "dtype":
+        return getattr(torch, desc[1])
+    return desc[1]
 
 
 def record_id(record):

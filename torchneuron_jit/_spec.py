@@ -56,6 +56,8 @@ def load(spec, args, slot):
         return inst[1]
     if kind == "cell":
         return load(spec, args, inst[1]).cell_contents
+    if kind == "attrs":
+        return vars(load(spec, args, inst[1]))
     parent = load(spec, args, inst[1])
     return parent[inst[2]]
 
@@ -113,6 +115,8 @@ def explain(spec, args, index):
     kind = inst[0]
     if kind in ("item", "key"):
         return f"{name}: missing"
+    if kind == "attrs":
+        return f"{name}: no attributes"
     if kind == "sizes":
         dims = dict.fromkeys(size_dims(inst[1]))
         values = ", ".join(f"{spec.names[slot]} is {load(spec, args, slot)}" if d is None else

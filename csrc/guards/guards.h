@@ -17,6 +17,8 @@
 **   ("key", s, key)                load s[key]; fails unless s is a dict holding key
 **   ("const", obj)                 load obj (held by the set)
 **   ("cell", s)                    load the contents of cell slot s; fails when empty
+**   ("attrs", s)                   load the instance dict of slot s (its __dict__);
+**                                  fails when it has none
 **   ("type", s, type)              Py_TYPE(slot s) is type, exactly
 **   ("is", s, obj)                 slot s is obj
 **   ("same", s, t)                 slot s is the object slot t loaded (the

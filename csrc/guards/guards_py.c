@@ -12,13 +12,13 @@
 /* -- The program ------------------------------------------------------------ */
 
 enum {
-  G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL,                      /* loads */
+  G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS,             /* loads */
   G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, /* checks */
   G__COUNT
 };
 
 static const char *const g_names[G__COUNT] = {
-  "arg", "item", "key", "const", "cell", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
+  "arg", "item", "key", "const", "cell", "attrs", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
   "same",
 };
 
@@ -122,8 +122,8 @@ static int slot_arg(PyObject *t, Py_ssize_t pos, const tn_ginst *prog, Py_ssize_
   Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, pos));
   if (s == -1 && PyErr_Occurred())
     return -1;
-  if (s < 0 || s >= i || prog[s].gi_op > G_CELL)
-    return bad(i, "a slot operand must name an earlier load (arg, item, key, const, cell)");
+  if (s < 0 || s >= i || prog[s].gi_op > G_ATTRS)
+    return bad(i, "a slot operand must name an earlier load (arg, item, key, const, cell, attrs)");
   *out = s;
   return 0;
 }
@@ -216,7 +216,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -243,7 +243,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   }
   if (slot_arg(t, 1, prog, i, &g->gi_slot) < 0)
     return -1;
-  if (op == G_CELL)
+  if (op == G_CELL || op == G_ATTRS)
     return 0;
   PyObject *a = PyTuple_GET_ITEM(t, 2);
   switch (op) {
@@ -445,6 +445,25 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
   return ok;
 }
 
+/* The instance dict of v (its __dict__ as object's own attribute access
+** keeps it: made from inline values if need be), borrowed: v holds it.
+** NULL, with no exception set, when v has none or it cannot be made. No
+** Python code runs. */
+static PyObject *instance_dict(PyObject *v)
+{
+  PyObject **p = _PyObject_GetDictPtr(v);
+  if (!p) {
+    PyErr_Clear();
+    return NULL;
+  }
+  if (!*p) {
+    /* no attribute set yet: an empty dict of its own, as obj.__dict__ makes */
+    if (!(*p = PyDict_New()))
+      PyErr_Clear();
+  }
+  return *p && PyDict_Check(*p) ? *p : NULL;
+}
+
 /* 1 when dict d (as many entries as keys) has keys in that order, 0 when
 ** not, -1 on error: code that iterates it sees that order. */
 static int keys_in_order(PyObject *d, PyObject *keys)
@@ -618,6 +637,10 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_CELL:
       slots[i] = PyCell_Check(v) ? PyCell_GET(v) : NULL;
+      r = slots[i] != NULL;
+      break;
+    case G_ATTRS:
+      slots[i] = instance_dict(v);
       r = slots[i] != NULL;
       break;
     case G_TYPE:

@@ -306,14 +306,17 @@ def test_misses_of_a_dynamic_dimension_while_its_variant_is_built_warn_nothing(b
 
 
 class _Opaque:
-    """An argument jit cannot guard (like transformers' DynamicCache)."""
+    """An argument jit cannot guard: its state is in slots, not a __dict__
+    (a DynamicCache, an object of plain attributes, is guarded by them)."""
+
+    __slots__ = ("t",)
 
     def __init__(self, t):
         self.t = t
 
 
 def test_an_argument_jit_cannot_guard_is_one_trace_and_one_warning_whatever_the_sizes():
-    """A generation loop passes a DynamicCache whose lengths grow: its
+    """A loop passes an object jit cannot guard, whose tensors grow: its
     eager entry takes every call with such a value there, so the loop
     makes one trace and one warning (it traced every step, warned of a
     storm and ran eagerly for good after 4); calls without it compile."""

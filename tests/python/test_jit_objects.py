@@ -1,0 +1,245 @@
+"""Objects passed to a jitted function (_jit._Trace.guard_object, _Sets,
+csrc/guards "attrs"): an object of Python classes whose state is its
+__dict__ (a transformers DynamicCache, a settings object) is guarded by
+its type and its attributes, not by identity; what the call sets on its
+attributes (a cache layer's new keys, its length) a compiled call sets
+too; generate() through jit compiles its steps and gives eager's tokens."""
+import copy
+import warnings
+
+import pytest
+import torch
+
+import torchneuron_jit
+from torchneuron_jit import _C, _jit, config
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield
+
+
+def traces():
+    return torchneuron_jit.stats()["traces"]
+
+
+def our_warnings(caught):
+    return [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+
+
+def kinds(jf):
+    return sorted(v["kind"] for v in torchneuron_jit.explain(jf).variants)
+
+
+class Settings:
+    def __init__(self, scale, bias, mode="add"):
+        self.scale, self.bias, self.mode = scale, bias, mode
+
+
+def scaled(x, s):
+    y = x * s.scale
+    return y + s.bias if s.mode == "add" else y - s.bias
+
+
+def test_an_argument_object_is_guarded_by_its_attributes_not_its_identity():
+    """Before, an object argument made the function run eagerly ("jit
+    guards tensors, numbers, ..."). Now: a new object with the same
+    attributes takes the same variant; one whose attribute changed (in
+    place, or another object) misses and gets eager's answer."""
+    f = torchneuron_jit.jit(scaled)
+    x, bias = torch.randn(4, 8), torch.randn(8)
+    before = traces()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for s in (Settings(2.0, bias), Settings(2.0, torch.randn(8)), Settings(2.0, bias)):
+            torch.testing.assert_close(f(x, s), scaled(x, s))
+        assert traces() - before == 1
+        s = Settings(2.0, bias)
+        s.scale = 3.0  # in place
+        torch.testing.assert_close(f(x, s), scaled(x, s))
+        s.mode = "sub"
+        torch.testing.assert_close(f(x, s), scaled(x, s))
+        s.extra = 1  # one attribute more: the code may read it
+        torch.testing.assert_close(f(x, s), scaled(x, s))
+    assert traces() - before == 4 and our_warnings(caught) == []
+    assert kinds(f) == ["compiled"] * 4
+    report = str(torchneuron_jit.explain(f))
+    assert "s.scale: last 2.0 → 3.0" in report, report
+
+
+class Layer:
+    def __init__(self):
+        self.keys, self.values, self.length = None, None, 0
+
+
+class Cache:
+    """Like transformers' DynamicCache made with a config: a list of
+    layers, each created before the first step, filled by the calls."""
+
+    def __init__(self, n):
+        self.layers = [Layer() for _ in range(n)]
+
+
+def step(x, cache, w):
+    """One decoding step: each layer's keys and values grow by x's tokens,
+    its length counts them (an int the call sets), attention over them."""
+    h = x
+    for layer in cache.layers:
+        k, v = h @ w, torch.tanh(h @ w)
+        if layer.keys is None:  # the first step fills the layer (a DynamicLayer's lazy initialisation)
+            layer.keys, layer.values = k, v
+        else:
+            layer.keys, layer.values = torch.cat([layer.keys, k], 1), torch.cat([layer.values, v], 1)
+        layer.length += x.shape[1]
+        att = (h @ layer.keys.transpose(1, 2) / layer.length).softmax(-1)
+        h = h + att @ layer.values
+    return h, cache
+
+
+def test_what_the_call_sets_on_an_argument_object_a_compiled_call_sets():
+    """A generation loop: the cache's layers get new keys, values and
+    lengths from each call. A compiled call (the static variants, then the
+    dynamic one, whose graph returns the new length as a size) leaves the
+    object as eager does, and returns that object itself."""
+    f = torchneuron_jit.jit(step)
+    w = torch.randn(16, 16) * 0.3
+    dynamic = torchneuron_jit.stats()["dynamic_traces"]
+    before = traces()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for prompt in (5, 3):
+            got_cache, want_cache = Cache(2), Cache(2)
+            x = torch.randn(2, prompt, 16)
+            for _ in range(6):
+                got, returned = f(x, got_cache, w)
+                want, _ = step(x, want_cache, w)
+                torch.testing.assert_close(got, want)
+                assert returned is got_cache
+                for g, e in zip(got_cache.layers, want_cache.layers):
+                    torch.testing.assert_close(g.keys, e.keys)
+                    torch.testing.assert_close(g.values, e.values)
+                    assert type(g.length) is int and g.length == e.length
+                x = want[:, -1:]
+    assert our_warnings(caught) == []
+    assert torchneuron_jit.stats()["dynamic_traces"] > dynamic
+    assert traces() - before <= 5 and "eager" not in kinds(f), str(torchneuron_jit.explain(f))
+    assert sum(v["hits"] for v in torchneuron_jit.explain(f).variants) >= 6
+
+
+def test_a_list_an_argument_object_holds_changed_by_the_call_runs_eagerly_with_one_warning():
+    """Items appended to a list the object holds (a DynamicCache made
+    without a config appends its layers) are no attribute a compiled call
+    sets: the variant runs eagerly, with words naming the list."""
+    def fill(x, cache):
+        cache.layers.append(Layer())
+        cache.layers[-1].keys = x * 2
+        return x + 1
+
+    f = torchneuron_jit.jit(fill)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            got_cache, want_cache = Cache(0), Cache(0)
+            x = torch.randn(3)
+            torch.testing.assert_close(f(x, got_cache), fill(x, want_cache))
+            torch.testing.assert_close(got_cache.layers[0].keys, want_cache.layers[0].keys)
+    words = our_warnings(caught)
+    assert len(words) == 1 and "it changes cache.layers during the call" in words[0], words
+
+
+def test_an_attribute_set_to_a_value_no_compiled_call_makes_runs_eagerly():
+    def keep(x, s):
+        s.seen = [x.shape[0]]  # a new list on every call
+        return x * s.scale
+
+    f = torchneuron_jit.jit(keep)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s, ref = Settings(2.0, None), Settings(2.0, None)
+        x = torch.randn(3)
+        torch.testing.assert_close(f(x, s), keep(x, ref))
+        assert s.seen == ref.seen
+    words = our_warnings(caught)
+    assert len(words) == 1 and "it sets s.seen to a list during the call" in words[0], words
+
+
+def test_the_attrs_guard_loads_an_objects_dict_and_fails_without_one():
+    s = Settings(1.0, None)
+    spec = [("arg", 0), ("attrs", 0), ("key", 1, "scale"), ("eq", 2, 1.0)]
+    assert _C.GuardSet(spec).check(s) == -1
+    s.scale = 2.0
+    assert _C.GuardSet(spec).check(s) == 3
+    assert _C.GuardSet(spec).check(5) == 1  # an int has no __dict__: the load fails, nothing raises
+    with pytest.raises(ValueError, match="earlier load"):
+        _C.GuardSet([("arg", 0), ("type", 0, int), ("attrs", 1)])
+
+
+# -- transformers' generate() ------------------------------------------------------------------------------------
+
+def _causal_lm(name):
+    transformers = pytest.importorskip("transformers")
+    common = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
+                  vocab_size=500, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    if name == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, vocab_size=500, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+    elif name == "mistral":  # a sliding window shorter than the prompt: its layers keep their length
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(
+            num_key_value_heads=2, sliding_window=6, **common))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(num_key_value_heads=2, **common))
+    return model.eval()
+
+
+@pytest.mark.parametrize("name,options", [
+    ("llama", {}),
+    ("gpt2", {}),
+    ("mistral", {}),
+    ("llama", {"do_sample": True, "top_k": 20}),
+])
+def test_generate_through_jit_compiles_its_steps_and_gives_eagers_tokens(name, options):
+    """Before, generate() ran every step eagerly ("kwargs['cache'] is a
+    DynamicCache"). Now the prefill, the first step and one dynamic
+    variant for the growing cache are compiled; every later step hits."""
+    model = _causal_lm(name)
+    ref = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    ids = torch.randint(3, 500, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    settings = {"max_new_tokens": 10, "pad_token_id": 0, "do_sample": False, **options}
+    before = traces()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (9, 9, 6):
+            torch.manual_seed(1)
+            want = ref.generate(ids[:, :n], attention_mask=mask[:, :n], **settings)
+            torch.manual_seed(1)
+            got = model.generate(ids[:, :n], attention_mask=mask[:, :n], **settings)
+            assert torch.equal(got, want)
+    assert our_warnings(caught) == []
+    report = torchneuron_jit.explain(model.forward)
+    assert "eager" not in kinds(model.forward) and traces() - before <= 6, str(report)
+    assert sum(v["hits"] for v in report.variants) >= 20, str(report)
+
+
+def test_an_argument_object_holding_too_much_runs_eagerly_with_one_warning():
+    """A dataset-like object with a long list is no state to guard item by
+    item (a guard program as long as the list): the call runs eagerly."""
+    class Corpus:
+        def __init__(self):
+            self.lengths = list(range(30000))
+            self.scale = 2.0
+
+    def f(x, corpus):
+        return x * corpus.scale
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x = torch.randn(3)
+        torch.testing.assert_close(jf(x, Corpus()), f(x, Corpus()))
+    words = our_warnings(caught)
+    assert len(words) == 1 and "corpus holds more than" in words[0], words
