@@ -373,8 +373,8 @@ class _Trace:
             if not value.is_cpu or value.layout != torch.strided or value.is_quantized:
                 self.problems.append(f"{name} is a {value.device} {value.layout} tensor; only dense CPU tensors "
                                      "are compiled")
-            if value.__dict__:  # x.scale = ... set by the caller, which the code may read
-                self.problems.append(f"{name} has Python attributes ({', '.join(map(str, value.__dict__))}), "
+            if _user_attributes(value):  # x.scale = ... set by the caller, which the code may read
+                self.problems.append(f"{name} has Python attributes ({', '.join(_user_attributes(value))}), "
                                      "which jit does not guard")
             spec.add(("type", slot, t), name)
             spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
@@ -714,6 +714,16 @@ _MAX_HELD = 20000       # values one argument's object holds, at most, to be gua
 # values that never change in place: held by value or identity, never followed
 _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
                             torch.memory_format, torch.Size, frozenset)
+
+
+# what torch itself notes on a tensor for TorchDynamo (a transformers StaticCache's tensors are marked static
+# addresses), which no model code reads: the tensors a compiled call makes go without it
+_TORCH_MARKS = frozenset(("_dynamo_static_input_type",))
+
+
+def _user_attributes(t):
+    """The names of tensor t's Python attributes but torch's own marks."""
+    return [str(k) for k in t.__dict__ if k not in _TORCH_MARKS]
 
 
 def _by_value(value):
@@ -1084,8 +1094,8 @@ def _graph_of(trace, result):
         if base is not None:
             # requires_grad as traced: a view that detach() made of an input that requires grad does not
             return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))
-        if t.__dict__:  # r.tag = ...: Python attributes the call set on a tensor it returns
-            raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(map(str, t.__dict__))}) "
+        if _user_attributes(t):  # r.tag = ...: Python attributes the call set on a tensor it returns
+            raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(_user_attributes(t))}) "
                                  "that a compiled call would not set")
         if t.requires_grad:  # made to require grad in the call (torch.ones(3, requires_grad=True)): no graph does
             raise _NotCompilable("its result requires grad (a tensor the call made to require it; training goes "
