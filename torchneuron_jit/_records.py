@@ -435,15 +435,28 @@ class _Describer:
         if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH:  # a config object, say: by its attributes
             self.depth += 1
             try:
-                return ["object", _name_ref(t), [[k, self.value(x)] for k, x in attrs.items()]]
+                return ["object", _name_ref(t), [[k, ["salted"] if _salted(k, x) else self.value(x)]
+                                                 for k, x in attrs.items()]]
             finally:
                 self.depth -= 1
         raise Unportable(f"a {t.__qualname__} object is held by identity")
 
 
+def _salted(name, value):
+    """Whether attribute name of an object a record describes holds a hash
+    of this process's: an int named *_hash (transformers' GenerationConfig
+    keeps _original_object_hash, the hash of its JSON text, which
+    PYTHONHASHSEED salts per process). A record describes it as any int
+    (["salted"]): with its value, the record of a model that generate()
+    ran would apply in no other process."""
+    return type(value) is int and name.endswith("_hash")
+
+
 def _matches(desc, v, live):
     """Whether live value v fits description desc (live: the slots loaded so far)."""
     kind = desc[0]
+    if kind == "salted":
+        return type(v) is int
     if kind == "p":
         want = desc[1]
         return same_value(v, want)

@@ -486,6 +486,39 @@ def test_what_the_records_depend_on_sends_a_fresh_process_tracing(program):
     assert program()["traces"] == 0  # each variant keeps its record
 
 
+GENERATE = textwrap.dedent('''
+    import json, sys
+    import torch, transformers
+    import torchneuron_jit
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=128, vocab_size=500, pad_token_id=0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(3, 500, (1, 9))
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=8, do_sample=False)
+        torchneuron_jit.jit(model)
+        got = model.generate(ids, max_new_tokens=8, do_sample=False)
+    assert torch.equal(got, want)
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_generation_loops_variants_load_in_a_fresh_process(program):
+    """generate() passes a DynamicCache (guarded by its attributes): its
+    prefill, first step and dynamic variant are records a fresh process
+    loads. generate() notes a hash of the model's GenerationConfig on it
+    (_original_object_hash, salted per process), which the records
+    describe as any int: with its value no other process matched them."""
+    pytest.importorskip("transformers")
+    cold = program(source=GENERATE)
+    assert cold["traces"] == 3 and cold["trace_records_stored"] == 3, cold
+    warm = program(source=GENERATE)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 3, warm
+
+
 @pytest.mark.long
 def test_more_of_what_the_records_depend_on_sends_a_fresh_process_tracing(program):
     program()
