@@ -199,6 +199,8 @@ def short(v):
         return repr(v)
     if isinstance(v, torch.Tensor):
         return f"a tensor {tuple(v.shape)} {v.dtype}"
+    if isinstance(v, type):
+        return f"class {v.__qualname__}"
     return f"a {type(v).__name__} at {id(v):#x}"
 
 
