@@ -86,8 +86,12 @@ def _subject(words):
     if ": " in head:
         name, rest = head.split(": ", 1)
         kind = rest.split(" ", 1)[0] if " " in rest else ""
-        return f"{name}: {kind}" if kind else name
+        # what of the value changed (explain's words), not the first word of a value ("class int")
+        return f"{name}: {kind}" if _KIND.fullmatch(kind) else name
     return head
+
+
+_KIND = re.compile(r"size\[\d+\]|dtype|device|requires_grad|rank|strides|length|keys|type")
 
 
 def miss(jf, words, building=False):

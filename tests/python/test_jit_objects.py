@@ -244,3 +244,17 @@ def test_an_argument_object_holding_too_much_runs_eagerly_with_one_warning():
         torch.testing.assert_close(jf(x, Corpus()), f(x, Corpus()))
     words = our_warnings(caught)
     assert len(words) == 1 and "corpus holds more than" in words[0], words
+
+
+def test_a_class_an_argument_object_holds_is_named_in_the_miss():
+    def cast(x, s):
+        return x.to(torch.float64) * 2 if s.kind is float else x * 2
+
+    f = torchneuron_jit.jit(cast)
+    x = torch.randn(3)
+    for kind in (int, float):
+        s = Settings(1.0, None)
+        s.kind = kind
+        torch.testing.assert_close(f(x, s), cast(x, s))
+    report = str(torchneuron_jit.explain(f))
+    assert "s.kind: last class int → class float" in report, report
