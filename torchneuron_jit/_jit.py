@@ -1984,7 +1984,8 @@ class _Tracer:
                      (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
             # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
-        elif not all(p[0] == "out" or p[0] == "const" and type(p[1]) in PRIMITIVES for _, _, p in sets.sets):
+        elif not all(p[0] == "out" or p[0] == "const" and (type(p[1]) in PRIMITIVES or _by_value(p[1]))
+                     for _, _, p in sets.sets):
             failed = [(dims, "it sets an argument object's attribute to an argument, a view of one or a value that "
                              "is not a computed tensor")]
         else:

@@ -258,3 +258,25 @@ def test_a_class_an_argument_object_holds_is_named_in_the_miss():
         torch.testing.assert_close(f(x, s), cast(x, s))
     report = str(torchneuron_jit.explain(f))
     assert "s.kind: last class int → class float" in report, report
+
+
+def test_a_first_step_that_sets_a_device_on_the_object_becomes_dynamic():
+    """The prefill of each generate() sets its fresh cache's layers' device
+    (a DynamicLayer's lazy initialisation): a value by value, which the
+    dynamic variant sets as the traced call did. It stayed static, a trace
+    per prompt length."""
+    def prefill(x, cache):
+        for layer in cache.layers:
+            layer.device, layer.keys = x.device, x * 2
+        return x.sum(-1)
+
+    f = torchneuron_jit.jit(prefill)
+    before, dynamic = traces(), torchneuron_jit.stats()["dynamic_traces"]
+    for n in (5, 9, 12, 7, 15, 3):
+        got_cache, want_cache = Cache(2), Cache(2)
+        x = torch.randn(2, n)
+        torch.testing.assert_close(f(x, got_cache), prefill(x, want_cache))
+        for g in got_cache.layers:
+            assert g.device == torch.device("cpu")
+            torch.testing.assert_close(g.keys, x * 2)
+    assert torchneuron_jit.stats()["dynamic_traces"] - dynamic == 1 and traces() - before == 2
