@@ -72,3 +72,14 @@ def test_the_jit_door_gets_its_own_copy_of_the_model():
     with torch.no_grad():
         for fn in fns.values():
             torch.testing.assert_close(fn(x), model(x))
+
+
+def test_generate_run_writes_its_table(tmp_path, cache_dir):
+    """python -m benchmarks.generate: each request's tokens compared with
+    eager's, a row per model and door (nothing here asserts a timing)."""
+    p = subprocess.run([sys.executable, "-m", "benchmarks.generate", "--models", "gpt2", "--backends", "jit",
+                        "--requests", "2", "--new-tokens", "3", "--out", str(tmp_path)],
+                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = [line for line in (tmp_path / "generate.md").read_text().splitlines() if line.startswith("| gpt2 |")]
+    assert len(rows) == 1 and rows[0].startswith("| gpt2 | jit |") and rows[0].endswith("| 0 of 2 |"), rows
