@@ -489,8 +489,6 @@ class _Trace:
                 d = attrs.get(attr)
                 if isinstance(d, dict):
                     self.guard_dict(d, f"{qual}.{attr}", ("module", slot, sub_name, attr))
-                    if d and sub is not module:
-                        self.problems.append(f"{qual} has {attr[1:].replace('_', ' ')}")
             for attr in ("_parameters", "_buffers", "__dict__"):
                 d = attrs if attr == "__dict__" else attrs[attr]
                 for key, t in d.items():
@@ -1331,6 +1329,18 @@ def _path_spec(spec, slot, t):
     return out
 
 
+def _wrote_before(trace):
+    """Whether a trace of the same JitFunction wrote what trace writes (its
+    words) before; notes that this one did."""
+    jf = _jf_of(trace)
+    if jf is None:
+        return True
+    wrote = jf.__dict__.setdefault("_tn_wrote", set())
+    before = trace.writes[0] in wrote
+    wrote.add(trace.writes[0])
+    return before
+
+
 def _jf_of(trace):
     """The JitFunction whose call trace is, or None."""
     return trace.jf() if trace.jf is not None else None
@@ -1906,9 +1916,12 @@ class _Tracer:
             # its eager entry takes every call with a value of that type there, whatever the other arguments
             # (a generation loop's DynamicCache: its lengths would be a trace, a miss and a backoff per step)
             spec = _path_spec(trace.spec, *trace.unguardable[1:])
-        elif trace.writes and trace.problems[0] is trace.writes[0]:
-            # its eager entry takes every call with these argument types: a guard on the state it
-            # writes would miss on the next call, and trace again, on every call
+        elif trace.writes and trace.problems[0] is trace.writes[0] and _wrote_before(trace):
+            # a second trace that writes it: its eager entry takes every call with these argument types (a
+            # guard on the state it writes would miss on the next call, and trace again, on every call). The
+            # first one's guards what the trace read: a write made once (a library's set-up on a first call:
+            # transformers installs its output hooks in the first call with output_hidden_states) lets the
+            # next call trace again, and compile
             spec = Spec()
             for i, a in enumerate(trace.args):
                 spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")

@@ -1,5 +1,6 @@
 """torchneuron_jit.jit: the frame hook, C guards, the recorder, entries."""
 import contextlib
+import copy
 import gc
 import io
 import os
@@ -333,8 +334,34 @@ def test_module_hooks():
         warnings.simplefilter("always")
         model(x)
         model(x)
-    assert len(inner) == 2  # a submodule's hook makes the call eager, so it runs too
-    assert any("forward hooks" in str(m.message) for m in w), [str(m.message) for m in w]
+    # a submodule's hook runs inside the traced call: this one writes a list of the caller's, which makes the
+    # call eager, so it runs every time too
+    assert len(inner) == 2
+    assert any("it writes closure variable inner" in str(m.message) for m in w), [str(m.message) for m in w]
+
+
+def test_a_submodules_hook_that_writes_nothing_compiles_with_the_call():
+    """A submodule's forward hook is code of the call: one that only
+    computes (a transformers output-capturing hook, inactive or not)
+    compiles with it; adding or removing one is a miss. Before, any hook
+    on a submodule made the call eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    ref = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    x = torch.randn(2, 4)
+    for m in (model, ref):
+        m[0].register_forward_hook(lambda mod, i, o: o * 2)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(model(x), ref(x))
+        for m in (model, ref):
+            m[0]._forward_hooks.clear()
+        torch.testing.assert_close(model(x), ref(x))
+    assert [str(m.message) for m in w if "torchneuron_jit" in str(m.message)] == []
+    variants = torchneuron_jit.explain(model.forward).variants
+    assert [v["kind"] for v in variants] == ["compiled", "compiled"] and sum(v["hits"] for v in variants) == 2
 
 
 def test_parameter_replaced():

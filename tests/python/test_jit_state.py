@@ -458,10 +458,11 @@ def test_a_module_writing_its_own_attribute_runs_eagerly_with_a_warning():
         for _ in range(4):
             torch.testing.assert_close(jm(X), m(X))
     assert jm.calls == m.calls == 4
-    # one warning and one trace: the eager entry does not guard what the call writes
+    # one warning and two traces: the first eager entry guards what the call read (a write made once lets
+    # the next call compile), the second, made when the next trace writes the same, does not
     _one_warning([str(w.message) for w in caught], "Counting.forward", "runs eagerly: it writes argument self.calls "
                  "(an int)", "test_jit_state.py")
-    assert torchneuron_jit.stats()["traces"] == 1
+    assert torchneuron_jit.stats()["traces"] == 2
 
 
 def test_writing_into_an_argument_dict_runs_eagerly_with_a_warning():
@@ -685,3 +686,33 @@ def test_assigning_an_attribute_of_a_users_module_runs_eagerly_with_a_warning(mo
 
     _one_warning(_same_as_eager(scope["f"], set_state, lambda: settings.COUNT),
                  "it writes tn_test_counter.COUNT (an int)")
+
+
+def test_output_hidden_states_once_leaves_later_calls_compiled():
+    """transformers installs its output-capturing hooks on the layers in the
+    first call with output_hidden_states=True, and marks the model so: that
+    call writes the model's state and runs eagerly. Its eager variant
+    guards what it read, so the next calls trace again and compile, hooks
+    and all. Before, its eager variant took every later call with the same
+    argument types: the model ran eagerly for good."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=500)
+    model = transformers.BertModel(cfg).eval()
+    ref = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    ids = torch.randint(0, 500, (2, 12))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for hidden in (False, True, False, False, True, True, False):
+            got, want = model(ids, output_hidden_states=hidden), ref(ids, output_hidden_states=hidden)
+            torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state)
+            assert (got.hidden_states is None) == (want.hidden_states is None)
+            for g, e in zip(got.hidden_states or (), want.hidden_states or ()):
+                torch.testing.assert_close(g, e)
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "_output_capturing_hooks_installed" in words[0], words
+    report = torchneuron_jit.explain(model.forward)  # the last two calls hit, with and without hidden states
+    hits = {kind: sum(v["hits"] for v in report.variants if v["kind"] == kind) for kind in ("compiled", "eager")}
+    assert hits == {"compiled": 2, "eager": 0}, str(report)
