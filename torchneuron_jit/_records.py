@@ -978,14 +978,11 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
 def _set_value(attr, value):
     """The description of a value a variant sets on an argument's attribute
     (a number, a string, None, a device or a dtype: a cache layer's device)."""
-    t = type(value)
-    if value is None or t in (bool, int, float, str):
-        return ["p", value]
-    if t is torch.device:
-        return ["device", str(value)]
-    if t is torch.dtype:
-        return ["dtype", _torch_name(value)]
-    raise Unportable(f"the call sets an argument's attribute {attr} to a {t.__name__}")
+    desc = _Describer({}).value(value) if value is None or type(value) in (bool, int, float, str, torch.device,
+                                                                           torch.dtype) else None
+    if desc is None:
+        raise Unportable(f"the call sets an argument's attribute {attr} to a {type(value).__name__}")
+    return desc
 
 
 def set_value(desc):
