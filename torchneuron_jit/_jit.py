@@ -211,6 +211,8 @@ class _Trace:
         self.owned = set()  # ids of those objects and containers: check_writes leaves them to _graph_of
         self.inside_object = 0  # guard_value is guarding what such an object holds
         self.arg_copies = {}  # id of an argument's object or container -> its copy in call_args (begin)
+        self.called_codes = None  # the code objects the call ran (called), made when first asked
+        self.functions_seen = set()  # ids of the functions guard_function has guarded
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -550,12 +552,14 @@ class _Trace:
 
     def guard_closure(self):
         """The contents of the containers and objects fn's closure variables
-        hold (after the trace: what it read), by content (guard_content)."""
+        hold (after the trace: what it read), by content (guard_content),
+        and what the functions it called hold (guard_function)."""
         for k, name, cell, value in _closure_cells(self.fn):
-            if _content_guarded(value):
+            if _content_guarded(value) or self.called(value):  # a helper it called: what that holds too
                 name = f"closure {name}"
                 c = self.spec.add(("const", cell), name, ("closure", k))
-                self.guard_content(self.spec.add(("cell", c), name), value, name)
+                guard = self.guard_function if self.called(value) else self.guard_content
+                guard(self.spec.add(("cell", c), name), value, name)
 
     def guard_content(self, slot, value, words, depth=0, lenient=False):
         """Guards what value (loaded at slot) holds, so that a change to it
@@ -676,6 +680,59 @@ class _Trace:
                     elif _content_guarded(value):
                         self.guard_content(self.spec.add(("key", d, name), words), value, words,
                                            lenient=(id(names), name) in self.maybe_read)
+                    elif self.called(value):
+                        self.guard_function(self.spec.add(("key", d, name), words), value, words)
+
+    def called(self, value):
+        """Whether value is a Python function whose code the traced call ran."""
+        if type(value) is not types.FunctionType:
+            return False
+        if self.called_codes is None:
+            self.called_codes = {code for code, _ in self.codes}
+        return value.__code__ in self.called_codes
+
+    def guard_function(self, slot, fn, words):
+        """What a function the traced call ran (loaded at slot) holds besides
+        its identity, which a snapshot guards: its code, its defaults and
+        keyword defaults, and what its closure cells hold, so that a helper
+        changed in place after the trace (helper.__code__ = ...,
+        act.__defaults__ = (2.0,), a factory's nonlocal rebound by a
+        setter) is a miss. Values guard_value cannot follow are held by
+        identity."""
+        if id(fn) in self.functions_seen:
+            return
+        self.functions_seen.add(id(fn))
+        spec = self.spec
+        spec.add(("is", spec.add(("func", slot, "code"), f"{words}.__code__"), fn.__code__), f"{words}.__code__")
+        for field in ("defaults", "kwdefaults"):
+            value = getattr(fn, f"__{field}__")
+            self.guard_held(spec.add(("func", slot, field), f"{words}.__{field}__"), value, f"{words}.__{field}__")
+        if fn.__closure__:
+            cells = spec.add(("func", slot, "closure"), f"{words}.__closure__")
+            for k, cell in enumerate(fn.__closure__):
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # empty: the trace read nothing there
+                    continue
+                name = f"{words}'s closure variable {fn.__code__.co_freevars[k]}"
+                c = spec.add(("cell", spec.add(("item", cells, k), name)), name)
+                if self.called(value):
+                    self.guard_function(c, value, name)
+                else:
+                    self.guard_held(c, value, name)
+
+    def guard_held(self, slot, value, words):
+        """value (loaded at slot) by value where guard_value guards it so
+        without a problem (numbers, strings, None, immutable values, tuples
+        and dicts of them), else by identity; a container or object by
+        content as well (guard_content, leniently)."""
+        if _simple(value):
+            self.guard_value(slot, value, words)
+            return
+        self.spec.add(("is", slot, value), words)
+        if _content_guarded(value) and id(value) not in self.content_seen:
+            self.content_seen.add(id(value))
+            self.guard_content(slot, value, words, lenient=True)
 
     def guard_global_value(self, names, name, value, used_constants, read=True):
         """Adds global name (value) to names, the entries of its module's
@@ -732,6 +789,20 @@ def _by_value(value):
     t = type(value)
     return (t in _IMMUTABLE and t not in PRIMITIVES and t not in (torch.Size, frozenset)) or \
         isinstance(value, enum.Enum)
+
+
+def _simple(value, depth=0):
+    """Whether guard_value guards value by value, without a problem: a
+    number, string, None or other immutable value, or a tuple, or a dict
+    with string keys, of those."""
+    t = type(value)
+    if t in PRIMITIVES or _by_value(value):
+        return True
+    if depth < _MAX_DEPTH and t is tuple:
+        return all(_simple(v, depth + 1) for v in value)
+    if depth < _MAX_DEPTH and t is dict:
+        return all(type(k) is str and _simple(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _content_guarded(value):

@@ -431,6 +431,8 @@ class _Describer:
                 return ["jit", self.value(v.fn)]  # jit(module) made it
         if isinstance(v, (type, types.BuiltinFunctionType, types.ModuleType)):
             return ["obj", _name_ref(v)]
+        if t is types.CodeType:  # a helper's __code__ (_jit.guard_function): by what it does
+            return ["code", code_hash(v)]
         attrs = getattr(v, "__dict__", None)
         if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH:  # a config object, say: by its attributes
             self.depth += 1
@@ -494,6 +496,8 @@ def _matches(desc, v, live):
         return type(jf) is _C.JitFunction and _matches(desc[1], jf.fn, live)
     if kind == "obj":
         return v is _lookup(*desc[1])
+    if kind == "code":
+        return type(v) is types.CodeType and code_hash(v) == desc[1]
     if kind == "kind":
         return type(v).__module__ == desc[1] and type(v).__qualname__ == desc[2]
     if kind == "fn":
@@ -530,7 +534,7 @@ def _portable_spec(trace, upto, spec):
     describe = _Describer(trace.module_paths)
     for slot, inst in enumerate(spec[:upto]):
         kind = inst[0]
-        if kind in ("arg", "item", "key", "cell", "attrs", "len", "same"):
+        if kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same"):
             out.append(list(inst))
         elif kind == "const":
             out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])
@@ -641,6 +645,10 @@ def _live_spec(pspec, names, fn, args):
                 value = live[inst[1]].cell_contents
             elif kind == "attrs":
                 value = vars(live[inst[1]])
+            elif kind == "func":
+                if type(live[inst[1]]) is not types.FunctionType:
+                    raise Mismatch(f"{name}: no function")
+                value = getattr(live[inst[1]], f"__{inst[2]}__")
             elif kind == "const":
                 value = _resolve(inst[1], fn, live)
                 inst = ("const", value)

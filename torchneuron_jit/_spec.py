@@ -58,6 +58,8 @@ def load(spec, args, slot):
         return load(spec, args, inst[1]).cell_contents
     if kind == "attrs":
         return vars(load(spec, args, inst[1]))
+    if kind == "func":
+        return getattr(load(spec, args, inst[1]), f"__{inst[2]}__")
     parent = load(spec, args, inst[1])
     return parent[inst[2]]
 
@@ -117,6 +119,8 @@ def explain(spec, args, index):
         return f"{name}: missing"
     if kind == "attrs":
         return f"{name}: no attributes"
+    if kind == "func":
+        return f"{name}: no function"
     if kind == "sizes":
         dims = dict.fromkeys(size_dims(inst[1]))
         values = ", ".join(f"{spec.names[slot]} is {load(spec, args, slot)}" if d is None else

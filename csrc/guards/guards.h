@@ -19,6 +19,9 @@
 **   ("cell", s)                    load the contents of cell slot s; fails when empty
 **   ("attrs", s)                   load the instance dict of slot s (its __dict__);
 **                                  fails when it has none
+**   ("func", s, field)             load field "code", "defaults", "kwdefaults" or
+**                                  "closure" of Python function slot s (None where
+**                                  it has none); fails unless s is a function
 **   ("type", s, type)              Py_TYPE(slot s) is type, exactly
 **   ("is", s, obj)                 slot s is obj
 **   ("same", s, t)                 slot s is the object slot t loaded (the

@@ -12,13 +12,17 @@
 /* -- The program ------------------------------------------------------------ */
 
 enum {
-  G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS,             /* loads */
+  G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS, G_FUNC,     /* loads */
   G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, /* checks */
   G__COUNT
 };
 
+/* The fields of a function a "func" load reads (guards.h). */
+enum { FUNC_CODE, FUNC_DEFAULTS, FUNC_KWDEFAULTS, FUNC_CLOSURE, FUNC__COUNT };
+static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefaults", "closure"};
+
 static const char *const g_names[G__COUNT] = {
-  "arg", "item", "key", "const", "cell", "attrs", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
+  "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
   "same",
 };
 
@@ -122,8 +126,8 @@ static int slot_arg(PyObject *t, Py_ssize_t pos, const tn_ginst *prog, Py_ssize_
   Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, pos));
   if (s == -1 && PyErr_Occurred())
     return -1;
-  if (s < 0 || s >= i || prog[s].gi_op > G_ATTRS)
-    return bad(i, "a slot operand must name an earlier load (arg, item, key, const, cell, attrs)");
+  if (s < 0 || s >= i || prog[s].gi_op > G_FUNC)
+    return bad(i, "a slot operand must name an earlier load (arg, item, key, const, cell, attrs, func)");
   *out = s;
   return 0;
 }
@@ -216,7 +220,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -247,6 +251,11 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     return 0;
   PyObject *a = PyTuple_GET_ITEM(t, 2);
   switch (op) {
+  case G_FUNC:
+    for (g->gi_n = 0; g->gi_n < FUNC__COUNT; g->gi_n++)
+      if (PyUnicode_Check(a) && PyUnicode_CompareWithASCIIString(a, func_fields[g->gi_n]) == 0)
+        return 0;
+    return bad(i, "func reads code, defaults, kwdefaults or closure");
   case G_ITEM:
   case G_LEN:
     g->gi_n = PyLong_AsSsize_t(a);
@@ -464,6 +473,16 @@ static PyObject *instance_dict(PyObject *v)
   return *p && PyDict_Check(*p) ? *p : NULL;
 }
 
+/* Field k (FUNC_*) of function f, borrowed; None where it has none (no
+** defaults, no closure). */
+static PyObject *function_field(PyObject *f, Py_ssize_t k)
+{
+  PyObject *o = k == FUNC_CODE ? PyFunction_GET_CODE(f)
+    : k == FUNC_DEFAULTS ? PyFunction_GET_DEFAULTS(f)
+    : k == FUNC_KWDEFAULTS ? PyFunction_GET_KW_DEFAULTS(f) : PyFunction_GET_CLOSURE(f);
+  return o ? o : Py_None;
+}
+
 /* 1 when dict d (as many entries as keys) has keys in that order, 0 when
 ** not, -1 on error: code that iterates it sees that order. */
 static int keys_in_order(PyObject *d, PyObject *keys)
@@ -641,6 +660,10 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_ATTRS:
       slots[i] = instance_dict(v);
+      r = slots[i] != NULL;
+      break;
+    case G_FUNC:
+      slots[i] = PyFunction_Check(v) ? function_field(v, g->gi_n) : NULL;
       r = slots[i] != NULL;
       break;
     case G_TYPE:

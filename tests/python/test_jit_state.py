@@ -295,6 +295,66 @@ def _first_of_global_dict(x):
     return x * list(ORDERED.values())[0]
 
 
+def _scaler():
+    s = 1.0
+
+    def scale(x):
+        return x * s
+
+    def set_s(v):
+        nonlocal s
+        s = v
+
+    return scale, set_s
+
+
+SCALE_BY, SET_SCALE = _scaler()
+
+
+def _slope(x, slope=1.0, *, shift=0.0):
+    return x * slope + shift
+
+
+def _plus(x):
+    return x + 1
+
+
+_CODES = (_plus.__code__, (lambda x: x - 5).__code__)
+
+
+def _set_cell(i):
+    SET_SCALE(float(i))
+
+
+def _set_defaults(i):
+    _slope.__defaults__ = (float(i),)
+
+
+def _set_kwdefaults(i):
+    _slope.__kwdefaults__ = {"shift": float(i)}
+
+
+def _set_code(i):
+    _plus.__code__ = _CODES[i % 2]
+
+
+@pytest.mark.parametrize("f,change", [
+    (lambda x: SCALE_BY(x) + 1, _set_cell),
+    (lambda x: _slope(x), _set_defaults),
+    (lambda x: _slope(x, 2.0), _set_kwdefaults),
+    (lambda x: _plus(x) * 2, _set_code),
+], ids=["closure cell", "defaults", "kwdefaults", "code"])
+def test_a_helper_changed_in_place_is_a_miss(f, change):
+    """A helper the traced code calls, held by a global: the snapshot of
+    the globals held it by identity, so a factory's nonlocal set through a
+    setter, new defaults or a new __code__ replayed the first trace.
+    Now what it holds is guarded too (guard_function)."""
+    try:
+        _same_as_eager(f, change, lambda: None)
+    finally:
+        _set_cell(1), _set_defaults(1), _set_kwdefaults(0), _set_code(0)
+
+
 def test_a_dicts_key_order_is_guarded():
     """Code that iterates a dict sees its order: a dict argument and a
     global dict with the same keys in another order took the first

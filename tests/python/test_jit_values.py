@@ -316,3 +316,17 @@ def test_torch_compile_of_a_jitted_function_and_jit_of_a_compiled_one_answer(tmp
     done = subprocess.run([sys.executable, "-c", _BOTH_DOORS], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[3.0, 3.0]\n[4.0, 4.0]" in done.stdout, done.stdout
+
+
+def test_the_func_guard_loads_a_functions_fields():
+    def f(x, scale=2.0):
+        return x * scale
+
+    spec = [("arg", 0), ("func", 0, "code"), ("is", 1, f.__code__), ("func", 0, "defaults"), ("eq", 3, (2.0,)),
+            ("func", 0, "closure"), ("is", 5, None)]
+    assert torchneuron_jit._C.GuardSet(spec).check(f) == -1
+    f.__defaults__ = (3.0,)
+    assert torchneuron_jit._C.GuardSet(spec).check(f) == 4
+    assert torchneuron_jit._C.GuardSet(spec).check(len) == 1  # no Python function: the load fails, nothing raises
+    with pytest.raises(ValueError, match="func reads code"):
+        torchneuron_jit._C.GuardSet([("arg", 0), ("func", 0, "globals")])
