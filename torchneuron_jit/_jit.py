@@ -64,6 +64,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, tensor_distance
+from .graph import marked
 
 SUPPORTED_PYTHON = ((3, 11),)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -381,6 +382,8 @@ class _Trace:
             spec.add(("type", slot, t), name)
             spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
                       bool(value.requires_grad)), name)
+            if not marked(value):  # a compiled graph's kernels read memory: a marked tensor takes another path
+                spec.add(("plain", slot), name)
             first = self.tensor_slot.setdefault(id(value), slot)
             if first != slot:  # one tensor passed twice: the graph reads it once, for both
                 spec.add(("same", slot, first), name)
@@ -1159,7 +1162,8 @@ def _graph_of(trace, result):
             return ("in", input_ids[id(t)])
         if id(t) not in env:
             raise _NotCompilable("the result holds a tensor the traced code did not compute or receive")
-        base = _alias_of(t, [None if id(x) in literals else x for x in inputs])
+        # a view marked conjugate or negative (z.conj() returned) is no view of the input's values: the graph's
+        base = None if marked(t) else _alias_of(t, [None if id(x) in literals else x for x in inputs])
         if base is not None:
             # requires_grad as traced: a view that detach() made of an input that requires grad does not
             return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))

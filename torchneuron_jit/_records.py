@@ -534,7 +534,7 @@ def _portable_spec(trace, upto, spec):
     describe = _Describer(trace.module_paths)
     for slot, inst in enumerate(spec[:upto]):
         kind = inst[0]
-        if kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same"):
+        if kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same", "plain"):
             out.append(list(inst))
         elif kind == "const":
             out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])

@@ -137,6 +137,8 @@ def explain(spec, args, index):
         return f"{name}: {short(inst[2])} → {short(value)}"
     if kind == "same":
         return f"{name}: the same tensor as {spec.names[inst[2]]} → another"
+    if kind == "plain":
+        return f"{name}: marks plain → {'conjugate' if value.is_conj() else 'negative'} (a lazy view: x.conj())"
     if kind == "isweak":
         was = inst[2]()
         return f"{name}: {short(was) if was is not None else 'a module no longer alive'} → {short(value)}"

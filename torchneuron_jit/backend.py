@@ -72,7 +72,7 @@ _decompositions = [None, None]  # [operators registered when it was made, the ta
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 31
+ARTIFACT_FORMAT = 32
 
 
 def _torch_symbols(lib, *names):

@@ -226,6 +226,13 @@ def _fetch_attr(gm, target):
     return obj
 
 
+def marked(value):
+    """Whether value is a tensor marked conjugate or negative: a lazy view
+    (z.conj(), z.conj().imag) whose values are its memory's conjugate or
+    negation, which our kernels, reading memory, would not see."""
+    return isinstance(value, torch.Tensor) and (value.is_conj() or value.is_neg())
+
+
 def from_fx(gm, roles=None):
     """Imports an ATen-level FX GraphModule (or Graph) into a ``_C.Graph``.
 
@@ -310,6 +317,10 @@ def from_fx(gm, roles=None):
             in_table = alt is not None and _C.op_signature(alt)[0].count("T") <= sum(
                 tag == _C.ARG_TENSOR for tag, _ in args)
             name = alt if in_table else name
+        if in_table and any(marked(a.meta.get("val")) for a in node.all_input_nodes):
+            # a lazy conjugate or negative view (z.conj(), z.conj().imag): its values are not its memory,
+            # which our kernels read; PyTorch's op reads the mark
+            in_table = False
         if in_table:
             # arguments the op's signature does not take (a number only known at run time):
             # a fallback node, which PyTorch runs

@@ -48,6 +48,9 @@
 **                                  success, so a dict nobody wrote since is checked in
 **                                  O(1).
 **   ("call", fn, result)           fn() is result (e.g. torch.is_grad_enabled)
+**   ("plain", s)                   tensor slot s is marked neither conjugate nor
+**                                  negative (z.conj(), z.conj().imag: lazy views
+**                                  whose values are not their memory)
 **   ("sizes", prog)                a relation of dynamic sizes holds (s1 >= 2,
 **                                  s1 == s2): prog is a postfix program over
 **                                  int64 (a tuple of ints), each item an

@@ -13,7 +13,7 @@
 
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS, G_FUNC,     /* loads */
-  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, /* checks */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, /* checks */
   G__COUNT
 };
 
@@ -23,7 +23,7 @@ static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefa
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
-  "same",
+  "same", "plain",
 };
 
 /* A "sizes" program (guards.h): postfix over int64, one opcode per item,
@@ -53,7 +53,7 @@ struct tn_gset {
   tn_ginst *gs_inst;
 };
 
-static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu;
+static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu, *s_is_conj, *s_is_neg;
 
 static int strings_init(void)
 {
@@ -64,7 +64,9 @@ static int strings_init(void)
   s_stride = PyUnicode_InternFromString("stride");
   s_requires_grad = PyUnicode_InternFromString("requires_grad");
   s_is_cpu = PyUnicode_InternFromString("is_cpu");
-  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu ? 0 : -1;
+  s_is_conj = PyUnicode_InternFromString("is_conj");
+  s_is_neg = PyUnicode_InternFromString("is_neg");
+  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu && s_is_conj && s_is_neg ? 0 : -1;
 }
 
 static PyObject *g_absent;
@@ -220,7 +222,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -247,7 +249,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   }
   if (slot_arg(t, 1, prog, i, &g->gi_slot) < 0)
     return -1;
-  if (op == G_CELL || op == G_ATTRS)
+  if (op == G_CELL || op == G_ATTRS || op == G_PLAIN)
     return 0;
   PyObject *a = PyTuple_GET_ITEM(t, 2);
   switch (op) {
@@ -483,6 +485,24 @@ static PyObject *function_field(PyObject *f, Py_ssize_t k)
   return o ? o : Py_None;
 }
 
+/* 1 when tensor v is marked neither conjugate nor negative (a lazy view
+** such as z.conj() or its .imag, whose values are not its memory), 0 when
+** it is, -1 on error. */
+static int plain_ok(PyObject *v)
+{
+  PyObject *names[2] = {s_is_conj, s_is_neg};
+  for (int k = 0; k < 2; k++) {
+    PyObject *o = PyObject_CallMethodNoArgs(v, names[k]);
+    if (!o)
+      return -1;
+    int marked = o == Py_True;
+    Py_DECREF(o);
+    if (marked)
+      return 0;
+  }
+  return 1;
+}
+
 /* 1 when dict d (as many entries as keys) has keys in that order, 0 when
 ** not, -1 on error: code that iterates it sees that order. */
 static int keys_in_order(PyObject *d, PyObject *keys)
@@ -698,6 +718,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_SIZES:
       r = sizes_ok(g, slots);
+      break;
+    case G_PLAIN:
+      r = plain_ok(v);
       break;
     case G_CALL: {
       PyObject *res = PyObject_CallNoArgs(g->gi_obj);

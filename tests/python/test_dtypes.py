@@ -736,3 +736,38 @@ def test_weight_norm_gives_eagers_bits_through_both_doors(dtype):
         for door, f in (("neuron", torch.compile(copy.deepcopy(conv), backend="neuron")), ("jit", jitted)):
             for call in range(2):
                 torch.testing.assert_close(f(x), want, rtol=0, atol=0, msg=lambda m: f"{door} call {call}: {m}")
+
+
+# -- lazy conjugate and negative views ------------------------------------------------------------------------
+
+def _negative_view(n):
+    """A real tensor marked negative (is_neg(), as the imaginary part of a
+    conjugate view is), with a plain tensor's strides."""
+    return torch._neg_view(torch.randn(n))
+
+
+@pytest.mark.parametrize("door", ["neuron", "jit"])
+def test_a_lazy_conjugate_or_negative_view_gives_eagers_values(door):
+    """z.conj() marks a view conjugate, and its .imag is a real view marked
+    negative: their values are not their memory, which our kernels read.
+    A marked input, one made inside the graph and a marked result each
+    gave eager's values with the wrong sign (through both doors); and a
+    jit variant traced with a plain tensor took a marked one."""
+    def on_input(x):
+        return x.sin() * 2 + 1
+
+    def inside(z):
+        return z.conj().imag.sin() * 2 + 1
+
+    def returned(z):
+        return z.conj()
+
+    compile = torchneuron_jit.jit if door == "jit" else (lambda f: torch.compile(f, backend="neuron"))
+    f, g, h = compile(on_input), compile(inside), compile(returned)
+    for i in range(4):
+        x = _negative_view(6) if i % 2 else torch.randn(6)
+        assert x.is_neg() == bool(i % 2)
+        torch.testing.assert_close(f(x), on_input(x))
+        z = torch.randn(6, dtype=torch.complex64)
+        torch.testing.assert_close(g(z), inside(z))
+        torch.testing.assert_close(h(z).resolve_conj(), returned(z).resolve_conj())
