@@ -516,6 +516,23 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                       for t in ([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])]
         set_numbers = []
         for i, (k, attr, p) in enumerate(sets.sets):
+            if p[0] == "append":  # the objects the real call appended: the same classes and attributes
+                lst = vars(objects[k]).get(attr)
+                new = lst[len(lst) - len(p[1]):] if type(lst) is list and len(lst) >= len(p[1]) else []
+                if len(new) != len(p[1]) or any(type(o) is not cls or list(vars(o)) != [a for a, _ in attrs]
+                                                 for o, (cls, attrs) in zip(new, p[1])):
+                    raise Static(f"the symbolic trace appended other objects to {attr} of an argument object")
+                for j, (o, (_, attrs)) in enumerate(zip(new, p[1])):
+                    for n, (a, e) in enumerate(attrs):
+                        v = vars(o)[a]
+                        if e[0] == "out" and isinstance(v, torch.Tensor):
+                            leaves_out.append(v)
+                        elif e[0] == "const" and isinstance(v, torch.SymInt):  # a size: a graph output
+                            set_numbers.append(((i, j, n), v))
+                        elif e[0] != "const" or isinstance(v, (torch.Tensor, torch.SymFloat, torch.SymBool)) or \
+                                not same_value(v, e[1]):
+                            raise Static(f"the symbolic trace set {a} of an object it appended to another value")
+                continue
             v = vars(objects[k]).get(attr, _ABSENT)
             if p[0] == "out" and isinstance(v, torch.Tensor):
                 leaves_out.append(v)
@@ -536,9 +553,17 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             if isinstance(v, torch.SymInt):
                 numbers.append((leaf, path, len(leaves_out) + len(reads.sources) + len(sizes)))
                 sizes.append(v)
-        for i, v in set_numbers:
-            k, attr, _ = sets.sets[i]
-            new_sets[i] = (k, attr, ("out", len(leaves_out) + len(reads.sources) + len(sizes)))
+        for where, v in set_numbers:
+            out = ("out", len(leaves_out) + len(reads.sources) + len(sizes))
+            if isinstance(where, tuple):  # (set, appended object, attribute)
+                i, j, n = where
+                k, attr, (_, appended) = new_sets[i]
+                appended = [(cls, list(attrs)) for cls, attrs in appended]
+                appended[j][1][n] = (appended[j][1][n][0], out)
+                new_sets[i] = (k, attr, ("append", appended))
+            else:
+                k, attr, _ = new_sets[where]
+                new_sets[where] = (k, attr, out)
             sizes.append(v)
         return tuple(leaves_out) + tuple(reads.sources) + tuple(sizes)
 

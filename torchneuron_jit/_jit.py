@@ -211,6 +211,7 @@ class _Trace:
         self.object_parts = []  # (list or dict, its items as they were, words) inside those objects
         self.owned = set()  # ids of those objects and containers: check_writes leaves them to _graph_of
         self.inside_object = 0  # guard_value is guarding what such an object holds
+        self.list_owner = {}  # id of a list such an object's attribute holds -> (number in objects, attribute)
         self.arg_copies = {}  # id of an argument's object or container -> its copy in call_args (begin)
         self.called_codes = None  # the code objects the call ran (called), made when first asked
         self.functions_seen = set()  # ids of the functions guard_function has guarded
@@ -453,6 +454,8 @@ class _Trace:
         self.inside_object += 1
         try:
             for k, item in list(attrs.items()):
+                if type(item) is list:  # the call may append objects to it (a DynamicCache's layers)
+                    self.list_owner.setdefault(id(item), (len(self.objects) - 1, k))
                 self.guard_value(spec.add(("key", d, k), f"{name}.{k}"), item, f"{name}.{k}")
         finally:
             self.inside_object -= 1
@@ -1131,7 +1134,9 @@ def _graph_of(trace, result):
 
     leaves, treespec = _dynamic.result_leaves(result)
     object_sets = _object_sets(trace)
-    for leaf in leaves + [v for _, _, v in object_sets]:  # arguments returned or set as they are, used by no op
+    set_values = [x for _, _, v in object_sets for x in
+                  ([a for _, attrs in v for _, a in attrs] if isinstance(v, _Append) else [v])]
+    for leaf in leaves + set_values:  # arguments returned or set as they are, used by no op
         if isinstance(leaf, torch.Tensor) and id(leaf) in trace.tensor_slot and id(leaf) not in env:
             external(leaf)
     for func, args, kwargs, out in trace.recorder.ops:
@@ -1206,8 +1211,11 @@ def _graph_of(trace, result):
             raise _NotCompilable(f"the result holds a {type(leaf).__name__} holding tensors that cannot be copied "
                                  f"({type(exc).__name__}: {exc})") from None
         plan.append(("object", template, [(path, entry(t)) for path, t in held]))
-    sets = [(argument_object(k), attr, entry(v) if isinstance(v, torch.Tensor) else ("const", v))
-            for k, attr, v in object_sets]
+    def value(v):
+        return entry(v) if isinstance(v, torch.Tensor) else ("const", v)
+
+    sets = [(argument_object(k), attr, ("append", [(cls, [(a, value(x)) for a, x in attrs]) for cls, attrs in v])
+             if isinstance(v, _Append) else value(v)) for k, attr, v in object_sets]
     for node, value in scalar_sources:
         checks.append((len(outputs), value))
         outputs.append(node)
@@ -1249,13 +1257,43 @@ def _object_sets(trace):
                                      "compiled call would not (it sets tensors, numbers, strings and None again)")
             sets.append((k, attr, v))
     for container, items, name in trace.object_parts:
-        same = len(container) == len(items) and (
+        kept = len(container) >= len(items) and (
             all(a is b for a, b in zip(container, items)) if type(container) is list else
             list(container) == list(items) and all(container[key] is v for key, v in items.items()))
-        if not same:
+        new = _appended(trace, container, items) if kept and len(container) > len(items) else None
+        if new is not None:
+            sets.append((*trace.list_owner[id(container)], _Append(new)))
+        elif not kept or len(container) != len(items):
             raise _NotCompilable(f"it changes {name} during the call, which a compiled call would not (it sets "
-                                 "the attributes of objects again, not the items of lists and dicts they hold)")
+                                 "the attributes of objects again, and appends new objects of plain attributes "
+                                 "to a list an object's attribute holds, not other items of lists and dicts)")
     return sets
+
+
+class _Append(list):
+    """The objects a call appended to a list an argument object's attribute
+    holds, each (its class, [(attribute, value)]): a DynamicCache made
+    without a config appends its layers in its first call."""
+
+
+def _appended(trace, lst, items):
+    """[(class, [(attribute, value)])] of the objects list lst (an
+    argument object's attribute) has after its items as they were, or
+    None where a compiled call could not make them again: an object that
+    was there before, one that is no plain object (_dynamic.plain_object),
+    or an attribute that is no tensor, number, string, None or other value
+    guarded by value."""
+    if id(lst) not in trace.list_owner:
+        return None
+    out = []
+    for v in lst[len(items):]:
+        if id(v) in trace.owned or id(v) in trace.object_slot or not _dynamic.plain_object(v):
+            return None
+        attrs = list(vars(v).items())
+        if not all(type(a) in _TENSOR_TYPES or type(a) in PRIMITIVES or _by_value(a) for _, a in attrs):
+            return None
+        out.append((type(v), attrs))
+    return out
 
 
 def _alias_of(t, inputs):
@@ -1360,7 +1398,14 @@ class _Runner:
                 for i, k in self.writebacks:
                     inputs[i].copy_(outs[k])
         for k, attr, p in self.sets:  # as the traced call left them (a cache layer's keys and values)
-            vars(objects[k])[attr] = self._leaf(p, outs, inputs, objects)
+            if p[0] == "append":  # new objects at the end of a list (a DynamicCache's layers)
+                lst = vars(objects[k])[attr]
+                for cls, attrs in p[1]:
+                    new = object.__new__(cls)
+                    vars(new).update((a, self._leaf(e, outs, inputs, objects)) for a, e in attrs)
+                    lst.append(new)
+            else:
+                vars(objects[k])[attr] = self._leaf(p, outs, inputs, objects)
         if self.single is not None:
             return outs[self.single]
         return pytree.tree_unflatten([self._leaf(p, outs, inputs, objects) for p in self.plan], self.treespec)
@@ -1402,6 +1447,12 @@ def _path_spec(spec, slot, t):
         moved[s] = out.add(inst, spec.names[s], spec.paths.get(s))
     out.add(("type", moved[slot], t), spec.names[slot])
     return out
+
+
+def _settable(p):
+    """Whether a symbolic graph can set plan entry p on an object: a
+    computed tensor, or a value by value (a size among them)."""
+    return p[0] == "out" or p[0] == "const" and (type(p[1]) in PRIMITIVES or _by_value(p[1]))
 
 
 def _wrote_before(trace):
@@ -2072,7 +2123,7 @@ class _Tracer:
                      (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
             # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
-        elif not all(p[0] == "out" or p[0] == "const" and (type(p[1]) in PRIMITIVES or _by_value(p[1]))
+        elif not all(_settable(p) if p[0] != "append" else all(_settable(e) for _, attrs in p[1] for _, e in attrs)
                      for _, _, p in sets.sets):
             failed = [(dims, "it sets an argument object's attribute to an argument, a view of one or a value that "
                              "is not a computed tensor")]
@@ -2080,7 +2131,8 @@ class _Tracer:
             from .backend import decompositions
             tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
             outputs = sum(len(p[2]) if p[0] == "object" else p[0] == "out" for p in out_plan[1])
-            outputs += sum(p[0] == "out" for _, _, p in sets.sets)
+            outputs += sum(p[0] == "out" if p[0] != "append" else
+                           sum(e[0] == "out" for _, attrs in p[1] for _, e in attrs) for _, _, p in sets.sets)
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):
                 words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"
@@ -2240,8 +2292,7 @@ class _Tracer:
                 compiled = backend.compile_inference(_records.decode_graph(v["graph"]), inputs, eager=eager)
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
-                       [(k, attr, ("const", _records.set_value(p[1])) if p[0] == "const" else tuple(p))
-                        for k, attr, p in v["sets"]], v["objects"])
+                       [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"])
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that

@@ -970,7 +970,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
     for _, value in checks:
         if type(value) not in (bool, int, float):
             raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
-    sets = [[k, attr, ["const", _set_value(attr, p[1])] if p[0] == "const" else list(p)] for k, attr, p in sets]
+    sets = [[k, attr, _set_entry(attr, p)] for k, attr, p in sets]
     # a dynamic variant's graph (names: its own spec's) holds symbolic values, a float's without any "sizes" guard
     symbolic = names is not None or any(inst[0] == "sizes" for inst in pspec)
     record = {"spec": pspec, "names": list(trace.spec.names if names is None else names), "slots": list(slots),
@@ -993,13 +993,32 @@ def _set_value(attr, value):
     return desc
 
 
-def set_value(desc):
-    """The value _set_value described."""
-    if desc[0] == "device":
-        return torch.device(desc[1])
-    if desc[0] == "dtype":
-        return getattr(torch, desc[1])
-    return desc[1]
+def _set_entry(attr, p):
+    """The description of plan entry p of what a variant sets on an
+    argument object's attribute attr (_jit._Sets)."""
+    if p[0] == "const":
+        return ["const", _set_value(attr, p[1])]
+    if p[0] == "append":
+        return ["append", [[_name_ref(cls), [[a, _set_entry(a, e)] for a, e in attrs]] for cls, attrs in p[1]]]
+    return list(p)
+
+
+def set_entry(desc):
+    """The plan entry _set_entry described (raises Mismatch for a class
+    this process cannot find)."""
+    if desc[0] == "const":
+        value = desc[1]
+        return ("const", torch.device(value[1]) if value[0] == "device" else
+                getattr(torch, value[1]) if value[0] == "dtype" else value[1])
+    if desc[0] == "append":
+        out = []
+        for ref, attrs in desc[1]:
+            cls = _lookup(*ref)
+            if not isinstance(cls, type):
+                raise Mismatch(f"the class {'.'.join(ref)} of objects it appends is not loaded")
+            out.append((cls, [(a, set_entry(e)) for a, e in attrs]))
+        return ("append", out)
+    return tuple(desc)
 
 
 def record_id(record):

@@ -127,13 +127,38 @@ def test_what_the_call_sets_on_an_argument_object_a_compiled_call_sets():
     assert sum(v["hits"] for v in torchneuron_jit.explain(f).variants) >= 6
 
 
-def test_a_list_an_argument_object_holds_changed_by_the_call_runs_eagerly_with_one_warning():
-    """Items appended to a list the object holds (a DynamicCache made
-    without a config appends its layers) are no attribute a compiled call
-    sets: the variant runs eagerly, with words naming the list."""
+def test_objects_the_call_appends_to_an_argument_objects_list_a_compiled_call_appends():
+    """A DynamicCache made without a config appends its layers in its
+    first call (DynamicCache(), the manual decoding loop): a compiled call
+    appends new objects of the same class with the call's attributes. That
+    call ran eagerly."""
     def fill(x, cache):
-        cache.layers.append(Layer())
-        cache.layers[-1].keys = x * 2
+        for _ in range(2):
+            cache.layers.append(Layer())
+            cache.layers[-1].keys, cache.layers[-1].length = x * 2, x.shape[0]
+        return x + 1
+
+    f = torchneuron_jit.jit(fill)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 3, 5, 7, 4):
+            got_cache, want_cache = Cache(0), Cache(0)
+            x = torch.randn(n)
+            torch.testing.assert_close(f(x, got_cache), fill(x, want_cache))
+            assert len(got_cache.layers) == 2 and got_cache.layers[0] is not got_cache.layers[1]
+            for g, e in zip(got_cache.layers, want_cache.layers):
+                assert type(g) is Layer and list(vars(g)) == list(vars(e)) and g.length == e.length
+                torch.testing.assert_close(g.keys, e.keys)
+    assert our_warnings(caught) == [] and "eager" not in kinds(f)
+    assert sum(v["hits"] for v in torchneuron_jit.explain(f).variants) >= 2
+
+
+def test_a_list_an_argument_object_holds_changed_otherwise_runs_eagerly_with_one_warning():
+    """What a compiled call cannot do again to a list the object holds (an
+    item replaced, a number appended): the variant runs eagerly, with
+    words naming the list."""
+    def fill(x, cache):
+        cache.layers.append(x.shape[0])
         return x + 1
 
     f = torchneuron_jit.jit(fill)
@@ -143,7 +168,7 @@ def test_a_list_an_argument_object_holds_changed_by_the_call_runs_eagerly_with_o
             got_cache, want_cache = Cache(0), Cache(0)
             x = torch.randn(3)
             torch.testing.assert_close(f(x, got_cache), fill(x, want_cache))
-            torch.testing.assert_close(got_cache.layers[0].keys, want_cache.layers[0].keys)
+            assert got_cache.layers == want_cache.layers
     words = our_warnings(caught)
     assert len(words) == 1 and "it changes cache.layers during the call" in words[0], words
 

@@ -500,6 +500,10 @@ GENERATE = textwrap.dedent('''
         want = model.generate(ids, max_new_tokens=8, do_sample=False)
         torchneuron_jit.jit(model)
         got = model.generate(ids, max_new_tokens=8, do_sample=False)
+        # a loop of one's own: DynamicCache() appends its layers in the first call
+        cache, x = transformers.DynamicCache(), ids
+        for _ in range(3):
+            x = model(x, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
     assert torch.equal(got, want)
     st = torchneuron_jit.stats()
     print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
@@ -509,14 +513,15 @@ GENERATE = textwrap.dedent('''
 def test_a_generation_loops_variants_load_in_a_fresh_process(program):
     """generate() passes a DynamicCache (guarded by its attributes): its
     prefill, first step and dynamic variant are records a fresh process
-    loads. generate() notes a hash of the model's GenerationConfig on it
+    loads, and so is the prefill of a loop whose DynamicCache() appends its
+    layers. generate() notes a hash of the model's GenerationConfig on it
     (_original_object_hash, salted per process), which the records
     describe as any int: with its value no other process matched them."""
     pytest.importorskip("transformers")
     cold = program(source=GENERATE)
-    assert cold["traces"] == 3 and cold["trace_records_stored"] == 3, cold
+    assert cold["traces"] >= 4 and cold["trace_records_stored"] == cold["traces"], cold
     warm = program(source=GENERATE)
-    assert warm["traces"] == 0 and warm["traces_loaded"] == 3, warm
+    assert warm["traces"] == 0 and warm["traces_loaded"] == cold["traces"], warm
 
 
 @pytest.mark.long
