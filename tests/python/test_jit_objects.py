@@ -153,40 +153,35 @@ def test_objects_the_call_appends_to_an_argument_objects_list_a_compiled_call_ap
     assert sum(v["hits"] for v in torchneuron_jit.explain(f).variants) >= 2
 
 
-def test_a_list_an_argument_object_holds_changed_otherwise_runs_eagerly_with_one_warning():
-    """What a compiled call cannot do again to a list the object holds (an
-    item replaced, a number appended): the variant runs eagerly, with
-    words naming the list."""
-    def fill(x, cache):
-        cache.layers.append(x.shape[0])
-        return x + 1
+def _append_a_number(x, cache):
+    cache.layers.append(x.shape[0])
+    return x + 1
 
-    f = torchneuron_jit.jit(fill)
+
+def _set_a_list(x, s):
+    s.seen = [x.shape[0]]  # a new list on every call
+    return x * s.scale
+
+
+@pytest.mark.parametrize("f,make,words", [
+    (_append_a_number, lambda: Cache(0), "it changes cache.layers during the call"),
+    (_set_a_list, lambda: Settings(2.0, None), "it sets s.seen to a list during the call"),
+], ids=["a number appended to a list it holds", "an attribute set to a list"])
+def test_what_a_compiled_call_cannot_do_again_to_an_argument_object_runs_eagerly(f, make, words):
+    """What a compiled call cannot make again on an argument's object (a
+    list it holds changed otherwise than by new objects appended, an
+    attribute set to a new list): the variant runs eagerly, with one
+    warning naming the place."""
+    jf = torchneuron_jit.jit(f)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):
-            got_cache, want_cache = Cache(0), Cache(0)
+            got, want = make(), make()
             x = torch.randn(3)
-            torch.testing.assert_close(f(x, got_cache), fill(x, want_cache))
-            assert got_cache.layers == want_cache.layers
-    words = our_warnings(caught)
-    assert len(words) == 1 and "it changes cache.layers during the call" in words[0], words
-
-
-def test_an_attribute_set_to_a_value_no_compiled_call_makes_runs_eagerly():
-    def keep(x, s):
-        s.seen = [x.shape[0]]  # a new list on every call
-        return x * s.scale
-
-    f = torchneuron_jit.jit(keep)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        s, ref = Settings(2.0, None), Settings(2.0, None)
-        x = torch.randn(3)
-        torch.testing.assert_close(f(x, s), keep(x, ref))
-        assert s.seen == ref.seen
-    words = our_warnings(caught)
-    assert len(words) == 1 and "it sets s.seen to a list during the call" in words[0], words
+            torch.testing.assert_close(jf(x, got), f(x, want))
+            assert vars(got) == vars(want)
+    found = our_warnings(caught)
+    assert len(found) == 1 and words in found[0], found
 
 
 def test_the_attrs_guard_loads_an_objects_dict_and_fails_without_one():
