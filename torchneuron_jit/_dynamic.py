@@ -351,12 +351,14 @@ def rebuilt(template, items):
     return new
 
 
-def result_tensors(result):
+def result_tensors(result, skip=()):
     """The tensors of result in the order of a compiled call's outputs: its
-    pytree leaves, each that is no tensor as the tensors it holds."""
+    pytree leaves, each that is no tensor as the tensors it holds; leaves
+    whose id is in skip (the argument objects returned) left out."""
     out = []
     for leaf in result_leaves(result)[0]:
-        out.extend([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])
+        if id(leaf) not in skip:
+            out.extend([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])
     return out
 
 
@@ -512,8 +514,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         # from: as the real trace's graph returns them (its output plan is all "out", objects of them and the
         # argument objects themselves, its value checks index the rest)
         returned = {id(o) for o in objects}
-        leaves_out = [t for leaf in result_leaves(result)[0] if id(leaf) not in returned
-                      for t in ([leaf] if isinstance(leaf, torch.Tensor) else [t for _, t in held_tensors(leaf)])]
+        leaves_out = result_tensors(result, returned)
         set_numbers = []
         for i, (k, attr, p) in enumerate(sets.sets):
             if p[0] == "append":  # the objects the real call appended: the same classes and attributes
