@@ -513,10 +513,21 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         # the result's tensors, then what the code set on argument objects, then the tensors values were read
         # from: as the real trace's graph returns them (its output plan is all "out", objects of them and the
         # argument objects themselves, its value checks index the rest)
-        returned = {id(o) for o in objects}
+        # argument objects and arguments returned as they are: the runner's, no output of the graph
+        returned = {id(o) for o in objects} | {id(t) for t in tensors}
         leaves_out = result_tensors(result, returned)
         set_numbers = []
         for i, (k, attr, p) in enumerate(sets.sets):
+            if p[0] == "setitems":  # the items the real call set, with values of the same kinds
+                d = vars(objects[k]).get(attr)
+                for key, e in p[1]:
+                    v = d.get(key, _ABSENT) if type(d) is dict else _ABSENT
+                    if e[0] == "out" and isinstance(v, torch.Tensor):
+                        leaves_out.append(v)
+                    elif e[0] != "const" or isinstance(v, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)) \
+                            or not same_value(v, e[1]):
+                        raise Static(f"the symbolic trace set {attr}[{key!r}] of an argument object otherwise")
+                continue
             if p[0] == "append":  # the objects the real call appended: the same classes and attributes
                 lst = vars(objects[k]).get(attr)
                 new = lst[len(lst) - len(p[1]):] if type(lst) is list and len(lst) >= len(p[1]) else []

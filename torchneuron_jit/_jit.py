@@ -36,7 +36,9 @@ that runs eagerly, with one warning naming the reason.
 """
 import atexit
 import builtins
+import collections
 import copy
+import dataclasses
 import dis
 import enum
 import functools
@@ -419,6 +421,18 @@ class _Trace:
             spec.add(("is", slot, value), name)
         elif _dynamic.plain_object(value):
             self.guard_object(slot, value, name)
+        elif _model_output(value):
+            # a transformers ModelOutput (encoder_outputs of an encoder-decoder's generate()): an OrderedDict
+            # and a dataclass, read as either; its items as a dict's, in order, and its attributes as an object's
+            spec.add(("type", slot, t), name)
+            spec.add(("len", slot, len(value), tuple(value)), name)
+            for k, item in value.items():
+                self.guard_value(spec.add(("key", slot, k), f"{name}[{k!r}]"), item, f"{name}[{k!r}]")
+            attrs = vars(value)
+            d = spec.add(("attrs", slot), f"{name}.__dict__")
+            spec.add(("len", d, len(attrs), tuple(attrs)), f"{name}'s attributes")
+            for k, item in list(attrs.items()):
+                self.guard_value(spec.add(("key", d, k), f"{name}.{k}"), item, f"{name}.{k}")
         else:
             spec.add(("type", slot, t), name)
             self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
@@ -452,10 +466,11 @@ class _Trace:
         self.objects.append((slot, value, dict(attrs), name))
         self.owned.add(id(value))
         self.inside_object += 1
+        number = len(self.objects) - 1  # the objects it holds come after it
         try:
             for k, item in list(attrs.items()):
-                if type(item) is list:  # the call may append objects to it (a DynamicCache's layers)
-                    self.list_owner.setdefault(id(item), (len(self.objects) - 1, k))
+                if type(item) in (list, dict):  # the call may append objects to it (a DynamicCache's layers)
+                    self.list_owner.setdefault(id(item), (number, k))  # or set items
                 self.guard_value(spec.add(("key", d, k), f"{name}.{k}"), item, f"{name}.{k}")
         finally:
             self.inside_object -= 1
@@ -780,6 +795,13 @@ _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.d
 # what torch itself notes on a tensor for TorchDynamo (a transformers StaticCache's tensors are marked static
 # addresses), which no model code reads: the tensors a compiled call makes go without it
 _TORCH_MARKS = frozenset(("_dynamo_static_input_type",))
+
+
+def _model_output(value):
+    """Whether value is an OrderedDict that is a dataclass too, with
+    string keys (transformers' ModelOutput): pytree flattens it as a dict."""
+    return isinstance(value, collections.OrderedDict) and dataclasses.is_dataclass(value) and \
+        all(type(k) is str for k in value) and isinstance(getattr(value, "__dict__", None), dict)
 
 
 def _user_attributes(t):
@@ -1135,7 +1157,8 @@ def _graph_of(trace, result):
     leaves, treespec = _dynamic.result_leaves(result)
     object_sets = _object_sets(trace)
     set_values = [x for _, _, v in object_sets for x in
-                  ([a for _, attrs in v for _, a in attrs] if isinstance(v, _Append) else [v])]
+                  ([a for _, attrs in v for _, a in attrs] if isinstance(v, _Append) else
+                   [a for _, a in v] if isinstance(v, _SetItems) else [v])]
     for leaf in leaves + set_values:  # arguments returned or set as they are, used by no op
         if isinstance(leaf, torch.Tensor) and id(leaf) in trace.tensor_slot and id(leaf) not in env:
             external(leaf)
@@ -1215,7 +1238,8 @@ def _graph_of(trace, result):
         return entry(v) if isinstance(v, torch.Tensor) else ("const", v)
 
     sets = [(argument_object(k), attr, ("append", [(cls, [(a, value(x)) for a, x in attrs]) for cls, attrs in v])
-             if isinstance(v, _Append) else value(v)) for k, attr, v in object_sets]
+             if isinstance(v, _Append) else ("setitems", [(key, value(x)) for key, x in v])
+             if isinstance(v, _SetItems) else value(v)) for k, attr, v in object_sets]
     for node, value in scalar_sources:
         checks.append((len(outputs), value))
         outputs.append(node)
@@ -1252,7 +1276,7 @@ def _object_sets(trace):
         for attr, v in now.items():
             if attr in before and v is before[attr]:
                 continue
-            if not (type(v) in _TENSOR_TYPES or type(v) in PRIMITIVES or _by_value(v)):
+            if not _settable_value(v):
                 raise _NotCompilable(f"it sets {name}.{attr} to a {type(v).__name__} during the call, which a "
                                      "compiled call would not (it sets tensors, numbers, strings and None again)")
             sets.append((k, attr, v))
@@ -1260,6 +1284,12 @@ def _object_sets(trace):
         kept = len(container) >= len(items) and (
             all(a is b for a, b in zip(container, items)) if type(container) is list else
             list(container) == list(items) and all(container[key] is v for key, v in items.items()))
+        if type(container) is dict:
+            new = _items_set(trace, container, items)
+            if new:
+                sets.append((*trace.list_owner[id(container)], _SetItems(new)))
+            if new is not None:
+                continue
         new = _appended(trace, container, items) if kept and len(container) > len(items) else None
         if new is not None:
             sets.append((*trace.list_owner[id(container)], _Append(new)))
@@ -1276,6 +1306,30 @@ class _Append(list):
     without a config appends its layers in its first call."""
 
 
+class _SetItems(list):
+    """The items a call set in a dict an argument object's attribute holds,
+    [(key, value)]: an EncoderDecoderCache notes each layer's cross-attention
+    cache is filled (is_updated[layer] = True)."""
+
+
+def _settable_value(v):
+    """Whether a compiled call sets v again as the traced call did: a
+    tensor (an output), or a number, string, None or other value by value."""
+    return type(v) in _TENSOR_TYPES or type(v) in PRIMITIVES or _by_value(v)
+
+
+def _items_set(trace, d, items):
+    """[(key, value)] of the items dict d (an argument object's attribute)
+    has that differ from its items as they were (new keys after the old
+    ones, in order), or None where a compiled call could not set them
+    again (a key deleted or moved, a value it cannot set, a dict no
+    attribute holds)."""
+    if id(d) not in trace.list_owner or list(d)[:len(items)] != list(items):
+        return None
+    out = [(k, v) for k, v in d.items() if k not in items or v is not items[k]]
+    return out if all(type(k) in (str, int) and _settable_value(v) for k, v in out) else None
+
+
 def _appended(trace, lst, items):
     """[(class, [(attribute, value)])] of the objects list lst (an
     argument object's attribute) has after its items as they were, or
@@ -1283,14 +1337,14 @@ def _appended(trace, lst, items):
     was there before, one that is no plain object (_dynamic.plain_object),
     or an attribute that is no tensor, number, string, None or other value
     guarded by value."""
-    if id(lst) not in trace.list_owner:
+    if id(lst) not in trace.list_owner or type(lst) is not list:
         return None
     out = []
     for v in lst[len(items):]:
         if id(v) in trace.owned or id(v) in trace.object_slot or not _dynamic.plain_object(v):
             return None
         attrs = list(vars(v).items())
-        if not all(type(a) in _TENSOR_TYPES or type(a) in PRIMITIVES or _by_value(a) for _, a in attrs):
+        if not all(_settable_value(a) for _, a in attrs):
             return None
         out.append((type(v), attrs))
     return out
@@ -1404,6 +1458,10 @@ class _Runner:
                     new = object.__new__(cls)
                     vars(new).update((a, self._leaf(e, outs, inputs, objects)) for a, e in attrs)
                     lst.append(new)
+            elif p[0] == "setitems":  # items of a dict (an EncoderDecoderCache's is_updated)
+                d = vars(objects[k])[attr]
+                for key, e in p[1]:
+                    d[key] = self._leaf(e, outs, inputs, objects)
             else:
                 vars(objects[k])[attr] = self._leaf(p, outs, inputs, objects)
         if self.single is not None:
@@ -1557,6 +1615,10 @@ class _Build:
                 compiled = backend.compile_inference(sym.fgm, sym.examples)
             _C.stat_add("dynamic_traces")
             out_plan = _with_numbers(out_plan, sym.numbers)
+            # an argument returned as it is (an encoder-decoder's encoder_last_hidden_state): its place among
+            # the symbolic graph's inputs
+            moved = {id(t): j for j, t in enumerate(sym.examples)}
+            out_plan = (out_plan[0], [("in", moved[id(inputs[p[1]])]) if p[0] == "in" else p for p in out_plan[1]])
             runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects))
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
@@ -2119,19 +2181,21 @@ class _Tracer:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
         elif any(isinstance(value, torch.Tensor) for _, value in checks):
             failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
-        elif not all(p[0] in ("out", "obj") or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
+        elif not all(p[0] in ("out", "obj", "in") or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
                      (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
             # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
-        elif not all(_settable(p) if p[0] != "append" else all(_settable(e) for _, attrs in p[1] for _, e in attrs)
-                     for _, _, p in sets.sets):
+        elif not all(_settable(p) if p[0] not in ("append", "setitems") else
+                     all(_settable(e) for _, e in p[1]) if p[0] == "setitems" else
+                     all(_settable(e) for _, attrs in p[1] for _, e in attrs) for _, _, p in sets.sets):
             failed = [(dims, "it sets an argument object's attribute to an argument, a view of one or a value that "
                              "is not a computed tensor")]
         else:
             from .backend import decompositions
             tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
             outputs = sum(len(p[2]) if p[0] == "object" else p[0] == "out" for p in out_plan[1])
-            outputs += sum(p[0] == "out" if p[0] != "append" else
+            outputs += sum(p[0] == "out" if p[0] not in ("append", "setitems") else
+                           sum(e[0] == "out" for _, e in p[1]) if p[0] == "setitems" else
                            sum(e[0] == "out" for _, attrs in p[1] for _, e in attrs) for _, _, p in sets.sets)
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):

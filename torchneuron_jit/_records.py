@@ -1000,6 +1000,8 @@ def _set_entry(attr, p):
         return ["const", _set_value(attr, p[1])]
     if p[0] == "append":
         return ["append", [[_name_ref(cls), [[a, _set_entry(a, e)] for a, e in attrs]] for cls, attrs in p[1]]]
+    if p[0] == "setitems":
+        return ["setitems", [[key, _set_entry(str(key), e)] for key, e in p[1]]]
     return list(p)
 
 
@@ -1018,6 +1020,8 @@ def set_entry(desc):
                 raise Mismatch(f"the class {'.'.join(ref)} of objects it appends is not loaded")
             out.append((cls, [(a, set_entry(e)) for a, e in attrs]))
         return ("append", out)
+    if desc[0] == "setitems":
+        return ("setitems", [(key, set_entry(e)) for key, e in desc[1]])
     return tuple(desc)
 
 

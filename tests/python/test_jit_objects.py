@@ -205,6 +205,15 @@ def _causal_lm(name):
     if name == "gpt2":
         model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
             n_layer=2, n_embd=64, n_head=4, vocab_size=500, pad_token_id=0, bos_token_id=1, eos_token_id=2))
+    elif name == "bart":  # an encoder-decoder: encoder_outputs (a ModelOutput), an EncoderDecoderCache
+        model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+            encoder_layers=2, decoder_layers=2, d_model=64, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=500, pad_token_id=0, bos_token_id=1,
+            eos_token_id=2, decoder_start_token_id=2))
+    elif name == "t5":
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            num_layers=2, d_model=64, num_heads=4, d_ff=128, d_kv=16, vocab_size=500, pad_token_id=0,
+            eos_token_id=2, decoder_start_token_id=0))
     elif name == "mistral":  # a sliding window shorter than the prompt: its layers keep their length
         model = transformers.MistralForCausalLM(transformers.MistralConfig(
             num_key_value_heads=2, sliding_window=6, **common))
@@ -218,11 +227,14 @@ def _causal_lm(name):
     ("gpt2", {}),
     ("mistral", {}),
     ("llama", {"cache_implementation": "static"}),  # its tensors carry torch's mark for TorchDynamo
+    ("bart", {}),
+    ("t5", {}),
     ("llama", {"do_sample": True, "top_k": 20}),
 ])
 def test_generate_through_jit_compiles_its_steps_and_gives_eagers_tokens(name, options):
     """Before, generate() ran every step eagerly ("kwargs['cache'] is a
-    DynamicCache"). Now the prefill, the first step and one dynamic
+    DynamicCache"; an encoder-decoder's "kwargs['encoder_outputs'] is a
+    BaseModelOutput"). Now the prefill, the first step and one dynamic
     variant for the growing cache are compiled; every later step hits."""
     model = _causal_lm(name)
     ref = copy.deepcopy(model)
@@ -230,7 +242,7 @@ def test_generate_through_jit_compiles_its_steps_and_gives_eagers_tokens(name, o
     ids = torch.randint(3, 500, (2, 9))
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding
-    settings = {"max_new_tokens": 10, "pad_token_id": 0, "do_sample": False, **options}
+    settings = {"max_new_tokens": 10, "min_new_tokens": 10, "pad_token_id": 0, "do_sample": False, **options}
     before = traces()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
