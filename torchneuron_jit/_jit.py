@@ -1507,6 +1507,16 @@ def _path_spec(spec, slot, t):
     return out
 
 
+def _set_entries(p):
+    """The plan entries of the values a set (_Sets) makes: its own, the
+    items' it sets, or the attributes' of the objects it appends."""
+    if p[0] == "setitems":
+        return [e for _, e in p[1]]
+    if p[0] == "append":
+        return [e for _, attrs in p[1] for _, e in attrs]
+    return [p]
+
+
 def _settable(p):
     """Whether a symbolic graph can set plan entry p on an object: a
     computed tensor, or a value by value (a size among them)."""
@@ -2185,18 +2195,14 @@ class _Tracer:
                      (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
             # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
-        elif not all(_settable(p) if p[0] not in ("append", "setitems") else
-                     all(_settable(e) for _, e in p[1]) if p[0] == "setitems" else
-                     all(_settable(e) for _, attrs in p[1] for _, e in attrs) for _, _, p in sets.sets):
+        elif not all(_settable(e) for _, _, p in sets.sets for e in _set_entries(p)):
             failed = [(dims, "it sets an argument object's attribute to an argument, a view of one or a value that "
                              "is not a computed tensor")]
         else:
             from .backend import decompositions
             tensors = {slot: ds for slot, ds in dims.items() if None not in ds}
             outputs = sum(len(p[2]) if p[0] == "object" else p[0] == "out" for p in out_plan[1])
-            outputs += sum(p[0] == "out" if p[0] not in ("append", "setitems") else
-                           sum(e[0] == "out" for _, e in p[1]) if p[0] == "setitems" else
-                           sum(e[0] == "out" for _, attrs in p[1] for _, e in attrs) for _, _, p in sets.sets)
+            outputs += sum(e[0] == "out" for _, _, p in sets.sets for e in _set_entries(p))
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):
                 words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"
