@@ -1314,5 +1314,7 @@ def test_a_function_compiled_before_jit_is_used_runs_beside_an_fx_trace():
     thread when imported after torch."""
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-c", _COMPILED_BEFORE_JIT], capture_output=True, text=True, timeout=300)
+    from conftest import REPO  # the package is importable from the repository root, whatever pytest's directory
+    r = subprocess.run([sys.executable, "-c", _COMPILED_BEFORE_JIT], cwd=str(REPO), capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
