@@ -425,14 +425,9 @@ class _Trace:
             # a transformers ModelOutput (encoder_outputs of an encoder-decoder's generate()): an OrderedDict
             # and a dataclass, read as either; its items as a dict's, in order, and its attributes as an object's
             spec.add(("type", slot, t), name)
-            spec.add(("len", slot, len(value), tuple(value)), name)
-            for k, item in value.items():
-                self.guard_value(spec.add(("key", slot, k), f"{name}[{k!r}]"), item, f"{name}[{k!r}]")
-            attrs = vars(value)
-            d = spec.add(("attrs", slot), f"{name}.__dict__")
-            spec.add(("len", d, len(attrs), tuple(attrs)), f"{name}'s attributes")
-            for k, item in list(attrs.items()):
-                self.guard_value(spec.add(("key", d, k), f"{name}.{k}"), item, f"{name}.{k}")
+            self.guard_entries(slot, value, name, lambda k: f"{name}[{k!r}]")
+            self.guard_entries(spec.add(("attrs", slot), f"{name}.__dict__"), vars(value), f"{name}'s attributes",
+                               lambda k: f"{name}.{k}")
         else:
             spec.add(("type", slot, t), name)
             self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
@@ -461,19 +456,25 @@ class _Trace:
             return
         self.guard_classes(t)
         attrs = vars(value)
-        d = spec.add(("attrs", slot), f"{name}.__dict__")
-        spec.add(("len", d, len(attrs), tuple(attrs)), f"{name}'s attributes")
         self.objects.append((slot, value, dict(attrs), name))
         self.owned.add(id(value))
+        for k, item in attrs.items():
+            if type(item) in (list, dict):  # the call may append objects to it (a DynamicCache's layers)
+                self.list_owner.setdefault(id(item), (len(self.objects) - 1, k))  # or set items
         self.inside_object += 1
-        number = len(self.objects) - 1  # the objects it holds come after it
         try:
-            for k, item in list(attrs.items()):
-                if type(item) in (list, dict):  # the call may append objects to it (a DynamicCache's layers)
-                    self.list_owner.setdefault(id(item), (number, k))  # or set items
-                self.guard_value(spec.add(("key", d, k), f"{name}.{k}"), item, f"{name}.{k}")
+            self.guard_entries(spec.add(("attrs", slot), f"{name}.__dict__"), attrs, f"{name}'s attributes",
+                               lambda k: f"{name}.{k}")
         finally:
             self.inside_object -= 1
+
+    def guard_entries(self, slot, entries, name, words):
+        """The keys of dict entries (loaded at slot), in order (code may
+        iterate it), and each value as an argument's (words(key) names it)."""
+        spec = self.spec
+        spec.add(("len", slot, len(entries), tuple(entries)), name)
+        for k, item in list(entries.items()):
+            self.guard_value(spec.add(("key", slot, k), words(k)), item, words(k))
 
     def own(self, container, items, name):
         """Notes a list or dict inside an argument object, as it is: the
