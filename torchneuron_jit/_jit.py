@@ -211,6 +211,7 @@ class _Trace:
         self.objects = []
         self.object_slot = {}  # id(object) -> the slot that loads it first
         self.object_parts = []  # (list or dict, its items as they were, words) inside those objects
+        self.part_slot = {}  # id of such a list or dict -> the slot that loads it first
         self.owned = set()  # ids of those objects and containers: check_writes leaves them to _graph_of
         self.inside_object = 0  # guard_value is guarding what such an object holds
         self.list_owner = {}  # id of a list such an object's attribute holds -> (number in objects, attribute)
@@ -399,14 +400,14 @@ class _Trace:
             spec.add(("type", slot, t), name)
             spec.add(("len", slot, len(value)), name)
             if t is list and self.inside_object:  # the call may append to it
-                self.own(value, list(value), name)
+                self.own(value, list(value), name, slot)
             for k, item in enumerate(value):
                 self.guard_value(spec.add(("item", slot, k), f"{name}[{k}]"), item, f"{name}[{k}]")
         elif t is dict:
             spec.add(("type", slot, t), name)
             spec.add(("len", slot, len(value), tuple(value)), name)  # in order: code may iterate it
             if self.inside_object:
-                self.own(value, dict(value), name)
+                self.own(value, dict(value), name, slot)
             for k, item in value.items():
                 if type(k) not in (str, int):
                     self.problems.append(f"{name} has a key of type {type(k).__name__}")
@@ -476,12 +477,27 @@ class _Trace:
         for k, item in list(entries.items()):
             self.guard_value(spec.add(("key", slot, k), words(k)), item, words(k))
 
-    def own(self, container, items, name):
-        """Notes a list or dict inside an argument object, as it is: the
-        call may not change it (_graph_of)."""
+    def own(self, container, items, name, slot):
+        """Notes a list or dict inside an argument object (loaded at slot),
+        as it is: the call may not change it (_graph_of). One reached
+        twice is guarded to be one again."""
+        first = self.part_slot.setdefault(id(container), slot)
+        if first != slot:
+            self.spec.add(("same", slot, first), name)
         if id(container) not in self.owned:
             self.owned.add(id(container))
             self.object_parts.append((container, items, name))
+
+    def guard_distinct(self):
+        """Guards the argument objects, and the lists and dicts they hold,
+        to be as many different ones as in the trace: where the call sets
+        an attribute of one, a call that passes it twice (or shares a
+        layer between two caches) reads at the other place what the first
+        set, where the traced call read the value from before."""
+        slots = sorted([slot for slot, _, _, _ in self.objects] + list(self.part_slot.values()))
+        if len(slots) > 1:
+            self.spec.add(("distinct", tuple(slots)), "the argument objects the call sets attributes on, "
+                          "and the others")
 
     def guard_module(self, module, name, slot):
         """Guards module (loaded at slot) and its submodules: their dicts as
@@ -2151,6 +2167,8 @@ class _Tracer:
         if disabled:
             raise _NotCompilable(f"it calls {', '.join(disabled)}, marked by torchneuron_jit.disable")
         graph, inputs, constants, out_plan, checks, sets = _graph_of(trace, result)
+        if sets.sets:
+            trace.guard_distinct()
         trace.guard_globals(constants)
         trace.guard_closure()
         if trace.problems:

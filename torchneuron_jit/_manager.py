@@ -30,7 +30,7 @@ import re
 import types
 import weakref
 
-from . import _C, _log, config
+from . import _C, _log, _spec, config
 
 _HISTORY = 256  # events kept per site
 
@@ -275,7 +275,9 @@ def _guard_words(spec):
         elif kind == "isweak":
             out.append(f"{name}: the same module")
         elif kind == "same":
-            out.append(f"{name}: the same tensor as {spec.names[inst[2]]}")
+            out.append(f"{name}: the same {_spec.held_kind(spec, inst[1])} as {spec.names[inst[2]]}")
+        elif kind == "distinct":
+            out.append(f"{', '.join(spec.names[slot] for slot in inst[1])}: different objects")
         elif kind == "len":
             out.append(f"{name}: length {inst[2]}")
     if snapshots:

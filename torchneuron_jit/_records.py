@@ -49,13 +49,15 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 from . import _C, cache
 from ._spec import Spec, entry_name, explain, same_value, shadowed
 
-FORMAT = 7  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 8  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
 #               of 4 returned a shared literal, or took two arguments for one;
 #            6: the builtins the code reads are guarded absent from its module's globals (["absent"]);
 #            7: argument objects guarded by their attributes ("attrs"), and what the call sets on them ("sets")
+#            8: the objects a call sets attributes on are guarded distinct from the others ("distinct"): a
+#               record of 7 read one object passed twice as two
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -550,8 +552,8 @@ def _portable_spec(trace, upto, spec):
         elif kind == "tensor":
             out.append(["tensor", inst[1], _torch_name(inst[2]), list(inst[3]),
                         None if inst[4] is None else list(inst[4]), inst[5]])
-        elif kind == "sizes":
-            out.append(["sizes", list(inst[1])])
+        elif kind in ("sizes", "distinct"):
+            out.append([kind, list(inst[1])])
         elif kind == "dict":
             if any(type(k) not in (str, int) for k in inst[2]):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
@@ -665,8 +667,8 @@ def _live_spec(pspec, names, fn, args):
             elif kind == "tensor":
                 inst = ("tensor", inst[1], getattr(torch, inst[2]), tuple(inst[3]),
                         None if inst[4] is None else tuple(inst[4]), inst[5])
-            elif kind == "sizes":
-                inst = ("sizes", tuple(inst[1]))
+            elif kind in ("sizes", "distinct"):
+                inst = (kind, tuple(inst[1]))
             elif kind == "dict":
                 d = live[inst[1]]
                 values = []

@@ -64,6 +64,16 @@ def load(spec, args, slot):
     return parent[inst[2]]
 
 
+def held_kind(spec, slot):
+    """What slot of spec holds, in a word: "tensor", "list", "dict" or
+    "object", read off its type guard."""
+    for inst in spec:
+        if inst[0] == "type" and inst[1] == slot:
+            t = inst[2]
+            return "tensor" if issubclass(t, torch.Tensor) else t.__name__ if t in (list, dict) else "object"
+    return "object"
+
+
 def tensor_distance(spec, args, index):
     """How many of dtype, requires_grad, rank, sizes and strides differ at a
     failing tensor guard (0 for other guards)."""
@@ -130,13 +140,20 @@ def explain(spec, args, index):
         def word(v):
             return ("on" if v else "off") if isinstance(v, bool) else str(v).removeprefix("torch.")
         return f"{name}: {word(inst[2])} → {word(inst[1]())}"
+    if kind == "distinct":
+        seen = {}
+        for slot in inst[1]:
+            other = seen.setdefault(id(load(spec, args, slot)), slot)
+            if other != slot:
+                return f"{spec.names[slot]}: another {held_kind(spec, slot)} than {spec.names[other]} → {spec.names[other]} itself"
+        return f"{name}: different objects → the same"
     value = load(spec, args, inst[1])
     if kind == "type":
         return f"{name}: type {inst[2].__name__} → {type(value).__name__}"
     if kind == "is":
         return f"{name}: {short(inst[2])} → {short(value)}"
     if kind == "same":
-        return f"{name}: the same tensor as {spec.names[inst[2]]} → another"
+        return f"{name}: the same {held_kind(spec, inst[1])} as {spec.names[inst[2]]} → another"
     if kind == "plain":
         return f"{name}: marks plain → {'conjugate' if value.is_conj() else 'negative'} (a lazy view: x.conj())"
     if kind == "isweak":

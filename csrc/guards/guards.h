@@ -48,6 +48,9 @@
 **                                  success, so a dict nobody wrote since is checked in
 **                                  O(1).
 **   ("call", fn, result)           fn() is result (e.g. torch.is_grad_enabled)
+**   ("distinct", (s, t, ...))      the slots hold different objects (argument
+**                                  objects a call sets attributes on: one
+**                                  passed twice reads what the other set)
 **   ("plain", s)                   tensor slot s is marked neither conjugate nor
 **                                  negative (z.conj(), z.conj().imag: lazy views
 **                                  whose values are not their memory)

@@ -7,13 +7,14 @@
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* -- The program ------------------------------------------------------------ */
 
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS, G_FUNC,     /* loads */
-  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, /* checks */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, G_DISTINCT, /* checks */
   G__COUNT
 };
 
@@ -23,7 +24,7 @@ static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefa
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
-  "same", "plain",
+  "same", "plain", "distinct",
 };
 
 /* A "sizes" program (guards.h): postfix over int64, one opcode per item,
@@ -211,6 +212,25 @@ static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_
   return depth == 1 ? 0 : bad(i, "sizes: the program must leave one value");
 }
 
+/* Reads a "distinct" guard's slots (a tuple of at least two earlier
+** loads) into g. */
+static int build_distinct(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_t i)
+{
+  if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) < 2)
+    return bad(i, "distinct needs a tuple of two or more slots");
+  g->gi_n = PyTuple_GET_SIZE(p);
+  if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)g->gi_n))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  if (int_tuple(p, g->gi_n, g->gi_ints, i, 0) < 0)
+    return -1;
+  for (Py_ssize_t k = 0; k < g->gi_n; k++)
+    if (g->gi_ints[k] < 0 || g->gi_ints[k] >= i || prog[g->gi_ints[k]].gi_op > G_FUNC)
+      return bad(i, "distinct: each slot must name an earlier load (arg, item, key, const, cell, attrs, func)");
+  return 0;
+}
+
 static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
 {
   tn_ginst *g = &prog[i];
@@ -222,7 +242,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -244,6 +264,8 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     return PyCallable_Check(g->gi_obj) ? 0 : bad(i, "call needs a callable");
   case G_SIZES:
     return build_sizes(prog, g, PyTuple_GET_ITEM(t, 1), i);
+  case G_DISTINCT:
+    return build_distinct(prog, g, PyTuple_GET_ITEM(t, 1), i);
   default:
     break;
   }
@@ -644,6 +666,40 @@ static int sizes_ok(const tn_ginst *g, PyObject *const *slots)
   return st[0] != 0;
 }
 
+static int pointer_order(const void *a, const void *b)
+{
+  uintptr_t x = (uintptr_t)*(PyObject *const *)a, y = (uintptr_t)*(PyObject *const *)b;
+  return (x > y) - (x < y);
+}
+
+/* 1 when the objects the slots of a "distinct" guard loaded are n
+** different objects, 0 when two are one, -1 (MemoryError) when a long
+** list could not be sorted. */
+static int distinct_ok(const tn_ginst *g, PyObject *const *slots)
+{
+  enum { PAIRWISE = 32 };  /* up to this many, every pair is compared; past it, a sorted copy */
+  if (g->gi_n <= PAIRWISE) {
+    for (Py_ssize_t a = 1; a < g->gi_n; a++)
+      for (Py_ssize_t b = 0; b < a; b++)
+        if (slots[g->gi_ints[a]] == slots[g->gi_ints[b]])
+          return 0;
+    return 1;
+  }
+  PyObject **sorted = PyMem_Malloc(sizeof(PyObject *) * (size_t)g->gi_n);
+  if (!sorted) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t k = 0; k < g->gi_n; k++)
+    sorted[k] = slots[g->gi_ints[k]];
+  qsort(sorted, (size_t)g->gi_n, sizeof *sorted, pointer_order);
+  int r = 1;
+  for (Py_ssize_t k = 1; k < g->gi_n && r; k++)
+    r = sorted[k] != sorted[k - 1];
+  PyMem_Free(sorted);
+  return r;
+}
+
 Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs, PyObject **slots)
 {
   for (Py_ssize_t i = 0; i < gs->gs_n; i++) {
@@ -721,6 +777,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_PLAIN:
       r = plain_ok(v);
+      break;
+    case G_DISTINCT:
+      r = distinct_ok(g, slots);
       break;
     case G_CALL: {
       PyObject *res = PyObject_CallNoArgs(g->gi_obj);

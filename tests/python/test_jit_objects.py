@@ -153,6 +153,62 @@ def test_objects_the_call_appends_to_an_argument_objects_list_a_compiled_call_ap
     assert sum(v["hits"] for v in torchneuron_jit.explain(f).variants) >= 2
 
 
+def _bump_then_read(a, b):
+    a.v = a.v + 1  # a set: the compiled call sets it again
+    return b.v * 2
+
+
+def _bump_a_shared_layer(a, b):
+    a.layers[0].length += 3
+    return b.layers[0].length * torch.ones(2)
+
+
+def _bump_then_count(a, b):
+    a.layers.append(Layer())  # appended again by the compiled call
+    return torch.full((2,), float(len(b.layers)))
+
+
+def _holder(v):
+    s = Settings(None, None)
+    s.v = v
+    return s
+
+
+@pytest.mark.parametrize("f,distinct,same,words", [
+    (_bump_then_read, lambda: (_holder(torch.ones(2)), _holder(torch.ones(2))),
+     lambda: (lambda s: (s, s))(_holder(torch.ones(2))), "b: last another object than a → a itself"),
+    (_bump_a_shared_layer, lambda: (Cache(1), Cache(1)),
+     lambda: (lambda c, d: (d.layers.__setitem__(0, c.layers[0]), (c, d))[1])(Cache(1), Cache(1)),
+     "b.layers[0]: last another object than a.layers[0] → a.layers[0] itself"),
+    (_bump_then_count, lambda: (Cache(1), Cache(1)),
+     lambda: (lambda c, d: (setattr(d, "layers", c.layers), (c, d))[1])(Cache(1), Cache(1)),
+     "b.layers: last another list than a.layers → a.layers itself"),
+], ids=["one object twice", "a layer two caches share", "a list two caches share"])
+def test_an_object_the_call_sets_and_also_reads_at_another_place_is_not_read_as_two(f, distinct, same, words):
+    """f(s, s) where the call sets s.v and then reads the other
+    argument's v: eager reads what it set. A variant traced with two
+    objects read the other's value from before the call, and one traced
+    with one object read it for both: the objects, layers and lists a
+    call sets on are guarded to be as many as traced (a miss, not
+    another answer), both ways round."""
+    for first, then in ((distinct, same), (same, distinct)):
+        jf = torchneuron_jit.jit(f)
+        with config.patch(compile_blocking=True), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for make in (first, first, then, then, first):
+                got, want = make(), make()
+                torch.testing.assert_close(jf(*got), f(*want))
+                for g, w in zip(got, want):
+                    if hasattr(w, "v"):
+                        torch.testing.assert_close(g.v, w.v)
+                    else:
+                        assert [vars(x).get("length") for x in g.layers] == [vars(x).get("length") for x in w.layers]
+        assert our_warnings(caught) == [] and kinds(jf) == ["compiled", "compiled"], str(torchneuron_jit.explain(jf))
+        report = str(torchneuron_jit.explain(jf))
+        if first is distinct:
+            assert words in report, report
+
+
 def _append_a_number(x, cache):
     cache.layers.append(x.shape[0])
     return x + 1
@@ -193,6 +249,19 @@ def test_the_attrs_guard_loads_an_objects_dict_and_fails_without_one():
     assert _C.GuardSet(spec).check(5) == 1  # an int has no __dict__: the load fails, nothing raises
     with pytest.raises(ValueError, match="earlier load"):
         _C.GuardSet([("arg", 0), ("type", 0, int), ("attrs", 1)])
+
+
+@pytest.mark.parametrize("n", [3, 40], ids=["pairs compared", "a sorted copy"])
+def test_the_distinct_guard_fails_where_two_slots_hold_one_object(n):
+    objects = [Settings(k, None) for k in range(n)]
+    spec = [("arg", 0)] + [("item", 0, k) for k in range(n)] + [("distinct", tuple(range(1, n + 1)))]
+    assert _C.GuardSet(spec).check(objects) == -1
+    for a, b in ((0, n - 1), (n - 1, 1)):
+        assert _C.GuardSet(spec).check(objects[:b] + [objects[a]] + objects[b + 1:]) == n + 1
+    with pytest.raises(ValueError, match="two or more slots"):
+        _C.GuardSet([("arg", 0), ("distinct", (0,))])
+    with pytest.raises(ValueError, match="earlier load"):
+        _C.GuardSet([("arg", 0), ("type", 0, list), ("distinct", (0, 1))])
 
 
 # -- transformers' generate() ------------------------------------------------------------------------------------
