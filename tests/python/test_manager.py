@@ -264,6 +264,25 @@ def test_explain_of_a_torch_compile_model_shows_dynamos_entries_their_graphs_and
     assert "<table>" in e._repr_html_()
 
 
+def test_explains_timeline_plot_leaves_the_users_matplotlib_backend_as_it_was(run_python):
+    """A notebook's inline backend stays in use after explain() drew its
+    timeline: before, _repr_html_ called matplotlib.use("Agg"), so the
+    user's next plt.show() drew nothing."""
+    pytest.importorskip("matplotlib")
+    out = run_python("-c", """if True:
+        import sys, matplotlib
+        matplotlib.use("svg")  # the user's backend
+        import torch, torchneuron_jit
+        f = torchneuron_jit.jit(lambda x: x * 2)
+        for n in range(3, 9):
+            f(torch.randn(n))
+        html = torchneuron_jit.explain(f)._repr_html_()
+        print("<img" in html, matplotlib.get_backend(), "matplotlib.pyplot" in sys.modules)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "svg", "False"], out.stdout
+
+
 def test_explain_of_a_torch_compile_function_says_which_graphs_run_eagerly_and_why():
     torch._dynamo.reset()
 
