@@ -2169,6 +2169,8 @@ class _Tracer:
         graph, inputs, constants, out_plan, checks, sets = _graph_of(trace, result)
         if sets.sets:
             trace.guard_distinct()
+            if _jf_of(trace) is not None:
+                _manager.sets(_jf_of(trace), [f"{trace.objects[k][3]}.{attr}" for k, attr, _ in sets.sets])
         trace.guard_globals(constants)
         trace.guard_closure()
         if trace.problems:

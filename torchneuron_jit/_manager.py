@@ -51,6 +51,7 @@ class Site:
         self.warned = set()
         self.static = {}                        # (argument, dimension) -> why it stays static
         self.dynamic = set()                    # (argument, dimension) made dynamic
+        self.set_by_call = set()                # argument objects' attributes the calls set ("s.name")
 
 
 def where(fn):
@@ -180,6 +181,10 @@ def storm_words(jf, s, key):
         return f"{s.where}: a relation of sizes keeps failing ({seen}); each side traces its own variant"
     if key.endswith(": dtype") or key.endswith(": rank") or key.endswith(": strides"):
         return f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); each one is a variant of its own"
+    if key in s.set_by_call:
+        return (f"{s.where}: {key} changes {often} ({seen}): each call sets it, and the next call's variant is "
+                "chosen by it, so every value is a variant of its own; keep what the function carries from one "
+                "call to the next in a tensor, or an int (a size, made dynamic), not in a value it branches on")
     if "." in key.split(":")[0]:
         return (f"{s.where}: {key} changes {often}, set from outside between calls ({seen}); pass it as an "
                 "argument, or keep it fixed while serving")
@@ -197,6 +202,12 @@ def _read_at(fn, name):
                 return f" (read at {code.co_filename}:{line})"
         todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
     return ""
+
+
+def sets(jf, names):
+    """Notes the argument objects' attributes (in words: "s.name") a traced
+    call of jf set: a storm on one of them is the function's own doing."""
+    site(jf).set_by_call.update(names)
 
 
 def may_trace(jf):

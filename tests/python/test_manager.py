@@ -80,6 +80,33 @@ def test_a_module_attribute_set_between_calls():
     assert "self.scale changes on every call, set from outside between calls" in words[0], words
 
 
+class _Named:
+    def __init__(self):
+        self.name = ""
+
+
+def _grow(x, s):
+    s.name = s.name + "x"  # the call's own doing: the next call reads what this one set
+    return x * len(s.name)
+
+
+def test_an_argument_objects_attribute_the_call_sets_on_every_call_is_named_as_the_calls_doing():
+    """The words said "set from outside between calls" for an attribute
+    the function itself sets on its argument object; now they say the
+    call sets it, and what to do."""
+    jf = torchneuron_jit.jit(_grow)
+    s, want = _Named(), _Named()
+    with warnings.catch_warnings(record=True) as w, config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for _ in range(6):
+            x = torch.randn(3)
+            torch.testing.assert_close(jf(x, s), _grow(x, want))
+            assert s.name == want.name
+    words = storm_warnings(w)
+    assert len(words) == 1 and "s.name changes on every call ('' → 'x', 'x' → 'xx'" in words[0], words
+    assert "each call sets it" in words[0] and "from outside" not in words[0], words
+
+
 def test_sizes_that_stay_static_are_explained():
     def g(x):
         return x[x > 0] * 2  # data-dependent: every variant runs eagerly
