@@ -188,6 +188,44 @@ class _Scalars(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _Shadows(TorchDispatchMode):
+    """Keeps the symbolic trace from writing the real tensors the code
+    reaches (a module's buffer, a global): an op on real tensors alone runs
+    for real under a fake mode, so self.count.add_(1) would count the trace
+    as a call. The first write to such a tensor goes to a copy of it, and
+    every op after reads the copy in its place; real_of maps the copy back
+    to the real tensor, which the graph takes as an input."""
+
+    def __init__(self):
+        super().__init__()
+        self.copy_of, self.real_of = {}, {}
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        kwargs = kwargs or {}
+        if self.copy_of:
+            args, kwargs = pytree.tree_map_only(torch.Tensor, lambda t: self.copy_of.get(id(t), t), (args, kwargs))
+        if func._schema.is_mutable:
+            args = list(args)
+            for i, a in enumerate(func._schema.arguments):
+                if a.alias_info is None or not a.alias_info.is_write:
+                    continue
+                t = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
+                if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor) or id(t) in self.real_of:
+                    continue
+                if t._is_view():  # its base would not see the copy's writes
+                    raise Static("the code writes a view of a tensor it does not take as an argument")
+                with torch._C._DisableTorchDispatch():
+                    copy = t.clone()
+                self.copy_of[id(t)], self.real_of[id(copy)] = copy, t
+                if i < len(args) and not a.kwarg_only:
+                    args[i] = copy
+                else:
+                    kwargs[a.name] = copy
+        return func(*args, **kwargs)
+
+
 def _mutates(gm):
     """Whether graph gm has an op that writes one of its operands (an
     in-place op, copy_, an out= variant): it then needs functionalize."""
@@ -505,7 +543,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             _set_at(values[k], steps, tensors[i])
         objects = [copies[id(obj)] for obj in set_objects]
         reads = _Scalars(scalars)
-        with reads:
+        with shadows, reads:
             result = frame_call(trace.fn, pytree.tree_unflatten(values, treespec))
         if reads.sources and len(reads.sources) != len(scalars):
             # a library took another path for fake tensors, and it still read some: which ones is unknown
@@ -580,6 +618,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         return tuple(leaves_out) + tuple(reads.sources) + tuple(sizes)
 
     checks = []  # (graph output, the value read there): none when the code read none of fake tensors
+    shadows = _Shadows()
     numbers = []  # (result leaf, path, graph output) of the sizes its objects hold
     new_sets = list(sets.sets)  # with the sizes the code set on argument objects as graph outputs
 
@@ -595,12 +634,18 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     inputs = list(fakes)
     graph = gm.graph
     last = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    placeholder_of = {}
     for node in list(graph.nodes):
         if node.op != "get_attr":
             continue
         t = getattr(gm, node.target)
         if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor):
             raise Static(f"the symbolic graph holds a {type(t).__name__} constant")
+        t = shadows.real_of.get(id(t), t)  # the copy a write went to: the tensor itself
+        if id(t) in placeholder_of:  # one input per tensor: its reads see its writes
+            node.replace_all_uses_with(placeholder_of[id(t)])
+            graph.erase_node(node)
+            continue
         # a tensor of the real trace (a parameter, a global), or one the traced code made
         # (torch.tensor(...)): an input either way, loaded by the guards, as the static graph's are
         with graph.inserting_after(last):
@@ -609,6 +654,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             last.meta["val"] = mode.from_tensor(t, static_shapes=True)
         node.replace_all_uses_with(last)
         graph.erase_node(node)
+        placeholder_of[id(t)] = last
         inputs.append(last.meta["val"])
         slots.append(trace.tensor_slot.get(id(t), t))  # a tensor: the caller gives it a slot
         examples.append(t)

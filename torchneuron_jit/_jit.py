@@ -1450,8 +1450,9 @@ class _Runner:
         # a side exit runs the call again: the numbers the graph drew (torch.rand) are drawn again, as eager's
         rng = torch.get_rng_state() if self.checks else None
         if self.writebacks:
-            # inputs that share memory (views of one another): eager's order of reads and writes matters
-            storages = [x.untyped_storage().data_ptr() for x in inputs]
+            # inputs that share memory (views of one another): eager's order of reads and writes matters;
+            # a symbolic variant's inputs hold its sizes and numbers too
+            storages = [x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)]
             if len(set(storages)) != len(storages):
                 return _C.SIDE_EXIT
         outs = self.compiled(list(inputs))

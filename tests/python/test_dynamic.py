@@ -207,6 +207,83 @@ def test_module_with_mutated_buffer_writes_back():
         torch.testing.assert_close(m.total, ref.total)
 
 
+_COUNT = torch.zeros(3)
+
+
+class _Writes(torch.nn.Module):
+    """Writes of a buffer and a global that are no argument, each a way
+    the symbolic trace's fake mode would run for real."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.register_buffer("buf", torch.zeros(4))
+
+    def forward(self, x):
+        if self.kind == "counter":
+            self.buf.add_(1)
+            return x + self.buf
+        if self.kind == "global":
+            _COUNT.mul_(2).add_(1)
+            return x * _COUNT.sum()
+        if self.kind == "view read after the write":
+            v = self.buf[1:3]
+            self.buf.add_(1)
+            return x + v.sum()
+        if self.kind == "out=":
+            torch.add(self.buf, 2, out=self.buf)
+            return x - self.buf.mean()
+        if self.kind == "value read":  # each call a value of its own: a variant each, each once
+            self.buf.add_(1)
+            return x * int(self.buf[0].item())
+        self.buf.zero_()  # "written from a size"
+        self.buf += x.shape[-1]
+        return x + self.buf.sum()
+
+
+@pytest.mark.parametrize("kind", ["counter", "global", "view read after the write", "out=", "value read",
+                                  "written from a size"])
+def test_a_write_to_a_buffer_or_a_global_is_made_once_when_sizes_change(kind):
+    """The symbolic trace of a call whose size is new runs the code over
+    fake tensors, but a tensor it reaches that is no argument is real: an
+    op on real tensors alone ran for real there, so a counter counted the
+    trace as a call (and the dynamic variant read what the trace wrote)."""
+    m, ref = _Writes(kind), _Writes(kind)
+    torchneuron_jit.jit(m)
+    _COUNT.zero_()
+    for n in [5, 6, 7, 5, 9, 12, 6]:
+        x = torch.arange(float(n * 4)).view(n, 4)
+        before = _COUNT.clone()
+        want = ref(x)
+        after, _ = _COUNT.clone(), _COUNT.copy_(before)
+        torch.testing.assert_close(m(x), want, msg=lambda text: f"size {n}: {text}")
+        torch.testing.assert_close(m.buf, ref.buf, msg=lambda text: f"size {n}: {text}")
+        torch.testing.assert_close(_COUNT, after, msg=lambda text: f"size {n}: {text}")
+    if kind != "value read":
+        assert "dynamic sizes" in str(torchneuron_jit.explain(m))
+
+
+def test_an_in_place_write_of_an_argument_with_a_number_that_changes():
+    """A variant symbolic in a number writes back its tensor arguments:
+    the inputs it checks for shared memory hold the number too."""
+    def add(x, s):
+        x.add_(s)
+        return x.sum()
+
+    def setitem(x, i):
+        x[i] = 5.0
+        return x.sum()
+
+    for fn, values in ((add, [0.5, 1.5, 2.5, 3.5, 0.25]), (add, [2, 3, 4, 5]), (setitem, [2, 3, 3, 2])):
+        jf = torchneuron_jit.jit(type(fn)(fn.__code__, fn.__globals__))  # a new function: no values seen
+        before = traces()
+        for v in values:
+            want, x = torch.arange(8.0).view(4, 2), torch.arange(8.0).view(4, 2)
+            torch.testing.assert_close(jf(x, v), fn(want, v))
+            torch.testing.assert_close(x, want)
+        assert traces() - before == 2, torchneuron_jit.explain(jf)  # the value first traced, then any value
+
+
 def test_transformer_encoder_variable_batch_and_length():
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
