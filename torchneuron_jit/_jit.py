@@ -1211,7 +1211,17 @@ def _graph_of(trace, result):
         base = None if marked(t) else _alias_of(t, [None if id(x) in literals else x for x in inputs])
         if base is not None:
             # requires_grad as traced: a view that detach() made of an input that requires grad does not
-            return ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))
+            view = ("view", base, tuple(t.shape), tuple(t.stride()), t.storage_offset(), bool(t.requires_grad))
+            if t.dtype != inputs[base].dtype:  # x.view(torch.int32), view_as_real(z): the input's bytes read as t's
+                view += (str(t.dtype).removeprefix("torch."),)
+                try:
+                    same = _rebuilt_view(view, inputs).data_ptr() == t.data_ptr()
+                except RuntimeError:
+                    same = False
+                if not same:
+                    raise _NotCompilable(f"it returns a {t.dtype} view of an argument that no view of its "
+                                         f"{inputs[base].dtype} elements makes")
+            return view
         if _user_attributes(t):  # r.tag = ...: Python attributes the call set on a tensor it returns
             raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(_user_attributes(t))}) "
                                  "that a compiled call would not set")
@@ -1415,6 +1425,18 @@ def _same_bytes(a, b):
     return torch.equal(a.detach().contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
 
 
+def _rebuilt_view(p, inputs):
+    """The view plan entry p ("view", input, sizes, strides, offset,
+    requires_grad[, dtype name]) describes, of this call's inputs."""
+    x = inputs[p[1]]
+    if len(p) > 6:  # the input's bytes as another dtype: sizes, strides and offset count its elements
+        x = x.view(getattr(torch, p[6]))
+    view = x.as_strided(p[2], p[3], p[4])
+    if len(p) > 5 and view.requires_grad != p[5]:  # x.detach(), or x.detach().requires_grad_()
+        view = view.detach().requires_grad_(p[5])
+    return view
+
+
 class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
@@ -1497,10 +1519,7 @@ class _Runner:
         if kind == "obj":  # an argument's object, as the call left it
             return objects[p[1]]
         if kind == "view":
-            view = inputs[p[1]].as_strided(p[2], p[3], p[4])
-            if len(p) > 5 and view.requires_grad != p[5]:  # x.detach(), or x.detach().requires_grad_()
-                view = view.detach().requires_grad_(p[5])
-            return view
+            return _rebuilt_view(p, inputs)
         if kind == "object":
             return _dynamic.rebuilt(p[1], [(path, cls._leaf(e, outs, inputs)) for path, e in p[2]])
         # a value the traced call returned: a mutable one (a set) is the caller's to change, as each eager call's is

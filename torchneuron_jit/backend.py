@@ -1014,7 +1014,7 @@ def _collapse_views(graph):
         if len(chain) < 2 or not isinstance(base, torch.fx.Node) or not _dense_result(base):
             continue
         out, src = static_val(node), static_val(base)
-        if src is None or src.storage_offset() != 0:
+        if src is None or src.storage_offset() != 0 or src.dtype != out.dtype:  # x.view(torch.int32): bits
             continue
         _replace_by_call(graph, node, aten.as_strided.default,
                          (base, list(out.shape), list(out.stride()), out.storage_offset()))

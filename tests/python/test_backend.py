@@ -234,6 +234,23 @@ def test_view_chains_over_computed_tensors_become_one_as_strided(capsys):
     assert out[1].shape == (10, 3, 32) and out[1].stride() == want[1].stride()
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_a_view_as_another_dtype_is_not_collapsed_into_as_strided(dtype):
+    """x.view(torch.int32) reads x's bytes as int32: as_strided over the
+    float32 result kept its dtype (float values where eager has bits) or
+    went past its storage for a smaller element."""
+    def bits(x):
+        return (x * 2).view(dtype).view(-1, 2), ((x * 1).view(torch.int32) & 0x7FFFFFFF).view(torch.float32) + 0
+
+    x = torch.randn(8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # not the eager answer after a failed step: the graph's own
+        want = bits(x)
+        got = torch.compile(bits, backend="neuron")(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w), (g, w)
+
+
 def test_views_of_inputs_and_dynamic_shapes_stay_views(capsys):
     def f(x):
         return x.view(4, 6).t().reshape(24) * 2  # over a graph input: its offset is the caller's

@@ -233,6 +233,26 @@ def test_item_value_guard():
     assert _jit.entries(f) == 3 and f(x, torch.tensor(0)) is x
 
 
+@pytest.mark.parametrize("fn, x", [
+    (lambda x: torch.view_as_real(x), torch.randn(4, dtype=torch.complex64)),
+    (lambda x: x.view(torch.int32)[1:], torch.randn(4)),
+    (lambda x: x.view(torch.uint8), torch.randn(4)),
+    (lambda x: torch.view_as_complex(x), torch.randn(4, 2)),
+    (lambda x: (x.t().view(torch.int32), x[1:].view(torch.int16)), torch.randn(4, 2)),
+], ids=["view_as_real", "view int32", "view uint8", "view_as_complex", "transposed and offset"])
+def test_a_view_of_an_argument_as_another_dtype_is_returned_as_eager_does(fn, x):
+    """A returned view of an argument is rebuilt on each call's argument:
+    as_strided on the argument's own dtype read other elements (past its
+    storage for a smaller element, float values where eager has bits)."""
+    jf = torchneuron_jit.jit(fn)
+    for _ in range(3):
+        want, got = fn(x), jf(x)
+        for w, g in zip(*(v if isinstance(v, tuple) else (v,) for v in (want, got))):
+            assert g.dtype == w.dtype and g.stride() == w.stride() and torch.equal(g, w), (g, w)
+            assert g.data_ptr() == w.data_ptr()  # a view of the argument, as eager's
+    assert _jit.entries(jf) == 1
+
+
 def test_in_place_mutation_of_an_input():
     @torchneuron_jit.jit
     def f(x, y):
