@@ -122,6 +122,7 @@ _VALUE_READERS = {torch.Tensor.__repr__.__code__: "__repr__", torch.Tensor.__for
 _RNG_WRITERS = {torch.random.manual_seed.__code__: "torch.manual_seed", torch.random.seed.__code__: "torch.seed",
                 torch.random.set_rng_state.__code__: "torch.set_rng_state"}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(__file__) + os.sep
 # A pseudo-op of the recorder's: the traced code read the values of its argument (tolist(), str()), which its result
 # is a copy of
 _VALUES = "values read"
@@ -241,6 +242,12 @@ class _Trace:
             where = f" at {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""
             self.writes.append(f"it calls {_RNG_WRITERS[frame.f_code]}{where}, which a compiled call would skip "
                                "(its random ops would draw on from the caller's generator: seed before the call)")
+        if event in ("call", "c_call"):  # torch.get_num_threads(): guarded at the value the trace read
+            name = _STATE_READS.get(frame.f_code if event == "call" else arg)  # a C function hashes by identity
+            caller = frame.f_back if event == "call" else frame
+            if name is not None and name not in self.state and \
+                    (caller is None or not caller.f_code.co_filename.startswith(_OWN_DIR)):  # our recorder's
+                self.state[name] = _records.state_reader(name)()
         if (event == "call" and frame.f_code in _VALUE_READERS) or \
                 (event == "c_call" and type(getattr(arg, "__self__", None)) in _TENSOR_TYPES):
             self.note_value_read(frame, event, arg)
@@ -349,6 +356,7 @@ class _Trace:
         and to closure variables the call does not own, with file and line.
         A compiled call would skip each of them."""
         now = _records.read_state()
+        now.update((name, _records.state_reader(name)()) for name in self.state.keys() - now.keys())
         for name in now.keys() | self.state.keys():  # torch.set_grad_enabled(False) left set by the call
             if now.get(name) != self.state.get(name):
                 self.writes.append(f"it sets torch's {name} ({self.state.get(name)} → {now.get(name)}) during the "
@@ -1052,10 +1060,14 @@ def _rebindings(codes):
     return out
 
 
+# the READ_STATE readers by what the profile hook sees of them: a Python function's code, a C function itself
+_STATE_READS = {getattr(read, "__code__", read): name for name, read in _records.READ_STATE.items()}
+
 # non-torch sources of values: the files of their Python code, and the modules of their C functions
 _OUTSIDE_FILES = {os._Environ.__getitem__.__code__.co_filename: "os", random.Random.randint.__code__.co_filename:
                   "random", uuid.uuid4.__code__.co_filename: "uuid", secrets.token_bytes.__code__.co_filename:
                   "secrets"}
+_RNG_STATE_CODE = torch.random.get_rng_state.__code__
 _OUTSIDE_MODULES = ("random", "_random", "time", "datetime", "_datetime", "uuid", "_uuid", "secrets", "numpy.random",
                     "posix")
 
@@ -1099,6 +1111,8 @@ def _outside_globals(codes):
 def _outside_code(code):
     """What Python function of a non-torch source code is (os.environ[...],
     random.Random.randint()), or None."""
+    if code is _RNG_STATE_CODE:  # a tensor of the generator's state, which each random op moves on
+        return "torch.get_rng_state()"
     mod = _OUTSIDE_FILES.get(code.co_filename)
     if mod is None:
         return None
@@ -2161,7 +2175,7 @@ class _Tracer:
             for i, a in enumerate(trace.args):
                 spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")
         for name, value in trace.state.items():
-            spec.add(("call", _records.STATE[name], value), name)
+            spec.add(("call", _records.state_reader(name), value), name)
         try:
             with _compile_lock:
                 build = self._prepare(trace, result)

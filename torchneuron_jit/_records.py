@@ -76,6 +76,19 @@ STATE = {
 }
 
 
+# torch's process state that traced code may read through torch's functions (torch.get_num_threads()): a
+# compiled call would answer the traced value, so each one the trace called is guarded, by the call's words
+READ_STATE = {f"torch.{read.__name__}()": read for read in (
+    torch.get_num_threads, torch.get_num_interop_threads, torch.are_deterministic_algorithms_enabled,
+    torch.is_deterministic_algorithms_warn_only_enabled, torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
+    torch.get_float32_matmul_precision, torch.initial_seed, torch.is_inference_mode_enabled)}
+
+
+def state_reader(name):
+    """The function that reads the state STATE or READ_STATE names name (KeyError for another name)."""
+    return STATE[name] if name in STATE else READ_STATE[name]
+
+
 def read_state():
     """The STATE a trace beginning now depends on, by name: all of it, but
     the autocast dtype only under autocast (a guard fewer on every call)."""
@@ -560,7 +573,7 @@ def _portable_spec(trace, upto, spec):
             lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
             out.append(["dict", inst[1], list(inst[2]),
                         [["absent"] if v is _C.GUARD_ABSENT else describe.value(v, lenient) for v in inst[3]], inst[4]])
-        elif kind == "call" and STATE.get(spec.names[slot]) is inst[1]:
+        elif kind == "call" and (STATE.get(spec.names[slot]) or READ_STATE.get(spec.names[slot])) is inst[1]:
             out.append(["state", describe.value(inst[2])])
         else:
             raise Unportable(f"guard {kind} of {spec.names[slot]}")
@@ -684,7 +697,7 @@ def _live_spec(pspec, names, fn, args):
                 inst = ("dict", inst[1], tuple(inst[2]), tuple(values), inst[4])
             elif kind == "state":
                 desc = inst[1]
-                inst = ("call", STATE[name], getattr(torch, desc[1]) if desc[0] == "dtype" else desc[1])
+                inst = ("call", state_reader(name), getattr(torch, desc[1]) if desc[0] == "dtype" else desc[1])
         except (LookupError, AttributeError, TypeError, ValueError) as exc:
             raise Mismatch(f"{name}: {type(exc).__name__}: {exc}") from None
         spec.add(tuple(inst), name)
@@ -904,7 +917,8 @@ def trace_key(fn, trace, pspec=None):
     guard_arguments; pspec: its portable_spec when already made, of which
     the argument guards are the first instructions)."""
     from .backend import _key_context
-    state = [[name, _Describer({}).value(value)] for name, value in trace.state.items()]
+    # the state every call is guarded on (what the trace read of READ_STATE is known after it ran: its guards)
+    state = [[name, _Describer({}).value(value)] for name, value in trace.state.items() if name in STATE]
     arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
     # tensors by dtype, rank and requires_grad, ints and floats by slot: every size's and every value's
     # variants (and a dynamic one) share the key

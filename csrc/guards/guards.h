@@ -47,7 +47,8 @@
 **                                  shadows). The dict's version tag is remembered on
 **                                  success, so a dict nobody wrote since is checked in
 **                                  O(1).
-**   ("call", fn, result)           fn() is result (e.g. torch.is_grad_enabled)
+**   ("call", fn, result)           fn() is result, or equals it with its type (torch.is_grad_enabled,
+**                                  torch.get_num_threads)
 **   ("distinct", (s, t, ...))      the slots hold different objects (argument
 **                                  objects a call sets attributes on: one
 **                                  passed twice reads what the other set)

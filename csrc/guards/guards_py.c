@@ -782,8 +782,10 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       r = distinct_ok(g, slots);
       break;
     case G_CALL: {
+      /* the same object, or an equal one of its type: torch.initial_seed() makes a new int each time */
       PyObject *res = PyObject_CallNoArgs(g->gi_obj);
-      r = res ? res == g->gi_obj2 : -1;
+      r = !res ? -1 : res == g->gi_obj2 ? 1 : Py_TYPE(res) != Py_TYPE(g->gi_obj2) ? 0 :
+          PyObject_RichCompareBool(res, g->gi_obj2, Py_EQ);
       Py_XDECREF(res);
       break;
     }

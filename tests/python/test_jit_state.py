@@ -646,6 +646,62 @@ def test_torch_state_the_call_sets_runs_eagerly_with_a_warning(f, words):
     _one_warning([str(w.message) for w in caught if "torchneuron_jit" in str(w.message)], words)
 
 
+def _threads_scale(x):
+    return x * torch.get_num_threads()
+
+
+def _deterministic_scale(x):
+    return x * (2 if torch.are_deterministic_algorithms_enabled() else 3)
+
+
+def _seed_scale(x):
+    return x * (torch.initial_seed() % 5)
+
+
+def _anomaly_scale(x):
+    return x * (2 if torch.is_anomaly_enabled() else 3)
+
+
+def _precision_scale(x):
+    return x * len(torch.get_float32_matmul_precision())
+
+
+@pytest.mark.parametrize("f, set_state, words", [
+    (_threads_scale, lambda i: torch.set_num_threads(1 + i % 2), "torch.get_num_threads()"),
+    (_deterministic_scale, lambda i: torch.use_deterministic_algorithms(bool(i % 2)),
+     "torch.are_deterministic_algorithms_enabled()"),
+    (_seed_scale, lambda i: torch.manual_seed(1000 + i), "torch.initial_seed()"),  # ints no cache holds
+    (_anomaly_scale, lambda i: torch.autograd.set_detect_anomaly(bool(i % 2)), "torch.is_anomaly_enabled()"),
+    (_precision_scale, lambda i: torch.set_float32_matmul_precision("high" if i % 2 else "highest"),
+     "torch.get_float32_matmul_precision()"),
+], ids=["threads", "deterministic", "seed", "anomaly", "matmul precision"])
+def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, words):
+    """A trace that called torch.get_num_threads() (or another reader of
+    torch's process state) kept its value: a compiled call answered it
+    after the state changed. Each is a guard, in the call's words."""
+    threads = torch.get_num_threads()
+    try:
+        assert _same_as_eager(f, set_state, lambda: None) == []
+        jf = torchneuron_jit.jit(f)
+        set_state(0)
+        jf(X)
+        assert f"guard {words}: " in str(torchneuron_jit.explain(jf)), torchneuron_jit.explain(jf)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(False)
+        torch.autograd.set_detect_anomaly(False)
+        torch.set_float32_matmul_precision("highest")
+
+
+def test_the_generators_state_read_in_the_call_runs_eagerly_with_a_warning():
+    def f(x):
+        return x + torch.get_rng_state()[:4].float()
+
+    _one_warning(_same_as_eager(f, lambda i: torch.manual_seed(i), lambda: None),
+                 "it calls torch.get_rng_state() at", "test_jit_state.py:")
+    assert torchneuron_jit.stats()["graphs_compiled"] == 0
+
+
 # -- records ---------------------------------------------------------------------------
 
 CHILD = r"""
@@ -675,6 +731,35 @@ def test_a_record_applies_only_to_the_same_contents(cache_dir, tmp_path):
     assert run("2.0") == [[2.0, 2.0], 0]
     assert run("2.0") == [[2.0, 2.0], 1]
     assert run("5.0") == [[5.0, 5.0], 0]
+
+
+STATE_CHILD = r"""
+import json, sys, torch, torchneuron_jit
+torch.use_deterministic_algorithms(sys.argv[1] == "on")
+@torchneuron_jit.jit
+def f(x):
+    return x * (2 if torch.are_deterministic_algorithms_enabled() else 3)
+out = f(torch.ones(2))
+print(json.dumps([out.tolist(), torchneuron_jit.stats()["traces_loaded"]]))
+"""
+
+
+def test_a_record_holds_the_torch_state_its_trace_read(run_python, tmp_path):
+    """A warm process finds the record of a trace that read
+    torch.are_deterministic_algorithms_enabled() (the key is the state
+    every call is guarded on), and takes it only with the same setting."""
+    import json
+    (tmp_path / "child.py").write_text(STATE_CHILD)
+
+    def run(setting):
+        proc = run_python("child.py", setting)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert run("off") == [[3.0, 3.0], 0]
+    assert run("off") == [[3.0, 3.0], 1]
+    assert run("on") == [[2.0, 2.0], 0]
+    assert run("on") == [[2.0, 2.0], 1]
 
 
 def test_attributes_of_a_users_module_are_guarded(monkeypatch):
