@@ -1515,8 +1515,26 @@ def _training(gm, example_inputs):
     return fallback
 
 
-neuron = aot_autograd(fw_compiler=_training, bw_compiler=_training,
-                      inference_compiler=compile_inference, decompositions=decompositions())
+_aot = aot_autograd(fw_compiler=_training, bw_compiler=_training,
+                    inference_compiler=compile_inference, decompositions=decompositions())
+
+
+def neuron(gm, example_inputs, **kwargs):
+    """The "neuron" back end of torch.compile: aot_autograd with our
+    compilers. aot_autograd's own analysis of the graph may refuse it
+    (x.data = ... beside another write of x): the graph then runs as
+    Dynamo captured it, with one warning, as compile_inference's failures
+    do."""
+    try:
+        return _aot(gm, example_inputs, **kwargs)
+    except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
+        _C.stat_add("eager_fallbacks")
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        _log.warn_once(f"aot_autograd could not take a graph, running it eagerly ({reason})")
+        _manager.dynamo_graph(gm.forward, f"runs eagerly: aot_autograd could not take it ({reason})")
+        return gm.forward
+
+
 _manager.watch_dynamo(neuron)  # the recompilation manager's storm words for this door too
 
 

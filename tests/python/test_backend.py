@@ -207,6 +207,25 @@ def test_arguments_of_another_type_or_sign_are_another_node(capsys):
     assert "repeated" not in log, log
 
 
+def test_a_graph_aot_autograd_refuses_runs_eagerly_with_one_warning():
+    """x.data = ... beside another write of x: aot_autograd's own analysis
+    raises (an AssertionError) before our compiler sees the graph; the
+    user's program got BackendCompilerFailed instead of eager's answer."""
+    def f(x):
+        x.data = x.data * 2
+        return x + 1
+
+    want_x, got_x = torch.ones(3), torch.ones(3)
+    want = f(want_x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="neuron")(got_x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_x, want_x)
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "aot_autograd could not take a graph, running it eagerly" in words[0], words
+
+
 def test_random_draws_are_never_merged():
     def f(x):
         return x + torch.rand(1000), x + torch.rand(1000)
