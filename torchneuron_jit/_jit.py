@@ -183,6 +183,7 @@ class _Trace:
         self.spec = Spec()
         self.tensor_slot = {}   # id(tensor) -> slot that loads it
         self.tensors = []       # keeps them alive (ids stay unique)
+        self.grads = {}         # id(tensor) -> its .grad when guarded (a gradient no guard loads)
         self.problems = []
         self.unguardable = None  # (problem, slot, type) of the first argument value jit cannot guard
         self.state = _records.read_state()  # name -> value, each guarded
@@ -363,6 +364,11 @@ class _Trace:
                                    "call, which a compiled call would skip (set it around the call, or inside "
                                    "a with block)")
                 break
+        for t in self.tensors:
+            if _grad_of(t) is not self.grads.get(id(t)):
+                self.writes.append(f"it sets {self.spec.names[self.tensor_slot[id(t)]]}.grad during the call, which "
+                                   "a compiled call would skip (training steps go through torch.compile for now)")
+                break
         for words, describe, was in self.before:
             change = _state_change(words, was, describe())
             if change is not None:
@@ -400,6 +406,7 @@ class _Trace:
             if first != slot:  # one tensor passed twice: the graph reads it once, for both
                 spec.add(("same", slot, first), name)
             self.tensors.append(value)
+            self.grads.setdefault(id(value), _grad_of(value))
         elif t is bool or value is None:
             spec.add(("is", slot, value), name)
         elif t in PRIMITIVES or _by_value(value):
@@ -571,6 +578,7 @@ class _Trace:
         slot = self.spec.add(("key", self.spec.add(("const", d), name, path), key), name)
         self.tensor_slot[id(tensor)] = slot
         self.tensors.append(tensor)
+        self.grads.setdefault(id(tensor), _grad_of(tensor))
 
     def guard_arguments(self):
         code = self.fn.__code__
@@ -780,6 +788,14 @@ class _Trace:
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
 
+    def guard_grad(self, words, grad, used_constants):
+        """A problem when the graph took grad, the .grad of the tensor words
+        names, as a captured tensor: no guard loads a gradient, so every
+        call would read the traced call's."""
+        if grad is not None and id(grad) in used_constants and not self.problems:
+            self.problems.append(f"it reads {words}.grad, which a compiled call would take from the traced call "
+                                 "(training steps go through torch.compile for now)")
+
     def guard_global_value(self, names, name, value, used_constants, read=True):
         """Adds global name (value) to names, the entries of its module's
         snapshot, when it is guarded there; not read (a name the code may
@@ -789,6 +805,8 @@ class _Trace:
         if t in _TENSOR_TYPES:
             if read and id(value) in used_constants:
                 names[name] = value
+            if read:
+                self.guard_grad(f"global {name}", _grad_of(value), used_constants)
             return
         # immutable values other than numbers and strings by identity (dtypes, enum members)
         if not (t in _IMMUTABLE or t in _CONTAINERS or isinstance(value, (enum.Enum,) + _NAMED) or
@@ -1437,6 +1455,11 @@ def _same_bytes(a, b):
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
     return torch.equal(a.detach().contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+
+
+def _grad_of(t):
+    """t.grad, without the warning of a non-leaf tensor's (None)."""
+    return t.grad if t.is_leaf else None
 
 
 def _rebuilt_view(p, inputs):
@@ -2205,6 +2228,8 @@ class _Tracer:
             trace.guard_distinct()
             if _jf_of(trace) is not None:
                 _manager.sets(_jf_of(trace), [f"{trace.objects[k][3]}.{attr}" for k, attr, _ in sets.sets])
+        for t in trace.tensors:
+            trace.guard_grad(trace.spec.names[trace.tensor_slot[id(t)]], trace.grads.get(id(t)), constants)
         trace.guard_globals(constants)
         trace.guard_closure()
         if trace.problems:

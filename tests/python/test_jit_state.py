@@ -702,6 +702,65 @@ def test_the_generators_state_read_in_the_call_runs_eagerly_with_a_warning():
     assert torchneuron_jit.stats()["graphs_compiled"] == 0
 
 
+W = torch.zeros(4)
+
+
+def _sgd_step(p, x):
+    with torch.no_grad():
+        p.sub_(0.1 * p.grad)
+    return p * x
+
+
+def _scale_grad(p, x):
+    p.grad.mul_(0.5)
+    return x * 2 + p.grad
+
+
+def _set_grad(p, x):
+    p.grad = x * 3
+    return p * 2
+
+
+def _global_grad(p, x):
+    return x + W.grad
+
+
+class _ReadsItsGrad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(4))
+
+    def forward(self, p, x):
+        with torch.no_grad():
+            return x * self.w.grad
+
+
+@pytest.mark.parametrize("f, words", [
+    (_sgd_step, "it reads p.grad"), (_scale_grad, "it reads p.grad"), (_set_grad, "it sets p.grad during the call"),
+    (_global_grad, "it reads global W.grad"), (_ReadsItsGrad, "it reads self.w.grad"),
+], ids=["sgd step", "grad scaled in place", "grad set", "a global's grad", "a parameter's grad"])
+def test_a_tensors_grad_read_or_set_runs_eagerly_with_a_warning(f, words):
+    """No guard loads a tensor's .grad: a trace that read one kept the
+    traced call's gradient tensor for every call (a hand-written SGD step
+    used the first gradient for ever), and x.grad = ... was never set."""
+    module = f() if isinstance(f, type) else None
+    jf = torchneuron_jit.jit(copy.deepcopy(module) if module is not None else f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            results = []
+            for fn in (jf, module or f):
+                p, x = torch.zeros(4), torch.full((4,), 2.0)
+                p.grad = torch.full((4,), float(i + 1))
+                W.grad = torch.full((4,), float(i + 5))
+                if isinstance(fn, torch.nn.Module):
+                    fn.w.grad = torch.full((4,), float(i + 7))
+                results.append((fn(p, x).clone(), p.clone(), p.grad.clone()))
+            for got, want in zip(*results):
+                torch.testing.assert_close(got, want, msg=lambda m: f"call {i}: {m}")
+    _one_warning([str(w.message) for w in caught if "torchneuron_jit" in str(w.message)], words)
+
+
 # -- records ---------------------------------------------------------------------------
 
 CHILD = r"""
