@@ -202,6 +202,7 @@ class _Trace:
         self.frames_seen = set()  # code objects whose frame's globals and closure are in before
         self.outside = {}  # (file, line) -> what non-torch source of values the traced code called
         self.content_guards = 0  # containers and objects guard_content has guarded
+        self.lenient = []  # (attribute or key, problems) of what modules' attributes hold (guard_content)
         self.content_seen = set()  # ids of what modules' attributes hold that guard_content has guarded
         self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
@@ -534,10 +535,15 @@ class _Trace:
             attrs = sub.__dict__
             d = self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
             for key, v in list(attrs.items()):  # self.cfg["scale"] = 2.0 after the trace: a miss
-                if key not in _MODULE_DICTS and _held_state(v) and id(v) not in self.content_seen:
+                if key in _MODULE_DICTS or id(v) in self.content_seen:
+                    continue
+                if _held_state(v):
                     self.content_seen.add(id(v))
                     self.guard_content(self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}",
-                                       lenient=True)
+                                       lenient=True, key=key)
+                elif hasattr(type(v), "__array_interface__"):  # a numpy array: memory no guard reads
+                    self.lenient.append((key, [f"{qual}.{key} is a {type(v).__qualname__}, whose contents jit cannot "
+                                               "guard (hold it as a tensor: register_buffer)"]))
             for attr in ("_parameters", "_buffers", "_modules"):
                 self.guard_dict(attrs[attr], f"{qual}.{attr}", ("module", slot, sub_name, attr))
             for attr in _HOOK_DICTS:
@@ -615,7 +621,7 @@ class _Trace:
                 guard = self.guard_function if self.called(value) else self.guard_content
                 guard(self.spec.add(("cell", c), name), value, name)
 
-    def guard_content(self, slot, value, words, depth=0, lenient=False):
+    def guard_content(self, slot, value, words, depth=0, lenient=False, key=None):
         """Guards what value (loaded at slot) holds, so that a change to it
         after the trace is a miss in words (global CFG['scale']: 2.0 → 5.0):
         a dict by a snapshot (O(1) while its version tag stands), a list item
@@ -625,10 +631,14 @@ class _Trace:
         inside are held by identity or value. What cannot be guarded so
         (an object without a __dict__, too deep, too large) is a problem:
         the variant runs eagerly; lenient (what a module's attributes hold):
-        it stays held as it was (by identity), and the variant compiles."""
+        it stays held as it was (by identity), and the variant compiles,
+        unless the traced code names key, the attribute or key that holds
+        value (check_lenient)."""
         spec, t = self.spec, type(value)
         self.content_guards += 1
         problems = [] if lenient else self.problems
+        if lenient and isinstance(key, str):
+            self.lenient.append((key, problems))
         if depth > _MAX_DEPTH or self.content_guards > _MAX_CONTENT:
             problems.append(f"{words} holds state nested deeper than {_MAX_DEPTH} or larger than {_MAX_CONTENT} "
                             "values, which jit does not guard (pass what the function needs as arguments)")
@@ -647,7 +657,7 @@ class _Trace:
             for k in keys:
                 if _content_guarded(value[k]):
                     self.guard_content(spec.add(("key", slot, k), f"{words}[{k!r}]"), value[k], f"{words}[{k!r}]",
-                                       depth + 1, lenient)
+                                       depth + 1, lenient, k)
         elif t is list:
             spec.add(("type", slot, list), words)
             spec.add(("len", slot, len(value)), words)
@@ -658,12 +668,12 @@ class _Trace:
                 else:
                     spec.add(("is", s, item), f"{words}[{k}]")
                     if _content_guarded(item):
-                        self.guard_content(s, item, f"{words}[{k}]", depth + 1, lenient)
+                        self.guard_content(s, item, f"{words}[{k}]", depth + 1, lenient, key)
         elif t is tuple:
             for k, item in enumerate(value):
                 if _content_guarded(item):
                     self.guard_content(spec.add(("item", slot, k), f"{words}[{k}]"), item, f"{words}[{k}]", depth + 1,
-                                       lenient)
+                                       lenient, key)
         elif t in (set, frozenset):
             if not all(type(v) in PRIMITIVES for v in value):
                 problems.append(f"{words} is a set of other values than numbers and strings, which jit does "
@@ -680,7 +690,7 @@ class _Trace:
             for k in keys:  # what a library object's attributes hold is the library's (see _state_of)
                 if _content_guarded(attrs[k]) and not _library_class(t):
                     self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1,
-                                       lenient)
+                                       lenient, k)
         else:
             problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
                             "function needs from it as an argument)")
@@ -787,6 +797,22 @@ class _Trace:
         if _content_guarded(value) and id(value) not in self.content_seen:
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
+
+    def check_lenient(self):
+        """A problem for the first value a module's attribute holds that jit
+        could not guard (a numpy array, an object with __slots__, a config
+        nested too deep) whose attribute or key the traced user code names
+        (self.arr, cfg["scale"]): held by identity, a change to it in place
+        would go unseen. What the code does not name stays held so (a
+        model's attributes hold much that its forward never reads)."""
+        held = [(key, problems[0]) for key, problems in self.lenient if problems]
+        if not held:
+            return
+        named = {name for c in _user_codes([c for c, _ in self.codes]) for name in c.co_names + _string_constants(c)}
+        for key, problem in held:
+            if key in named:
+                self.problems.append(problem)
+                return
 
     def guard_grad(self, words, grad, used_constants):
         """A problem when the graph took grad, the .grad of the tensor words
@@ -2232,6 +2258,7 @@ class _Tracer:
             trace.guard_grad(trace.spec.names[trace.tensor_slot[id(t)]], trace.grads.get(id(t)), constants)
         trace.guard_globals(constants)
         trace.guard_closure()
+        trace.check_lenient()
         if trace.problems:
             raise _NotCompilable(trace.problems[0])
         if trace.state["grad mode"] and any(t.requires_grad for t in inputs):

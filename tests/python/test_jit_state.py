@@ -247,6 +247,62 @@ def test_what_a_modules_attributes_hold_is_guarded_by_content(change):
         change(model, i + 2)
 
 
+class _Slotted:
+    __slots__ = ("k",)
+
+    def __init__(self):
+        self.k = 2.0
+
+
+class _HoldsWhatJitCannotGuard(torch.nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.arr = np.array([2.0])
+        self.slotted = _Slotted()
+        self.deep = {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": 2.0}}}}}}}}
+
+    def forward(self, x):
+        if self.kind == "numpy array":
+            return x * float(self.arr[0])
+        if self.kind == "__slots__ object":
+            return x * self.slotted.k
+        return x * self.deep["a"]["b"]["c"]["d"]["e"]["f"]["g"]["h"]
+
+
+class _HoldsWhatJitCannotGuardAndReadsNone(_HoldsWhatJitCannotGuard):
+    def forward(self, x):
+        return x * 2.0
+
+
+def _change_what_jit_cannot_guard(m):
+    m.arr[0] = 5.0
+    m.slotted.k = 5.0
+    m.deep["a"]["b"]["c"]["d"]["e"]["f"]["g"]["h"] = 5.0
+
+
+@pytest.mark.parametrize("kind", ["numpy array", "__slots__ object", "nested too deep", "reads none"])
+def test_what_a_modules_attribute_holds_that_jit_cannot_guard_runs_eagerly_where_the_code_reads_it(kind):
+    """Held by identity, a change in place went unseen: the compiled call
+    kept the traced value. Where the code names the attribute or key that
+    holds it, the variant runs eagerly with one warning naming it; a model
+    that holds such values and reads none of them still compiles."""
+    eager = (_HoldsWhatJitCannotGuardAndReadsNone if kind == "reads none" else _HoldsWhatJitCannotGuard)(kind)
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            if i == 2:
+                _change_what_jit_cannot_guard(eager)
+                _change_what_jit_cannot_guard(model)
+            torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
+    messages = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    if kind == "reads none":
+        assert messages == [] and torchneuron_jit.stats()["graphs_compiled"] >= 1
+    else:
+        _one_warning(messages, "runs eagerly", "whose contents jit cannot guard")
+
+
 def test_globals_read_by_name_at_run_time_are_guarded(monkeypatch):
     """getattr(settings, "SCALE"), globals()["SCALE"] and
     sys.modules[__name__].SCALE read no LOAD_GLOBAL name: the first
