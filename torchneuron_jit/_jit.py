@@ -1803,6 +1803,12 @@ class _Builds:
     def busy(self):
         return not self.idle.is_set()
 
+    def building(self, jf):
+        """The spec of jf's entry whose variant is being built (it runs
+        eagerly until published), or None."""
+        build = self.pending
+        return build.trace.spec if build is not None and _jf_of(build.trace) is jf else None
+
     def _window(self):
         """(ns since the last build began, ns of it some jitted call was in
         flight); (0, 0) before any build."""

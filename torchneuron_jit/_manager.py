@@ -400,14 +400,19 @@ def _or_blank(hits):
 
 def jit_explanation(jf):
     """The Explanation of JitFunction jf: its variants (C registry entries)."""
+    from . import _jit
     s = site(jf)
     variants = []
+    building = _jit._builds.building(jf)
     for k, ((spec, runner), n) in enumerate(zip(jf.entries(), jf.hits())):
         inner = getattr(runner, "__self__", runner)
         kind = "eager" if runner is None else "compiled"
+        graph = graph_words(inner)
+        if runner is None and spec is building:
+            kind, graph = "building", "runs eagerly while its graph is built in the background"
         dynamic = any(inst[0] == "sizes" for inst in spec)
         variants.append({"name": f"variant {k}", "kind": kind + (", dynamic sizes" if dynamic else ""), "hits": n,
-                         "guards": _guard_words(spec), "graph": graph_words(inner)})
+                         "guards": _guard_words(spec), "graph": graph})
     head = (f"{s.where}: {jf.calls} calls, {len(variants)} variants"
             + (", runs eagerly for good" if jf.gave_up else ""))
     return Explanation(head, variants, s)

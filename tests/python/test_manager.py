@@ -1,5 +1,6 @@
 """The recompilation manager (_manager.py): storm words, backoff,
 blacklist, explain(), and the same words for torch.compile(backend="neuron")."""
+import threading
 import warnings
 
 import pytest
@@ -200,6 +201,32 @@ def test_explain_shows_variants_guards_misses_and_decisions():
     assert "<table>" in html and "x.size(1) &gt;= 2" in html
     with pytest.raises(TypeError, match="not a jitted function"):
         torchneuron_jit.explain(f)
+
+
+def test_explain_says_a_variant_whose_graph_is_being_built_is_building(monkeypatch):
+    """A variant whose build is in flight runs eagerly until it is
+    published: explain() said "(eager) ... runs eagerly (no compiled
+    graph)", the words of a variant that never compiles."""
+    from torchneuron_jit import backend
+    release, inner = threading.Event(), backend.compile_inference
+
+    def held(*args, **kwargs):
+        release.wait(60)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", held)
+    jf = torchneuron_jit.jit(lambda x: torch.relu(x) * 2)
+    with config.patch(compile_blocking=False, build_worker="thread"):
+        try:
+            jf(torch.randn(8))
+            text = str(torchneuron_jit.explain(jf))
+        finally:
+            release.set()
+            assert _jit.wait(60)
+    assert "variant 0 (building): 0 hits; runs eagerly while its graph is built in the background" in text, text
+    assert "(eager)" not in text and "no compiled graph" not in text, text
+    text = str(torchneuron_jit.explain(jf))
+    assert "variant 0 (compiled)" in text, text
 
 
 def test_explain_names_the_ops_of_most_nodes_first_and_counts_the_rest():
