@@ -70,7 +70,8 @@ def observe(trace):
     of its int and float arguments, and returns {slot: dimensions} of those
     that have now taken config.dynamic_after distinct values (this call's
     among them): a tensor's dimensions whose size here is 2 or more, where
-    the tensor is row-major; {None} for an int argument whose value here
+    the tensor is row-major, and the dimensions of the same size of a
+    tensor first seen here; {None} for an int argument whose value here
     is not 0 or 1, or a finite float. These are made symbolic."""
     after = config.dynamic_after
     try:
@@ -78,6 +79,7 @@ def observe(trace):
     except TypeError:  # not weakly referable: nothing is remembered
         return {}
     spec, out = trace.spec, {}
+    new, changing = [], set()  # (slot, dimension, size) of places first seen; sizes of dimensions made symbolic
     for i in range(trace.argument_guards):
         inst = spec[i]
         if inst[0] == "eq" and type(inst[2]) in (int, float) and _argument_path(spec, inst[1]) is not None:
@@ -92,11 +94,21 @@ def observe(trace):
             continue
         _, slot, _, sizes, strides, _ = inst
         for d, n in enumerate(sizes):
-            values = seen.setdefault((spec.names[i], len(sizes), d), set())
+            place = (spec.names[i], len(sizes), d)
+            if place not in seen and n >= 2 and strides == dense_strides(sizes):
+                new.append((slot, d, n))
+            values = seen.setdefault(place, set())
             if len(values) < _MAX_VALUES:
                 values.add(n)
             if 0 < after <= len(values) and n >= 2 and strides == dense_strides(sizes):
                 out.setdefault(slot, set()).add(d)
+                changing.add(n)
+    # an argument first seen in this call (an attention mask after calls without one) whose dimension has the size
+    # of one made symbolic here: symbolic too, else its one size would pin the other's (s1 == 8) and the next
+    # length would trace again
+    for slot, d, n in new:
+        if n in changing:
+            out.setdefault(slot, set()).add(d)
     return out
 
 

@@ -127,6 +127,29 @@ def test_batch_and_length_together_and_size_one_stays_specialised(capfd):
     assert "x.size(0) >= 2 fails (x.size(0) is 1)" in err, err
 
 
+def test_an_argument_first_seen_with_the_size_of_a_dynamic_dimension_is_dynamic_too():
+    """Calls without a mask, then with one: the mask's place is new, so its
+    one size kept it static, and the symbolic trace pinned the ids' length
+    to it (s1 == 8): the next masked length traced again."""
+    emb = torch.randn(50, 16)
+
+    def encode(ids, mask=None):
+        x = emb[ids]
+        if mask is not None:
+            x = x * mask[..., None]
+        return x.sum(1)
+
+    f = torchneuron_jit.jit(encode)
+    for b, s in [(2, 8), (3, 17), (4, 33)]:
+        ids = torch.randint(0, 50, (b, s))
+        torch.testing.assert_close(f(ids), encode(ids))
+    before = traces()
+    for s in [8, 12, 20, 9]:
+        ids, mask = torch.randint(0, 50, (2, s)), (torch.rand(2, s) > 0.3).float()
+        torch.testing.assert_close(f(ids, mask=mask), encode(ids, mask=mask))
+    assert traces() - before == 1, torchneuron_jit.explain(f)
+
+
 def test_a_relation_of_sizes_is_guarded():
     """x and m must have the same length: a call where they differ does not
     take the variant, and gets eager's own error."""
