@@ -571,10 +571,16 @@ def dynamo_codes(fn):
     return codes
 
 
-def _dynamo_entries(code, label, depth=0):
+def _dynamo_entries(code, label, depth=0, seen=None):
     """[(label, cache entry)] of code, oldest first, then those of the
-    functions Dynamo resumes code in after its graph breaks."""
+    functions Dynamo resumes code in after its graph breaks, each code
+    once (a resume function is reached from each function that breaks
+    into it: an entry was listed twice). seen: the codes listed."""
     from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+    seen = set() if seen is None else seen
+    if code in seen:
+        return []
+    seen.add(code)
     out = [(label, e) for e in reversed(_debug_get_cache_entry_list(code))]
     try:
         from torch._dynamo.resume_execution import ContinueExecutionCache
@@ -584,7 +590,7 @@ def _dynamo_entries(code, label, depth=0):
     if depth < 8:
         for resume in resumes.values():
             line = resume.co_name.rsplit("_at_", 1)[-1]
-            out += _dynamo_entries(resume, f"after the graph break at line {line}", depth + 1)
+            out += _dynamo_entries(resume, f"after the graph break at line {line}", depth + 1, seen)
     return out
 
 
@@ -642,14 +648,14 @@ def dynamo_explanation(fn, ours):
     Dynamo's cache entries (after graph breaks too), its graphs' words and
     hits (their plans' runs), its guards; recompiles by reason."""
     codes = dynamo_codes(fn)
-    variants, site_ = [], Site(where(codes[-1]) if codes else repr(fn))
+    variants, site_, seen = [], Site(where(codes[-1]) if codes else repr(fn)), set()
     for code in codes:
         s = _dynamo_sites.get(code)
         if s is not None:  # the recompiles counted for it (dynamo_recompile)
             site_.misses.update(s.misses)
             site_.changes.update(s.changes)
             site_.decisions.extend(s.decisions)
-        for label, entry in _dynamo_entries(code, ""):
+        for label, entry in _dynamo_entries(code, "", seen=seen):
             cid = str(entry.compile_id)
             graphs = [(ref(), w) for ref, w in _dynamo_graphs.get(cid, (None, ()))[1]]
             name = f"compile {cid}" + (f", {label}" if label else "")

@@ -318,6 +318,30 @@ def test_explain_of_a_torch_compile_model_shows_dynamos_entries_their_graphs_and
     assert "<table>" in e._repr_html_()
 
 
+def test_explain_of_a_torch_compile_function_lists_each_entry_after_two_graph_breaks_once():
+    """The function Dynamo resumes in after the second break is reached
+    from the function itself and from the one resumed after the first:
+    its entries were listed twice."""
+    torch._dynamo.reset()
+
+    def f(x):
+        y = x * 2
+        torch._dynamo.graph_break()
+        z = y.relu()
+        torch._dynamo.graph_break()
+        return z + 1
+
+    c = torch.compile(f, backend="neuron")
+    with torch.no_grad():
+        for n in [8, 17, 33]:
+            x = torch.randn(n)
+            torch.testing.assert_close(c(x), f(x))
+    e = torchneuron_jit.explain(c)
+    names = [v["name"] for v in e.variants]
+    assert len(names) == len(set(names)), names
+    assert sum("after the graph break" in n for n in names) == 4, names  # two resumes, a static and a dynamic entry
+
+
 def test_explains_timeline_plot_leaves_the_users_matplotlib_backend_as_it_was(run_python):
     """A notebook's inline backend stays in use after explain() drew its
     timeline: before, _repr_html_ called matplotlib.use("Agg"), so the
