@@ -51,7 +51,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
 from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides,
-                    same_value)
+                    same_strides, same_value)
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
 _ABSENT = object()  # an attribute an object does not have
@@ -95,12 +95,13 @@ def observe(trace):
         _, slot, _, sizes, strides, _ = inst
         for d, n in enumerate(sizes):
             place = (spec.names[i], len(sizes), d)
-            if place not in seen and n >= 2 and strides == dense_strides(sizes):
+            row_major = same_strides(sizes, strides, dense_strides(sizes))
+            if place not in seen and n >= 2 and row_major:
                 new.append((slot, d, n))
             values = seen.setdefault(place, set())
             if len(values) < _MAX_VALUES:
                 values.add(n)
-            if 0 < after <= len(values) and n >= 2 and strides == dense_strides(sizes):
+            if 0 < after <= len(values) and n >= 2 and row_major:
                 out.setdefault(slot, set()).add(d)
                 changing.add(n)
     # an argument first seen in this call (an attention mask after calls without one) whose dimension has the size
@@ -522,7 +523,11 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             want = dims.get(slot, ())
             context = StatelessSymbolicContext(
                 dynamic_sizes=[DimDynamic.DYNAMIC if d in want else DimDynamic.STATIC for d in range(t.dim())])
-            fake = mode.from_tensor(t, symbolic_context=context)
+            dense = dense_strides(tuple(t.shape))
+            # row-major but for a stride of a size-1 dimension (x[:, :L].contiguous() of a batch of one): as
+            # the guard checks it, and the fake's strides follow its symbolic sizes
+            like = t if tuple(t.stride()) == dense else t.as_strided(t.shape, dense, t.storage_offset())
+            fake = mode.from_tensor(like, symbolic_context=context)
             for d in want:
                 expr = fake.shape[d].node.expr
                 if not isinstance(expr, sympy.Symbol):

@@ -37,7 +37,10 @@
 **                                  a size None passes any size (a dynamic
 **                                  dimension), and strides None are the
 **                                  row-major strides of the tensor's sizes
-**                                  (required when a size is None)
+**                                  (required when a size is None); the stride
+**                                  of a dimension of size 0 or 1 is not compared
+**                                  (no element is read through it: x[:, :L]
+**                                  .contiguous() of a batch of one keeps it)
 **   ("dict", s, keys, values, sized)
 **                                  dict slot s maps each key to its value (compared
 **                                  by identity, or equality for primitives) and, when

@@ -445,6 +445,24 @@ static void dense_strides(const int64_t *sizes, Py_ssize_t n, int64_t *out)
   }
 }
 
+/* 1 when v.stride() equals want in every dimension whose size (sizes) is
+** more than 1, 0 when not, -1 on error. */
+static int strides_ok(PyObject *v, const int64_t *sizes, const int64_t *want, Py_ssize_t n)
+{
+  PyObject *o = PyObject_CallMethodNoArgs(v, s_stride);
+  if (!o)
+    return -1;
+  int ok = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == n;
+  for (Py_ssize_t k = 0; ok && k < n; k++) {
+    PyObject *x = PyTuple_GET_ITEM(o, k);
+    int overflow;
+    long long st = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : (overflow = 1, 0);
+    ok = !overflow && (sizes[k] <= 1 || st == want[k]);
+  }
+  Py_DECREF(o);
+  return ok;
+}
+
 /* 1 when tensor v matches g, 0 when not, -1 on error. Reads through the
 ** tensor's Python attributes (we do not link libtorch); the cheap
 ** identities first. */
@@ -455,20 +473,19 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
     ok = attr_is(v, s_is_cpu, Py_True);
   if (ok == 1)
     ok = attr_is(v, s_requires_grad, g->gi_obj2);
-  /* row-major strides (a dynamic size) are computed from the sizes read; exact ones are compared as held */
-  int64_t small[16], *sizes = NULL;
-  if (ok == 1 && g->gi_dense &&
-      !(sizes = g->gi_n <= 8 ? small : PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n)))) {
+  /* the sizes read, then row-major strides of them (a dynamic size), or the exact ones as held */
+  int64_t small[16], *sizes = g->gi_n <= 8 ? small : PyMem_Malloc(sizeof(int64_t) * (size_t)(2 * g->gi_n));
+  if (!sizes) {
     PyErr_NoMemory();
     return -1;
   }
   if (ok == 1)
     ok = attr_ints(v, s_shape, 0, g->gi_ints, g->gi_n, sizes);
-  if (ok == 1 && sizes)
+  if (ok == 1 && g->gi_dense)
     dense_strides(sizes, g->gi_n, sizes + g->gi_n);
   if (ok == 1)
-    ok = attr_ints(v, s_stride, 1, sizes ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n, NULL);
-  if (sizes && sizes != small)
+    ok = strides_ok(v, sizes, g->gi_dense ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n);
+  if (sizes != small)
     PyMem_Free(sizes);
   /* an object that is no tensor fails the guard; other errors are real */
   if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))) {

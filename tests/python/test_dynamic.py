@@ -150,6 +150,27 @@ def test_an_argument_first_seen_with_the_size_of_a_dynamic_dimension_is_dynamic_
     assert traces() - before == 1, torchneuron_jit.explain(f)
 
 
+def test_a_batch_of_one_whose_size_one_dimension_has_another_stride_takes_the_variants():
+    """ids[:, :L].clone() of a batch of one keeps stride (S, 1): contiguous
+    (no element is read through a size-1 dimension's stride), but the
+    guards compared that stride, so each length traced again (BART's
+    decoder_input_ids filled the cache limit in 40 calls)."""
+    @torchneuron_jit.jit
+    def f(x, w):
+        return (x @ w + 1).softmax(-1).sum(-1)
+
+    w = torch.randn(8, 8)
+    for n in [10, 12, 14, 16]:  # a dynamic variant for (1, *, 8)
+        x = torch.randn(1, n, 8)
+        torch.testing.assert_close(f(x, w), ((x @ w + 1).softmax(-1)).sum(-1))
+    before = traces()
+    for n in [11, 13, 15, 17, 10]:
+        x = torch.randn(1, 2 * n + 1, 8)[:, :n].contiguous()
+        assert x.is_contiguous() and x.stride(0) != n * 8
+        torch.testing.assert_close(f(x, w), ((x @ w + 1).softmax(-1)).sum(-1))
+    assert traces() == before, torchneuron_jit.explain(f)
+
+
 def test_a_relation_of_sizes_is_guarded():
     """x and m must have the same length: a call where they differ does not
     take the variant, and gets eager's own error."""

@@ -4,6 +4,7 @@ traced call that writes state outliving it, or reads values from outside
 torch (random, time, os.environ, numpy's RNG), runs eagerly with one
 warning naming what and where. Each call is compared with eager from the
 same state, results and state both."""
+import contextlib
 import copy
 import enum
 import os
@@ -747,6 +748,33 @@ def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, word
         torch.use_deterministic_algorithms(False)
         torch.autograd.set_detect_anomaly(False)
         torch.set_float32_matmul_precision("highest")
+
+
+@pytest.mark.parametrize("where", ["with torch.device", "set_default_device"])
+def test_the_default_device_is_guarded(where):
+    """torch.ones(3) in the traced code makes a tensor on the default
+    device: a compiled call kept making CPU tensors under
+    with torch.device("meta")."""
+    def f(x):
+        return torch.ones(3) + x.sum()
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(3)
+    for _ in range(2):
+        torch.testing.assert_close(jf(x), f(x))
+    try:
+        if where == "set_default_device":
+            torch.set_default_device("meta")
+            context = contextlib.nullcontext()
+        else:
+            context = torch.device("meta")
+        with context:
+            got, want = jf(x), f(x)
+    finally:
+        torch.set_default_device(None)
+    assert got.device == want.device == torch.device("meta")
+    torch.testing.assert_close(jf(x), f(x))
+    assert "guard default device: cpu" in str(torchneuron_jit.explain(jf))
 
 
 def test_the_generators_state_read_in_the_call_runs_eagerly_with_a_warning():
