@@ -449,9 +449,24 @@ def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
     return out + (x if beta == 1 else x * beta)
 
 
+def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """native_batch_norm in training mode as the functional op and writes
+    of the running statistics, which its schema does not say it writes:
+    made functional, they are the graph's write-backs (applied after its
+    value checks), not writes inside the graph."""
+    if not training or running_mean is None or running_var is None:
+        return NotImplemented
+    out, mean, rstd, new_mean, new_var = torch.ops.aten._native_batch_norm_legit_functional.default(
+        x, weight, bias, running_mean, running_var, training, momentum, eps)
+    running_mean.copy_(new_mean)
+    running_var.copy_(new_var)
+    return out, mean, rstd
+
+
 # Decompositions a symbolic trace adds to the back end's: ops whose own
-# implementation makes a symbolic size a constant.
-_SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd, torch.ops.aten.baddbmm.default: _baddbmm}
+# implementation makes a symbolic size a constant, and batch norm's writes.
+_SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd, torch.ops.aten.baddbmm.default: _baddbmm,
+             torch.ops.aten.native_batch_norm.default: native_batch_norm}
 
 
 def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decompositions=None):

@@ -253,6 +253,36 @@ def test_a_view_of_an_argument_as_another_dtype_is_returned_as_eager_does(fn, x)
     assert _jit.entries(jf) == 1
 
 
+class _ClipsThenNorms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        if x.abs().max() > 3:  # a value read: each side its own variant, checked after the graph ran
+            x = x.clamp(-3, 3)
+        return self.bn(x)
+
+
+def test_batch_norm_in_training_updates_its_statistics_once_when_a_value_check_fails():
+    """native_batch_norm writes its running statistics though its schema
+    does not say so: the graph (static or dynamic) wrote them in place, and
+    a call whose value check failed then ran another variant that wrote
+    them again."""
+    torch.manual_seed(0)
+    eager = _ClipsThenNorms().train()
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    with torch.no_grad():
+        for i in range(10):
+            x = torch.randn(4 + i // 5, 3)  # then another batch: a dynamic variant's graph too
+            if i % 2:
+                x[0, 0] = 10.0
+            torch.testing.assert_close(model(x.clone()), eager(x.clone()), msg=lambda m: f"call {i}: {m}")
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                torch.testing.assert_close(getattr(model.bn, name), getattr(eager.bn, name),
+                                           msg=lambda m: f"call {i}, {name}: {m}")
+
+
 def test_in_place_mutation_of_an_input():
     @torchneuron_jit.jit
     def f(x, y):
