@@ -146,11 +146,17 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.ops = []
         self.problem = None
+        self.raised = None  # the first op that raised (what the code then did, no graph holds)
         self.inference = torch.is_inference_mode_enabled()  # as the call began
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:  # the input's error: the call raises it, or the code catches it
+            if self.raised is None:
+                self.raised = f"{func} raised {type(exc).__name__}"
+            raise
         # item() and friends become value guards; other data-dependent ops cannot be replayed
         tags = getattr(func, "tags", ())
         if self.problem is None and func is not torch.ops.aten._local_scalar_dense.default and \
@@ -2215,6 +2221,15 @@ class _Tracer:
             _gc_hold.release()  # a background build took a hold of its own
 
     def _end(self, trace, result):
+        if trace.recorder.raised is not None:
+            # the code caught an op's exception (torch.linalg.cholesky of a matrix that is not positive
+            # definite): the graph would take the except clause's path on every call. No entry: the next call
+            # traces again, and a compiled variant that raises runs its call again eagerly (jit_frame)
+            words = f"{trace.recorder.raised}, which the code caught; no variant is made of this call"
+            _log.event("recompiles", f"{_where(trace.fn)}: {words}")
+            if _jf_of(trace) is not None:
+                _manager.traced(_jf_of(trace), False, words)
+            return None
         try:
             trace.check_writes()
         except Exception as exc:  # ours: this variant runs eagerly

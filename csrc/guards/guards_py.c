@@ -487,8 +487,10 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
     ok = strides_ok(v, sizes, g->gi_dense ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n);
   if (sizes != small)
     PyMem_Free(sizes);
-  /* an object that is no tensor fails the guard; other errors are real */
-  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError))) {
+  /* an object that is no tensor fails the guard, as does a tensor whose sizes cannot be read (a nested
+  ** tensor's shape raises RuntimeError); other errors are real */
+  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+                 PyErr_ExceptionMatches(PyExc_RuntimeError))) {
     PyErr_Clear();
     ok = 0;
   }

@@ -187,6 +187,16 @@ retry:
       goto done;
     }
     res = run_entry(e, slots);
+    if (!res && PyErr_ExceptionMatches(PyExc_Exception)) {
+      /* the compiled call raised (bad input: an index out of range): the frame runs as eager runs it, for
+      ** eager's exception, the writes eager makes before it, or the code's own except clause that catches
+      ** it. The graph wrote nothing: its write-backs follow its success. */
+      PyErr_Clear();
+      tn_stat_add(TN_STAT_eager_reruns, 1);
+      tn_entries_touch(cs, i);
+      res = _PyEval_EvalFrameDefault(ts, f, 0);
+      goto done;
+    }
     if (res != tn_hook_side_exit) {
       /* the runner ran Python: another thread may have added entries meanwhile */
       for (int j = 0; res && j < cs->es_n; j++)

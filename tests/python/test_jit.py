@@ -4,6 +4,7 @@ import copy
 import gc
 import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -251,6 +252,80 @@ def test_a_view_of_an_argument_as_another_dtype_is_returned_as_eager_does(fn, x)
             assert g.dtype == w.dtype and g.stride() == w.stride() and torch.equal(g, w), (g, w)
             assert g.data_ptr() == w.data_ptr()  # a view of the argument, as eager's
     assert _jit.entries(jf) == 1
+
+
+def _cholesky_or_zeros(a):
+    try:
+        return torch.linalg.cholesky(a)
+    except torch.linalg.LinAlgError:
+        return torch.zeros_like(a)
+
+
+def _suppressed_lookup(t, idx):
+    out = t * 0
+    with contextlib.suppress(IndexError):
+        out = t[idx] * 2
+    return out
+
+
+def _bumps_then_looks_up(x, idx):
+    x.add_(1)
+    return x[idx]
+
+
+def _loss(x, target):
+    return torch.nn.functional.cross_entropy(x, target)
+
+
+_SPD, _NOT_SPD = torch.eye(3) * 2, -torch.eye(3)
+
+
+@pytest.mark.parametrize("fn, calls", [
+    (_cholesky_or_zeros, [(_NOT_SPD,), (_SPD,), (_SPD,), (_NOT_SPD,), (_SPD,)]),
+    (_suppressed_lookup, [(torch.arange(4.0), torch.tensor([1, 3])), (torch.arange(4.0), torch.tensor([1, 3])),
+                          (torch.arange(4.0), torch.tensor([1, 9])), (torch.arange(4.0), torch.tensor([0, 2]))]),
+    (_bumps_then_looks_up, [(torch.ones(3), torch.tensor([0])), (torch.ones(3), torch.tensor([2])),
+                            (torch.ones(3), torch.tensor([7])), (torch.ones(3), torch.tensor([1]))]),
+    (_loss, [(torch.randn(2, 4), torch.tensor([1, 3])), (torch.randn(2, 4), torch.tensor([0, 2])),
+             (torch.randn(2, 4), torch.tensor([1, 4])), (torch.randn(2, 4), torch.tensor([-1, 0])),
+             (torch.randn(2, 4), torch.tensor([3, 3]))]),
+], ids=["caught on the traced call", "caught on a compiled call", "raised after a write", "eager's exception type"])
+def test_an_op_that_raises_gets_eagers_path_exception_and_writes(fn, calls):
+    """A trace that caught an op's exception made the except clause's path
+    its graph (good input then got zeros); a compiled call whose op raised
+    gave the graph's exception (RuntimeError from a decomposition's gather
+    where eager raises IndexError), skipped the writes eager makes before
+    it, and left the code's own except clause (contextlib.suppress) out."""
+    jf = torchneuron_jit.jit(fn)
+    reruns = torchneuron_jit.stats()["eager_reruns"]
+    for i, args in enumerate(calls):
+        got_args, want_args = copy.deepcopy(args), copy.deepcopy(args)
+        try:
+            want = fn(*want_args)
+        except Exception as exc:
+            with pytest.raises(type(exc), match=re.escape(str(exc))):
+                jf(*got_args)
+        else:
+            torch.testing.assert_close(jf(*got_args), want, msg=lambda m: f"call {i}: {m}")
+        for g, w in zip(got_args, want_args):
+            torch.testing.assert_close(g, w, msg=lambda m: f"call {i}, arguments: {m}")
+    if fn is _cholesky_or_zeros:
+        assert "LinAlgError, which the code caught; no variant is made" in str(torchneuron_jit.explain(jf))
+    else:  # a compiled variant raised, and the call ran again eagerly
+        assert torchneuron_jit.stats()["eager_reruns"] > reruns, torchneuron_jit.explain(jf)
+
+
+def test_a_nested_tensor_after_a_compiled_call_runs_eagerly():
+    """The tensor guard read a nested tensor's sizes, which raise
+    RuntimeError: the call failed instead of missing."""
+    jf = torchneuron_jit.jit(lambda x: x * 2)
+    for _ in range(2):
+        jf(torch.randn(3))
+    nt = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = jf(nt)
+    assert got.is_nested and all(torch.equal(a, b * 2) for a, b in zip(got.unbind(), nt.unbind()))
 
 
 class _ClipsThenNorms(torch.nn.Module):
