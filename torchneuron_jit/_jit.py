@@ -193,6 +193,8 @@ class _Trace:
         self.problems = []
         self.unguardable = None  # (problem, slot, type) of the first argument value jit cannot guard
         self.state = _records.read_state()  # name -> value, each guarded
+        if self.state["forward AD level"] >= 0:  # dual tensors: their tangents are no graph's
+            self.problems.append("it runs under forward-mode AD (torch.autograd.forward_ad.dual_level)")
         self.recorder = _Recorder()
         self.modules_seen = set()  # ids of the modules guard_module has guarded
         self.classes_seen = set()  # the classes guard_class has guarded
@@ -303,6 +305,8 @@ class _Trace:
             self.problems.append(f"it reads a tensor's memory through numpy(){where}, which a compiled call would "
                                  "not replay (convert to numpy outside the jitted function)")
             return
+        if name in ("__repr__", "__format__"):  # str(x), f"{x}": the string torch's print options make
+            self.state.setdefault("torch print options", _records.print_options())
         with torch.utils._python_dispatch._disable_current_modes():
             self.recorder.ops.append((_VALUES, (t,), {}, t.detach().clone()))
 
@@ -331,8 +335,9 @@ class _Trace:
         self.before.append((words, describe, describe()))
 
     def remember_module(self, module, names):
-        """Notes the attributes names of a module of the user's (the code
-        that reads settings.SCALE may assign it too) and what they hold."""
+        """Notes the attributes names of a module or class of the user's
+        (the code that reads settings.SCALE may assign it too) and what
+        they hold."""
         d = module.__dict__
         for attr in names:
             if attr in d and (id(d), attr) not in self.before_seen:
@@ -349,13 +354,15 @@ class _Trace:
             if name in globs and (id(globs), name) not in self.before_seen:
                 self.before_seen.add((id(globs), name))
                 self.remember(f"global {name}", globs[name])
-                if _user_module(globs[name]):
+                if _user_module(globs[name]) or _user_class(globs[name]):  # Stats.calls += 1: its attributes
                     self.remember_module(globs[name], code.co_names)
         if code.co_freevars:
             local = frame.f_locals
             for name in code.co_freevars:
                 if name in local:
                     self.remember(f"closure variable {name}", local[name])
+                    if _user_class(local[name]):
+                        self.remember_module(local[name], code.co_names)
 
     def check_writes(self):
         """Problems for what the traced call wrote that outlives it: the state
@@ -1169,6 +1176,11 @@ def _outside_code(code):
     if mod == "os" and code.co_qualname.startswith("_Environ"):
         return "os.environ"
     return f"{mod}.{code.co_qualname}()"
+
+
+def _user_class(value):
+    """Whether value is a class of the user's (not a library's)."""
+    return isinstance(value, type) and not _library_class(value)
 
 
 def _defined_in(cls):

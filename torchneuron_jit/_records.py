@@ -75,8 +75,14 @@ def default_device():
     return torch.get_default_device() if torch._C._is_torch_function_mode_enabled() else _CPU
 
 
+def forward_ad_level():
+    """The innermost forward-mode AD level (-1: none): a dual tensor's tangent is no graph's."""
+    return torch.autograd.forward_ad._current_level
+
+
 STATE = {
     "grad mode": torch.is_grad_enabled,
+    "forward AD level": forward_ad_level,
     "default dtype": torch.get_default_dtype,
     "default device": default_device,
     "CPU autocast": functools.partial(torch.is_autocast_enabled, "cpu"),
@@ -90,6 +96,14 @@ READ_STATE = {f"torch.{read.__name__}()": read for read in (
     torch.get_num_threads, torch.get_num_interop_threads, torch.are_deterministic_algorithms_enabled,
     torch.is_deterministic_algorithms_warn_only_enabled, torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
     torch.get_float32_matmul_precision, torch.initial_seed, torch.is_inference_mode_enabled)}
+
+
+def print_options():
+    """torch.set_printoptions's settings, in words: what str(tensor) depends on besides the tensor."""
+    return " ".join(f"{k}={v!r}" for k, v in sorted(vars(torch._tensor_str.PRINT_OPTS).items()))
+
+
+READ_STATE["torch print options"] = print_options  # guarded where the trace made a tensor's string
 
 
 def state_reader(name):

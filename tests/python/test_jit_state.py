@@ -525,6 +525,33 @@ def test_setting_an_attribute_of_a_global_object_runs_eagerly_with_a_warning():
     SETTINGS.s = 2.0
 
 
+class _Stats:
+    calls = 0
+    seen = []
+
+
+def _counts_on_its_class(x):
+    _Stats.calls += 1
+    return x * _Stats.calls
+
+
+def _appends_to_a_class_list(x):
+    _Stats.seen.append(x.shape[0])
+    return x * 2
+
+
+@pytest.mark.parametrize("f, words", [(_counts_on_its_class, "it writes _Stats.calls"),
+                                      (_appends_to_a_class_list, "it writes _Stats.seen")])
+def test_writing_a_class_attribute_of_a_users_class_runs_eagerly_with_a_warning(f, words):
+    """_Stats.calls += 1 through a global class: compiled calls skipped the
+    write, with no warning, and answered the traced count."""
+    def set_state(i):
+        _Stats.calls = i
+        _Stats.seen = list(range(i))
+
+    _one_warning(_same_as_eager(f, set_state, lambda: (_Stats.calls, list(_Stats.seen))), words)
+
+
 STEP = 0
 
 
@@ -775,6 +802,43 @@ def test_the_default_device_is_guarded(where):
     assert got.device == want.device == torch.device("meta")
     torch.testing.assert_close(jf(x), f(x))
     assert "guard default device: cpu" in str(torchneuron_jit.explain(jf))
+
+
+def test_a_tensors_string_follows_torchs_print_options():
+    """str(x) in the traced code is checked by x's bytes: after
+    torch.set_printoptions(precision=2) a compiled call returned the
+    string the old options made."""
+    def f(x):
+        return f"doubled: {x * 2}"
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.tensor([1.23456])
+    try:
+        for precision in (4, 4, 2, 2, 6):
+            torch.set_printoptions(precision=precision)
+            assert jf(x) == f(x), precision
+    finally:
+        torch.set_printoptions(profile="default")
+
+
+def test_a_call_under_forward_mode_ad_keeps_its_tangent():
+    """A dual tensor took the compiled variant of its dtype and sizes, and
+    its result came back without a tangent."""
+    import torch.autograd.forward_ad as fwad
+
+    def f(x):
+        return x.sin() * 2
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(3)
+    for _ in range(2):
+        torch.testing.assert_close(jf(x), f(x))
+    with fwad.dual_level():
+        dual = fwad.make_dual(x, torch.ones(3))
+        got, want = fwad.unpack_dual(jf(dual)).tangent, fwad.unpack_dual(f(dual)).tangent
+    assert got is not None
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(jf(x), f(x))
 
 
 def test_the_generators_state_read_in_the_call_runs_eagerly_with_a_warning():
