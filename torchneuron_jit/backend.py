@@ -38,7 +38,10 @@ KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gel
               aten.addmm, aten.baddbmm, aten.silu, aten.logsumexp, aten.var, aten.clamp_min,
               aten.clamp_max, aten.masked_fill, aten.t, aten.scaled_dot_product_attention,
               aten._scaled_dot_product_flash_attention_for_cpu,
-              aten._weight_norm_interface)  # eager rounds v * (g / norm) once; the decomposition twice (bfloat16)
+              aten._weight_norm_interface,  # eager rounds v * (g / norm) once; the decomposition twice (bfloat16)
+              # eager checks their inputs (an input outside [0, 1], a target out of range) and raises; the
+              # decompositions give NaN, or a gather's RuntimeError where eager raises IndexError
+              aten.binary_cross_entropy, aten.nll_loss_forward, aten.nll_loss2d_forward)
 
 # Test hook: when set to a string, the next graph's compilation fails with
 # that reason (tests of the degrade-to-eager path).

@@ -1,5 +1,6 @@
 """torch.compile(backend="neuron"): registration, parity with eager, degradation."""
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -224,6 +225,28 @@ def test_a_graph_aot_autograd_refuses_runs_eagerly_with_one_warning():
     torch.testing.assert_close(got_x, want_x)
     words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(words) == 1 and "aot_autograd could not take a graph, running it eagerly" in words[0], words
+
+
+@pytest.mark.parametrize("fn, good, bad", [
+    (torch.nn.functional.binary_cross_entropy, (torch.rand(3), torch.rand(3)),
+     (torch.tensor([0.5, 1.5, 0.2]), torch.rand(3))),
+    (torch.nn.functional.cross_entropy, (torch.randn(2, 4), torch.tensor([1, 3])),
+     (torch.randn(2, 4), torch.tensor([1, 4]))),
+    (torch.nn.functional.nll_loss, (torch.randn(2, 4), torch.tensor([1, 3])),
+     (torch.randn(2, 4), torch.tensor([-1, 0]))),
+], ids=["binary_cross_entropy", "cross_entropy", "nll_loss"])
+def test_a_loss_given_bad_input_raises_eagers_exception(fn, good, bad):
+    """The decompositions of the losses check nothing: an input outside
+    [0, 1] gave NaN where eager raises, a target out of range a gather's
+    RuntimeError where eager raises IndexError."""
+    c = torch.compile(lambda *a: fn(*a), backend="neuron")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.testing.assert_close(c(*good), fn(*good))
+        with pytest.raises(Exception) as want:
+            fn(*bad)
+        with pytest.raises(want.type, match=re.escape(str(want.value))):
+            c(*bad)
 
 
 def test_random_draws_are_never_merged():
