@@ -44,6 +44,7 @@ import enum
 import functools
 import gc
 import inspect
+import io
 import itertools
 import operator
 import os
@@ -90,6 +91,18 @@ def _logging_codes():
 
 _LOGGING_CODES = _logging_codes()
 _PRINT = print
+
+
+def _skipped_effect(fn):
+    """What C function fn, called from traced user code, does that a
+    compiled call would skip, as print is: warnings.warn, a write to a file
+    (sys.stderr.write, a log's StringIO); None for others."""
+    if fn is warnings.warn or fn is warnings.warn_explicit:
+        return "warnings.warn"
+    if getattr(fn, "__name__", None) in ("write", "writelines") and isinstance(getattr(fn, "__self__", None),
+                                                                               io.IOBase):
+        return "a write to a file"
+    return None
 
 
 class _NotCompilable(Exception):
@@ -262,7 +275,7 @@ class _Trace:
                 (event == "c_call" and type(getattr(arg, "__self__", None)) in _TENSOR_TYPES):
             self.note_value_read(frame, event, arg)
         if event == "c_call":
-            what = "print" if arg is _PRINT else _outside_source(arg)
+            what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame
         elif event == "call" and frame.f_back is not None:
             what = "logging" if frame.f_code in _LOGGING_CODES else _outside_code(frame.f_code)
@@ -280,6 +293,8 @@ class _Trace:
             return
         if what in ("print", "logging"):
             self.side_effects.setdefault((filename, caller.f_lineno), what)
+        elif what in ("warnings.warn", "a write to a file"):  # an error filter, a log the user reads: eager
+            self.writes.append(f"it calls {what} at {filename}:{caller.f_lineno}, which a compiled call would skip")
         else:
             self.outside.setdefault((filename, caller.f_lineno), what)
 

@@ -7,6 +7,7 @@ same state, results and state both."""
 import contextlib
 import copy
 import enum
+import io
 import os
 import random
 import subprocess
@@ -677,6 +678,38 @@ def test_values_from_outside_torch_run_eagerly_with_a_warning(f, words, monkeypa
         return
     _one_warning(_same_as_eager(f, set_state, lambda: None), f"it calls {words} at", "test_jit_state.py:")
     assert torchneuron_jit.stats()["graphs_compiled"] == 0
+
+
+FILE_LOG = io.StringIO()
+
+
+def _warns(x):
+    warnings.warn("scaling by two")
+    return x * 2
+
+
+def _logs_to_a_file(x):
+    FILE_LOG.write("called\n")
+    return x * 2
+
+
+@pytest.mark.parametrize("f, words, read_state", [
+    (_warns, "it calls warnings.warn at", lambda: None),
+    (_logs_to_a_file, "it calls a write to a file at", lambda: FILE_LOG.getvalue().count("called")),
+])
+def test_warnings_and_writes_to_files_run_eagerly_with_a_warning(f, words, read_state):
+    """warnings.warn and FILE_LOG.write ran only on the traced call, without a
+    word: a user's log lost its lines, and under simplefilter("error")
+    eager raised where compiled calls returned."""
+    def set_state(i):
+        FILE_LOG.seek(0)
+        FILE_LOG.truncate()
+
+    _one_warning(_same_as_eager(f, set_state, read_state), words, "test_jit_state.py:")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="scaling by two"):
+            torchneuron_jit.jit(_warns)(X)
 
 
 def test_torch_random_ops_still_compile_and_draw_fresh_numbers():
