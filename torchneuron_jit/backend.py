@@ -1528,8 +1528,11 @@ def neuron(gm, example_inputs, **kwargs):
     (x.data = ... beside another write of x): the graph then runs as
     Dynamo captured it, with one warning, as compile_inference's failures
     do."""
+    from torch._dynamo.exc import TorchDynamoException
     try:
         return _aot(gm, example_inputs, **kwargs)
+    except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)
+        raise
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
         _C.stat_add("eager_fallbacks")
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
