@@ -307,7 +307,8 @@ def from_fx(gm, roles=None):
         name = op_name(node.target)
         args = imp.bind(node, where)
         val = node.meta.get("val")
-        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        # an op that returns nothing (a check that raises, aten._linalg_check_errors): a node without outputs
+        vals = list(val) if isinstance(val, (list, tuple)) else [] if val is None and not node.users else [val]
         outs = [imp.meta(v, where) for v in vals]
         in_table = name in _OP_NAMES
         if any(a.type.kind() == "TensorType" and tag != _C.ARG_TENSOR
@@ -335,6 +336,6 @@ def from_fx(gm, roles=None):
             result.fallback_ops.append(op_name(node.target))
             result.node_ops.append("fallback")
         result.fx_nodes.append(node)
-        imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0]
+        imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0] if ids else None
     result.fx_values = {vid: node for node, vid in imp.ids.items() if isinstance(vid, int)}
     return result

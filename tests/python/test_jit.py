@@ -315,6 +315,23 @@ def test_an_op_that_raises_gets_eagers_path_exception_and_writes(fn, calls):
         assert torchneuron_jit.stats()["eager_reruns"] > reruns, torchneuron_jit.explain(jf)
 
 
+def test_an_op_that_returns_nothing_is_a_node_of_the_compiled_graph():
+    """torch.linalg.cholesky checks its result with aten._linalg_check_errors,
+    which returns None: the importer refused the node, and the whole graph
+    ran eagerly for it."""
+    def f(a):
+        return torch.linalg.cholesky(a) * 2
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for scale in (2.0, 3.0):
+            torch.testing.assert_close(jf(torch.eye(3) * scale), f(torch.eye(3) * scale))
+    assert "aten::_linalg_check_errors (no lowering, 1)" in str(torchneuron_jit.explain(jf))
+    with pytest.raises(torch.linalg.LinAlgError):  # the check still raises: the call runs again eagerly
+        jf(-torch.eye(3))
+
+
 def test_a_nested_tensor_after_a_compiled_call_runs_eagerly():
     """The tensor guard read a nested tensor's sizes, which raise
     RuntimeError: the call failed instead of missing."""
