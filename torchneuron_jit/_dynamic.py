@@ -93,9 +93,9 @@ def observe(trace):
         if inst[0] != "tensor":
             continue
         _, slot, _, sizes, strides, _ = inst
+        row_major = same_strides(sizes, strides, dense_strides(sizes))
         for d, n in enumerate(sizes):
             place = (spec.names[i], len(sizes), d)
-            row_major = same_strides(sizes, strides, dense_strides(sizes))
             if place not in seen and n >= 2 and row_major:
                 new.append((slot, d, n))
             values = seen.setdefault(place, set())
@@ -224,7 +224,8 @@ class _Shadows(TorchDispatchMode):
             for i, a in enumerate(func._schema.arguments):
                 if a.alias_info is None or not a.alias_info.is_write:
                     continue
-                t = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
+                positional = i < len(args) and not a.kwarg_only
+                t = args[i] if positional else kwargs.get(a.name)
                 if not isinstance(t, torch.Tensor) or isinstance(t, FakeTensor) or id(t) in self.real_of:
                     continue
                 if t._is_view():  # its base would not see the copy's writes
@@ -232,7 +233,7 @@ class _Shadows(TorchDispatchMode):
                 with torch._C._DisableTorchDispatch():
                     copy = t.clone()
                 self.copy_of[id(t)], self.real_of[id(copy)] = copy, t
-                if i < len(args) and not a.kwarg_only:
+                if positional:
                     args[i] = copy
                 else:
                     kwargs[a.name] = copy
@@ -449,12 +450,19 @@ def _baddbmm(x, batch1, batch2, *, beta=1, alpha=1):
     return out + (x if beta == 1 else x * beta)
 
 
+def writes_statistics(args):
+    """Whether native_batch_norm with args (positional, all eight) writes
+    its running statistics, which its schema does not say: in training
+    mode, with statistics to write."""
+    return len(args) == 8 and bool(args[5]) and args[3] is not None and args[4] is not None
+
+
 def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     """native_batch_norm in training mode as the functional op and writes
-    of the running statistics, which its schema does not say it writes:
-    made functional, they are the graph's write-backs (applied after its
-    value checks), not writes inside the graph."""
-    if not training or running_mean is None or running_var is None:
+    of the running statistics (writes_statistics): made functional, they
+    are the graph's write-backs (applied after its value checks), not
+    writes inside the graph."""
+    if not writes_statistics((x, weight, bias, running_mean, running_var, training, momentum, eps)):
         return NotImplemented
     out, mean, rstd, new_mean, new_var = torch.ops.aten._native_batch_norm_legit_functional.default(
         x, weight, bias, running_mean, running_var, training, momentum, eps)

@@ -1280,8 +1280,7 @@ def _graph_of(trace, result):
             # one is a constant of the graph: written in place or returned, it would be shared by all calls)
             func = torch.ops.aten.lift_fresh_copy.default
             literals.add(id(args[0]))
-        if func is torch.ops.aten.native_batch_norm.default and len(fargs) == 8 and not fkwargs and fargs[5] and \
-                fargs[3] is not None and fargs[4] is not None:
+        if func is torch.ops.aten.native_batch_norm.default and not fkwargs and _dynamic.writes_statistics(fargs):
             # batch norm in training mode writes its running statistics, which its schema does not say: made
             # functional (_functional), the writes are write-backs applied after the value checks, not writes
             # inside the graph that a failed check would leave made

@@ -65,9 +65,6 @@ _MAX_NESTING = 32  # containers in containers, this deep
 _MAX_DESCRIBED = 20000  # values a record describes at most (a vocabulary in a guarded object is too many)
 
 
-# The process state traced ops depend on besides their arguments (the
-# recorder sees autocast's casts and the default dtype's results as ops
-# and constants): guarded on every call, part of every record key.
 def default_device():
     """The device factory functions make tensors on (torch.set_default_device,
     with torch.device("meta"): a function mode), read only while a torch
@@ -80,6 +77,9 @@ def forward_ad_level():
     return torch.autograd.forward_ad._current_level
 
 
+# The process state traced ops depend on besides their arguments (the
+# recorder sees autocast's casts and the default dtype's results as ops
+# and constants): guarded on every call, part of every record key.
 STATE = {
     "grad mode": torch.is_grad_enabled,
     "forward AD level": forward_ad_level,
@@ -595,7 +595,8 @@ def _portable_spec(trace, upto, spec):
             lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
             out.append(["dict", inst[1], list(inst[2]),
                         [["absent"] if v is _C.GUARD_ABSENT else describe.value(v, lenient) for v in inst[3]], inst[4]])
-        elif kind == "call" and (STATE.get(spec.names[slot]) or READ_STATE.get(spec.names[slot])) is inst[1]:
+        elif kind == "call" and (spec.names[slot] in STATE or spec.names[slot] in READ_STATE) and \
+                state_reader(spec.names[slot]) is inst[1]:
             out.append(["state", describe.value(inst[2])])
         else:
             raise Unportable(f"guard {kind} of {spec.names[slot]}")

@@ -1484,6 +1484,15 @@ def fallback_report():
     return out
 
 
+def _runs_eagerly(fallback, failed, reason):
+    """fallback, the graph as it runs eagerly because failed (words: "could
+    not compile") for reason: counted, warned once, and noted for explain()."""
+    _C.stat_add("eager_fallbacks")
+    _log.warn_once(f"{failed} a graph, running it eagerly ({reason})")
+    _manager.dynamo_graph(fallback, f"runs eagerly: {failed} it ({reason})")
+    return fallback
+
+
 def compile_inference(gm, example_inputs, eager=None):
     """aot_autograd's compiler for graphs that need no gradients. eager:
     the graph's eager original when the caller hands gm over (a graph
@@ -1496,13 +1505,9 @@ def compile_inference(gm, example_inputs, eager=None):
     try:
         compiled = _build(gm, example_inputs, eager)
     except Exception as exc:  # any failure of ours: this graph runs eagerly
-        _C.stat_add("eager_fallbacks")
         reason = f"{type(exc).__name__}: {exc}"
-        _log.warn_once(f"could not compile a graph, running it eagerly ({reason})")
         _log.event("compile", f"failed after {(time.perf_counter() - t0) * 1e3:.2f} ms: {reason}")
-        fallback = make_boxed_func(gm if eager is None else eager)
-        _manager.dynamo_graph(fallback, f"runs eagerly: could not compile it ({reason})")
-        return fallback
+        return _runs_eagerly(make_boxed_func(gm if eager is None else eager), "could not compile", reason)
     compile_seconds += time.perf_counter() - t0
     _manager.dynamo_graph(compiled)
     _log.event("compile", f"graph of {ops} ops in {(time.perf_counter() - t0) * 1e3:.2f} ms")
@@ -1534,11 +1539,8 @@ def neuron(gm, example_inputs, **kwargs):
     except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)
         raise
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
-        _C.stat_add("eager_fallbacks")
-        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        _log.warn_once(f"aot_autograd could not take a graph, running it eagerly ({reason})")
-        _manager.dynamo_graph(gm.forward, f"runs eagerly: aot_autograd could not take it ({reason})")
-        return gm.forward
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return _runs_eagerly(gm.forward, "aot_autograd could not take", f"{type(exc).__name__}: {first_line}")
 
 
 _manager.watch_dynamo(neuron)  # the recompilation manager's storm words for this door too
