@@ -37,10 +37,12 @@ argument becomes a SymFloat input guarded by its type alone: a guard
 program is integer arithmetic, so code that needs a relation of the float
 (a branch on it) keeps it static.
 """
+import contextlib
 import copy
 import enum
 import inspect
 import math
+import threading
 import types
 import weakref
 
@@ -471,6 +473,67 @@ def native_batch_norm(x, weight, bias, running_mean, running_var, training, mome
     return out, mean, rstd
 
 
+# -- convolution's backend over symbolic sizes ------------------------------------
+
+_conv_trace = threading.local()  # .env: the ShapeEnv of this thread's symbolic trace, while it runs
+# CPU backends a convolution of unchanged layout may take at another size (ATen's use_mkldnn and use_nnpack
+# weigh the batch and the input's numel against thresholds), by the rank of its weight (a 1-d convolution
+# runs as a 2-d one)
+_CONV_CPU_BACKENDS = {3: ("Mkldnn", "Slow2d", "SlowDilated2d", "NnpackSpatial"),
+                      4: ("Mkldnn", "Slow2d", "SlowDilated2d", "NnpackSpatial"),
+                      5: ("Mkldnn", "Slow3d", "SlowDilated3d")}
+
+
+def _select_conv_backend(select):
+    """torch._C._select_conv_backend for FakeTensor's convolution: inside a
+    symbolic trace of this thread, the backend for the sizes at hand chosen
+    without guards where every CPU backend the convolution could take at
+    other sizes gives its result the same memory format, which is all the
+    fake convolution asks the backend for. The thresholds ATen weighs
+    (a numel above 20480, a batch of 16) otherwise became guards:
+    wav2vec2's feature encoder made a variant per band of audio lengths.
+    Outside one, or where the formats differ, select itself."""
+    def chosen(input, weight, *args, **kwargs):
+        env = getattr(_conv_trace, "env", None)
+        if env is None or kwargs.get("transposed") or weight.dim() not in _CONV_CPU_BACKENDS or \
+                input.device.type != "cpu":
+            return select(input, weight, *args, **kwargs)
+        formats, names = None, _CONV_CPU_BACKENDS[weight.dim()]
+        try:
+            with env.suppress_guards():
+                backend = select(input, weight, *args, **kwargs)
+                if backend.name in names:
+                    i4, w4 = input, weight
+                    if weight.dim() == 3:  # as the fake convolution asks: a 1-d convolution as a 2-d one
+                        i4, w4 = input.contiguous().unsqueeze(2), weight.unsqueeze(2)
+                    formats = {torch._C._conv_determine_backend_memory_format(
+                        i4, w4, getattr(torch._C._ConvBackend, n)) for n in names}
+        except Exception:  # select says why, with its guards
+            formats = None
+        if formats is not None and len(formats) == 1:
+            return backend
+        return select(input, weight, *args, **kwargs)
+    chosen._tn_unguarded = True
+    return chosen
+
+
+@contextlib.contextmanager
+def conv_backends_unguarded(env):
+    """While it is open, convolutions this thread traces over env's symbols
+    choose their backend without guards on thresholds (_select_conv_backend).
+    The wrapper goes into torch._C once and passes every other thread's and
+    every other trace's calls through."""
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if select is not None and not getattr(select, "_tn_unguarded", False) and \
+            hasattr(torch._C, "_conv_determine_backend_memory_format") and hasattr(torch._C, "_ConvBackend"):
+        torch._C._select_conv_backend = _select_conv_backend(select)
+    outer, _conv_trace.env = getattr(_conv_trace, "env", None), env
+    try:
+        yield
+    finally:
+        _conv_trace.env = outer
+
+
 # Decompositions a symbolic trace adds to the back end's: ops whose own
 # implementation makes a symbolic size a constant, and batch norm's writes.
 _SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd, torch.ops.aten.baddbmm.default: _baddbmm,
@@ -663,7 +726,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     new_sets = list(sets.sets)  # with the sizes the code set on argument objects as graph outputs
 
     try:
-        with mode:
+        with mode, conv_backends_unguarded(env):
             gm = run_untraced(make_fx(run, decomposition_table={**(decompositions or {}), **_SYMBOLIC}), *fakes)
     except Static:
         raise

@@ -1,6 +1,7 @@
 """Dynamic sizes in torchneuron_jit.jit (_dynamic.py, csrc/guards "sizes"):
 one variant serves every size of a dimension that keeps changing, guarded
 by the relations the trace needs, with eager's answer on every call."""
+import copy
 import os
 import threading
 import time
@@ -76,6 +77,57 @@ def test_a_padded_tensor_of_any_batch_is_one_variant():
     for b in [2, 3, 5, 4, 7, 6]:
         x = torch.randn(b, 3, 5, 6)
         got, want = f(x), padded(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+    assert traces() - before == 2 and _jit.entries(f) == 2
+
+
+class _AudioEncoder(torch.nn.Module):
+    """wav2vec2's feature encoder in small: strided 1-d convolutions over
+    raw audio."""
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([torch.nn.Conv1d(1, 32, 10, stride=5), torch.nn.Conv1d(32, 32, 3, stride=2),
+                                          torch.nn.Conv1d(32, 32, 3, stride=2)])
+
+    def forward(self, audio):
+        x = audio[:, None]
+        for conv in self.convs:
+            x = torch.nn.functional.gelu(conv(x))
+        return x.transpose(1, 2)
+
+
+def test_audio_of_any_length_is_one_variant_across_the_convolution_backends():
+    """ATen picks a convolution's CPU backend by thresholds (oneDNN for an
+    input of more than 20480 elements or a batch of 16 or more); every one
+    gives these convolutions' results the same layout, yet the symbolic
+    trace guarded them: a variant per band of audio lengths (wav2vec2: 7
+    traces for 15 windows). The legal-size check stays a guard."""
+    torch.manual_seed(0)
+    model = _AudioEncoder().eval()
+    f = torchneuron_jit.jit(copy.deepcopy(model))
+    before = traces()
+    # lengths on both sides of the thresholds of each layer (32 * (L // 5 - 1) > 20480 at L >= 3210)
+    for length in [2000, 2600, 900, 7000, 1600, 30000, 4000, 3300]:
+        audio = torch.randn(1, length)
+        got, want = f(audio), model(audio)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
+    assert traces() - before == 2 and _jit.entries(f) == 2
+    with pytest.raises(RuntimeError, match="[Kk]ernel size"):  # shorter than the first kernel: eager's error
+        f(torch.randn(1, 7))
+
+
+def test_images_of_any_batch_are_one_variant_across_the_convolution_backends():
+    """A batch of 16 or more takes oneDNN where a smaller one of a 1x1
+    convolution need not: the batch made a variant on each side."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    f = torchneuron_jit.jit(copy.deepcopy(model))
+    before = traces()
+    for b in [2, 3, 20, 5, 17, 4, 32]:
+        x = torch.randn(b, 3, 6, 6)
+        got, want = f(x), model(x)
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
     assert traces() - before == 2 and _jit.entries(f) == 2
