@@ -63,14 +63,36 @@ def _is_size(node):
     return isinstance(val, (torch.SymInt, int, torch.SymFloat, torch.SymBool)) and not isinstance(val, bool)
 
 
+def _int_of(d):
+    """d as an int: an int, or a SymInt its ShapeEnv fixed to one (a dynamic
+    batch the code made 2 again); None otherwise."""
+    if isinstance(d, int):
+        return d
+    return d.node.maybe_as_int() if isinstance(d, torch.SymInt) else None
+
+
 def static_val(node):
-    """node's example tensor when its sizes, strides and offset are ints."""
+    """node's example tensor when its sizes, strides and offset are ints, or
+    SymInts fixed to ints (then a tensor of the same layout whose are ints:
+    the graph importer reads those as static too)."""
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     if not isinstance(val, torch.Tensor):
         return None
-    if not all(isinstance(d, int) for d in (*val.shape, *val.stride(), val.storage_offset())):
+    dims = (*val.shape, *val.stride(), val.storage_offset())
+    if all(isinstance(d, int) for d in dims):
+        return val
+    ints = [_int_of(d) for d in dims]
+    if any(d is None for d in ints) or getattr(val, "fake_mode", None) is None:
         return None
-    return val
+    known = node.meta.get("tn_static_val")
+    if known is None or known[0] is not val:
+        rank = val.dim()
+        sizes, strides, offset = ints[:rank], ints[rank:2 * rank], ints[-1]
+        extent = offset + sum((n - 1) * st for n, st in zip(sizes, strides)) + 1 if all(sizes) else 0
+        with val.fake_mode:
+            fixed = torch.empty(extent, dtype=val.dtype, device=val.device).as_strided(sizes, strides, offset)
+        known = node.meta["tn_static_val"] = (val, fixed)
+    return known[1]
 
 
 def op_name(target):

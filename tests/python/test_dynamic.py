@@ -133,6 +133,28 @@ def test_images_of_any_batch_are_one_variant_across_the_convolution_backends():
     assert traces() - before == 2 and _jit.entries(f) == 2
 
 
+def test_a_size_the_code_fixes_after_the_fact_keeps_the_kernels_writing_into_a_cat():
+    """A dynamic dimension the code compares with a value (Mistral's and
+    Gemma2's decode steps fix the batch) is a SymInt fixed to an int in the
+    ops traced before the comparison; the graph importer reads it as static,
+    the back end read it as symbolic, and a kernel writing into a cat (the
+    rotary half's) found no buffer: the whole graph ran eagerly."""
+    def rotated(x):
+        y = torch.cat([-x[..., 4:], x[..., :4] * 2], -1)
+        if x.shape[0] == 2:
+            y = y + 1
+        return y
+
+    f = torchneuron_jit.jit(rotated)
+    before = torchneuron_jit.stats()["eager_fallbacks"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for b in [3, 2, 2, 2]:
+            x = torch.randn(b, 5, 8)
+            torch.testing.assert_close(f(x), rotated(x))
+    assert torchneuron_jit.stats()["eager_fallbacks"] == before
+
+
 @pytest.mark.parametrize("beta,alpha", [(1.0, 0.125), (0.0, 1.0), (-2.0, 3.0)])
 def test_baddbmm_with_a_broadcast_input_is_one_variant_for_every_length(beta, alpha):
     """baddbmm (transformers' Bloom adds its ALiBi bias with it): PyTorch's
