@@ -95,7 +95,15 @@ def observe(trace):
         if inst[0] != "tensor":
             continue
         _, slot, _, sizes, strides, _ = inst
+        # row-major, or a slice of a buffer whose strides stay as they are (a sliding window's cache: its
+        # keys[:, :, -w:] at every batch size); strides that change with the sizes (a transpose's, a slice
+        # of a buffer that grows) keep the tensor static
         row_major = same_strides(sizes, strides, dense_strides(sizes))
+        if not row_major:
+            layouts = seen.setdefault((spec.names[i], len(sizes), STRIDES_PLACE), set())
+            if len(layouts) < _MAX_VALUES:
+                layouts.add(tuple(st if n > 1 else None for n, st in zip(sizes, strides)))
+            row_major = len(layouts) == 1
         for d, n in enumerate(sizes):
             place = (spec.names[i], len(sizes), d)
             if place not in seen and n >= 2 and row_major:
@@ -116,6 +124,7 @@ def observe(trace):
 
 
 INT_PLACE, FLOAT_PLACE = "int", "float"  # the rank of an int or float argument's place in the history
+STRIDES_PLACE = "strides"  # the dimension of the place whose history is a tensor's strides (those not row-major)
 
 
 def _argument_path(spec, slot):
@@ -147,7 +156,7 @@ def _argument_path(spec, slot):
 
 def history(fn):
     """{(argument words, rank, dimension): sorted sizes} jit has seen for fn."""
-    return {k: sorted(v) for k, v in _seen.get(fn, {}).items()}
+    return {k: sorted(v, key=repr) if k[2] == STRIDES_PLACE else sorted(v) for k, v in _seen.get(fn, {}).items()}
 
 
 def frame_call(fn, local_args):
@@ -172,12 +181,15 @@ class Symbolic:
     decomposed), per graph input its spec slot (an int) or, for a tensor the
     real trace captured, the tensor; real example inputs for the back end;
     the write-backs; the guards on sizes as [(program, words)]; and the
-    symbolic dimensions ({slot: [dimension]}); the value checks, as the
+    symbolic dimensions ({slot: [dimension]}) and the strides of those
+    tensors that keep their own ({slot: strides}: a slice of a fixed
+    buffer); the value checks, as the
     runner takes them (a library may read no value of a fake tensor, e.g.
     transformers' masks: then there are none)."""
 
-    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=()):
+    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=(), strides=None):
         self.fgm, self.slots, self.examples, self.checks = fgm, slots, examples, checks
+        self.strides = dict(strides or {})  # slot -> the strides a slice keeps at every size (not row-major)
         self.writebacks, self.guards, self.dims = writebacks, guards, dims
         self.numbers = list(numbers)  # (result leaf, path, graph output) of sizes the result's objects hold
         self.sets = list(sets)  # what the call sets on argument objects (_jit._Sets), over this graph's outputs
@@ -576,6 +588,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                 raise Static(f"{trace.spec.names[slot]} is not an int or a float among the arguments")
             numbers.setdefault(k, []).append((where[1], slot))
     positions, fakes, slots, examples, sources, floats = [], [], [], [], {}, set()
+    kept = {}  # slot -> strides of a tensor that is not row-major, kept at every size
     held_at = {}  # id of a tensor an argument's object holds -> its number among the graph's inputs
     inner_at = []  # (leaf position, steps, number among the graph's inputs) of the numbers objects hold
     for k, leaf in enumerate(leaves):
@@ -614,6 +627,12 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             # the guard checks it, and the fake's strides follow its symbolic sizes
             like = t if tuple(t.stride()) == dense else t.as_strided(t.shape, dense, t.storage_offset())
             fake = mode.from_tensor(like, symbolic_context=context)
+            if want and not same_strides(tuple(t.shape), t.stride(), dense):
+                # a slice of a buffer (observe: its strides have stayed): its strides at every size, as the
+                # guard checks them (PyTorch's own fake would make each a symbol no guard program reads)
+                with mode:
+                    fake = torch.empty_strided(fake.shape, t.stride(), dtype=t.dtype, device=t.device)
+                kept[slot] = tuple(t.stride())
             for d in want:
                 expr = fake.shape[d].node.expr
                 if not isinstance(expr, sympy.Symbol):
@@ -788,7 +807,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
                     {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers,
-                    new_sets)
+                    new_sets, kept)
 
 
 # -- guards on sizes ---------------------------------------------------------------
@@ -891,8 +910,8 @@ def _emit(e, sources, prog):
 
 def spec_of(trace, sym):
     """trace's guard spec with the symbolic dimensions' size checks relaxed
-    (their tensors checked as row-major of any size there) and the guards on
-    sizes appended: a new Spec."""
+    (their tensors checked as row-major of any size there, or with the
+    strides a slice keeps) and the guards on sizes appended: a new Spec."""
     spec = type(trace.spec)()
     spec.paths = dict(trace.spec.paths)
     for i, (inst, name) in enumerate(zip(trace.spec, trace.spec.names)):
@@ -901,7 +920,7 @@ def spec_of(trace, sym):
         elif inst[0] == "tensor" and inst[1] in sym.dims:
             dims = sym.dims[inst[1]]
             sizes = tuple(None if d in dims else n for d, n in enumerate(inst[3]))
-            inst = ("tensor", inst[1], inst[2], sizes, None, inst[5])
+            inst = ("tensor", inst[1], inst[2], sizes, sym.strides.get(inst[1]), inst[5])
         spec.add(inst, name)
     for prog, words in sym.guards:
         spec.add(("sizes", prog), words)

@@ -186,8 +186,8 @@ def explain(spec, args, index):
         for d, (a, b) in enumerate(zip(sizes, value.shape)):
             if a is not None and a != b:
                 return f"{name}: size[{d}] {a} → {b}"
+        sizes = tuple(value.shape)  # those the guard checks are the tensor's now
         if strides is None:  # row-major for whatever sizes the tensor has
-            sizes = tuple(value.shape)
             strides = dense_strides(sizes)
         return f"{name}: strides {strides} → {tuple(value.stride())} ({layout(sizes, strides)} → " \
                f"{layout(tuple(value.shape), tuple(value.stride()))})"

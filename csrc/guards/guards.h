@@ -37,7 +37,8 @@
 **                                  a size None passes any size (a dynamic
 **                                  dimension), and strides None are the
 **                                  row-major strides of the tensor's sizes
-**                                  (required when a size is None); the stride
+**                                  (a slice of a fixed buffer keeps its strides
+**                                  as its sizes change); the stride
 **                                  of a dimension of size 0 or 1 is not compared
 **                                  (no element is read through it: x[:, :L]
 **                                  .contiguous() of a batch of one keeps it)

@@ -321,9 +321,6 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     }
     if (int_tuple(sizes, g->gi_n, g->gi_ints, i, 1) < 0)
       return -1;
-    for (Py_ssize_t k = 0; !g->gi_dense && k < g->gi_n; k++)
-      if (g->gi_ints[k] == G_ANY_SIZE)
-        return bad(i, "a tensor whose sizes may change needs strides None (row-major)");
     return g->gi_dense ? 0 : int_tuple(strides, g->gi_n, g->gi_ints + g->gi_n, i, 0);
   }
   case G_DICT: {

@@ -800,7 +800,7 @@ def test_sizes_programs_floor_semantics_and_failures():
     assert _gs((DIM, 0, 0, CONST, 0, 5)).check(x) == 2  # modulo by 0: the guard fails, nothing raises
     assert _gs((DIM, 0, 1, CONST, 2, 9)).check(x) == 2   # 3 <= 2 fails
     assert _gs((DIM, 0, 0, DIM, 0, 1, 3, CONST, 21, 6)).check(x) == -1  # 7 * 3 == 21
-    # a tensor that is not row-major fails the tensor guard, whatever its sizes
+    # a tensor that is not row-major fails a row-major tensor guard, whatever its sizes
     assert _gs((CONST, 1)).check(torch.zeros(3, 7).t()) == 1
 
 
@@ -813,9 +813,55 @@ def test_bad_sizes_programs_are_refused(prog, words):
         _gs(prog)
 
 
-def test_sizes_of_any_value_need_row_major_strides():
-    with pytest.raises(ValueError, match="strides None"):
-        _C.GuardSet([("arg", 0), ("tensor", 0, torch.float32, (None, 3), (3, 1), False)])
+def test_sizes_of_any_value_with_the_strides_a_slice_keeps():
+    """A tensor guard with sizes None and strides given: a slice of a fixed
+    buffer at any size there, and nothing of other strides."""
+    gs = _C.GuardSet([("arg", 0), ("tensor", 0, torch.float32, (None, None), (5, 1), False)])
+    assert gs.check(torch.zeros(2, 5)[:, :3]) == -1 and gs.check(torch.zeros(9, 5)[:, 1:]) == -1
+    assert gs.check(torch.zeros(4, 3)) == 1 and gs.check(torch.zeros(5, 2).t()) == 1
+
+
+def test_a_slice_of_a_fixed_buffer_is_one_variant_at_every_size():
+    """A sliding window's keys (Mistral's, Gemma2's cache once it is full:
+    keys[:, :, -w:] of one buffer) and chunks of a preallocated buffer are
+    not row-major; they were static at each batch or chunk size (Mistral's
+    generate: eight variants in four prompts, then eager for good). Their
+    strides stay as the sizes change: the dynamic variant keeps them."""
+    buf = torch.randn(8, 4, 40, 16)
+
+    def attend(q, keys):
+        scores = torch.einsum("bhd,bhkd->bhk", q, keys) * 0.25
+        return torch.einsum("bhk,bhkd->bhd", scores.softmax(-1), keys) + q
+
+    f = torchneuron_jit.jit(attend)
+    before = traces()
+    for b, n in [(2, 30), (3, 30), (5, 12), (4, 39), (8, 7), (6, 33)]:
+        q, keys = torch.randn(b, 4, 16), buf[:b, :, 40 - n:]
+        torch.testing.assert_close(f(q, keys), attend(q, keys))
+    # static (2, 30), the batch dynamic, then the length too
+    assert traces() - before == 3 and _jit.entries(f) == 3
+    # a slice of another buffer (other strides) misses, and is right
+    q, keys = torch.randn(3, 4, 16), torch.randn(3, 4, 50, 16)[:, :, 5:]
+    torch.testing.assert_close(f(q, keys), attend(q, keys))
+    # the same sizes row-major: not the slice's variant
+    keys = keys.contiguous()
+    torch.testing.assert_close(f(q, keys), attend(q, keys))
+
+
+def test_a_transpose_whose_strides_follow_its_sizes_stays_static():
+    """Strides that change with the sizes (a transpose's) take no dynamic
+    variant: each would be one of its own."""
+    def f(x):
+        return x * 2 + 1
+
+    g = torchneuron_jit.jit(f, cache_limit=16)
+    before = torchneuron_jit.stats()["dynamic_traces"]
+    for n in [5, 6, 7, 9]:
+        x = torch.randn(3, n).t()  # strides (1, n)
+        got = g(x)
+        torch.testing.assert_close(got, f(x))
+        assert got.stride() == f(x).stride()
+    assert torchneuron_jit.stats()["dynamic_traces"] == before
 
 
 # -- builds off the calling thread (compile_blocking off, the default) ------------------------
