@@ -2558,8 +2558,9 @@ class _Tracer:
 
     def give_up(self, fn, reason):
         limit = config.jit_cache_limit
-        _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}) "
-                       f"and runs eagerly from now on; the last reason was: {reason}", stacklevel=2)
+        _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}): "
+                       f"its variants keep serving the calls they take, the others run eagerly from now on; the "
+                       f"last reason was: {reason}", stacklevel=2)
 
 
 def _warn_skipped_call(fn, filename, line, what):

@@ -414,7 +414,8 @@ def jit_explanation(jf):
         variants.append({"name": f"variant {k}", "kind": kind + (", dynamic sizes" if dynamic else ""), "hits": n,
                          "guards": _guard_words(spec), "graph": graph})
     head = (f"{s.where}: {jf.calls} calls, {len(variants)} variants"
-            + (", runs eagerly for good" if jf.gave_up else ""))
+            + (", runs eagerly for good" if jf.gave_up else
+               ", at its limit of variants: calls none takes run eagerly" if jf.full else ""))
     return Explanation(head, variants, s)
 
 

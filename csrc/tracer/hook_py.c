@@ -220,6 +220,12 @@ retry:
         goto retry;
     }
   }
+  if (cs->es_full && cs->es_n >= limit) {
+    /* at the limit, warned: the entries keep serving what they take, the rest runs as Python does,
+    ** unexplained (a miss's words cost more than the call) */
+    res = _PyEval_EvalFrameDefault(ts, f, 0);
+    goto done;
+  }
   if (cs->es_n > 0) {
     PyObject *args = tn_hook_frame_args(f);
     if (!args)
@@ -249,10 +255,10 @@ retry:
     reason = Py_NewRef(Py_None);
   }
   if (cs->es_n >= limit) {
-    cs->es_gave_up = 1;
+    cs->es_full = 1;
     PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
     if (!r)
-      tn_tracer_failed(jf, "warning of the entry limit failed (it runs eagerly from now on)");
+      tn_tracer_failed(jf, "warning of the entry limit failed (calls no variant takes run eagerly)");
     Py_XDECREF(r);
     res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;

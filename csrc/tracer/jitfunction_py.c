@@ -188,6 +188,12 @@ static PyObject *JitFunction_get_gave_up(PyObject *o, void *c)
   return PyBool_FromLong(((JitFunctionObject *)o)->jf_entries.es_gave_up);
 }
 
+static PyObject *JitFunction_get_full(PyObject *o, void *c)
+{
+  (void)c;
+  return PyBool_FromLong(((JitFunctionObject *)o)->jf_entries.es_full);
+}
+
 /* gave_up = True: runs eagerly from now on (the recompilation manager's blacklist); False: traces again */
 static int JitFunction_set_gave_up(PyObject *o, PyObject *value, void *c)
 {
@@ -283,7 +289,9 @@ static PyGetSetDef JitFunction_getset[] = {
   {"fn", JitFunction_get_fn, NULL, "the function this calls", NULL},
   {"limit", JitFunction_get_limit, NULL, "entries kept (0: config.jit_cache_limit)", NULL},
   {"gave_up", JitFunction_get_gave_up, JitFunction_set_gave_up,
-   "whether it runs eagerly for good (its limit of entries, or the manager's blacklist); settable", NULL},
+   "whether it runs eagerly for good (the manager's blacklist); settable", NULL},
+  {"full", JitFunction_get_full, NULL,
+   "whether it reached its limit of entries (warned): they keep serving, calls none takes run eagerly", NULL},
   {"calls", JitFunction_get_calls, NULL, "calls made through it", NULL},
   {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
   {NULL, NULL, NULL, NULL, NULL},

@@ -37,7 +37,8 @@ typedef struct tn_entry {
 typedef struct tn_entries {
   tn_entry *es_v;
   int es_n, es_cap;
-  int es_gave_up;        /* reached its limit: runs as Python does */
+  int es_gave_up;        /* blacklisted (the recompilation manager): runs as Python does */
+  int es_full;           /* warned of its limit: a call no entry takes runs as Python does */
   PyObject *es_code;     /* the code they were traced for (a function's __code__ may be replaced) */
 } tn_entries;
 

@@ -531,6 +531,15 @@ def test_entry_limit_and_its_warning():
     assert _jit.entries(f) == 3
     msgs = [str(m.message) for m in w if "limit" in str(m.message)]
     assert len(msgs) == 1 and "x: size[0] 3 → 4" in msgs[0], msgs
+    # past the limit its variants keep serving what they take (a generate loop's ninth path made every call,
+    # its decode steps too, run eagerly); the others run eagerly, unexplained
+    jf = _jit._jit_function_of(f)
+    hits = sum(jf.hits())
+    for n in (2, 3, 2, 9):
+        x = torch.randn(n)
+        torch.testing.assert_close(f(x), x * 2)
+    assert sum(jf.hits()) == hits + 3 and jf.full and not jf.gave_up and _jit.entries(f) == 3
+    assert "at its limit of variants" in str(torchneuron_jit.explain(f))
     with pytest.raises(ValueError, match="cache_limit"):
         torchneuron_jit.jit(lambda x: x, cache_limit=0)
 
