@@ -623,16 +623,19 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             context = StatelessSymbolicContext(
                 dynamic_sizes=[DimDynamic.DYNAMIC if d in want else DimDynamic.STATIC for d in range(t.dim())])
             dense = dense_strides(tuple(t.shape))
-            # row-major but for a stride of a size-1 dimension (x[:, :L].contiguous() of a batch of one): as
-            # the guard checks it, and the fake's strides follow its symbolic sizes
-            like = t if tuple(t.stride()) == dense else t.as_strided(t.shape, dense, t.storage_offset())
-            fake = mode.from_tensor(like, symbolic_context=context)
-            if want and not same_strides(tuple(t.shape), t.stride(), dense):
-                # a slice of a buffer (observe: its strides have stayed): its strides at every size, as the
-                # guard checks them (PyTorch's own fake would make each a symbol no guard program reads)
+            if not same_strides(tuple(t.shape), t.stride(), dense):
+                # a slice of a buffer (observe: its strides have stayed), an expanded tensor: its strides at
+                # every size, as the guard checks them (PyTorch's own fake would make each a symbol no guard
+                # program reads); its sizes' symbols from a row-major stand-in
+                stand_in = mode.from_tensor(torch.empty(t.shape, dtype=t.dtype), symbolic_context=context)
                 with mode:
-                    fake = torch.empty_strided(fake.shape, t.stride(), dtype=t.dtype, device=t.device)
+                    fake = torch.empty_strided(stand_in.shape, t.stride(), dtype=t.dtype, device=t.device)
                 kept[slot] = tuple(t.stride())
+            else:
+                # row-major but for a stride of a size-1 dimension (x[:, :L].contiguous() of a batch of one): as
+                # the guard checks it, and the fake's strides follow its symbolic sizes
+                like = t if tuple(t.stride()) == dense else t.as_strided(t.shape, dense, t.storage_offset())
+                fake = mode.from_tensor(like, symbolic_context=context)
             for d in want:
                 expr = fake.shape[d].node.expr
                 if not isinstance(expr, sympy.Symbol):

@@ -848,6 +848,26 @@ def test_a_slice_of_a_fixed_buffer_is_one_variant_at_every_size():
     torch.testing.assert_close(f(q, keys), attend(q, keys))
 
 
+def test_an_expanded_tensor_of_any_batch_is_one_variant_without_a_warning():
+    """A row broadcast to the batch (strides (0, 1)): its strides stay, so
+    its batch is dynamic; the trace's stand-in for its sizes is row-major
+    (a dense view of its one row failed: a warning and a variant per batch)."""
+    def shifted(x):
+        return x * 2 + 1
+
+    f = torchneuron_jit.jit(shifted)
+    row = torch.randn(1, 6)
+    before = traces()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for b in [2, 3, 4, 5, 7]:
+            x = row.expand(b, 6)
+            got, want = f(x), shifted(x)
+            torch.testing.assert_close(got, want)
+            assert got.stride() == want.stride()
+    assert traces() - before == 2 and _jit.entries(f) == 2
+
+
 def test_a_transpose_whose_strides_follow_its_sizes_stays_static():
     """Strides that change with the sizes (a transpose's) take no dynamic
     variant: each would be one of its own."""
