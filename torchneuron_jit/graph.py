@@ -73,8 +73,8 @@ def _int_of(d):
 
 def static_val(node):
     """node's example tensor when its sizes, strides and offset are ints, or
-    SymInts fixed to ints (then a tensor of the same layout whose are ints:
-    the graph importer reads those as static too)."""
+    SymInts fixed to ints (then a fake tensor of that layout in ints: the
+    graph importer reads those as static too)."""
     val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     if not isinstance(val, torch.Tensor):
         return None
