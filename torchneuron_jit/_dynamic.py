@@ -627,7 +627,8 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                 # a slice of a buffer (observe: its strides have stayed), an expanded tensor: its strides at
                 # every size, as the guard checks them (PyTorch's own fake would make each a symbol no guard
                 # program reads); its sizes' symbols from a row-major stand-in
-                stand_in = mode.from_tensor(torch.empty(t.shape, dtype=t.dtype), symbolic_context=context)
+                stand_in = mode.from_tensor(torch.empty(t.shape, dtype=t.dtype, device="meta"),
+                                            symbolic_context=context)
                 with mode:
                     fake = torch.empty_strided(stand_in.shape, t.stride(), dtype=t.dtype, device=t.device)
                 kept[slot] = tuple(t.stride())

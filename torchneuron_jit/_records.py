@@ -43,10 +43,11 @@ import weakref
 
 import torch
 import torch.utils._pytree as pytree
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
+from .graph import fake_tensor
 from ._spec import Spec, entry_name, explain, same_value, shadowed
 
 FORMAT = 8  # 2: the contents of containers and objects that globals and closures hold are guarded;
@@ -806,16 +807,8 @@ def _decode_val(v, mode):
     if tag == "X":
         return None
     if tag == "T":
-        # a fake tensor made straight from a meta tensor: ~10 us, where an
-        # empty_strided under the fake mode takes ~60
         _, dtype, sizes, strides, offset = v
-        dtype = getattr(torch, dtype)
-        if offset:
-            extent = 1 + offset + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
-            meta = torch.empty(extent, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
-        else:
-            meta = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
-        return FakeTensor(mode, meta, _CPU)
+        return fake_tensor(mode, getattr(torch, dtype), sizes, strides, offset, _CPU)
     if tag in ("L", "U"):
         items = [_decode_val(x, mode) for x in v[1]]
         return items if tag == "L" else tuple(items)

@@ -71,6 +71,18 @@ def _int_of(d):
     return d.node.maybe_as_int() if isinstance(d, torch.SymInt) else None
 
 
+def fake_tensor(mode, dtype, sizes, strides, offset, device=torch.device("cpu")):
+    """A fake tensor of mode with that layout, made straight from a meta
+    tensor: ~10 us, where an empty_strided under the fake mode takes ~60."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    if offset:
+        extent = 1 + offset + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
+        meta = torch.empty(extent, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
+    else:
+        meta = torch.empty_strided(sizes, strides, dtype=dtype, device="meta")
+    return FakeTensor(mode, meta, device)
+
+
 def static_val(node):
     """node's example tensor when its sizes, strides and offset are ints, or
     SymInts fixed to ints (then a fake tensor of that layout in ints: the
@@ -87,10 +99,7 @@ def static_val(node):
     known = node.meta.get("tn_static_val")
     if known is None or known[0] is not val:
         rank = val.dim()
-        sizes, strides, offset = ints[:rank], ints[rank:2 * rank], ints[-1]
-        extent = offset + sum((n - 1) * st for n, st in zip(sizes, strides)) + 1 if all(sizes) else 0
-        with val.fake_mode:
-            fixed = torch.empty(extent, dtype=val.dtype, device=val.device).as_strided(sizes, strides, offset)
+        fixed = fake_tensor(val.fake_mode, val.dtype, ints[:rank], ints[rank:2 * rank], ints[-1], val.device)
         known = node.meta["tn_static_val"] = (val, fixed)
     return known[1]
 
