@@ -74,7 +74,10 @@ def observe(trace):
     among them): a tensor's dimensions whose size here is 2 or more, where
     the tensor is row-major, and the dimensions of the same size of a
     tensor first seen here; {None} for an int argument whose value here
-    is not 0 or 1, or a finite float. These are made symbolic."""
+    is not 0 or 1, or a finite float. These are made symbolic. A tensor
+    argument whose strides have taken config.dynamic_after layouts that
+    are not row-major has STRIDES_PLACE among its dimensions: its variant
+    takes it copied dense (densified)."""
     after = config.dynamic_after
     try:
         seen = _seen.setdefault(trace.fn, {})
@@ -96,14 +99,18 @@ def observe(trace):
             continue
         _, slot, _, sizes, strides, _ = inst
         # row-major, or a slice of a buffer whose strides stay as they are (a sliding window's cache: its
-        # keys[:, :, -w:] at every batch size); strides that change with the sizes (a transpose's, a slice
-        # of a buffer that grows) keep the tensor static
+        # keys[:, :, -w:] at every batch size); a tensor whose strides keep changing (ids[:, -1:] of ids that
+        # grow, a transpose of a growing tensor) is copied dense for its variant (STRIDES_PLACE among its
+        # dimensions): its sizes count as a row-major tensor's
         row_major = same_strides(sizes, strides, dense_strides(sizes))
         if not row_major:
             layouts = seen.setdefault((spec.names[i], len(sizes), STRIDES_PLACE), set())
             if len(layouts) < _MAX_VALUES:
                 layouts.add(tuple(st if n > 1 else None for n, st in zip(sizes, strides)))
             row_major = len(layouts) == 1
+            if 0 < after <= len(layouts) and _argument_path(spec, slot) is not None:
+                out.setdefault(slot, set()).add(STRIDES_PLACE)
+                row_major = True
         for d, n in enumerate(sizes):
             place = (spec.names[i], len(sizes), d)
             if place not in seen and n >= 2 and row_major:
@@ -183,13 +190,17 @@ class Symbolic:
     the write-backs; the guards on sizes as [(program, words)]; and the
     symbolic dimensions ({slot: [dimension]}) and the strides of those
     tensors that keep their own ({slot: strides}: a slice of a fixed
-    buffer); the value checks, as the
-    runner takes them (a library may read no value of a fake tensor, e.g.
+    buffer) or take any (all None: copied dense, as dense says); the value
+    checks, as the runner takes them (a library may read no value of a fake tensor, e.g.
     transformers' masks: then there are none)."""
 
-    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=(), strides=None):
+    def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=(), strides=None,
+                 dense=()):
         self.fgm, self.slots, self.examples, self.checks = fgm, slots, examples, checks
-        self.strides = dict(strides or {})  # slot -> the strides a slice keeps at every size (not row-major)
+        # slot -> the strides a slice keeps at every size (not row-major); all None: any, copied dense
+        self.strides = dict(strides or {})
+        # (number among the graph's inputs, dense_order) of those copied dense before it runs
+        self.dense = tuple(dense)
         self.writebacks, self.guards, self.dims = writebacks, guards, dims
         self.numbers = list(numbers)  # (result leaf, path, graph output) of sizes the result's objects hold
         self.sets = list(sets)  # what the call sets on argument objects (_jit._Sets), over this graph's outputs
@@ -262,6 +273,25 @@ def _mutates(gm):
         if node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return True
     return False
+
+
+def dense_order(t):
+    """The order of t's dimensions, outermost first, by its strides (those
+    of sizes 0 and 1 last among equals): None when it is row-major's, as
+    for a slice of a buffer (ids[:, -1:]); (1, 0) for a transpose."""
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d) if t.shape[d] > 1 else 1, d))
+    big = [d for d in order if t.shape[d] > 1]
+    return None if big == sorted(big) else tuple(order)
+
+
+def densified(t, order):
+    """t itself, or a copy of it, dense in order (dense_order; None:
+    row-major): what a variant that takes t's strides changing runs on.
+    Strides already dense in that order are no copy (a transpose)."""
+    if order is None:
+        return t.contiguous()
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return t.permute(order).contiguous().permute(inverse)
 
 
 # -- tensors a result holds inside objects ----------------------------------------
@@ -577,6 +607,9 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     mode.cache_enabled = False
     paths, treespec = pytree.tree_flatten_with_path(list(trace.call_args))
     leaves = [leaf for _, leaf in paths]
+    # tensors whose strides keep changing (observe): the variant takes them copied dense
+    dense = {slot for slot, want in dims.items() if STRIDES_PLACE in want}
+    dims = {slot: [d for d in want if d != STRIDES_PLACE] for slot, want in dims.items()}
     # int and float arguments made symbolic: leaf position -> [(steps inside it (an object's), slot)]
     numbers = {}
     for slot, want in dims.items():
@@ -588,7 +621,8 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                 raise Static(f"{trace.spec.names[slot]} is not an int or a float among the arguments")
             numbers.setdefault(k, []).append((where[1], slot))
     positions, fakes, slots, examples, sources, floats = [], [], [], [], {}, set()
-    kept = {}  # slot -> strides of a tensor that is not row-major, kept at every size
+    kept = {}  # slot -> strides of a tensor that is not row-major, kept at every size (None: any, copied)
+    dense_at = []  # (number among the graph's inputs, dense_order) of the tensors copied dense
     held_at = {}  # id of a tensor an argument's object holds -> its number among the graph's inputs
     inner_at = []  # (leaf position, steps, number among the graph's inputs) of the numbers objects hold
     for k, leaf in enumerate(leaves):
@@ -622,8 +656,20 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             want = dims.get(slot, ())
             context = StatelessSymbolicContext(
                 dynamic_sizes=[DimDynamic.DYNAMIC if d in want else DimDynamic.STATIC for d in range(t.dim())])
-            dense = dense_strides(tuple(t.shape))
-            if not same_strides(tuple(t.shape), t.stride(), dense):
+            row_major = dense_strides(tuple(t.shape))
+            original = t
+            if slot in dense:
+                # any strides, copied dense in this call's order of them before the graph runs (_jit._Runner)
+                order = dense_order(t)
+                stand_in = mode.from_tensor(torch.empty(t.shape, dtype=t.dtype, device="meta"),
+                                            symbolic_context=context)
+                with mode:
+                    fake = torch.empty_permuted(stand_in.shape, order or tuple(range(t.dim())), dtype=t.dtype,
+                                                device=t.device)
+                kept[slot] = (None,) * t.dim()
+                dense_at.append((len(fakes), order))
+                t = densified(t, order)
+            elif not same_strides(tuple(t.shape), t.stride(), row_major):
                 # a slice of a buffer (observe: its strides have stayed), an expanded tensor: its strides at
                 # every size, as the guard checks them (PyTorch's own fake would make each a symbol no guard
                 # program reads); its sizes' symbols from a row-major stand-in
@@ -635,22 +681,22 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             else:
                 # row-major but for a stride of a size-1 dimension (x[:, :L].contiguous() of a batch of one): as
                 # the guard checks it, and the fake's strides follow its symbolic sizes
-                like = t if tuple(t.stride()) == dense else t.as_strided(t.shape, dense, t.storage_offset())
+                like = t if tuple(t.stride()) == row_major else t.as_strided(t.shape, row_major, t.storage_offset())
                 fake = mode.from_tensor(like, symbolic_context=context)
             for d in want:
                 expr = fake.shape[d].node.expr
                 if not isinstance(expr, sympy.Symbol):
                     raise Static(f"dimension {d} of an argument did not become a symbol")
                 sources[expr] = (slot, d)
-            if t is leaf:
+            if original is leaf:
                 positions.append(k)
             else:  # inside an argument's object: the copy each run makes holds the graph's input there
-                held_at[id(t)] = len(fakes)
+                held_at[id(original)] = len(fakes)
                 positions.append(None)
             fakes.append(fake)
             slots.append(slot)
             examples.append(t)
-    if not sources:
+    if not sources and not dense_at:
         raise Static("no dimension became a symbol")
     # the argument objects the runner takes (the copies call_args holds), in its order
     set_objects = [trace.arg_copies[id(obj)] for _, obj, _, _ in sets.objects]
@@ -661,7 +707,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             if k is not None:
                 values[k] = t
         # argument objects as they were, each run its own copies (the code sets their attributes)
-        swap, copies = {id(examples[i]): tensors[i] for i in held_at.values()}, {}
+        swap, copies = {held: tensors[i] for held, i in held_at.items()}, {}
         for k, leaf in enumerate(leaves):
             if plain_object(leaf):
                 values[k] = state_copy(leaf, swap, copies)
@@ -679,6 +725,9 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         # argument objects themselves, its value checks index the rest)
         # argument objects and arguments returned as they are: the runner's, no output of the graph
         returned = {id(o) for o in objects} | {id(t) for t in tensors}
+        copied = {id(tensors[j]) for j, _ in dense_at}
+        if copied and any(id(t) in copied for t in result_tensors(result, returned - copied)):
+            raise Static("it returns an argument whose strides change, which its variant would take copied")
         leaves_out = result_tensors(result, returned)
         set_numbers = []
         for i, (k, attr, p) in enumerate(sets.sets):
@@ -796,6 +845,8 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     except Exception as exc:
         raise Static(f"making the symbolic graph functional failed ({type(exc).__name__}: "
                      f"{str(exc).splitlines()[0][:200]})") from None
+    if any(i in dict(dense_at) for i, _ in writebacks):
+        raise Static("it writes an argument whose strides change, which its variant would take copied")
     names = {sym: trace.spec.names[slot] if d is None else f"{trace.spec.names[slot]}.size({d})"
              for sym, (slot, d) in sources.items()}
     for sym, (slot, d) in sources.items():
@@ -811,7 +862,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
                     {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers,
-                    new_sets, kept)
+                    new_sets, kept, dense_at)
 
 
 # -- guards on sizes ---------------------------------------------------------------

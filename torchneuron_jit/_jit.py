@@ -1542,9 +1542,9 @@ class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
 
-    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects")
+    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects", "dense")
 
-    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0):
+    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0, dense=()):
         self.record = None  # the id of its trace record, when it has one
         self.compiled = compiled  # boxed: backend.compile_inference's result (a _C.Plan, or the eager graph)
         self.checks = checks
@@ -1553,6 +1553,8 @@ class _Runner:
         # (object, attribute, plan entry): what the call sets on argument objects (_Sets), the objects
         # the last inputs, after the graph's tensors
         self.sets, self.objects = sets, objects
+        # (input, _dynamic.dense_order) of the inputs copied dense first: any strides of theirs pass the guards
+        self.dense = tuple(dense)
         # a result that is one computed tensor skips the rebuild
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
@@ -1561,7 +1563,7 @@ class _Runner:
         itself when this runner would only pick one of its outputs (no value
         checks, no write-backs, one computed tensor returned); else this
         one."""
-        if self.checks or self.writebacks or self.objects or self.single is None or \
+        if self.checks or self.writebacks or self.objects or self.dense or self.single is None or \
                 not isinstance(self.compiled, _C.Plan):
             return self
         return _C.ItemRunner(self.compiled.call, self.single, self)
@@ -1570,6 +1572,10 @@ class _Runner:
         objects = ()
         if self.objects:
             objects, inputs = inputs[-self.objects:], inputs[:-self.objects]
+        if self.dense:
+            inputs = list(inputs)
+            for i, order in self.dense:
+                inputs[i] = _dynamic.densified(inputs[i], order)
         # a side exit runs the call again: the numbers the graph drew (torch.rand) are drawn again, as eager's
         rng = torch.get_rng_state() if self.checks else None
         if self.writebacks:
@@ -1767,10 +1773,10 @@ class _Build:
             # the symbolic graph's inputs
             moved = {id(t): j for j, t in enumerate(sym.examples)}
             out_plan = (out_plan[0], [("in", moved[id(inputs[p[1]])]) if p[0] == "in" else p for p in out_plan[1]])
-            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects))
+            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects), sym.dense)
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
-                len(objects), spec)
+                len(objects), spec, sym.dense)
         with torch.no_grad():
             fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
         with torch.no_grad():
@@ -2343,8 +2349,11 @@ class _Tracer:
         jf = _jf_of(trace)
         site = _manager.site(jf) if jf is not None else None
         names = trace.spec.names
-        if site is not None:
+        if site is not None:  # a number, or changing strides, found static stays so (a symbolic trace each call)
             dims = {slot: ds for slot, ds in dims.items() if not (None in ds and (names[slot], None) in site.static)}
+            dims = {slot: ds - {_dynamic.STRIDES_PLACE} if (names[slot], _dynamic.STRIDES_PLACE) in site.static
+                    else ds for slot, ds in dims.items()}
+            dims = {slot: ds for slot, ds in dims.items() if ds}
         if not dims:
             return None
         if trace.side_effects:
@@ -2365,7 +2374,8 @@ class _Tracer:
             outputs += sum(e[0] == "out" for _, _, p in sets.sets for e in _set_entries(p))
             failed = []
             for want in [dims] + ([tensors] if tensors and tensors != dims else []):
-                words = ", ".join(names[slot] if d is None else f"{names[slot]} dim {d}"
+                words = ", ".join(names[slot] if d is None else f"{names[slot]} strides (copied dense)"
+                                  if d == _dynamic.STRIDES_PLACE else f"{names[slot]} dim {d}"
                                   for slot, ds in want.items() for d in ds)
                 try:
                     sym = _dynamic.retrace(trace, want, [value for _, value in checks], outputs, sets,
@@ -2400,7 +2410,7 @@ class _Tracer:
                         site.static[(names[slot], d)] = reason
 
     @staticmethod
-    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, sets=(), objects=0, spec=None):
+    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, sets=(), objects=0, spec=None, dense=()):
         """Stores the entry's trace record, when it can be described without
         identities, with its compiled plan when that can be too; returns the
         record's id, or None. spec: the entry's guards when they are not
@@ -2410,7 +2420,7 @@ class _Tracer:
             pspec = _records.portable_spec(trace, spec=spec)
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects,
-                                      None if spec is None else spec.names)
+                                      None if spec is None else spec.names, dense)
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
             except _records.Unportable as exc:
@@ -2522,7 +2532,8 @@ class _Tracer:
                 compiled = backend.compile_inference(_records.decode_graph(v["graph"]), inputs, eager=eager)
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
-                       [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"])
+                       [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"],
+                       [(i, None if order is None else tuple(order)) for i, order in v.get("dense", ())])
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that

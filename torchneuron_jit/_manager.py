@@ -145,7 +145,7 @@ def storm_words(jf, s, key):
     span = max(1, jf.calls - s.first_miss[key] + 1)
     often = "on every call" if n >= 0.8 * span else f"{n} times in {span} calls"
     seen = ", ".join(list(s.changes[key])[-4:])
-    from ._dynamic import FLOAT_PLACE, INT_PLACE, history
+    from ._dynamic import FLOAT_PLACE, INT_PLACE, STRIDES_PLACE, history
     hist = history(jf.fn)
     number = next((place for place in (INT_PLACE, FLOAT_PLACE) if (key, place, None) in hist), None)
     if ": size[" in key or number:
@@ -179,6 +179,12 @@ def storm_words(jf, s, key):
                 "changes on every call) instead of reading it from the enclosing scope")
     if key.startswith("sizes"):
         return f"{s.where}: a relation of sizes keeps failing ({seen}); each side traces its own variant"
+    if key.endswith(": strides") and (key.split(":")[0], STRIDES_PLACE) in s.dynamic:
+        return f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); its variant copies it dense, " \
+               + _DYNAMIC_NOW
+    if key.endswith(": strides") and (key.split(":")[0], STRIDES_PLACE) in s.static:
+        return (f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); each one is a variant of its own "
+                f"because {s.static[(key.split(':')[0], STRIDES_PLACE)]}; pass it row-major (.contiguous())")
     if key.endswith(": dtype") or key.endswith(": rank") or key.endswith(": strides"):
         return f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); each one is a variant of its own"
     if key in s.set_by_call:
@@ -272,7 +278,8 @@ def _guard_words(spec):
         if kind == "tensor":
             sizes = "(" + ", ".join("*" if n is None else str(n) for n in inst[3]) + (",)" if len(inst[3]) == 1
                                                                                           else ")")
-            layout = "row-major" if inst[4] is None else f"strides {inst[4]}"
+            layout = "row-major" if inst[4] is None else "any strides, copied dense" \
+                if all(st is None for st in inst[4]) else f"strides {inst[4]}"
             out.append(f"{name}: {str(inst[2]).removeprefix('torch.')} {sizes} {layout}"
                        + (" requires_grad" if inst[5] else ""))
         elif kind == "sizes":

@@ -981,11 +981,11 @@ def read(key):
         return []
 
 
-def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None):
+def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None, dense=()):
     """The record of one traced entry, pspec its portable_spec (names: its
     spec's words, when it is not trace.spec); sets and objects: what it
-    sets on the last objects of its slots (_jit._Sets) (raises
-    Unportable)."""
+    sets on the last objects of its slots (_jit._Sets); dense: the graph's
+    inputs its runner copies dense ((input, order)) (raises Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -1009,7 +1009,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan], "sets": sets,
-              "objects": objects,
+              "objects": objects, "dense": [[i, None if order is None else list(order)] for i, order in dense],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
     return record

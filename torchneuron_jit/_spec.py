@@ -92,9 +92,9 @@ def tensor_distance(spec, args, index):
 
 def same_strides(sizes, strides, want):
     """Whether strides are want's in every dimension whose size is more
-    than 1, as a tensor guard compares them (no element is read through
-    the stride of a dimension of size 0 or 1)."""
-    return len(strides) == len(want) and all(n <= 1 or a == b for n, a, b in zip(sizes, strides, want))
+    than 1 and whose want is not None, as a tensor guard compares them (no
+    element is read through the stride of a dimension of size 0 or 1)."""
+    return len(strides) == len(want) and all(n <= 1 or b is None or a == b for n, a, b in zip(sizes, strides, want))
 
 
 def dense_strides(sizes):

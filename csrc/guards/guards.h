@@ -38,7 +38,9 @@
 **                                  dimension), and strides None are the
 **                                  row-major strides of the tensor's sizes
 **                                  (a slice of a fixed buffer keeps its strides
-**                                  as its sizes change); the stride
+**                                  as its sizes change); a stride None passes
+**                                  any stride (an input the variant copies
+**                                  row-major before its graph runs); the stride
 **                                  of a dimension of size 0 or 1 is not compared
 **                                  (no element is read through it: x[:, :L]
 **                                  .contiguous() of a batch of one keeps it)

@@ -34,7 +34,7 @@ enum {
   GS_MAX, GS_MIN, GS_NEG, GS_INT, GS__COUNT
 };
 #define GS_STACK 32   /* deepest stack a program may need */
-#define G_ANY_SIZE INT64_MIN  /* a tensor guard's size that any value passes */
+#define G_ANY_SIZE INT64_MIN  /* a tensor guard's size or stride that any value passes */
 
 typedef struct tn_ginst {
   int gi_op;
@@ -321,7 +321,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     }
     if (int_tuple(sizes, g->gi_n, g->gi_ints, i, 1) < 0)
       return -1;
-    return g->gi_dense ? 0 : int_tuple(strides, g->gi_n, g->gi_ints + g->gi_n, i, 0);
+    return g->gi_dense ? 0 : int_tuple(strides, g->gi_n, g->gi_ints + g->gi_n, i, 1);
   }
   case G_DICT: {
     PyObject *vals = PyTuple_GET_ITEM(t, 3);
@@ -443,7 +443,7 @@ static void dense_strides(const int64_t *sizes, Py_ssize_t n, int64_t *out)
 }
 
 /* 1 when v.stride() equals want in every dimension whose size (sizes) is
-** more than 1, 0 when not, -1 on error. */
+** more than 1 and whose want is not G_ANY_SIZE, 0 when not, -1 on error. */
 static int strides_ok(PyObject *v, const int64_t *sizes, const int64_t *want, Py_ssize_t n)
 {
   PyObject *o = PyObject_CallMethodNoArgs(v, s_stride);
@@ -454,7 +454,7 @@ static int strides_ok(PyObject *v, const int64_t *sizes, const int64_t *want, Py
     PyObject *x = PyTuple_GET_ITEM(o, k);
     int overflow;
     long long st = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : (overflow = 1, 0);
-    ok = !overflow && (sizes[k] <= 1 || st == want[k]);
+    ok = !overflow && (sizes[k] <= 1 || want[k] == G_ANY_SIZE || st == want[k]);
   }
   Py_DECREF(o);
   return ok;

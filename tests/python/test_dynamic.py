@@ -821,6 +821,17 @@ def test_sizes_of_any_value_with_the_strides_a_slice_keeps():
     assert gs.check(torch.zeros(4, 3)) == 1 and gs.check(torch.zeros(5, 2).t()) == 1
 
 
+def test_a_stride_none_passes_any_stride():
+    """A tensor guard's stride None (a variant that copies the tensor
+    dense): any strides there pass, the sizes and dtype still count."""
+    gs = _C.GuardSet([("arg", 0), ("tensor", 0, torch.int64, (2, None), (None, None), False)])
+    ids = torch.zeros(2, 9, dtype=torch.int64)
+    assert gs.check(ids[:, -1:]) == -1 and gs.check(ids[:, 3:7]) == -1 and gs.check(ids.t().contiguous().t()) == -1
+    assert gs.check(ids[:1]) == 1 and gs.check(ids.float()) == 1
+    half = _C.GuardSet([("arg", 0), ("tensor", 0, torch.int64, (None, None), (None, 1), False)])
+    assert half.check(ids[:, 2:]) == -1 and half.check(ids.t()) == 1
+
+
 def test_a_slice_of_a_fixed_buffer_is_one_variant_at_every_size():
     """A sliding window's keys (Mistral's, Gemma2's cache once it is full:
     keys[:, :, -w:] of one buffer) and chunks of a preallocated buffer are
@@ -868,20 +879,115 @@ def test_an_expanded_tensor_of_any_batch_is_one_variant_without_a_warning():
     assert traces() - before == 2 and _jit.entries(f) == 2
 
 
-def test_a_transpose_whose_strides_follow_its_sizes_stays_static():
-    """Strides that change with the sizes (a transpose's) take no dynamic
-    variant: each would be one of its own."""
+def test_a_transpose_of_any_size_is_one_variant_with_eagers_strides():
+    """Strides that change with the sizes (a transpose's, (1, n)) make the
+    tensor's variant take any strides, copied dense in the order of the
+    traced call's: a transpose is no copy, and the result has the strides
+    eager gives it. Each size was a variant of its own."""
     def f(x):
         return x * 2 + 1
 
     g = torchneuron_jit.jit(f, cache_limit=16)
-    before = torchneuron_jit.stats()["dynamic_traces"]
-    for n in [5, 6, 7, 9]:
+    before, dynamic = traces(), torchneuron_jit.stats()["dynamic_traces"]
+    for n in [5, 6, 7, 9, 12, 4]:
         x = torch.randn(3, n).t()  # strides (1, n)
         got = g(x)
         torch.testing.assert_close(got, f(x))
         assert got.stride() == f(x).stride()
-    assert torchneuron_jit.stats()["dynamic_traces"] == before
+    assert traces() - before == 2 and torchneuron_jit.stats()["dynamic_traces"] == dynamic + 1
+    x = torch.randn(8, 3)  # row-major: the variant copies it as its transposes are laid out
+    torch.testing.assert_close(g(x), f(x))
+
+
+def test_the_last_token_of_a_growing_batch_is_one_variant():
+    """A decode loop of one's own feeds ids[:, -1:] of ids that grow by a
+    token each step: at a batch of 2 its strides ((n, 1)) change on every
+    call, and each step was a variant of its own until the limit (then
+    eager, with a storm warning). The variant copies it row-major."""
+    def step(last, table):
+        return (table[last] * 2).sum(-1)
+
+    f = torchneuron_jit.jit(step)
+    table, ids = torch.randn(100, 16), torch.randint(0, 100, (2, 5))
+    before = traces()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(12):
+            torch.testing.assert_close(f(ids[:, -1:], table), step(ids[:, -1:], table))
+            ids = torch.cat([ids, torch.randint(0, 100, (2, 1))], 1)
+    assert traces() - before == 2 and _jit.entries(f) == 2
+    assert "any strides, copied dense" in str(torchneuron_jit.explain(f))
+    # a slice of other sizes and strides, and the same sizes of another dtype: variants of their own, right
+    for x in (ids[:3, 2:4], ids[:, -1:].to(torch.int32)):
+        torch.testing.assert_close(f(x, table), step(x, table))
+
+
+class _Window:
+    """A cache of one's own holding the last keys (a slice of all of them)."""
+
+    def __init__(self, keys):
+        self.keys = keys
+
+
+def test_a_slice_an_argument_object_holds_is_one_variant_as_its_buffer_grows():
+    """A sliding window's keys held in a cache object (transformers'
+    sliding layers keep full[:, :, -w + 1:] of each step's cat): their
+    strides change with the length they were cut from."""
+    def attend(q, win):
+        return (q @ win.keys.transpose(-1, -2)).softmax(-1) @ win.keys
+
+    f = torchneuron_jit.jit(attend)
+    keys, q = torch.randn(2, 4, 8), torch.randn(2, 1, 8)
+    before = traces()
+    for _ in range(10):
+        keys = torch.cat([keys, torch.randn(2, 1, 8)], 1)
+        win, theirs = _Window(keys[:, -3:]), _Window(keys[:, -3:])
+        torch.testing.assert_close(f(q, win), attend(q, theirs))
+    assert traces() - before == 2 and _jit.entries(f) == 2
+
+
+def test_a_slice_whose_sizes_and_strides_change_is_one_variant():
+    """decoder_input_ids = ids[:, :s // 2] of ids (b, s): sizes and strides
+    change together (BART's decoder inputs in a test loop)."""
+    w = torch.randn(16, 16)
+
+    def f(x, ids):
+        return (x @ w)[:, : ids.shape[1]] * ids.unsqueeze(-1)
+
+    g = torchneuron_jit.jit(f)
+    before = traces()
+    for b, s in [(4, 8), (1, 14), (4, 20), (2, 30), (3, 9), (4, 27), (1, 34), (3, 15), (2, 21)]:
+        ids = torch.randint(1, 9, (b, s))[:, : s // 2]
+        x = torch.randn(b, s, 16)
+        torch.testing.assert_close(g(x, ids), f(x, ids))
+    assert traces() - before <= 3
+
+
+def test_an_argument_whose_strides_change_is_written_and_returned_as_eagers():
+    """The copy a variant takes is the argument's only for reading: a
+    function that writes into it, or returns it, keeps it static (eager's
+    writes land in the caller's buffer; the result is the argument itself),
+    and the storm's words say why."""
+    def bump(last):
+        last.add_(1)
+        return last * 2
+
+    def same(last):
+        return last, last + 1
+
+    for fn, why in ((bump, "it writes an argument whose strides change"),
+                    (same, "it returns an argument whose strides change")):
+        g = torchneuron_jit.jit(fn, cache_limit=16)
+        mine, theirs = torch.zeros(2, 4), torch.zeros(2, 4)
+        with pytest.warns(RuntimeWarning, match=f"last strides changes on every call .*because {why}"):
+            for n in range(6):
+                mine, theirs = torch.cat([mine, torch.ones(2, 1)], 1), torch.cat([theirs, torch.ones(2, 1)], 1)
+                got, want = g(mine[:, -2:]), fn(theirs[:, -2:])
+                torch.testing.assert_close(got, want)
+                torch.testing.assert_close(mine, theirs)
+        x = mine[:, -2:]
+        if fn is same:
+            assert g(x)[0] is x
 
 
 # -- builds off the calling thread (compile_blocking off, the default) ------------------------

@@ -510,6 +510,37 @@ GENERATE = textwrap.dedent('''
 ''')
 
 
+LAST_TOKEN = textwrap.dedent('''
+    import json, sys
+    import torch
+    import torchneuron_jit
+
+    def step(last, table):  # a view of the argument: the graph's, over the row-major copy
+        return table[last.reshape(-1)].sum(-1) * 2 + last.reshape(-1).float()
+
+    f = torchneuron_jit.jit(step)
+    torch.manual_seed(0)
+    table, ids = torch.randn(100, 16), torch.randint(0, 100, (2, 5))
+    with torch.no_grad():
+        for _ in range(8):
+            torch.testing.assert_close(f(ids[:, -2:], table), step(ids[:, -2:], table))
+            ids = torch.cat([ids, torch.randint(0, 100, (2, 1))], 1)
+    st = torchneuron_jit.stats()
+    assert st["eager_reruns"] == 0, st
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_variant_that_copies_an_argument_dense_loads_in_a_fresh_process(program):
+    """ids[:, -2:] of growing ids: the variant that takes any strides (and
+    copies them row-major, as its graph's view needs) is a record; a fresh
+    process runs it on every step without tracing or rerunning eagerly."""
+    cold = program(source=LAST_TOKEN)
+    assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
+    warm = program(source=LAST_TOKEN)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 2, warm
+
+
 def test_a_generation_loops_variants_load_in_a_fresh_process(program):
     """generate() passes a DynamicCache (guarded by its attributes): its
     prefill, first step and dynamic variant are records a fresh process
