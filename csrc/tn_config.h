@@ -89,7 +89,14 @@
     "The C compiler of tier 2 (a name looked up on PATH, or a path); GCC or a compiler taking its options.") \
   _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
     "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
-    "this runs eagerly from then on, with one warning giving the last reason.") \
+    "this runs eagerly (one warning gives the last reason), unless a variant has gone unused long enough " \
+    "to be evicted for it (jit_evict_after).") \
+  _(jit_evict_after, TN_CFG_INT, 32, NULL, \
+    "Calls of a function under torchneuron_jit.jit at its jit_cache_limit that its least recently used " \
+    "compiled variant must have gone without taking one before a call no variant takes evicts it and " \
+    "traces (a narrower variant a dynamic one superseded; a region of a generate loop's branches no longer " \
+    "reached). The wait doubles each time jit_cache_limit variants of the function were evicted, so a " \
+    "working set larger than the limit does not trace on every call. 0: never evict.") \
   _(compile_blocking, TN_CFG_BOOL, 0, NULL, \
     "A call of a function under torchneuron_jit.jit that no variant takes answers with its eager result " \
     "(the traced run) and its variant is built (symbolic trace, lowering, kernels) on a background thread, " \

@@ -29,6 +29,7 @@
   _(traces, "calls of jitted functions that ran under the recorder (a first call, or a guard miss)") \
   _(guard_failures, "calls of jitted functions that no entry's guards accepted") \
   _(recompiles, "traces of a function that already had an entry (guard_failures that traced)") \
+  _(variants_evicted, "variants of jitted functions at their limit evicted for a call none took, after none took a call for config.jit_evict_after calls") \
   _(eager_reruns, "calls whose compiled variant raised (bad input) and that ran again eagerly, for eager's exception or except clause") \
   _(dynamic_traces, "traces made again over symbolic sizes: one variant serves every size of the dimensions that kept changing") \
   _(calls_while_building, "calls of jitted functions no entry took that ran eagerly, untraced, while a variant was being built in the background") \

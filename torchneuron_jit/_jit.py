@@ -2570,8 +2570,15 @@ class _Tracer:
     def give_up(self, fn, reason):
         limit = config.jit_cache_limit
         _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}): "
-                       f"its variants keep serving the calls they take, the others run eagerly from now on; the "
-                       f"last reason was: {reason}", stacklevel=2)
+                       f"its variants keep serving the calls they take, the others run eagerly unless a variant "
+                       f"goes unused long enough to be evicted for them (config.jit_evict_after); the last reason "
+                       f"was: {reason}", stacklevel=2)
+
+    @staticmethod
+    def evicted(jf, unused, hits):
+        """A variant of jf at its limit was evicted for a call none took."""
+        _manager.decided(jf, f"evicted a variant that took {hits} calls and none in the last {unused}: room for "
+                             "a call no variant takes (config.jit_evict_after)")
 
 
 def _warn_skipped_call(fn, filename, line, what):

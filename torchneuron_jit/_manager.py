@@ -279,7 +279,7 @@ def _guard_words(spec):
             sizes = "(" + ", ".join("*" if n is None else str(n) for n in inst[3]) + (",)" if len(inst[3]) == 1
                                                                                           else ")")
             layout = "row-major" if inst[4] is None else "any strides, copied dense" \
-                if all(st is None for st in inst[4]) else f"strides {inst[4]}"
+                if inst[4] and all(st is None for st in inst[4]) else f"strides {inst[4]}"
             out.append(f"{name}: {str(inst[2]).removeprefix('torch.')} {sizes} {layout}"
                        + (" requires_grad" if inst[5] else ""))
         elif kind == "sizes":

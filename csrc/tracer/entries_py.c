@@ -107,6 +107,7 @@ int tn_entries_add(tn_entries *cs, PyObject *entry)
   tn_entry e;
   if (entry_make(entry, &e) < 0)
     return -1;
+  e.en_last = cs->es_clock;
   if (cs->es_n == cs->es_cap) {
     int cap = cs->es_cap ? 2 * cs->es_cap : 4;
     tn_entry *p = PyMem_Realloc(cs->es_v, sizeof(tn_entry) * (size_t)cap);
@@ -140,6 +141,7 @@ int tn_entries_replace(tn_entries *cs, PyObject *spec, PyObject *entry)
   } else {
     if (entry_make(entry, &e) < 0)
       return -1;
+    e.en_last = cs->es_clock;
     cs->es_v[i] = e;
   }
   entry_clear(&old);  /* may run Python: the list is consistent again */
@@ -168,6 +170,7 @@ void tn_entries_purge(tn_entries *cs)
 
 void tn_entries_touch(tn_entries *cs, int i)
 {
+  cs->es_v[i].en_last = cs->es_clock;
   if (i > 0) {
     tn_entry hit = cs->es_v[i];
     memmove(cs->es_v + 1, cs->es_v, sizeof(tn_entry) * (size_t)i);
@@ -176,6 +179,30 @@ void tn_entries_touch(tn_entries *cs, int i)
 }
 
 /* -- The limit ---------------------------------------------------------------- */
+
+int tn_entries_cold(const tn_entries *cs, int limit, int64_t idle)
+{
+  if (idle <= 0 || limit <= 0)
+    return -1;
+  int shift = cs->es_evicted / limit;
+  uint64_t wait = shift >= 32 ? UINT64_MAX : (uint64_t)idle << shift;
+  int i = cs->es_n - 1;
+  while (i >= 0 && cs->es_v[i].en_runner == Py_None)
+    i--;
+  return i >= 0 && cs->es_clock - cs->es_v[i].en_last >= wait ? i : -1;
+}
+
+void tn_entries_evict(tn_entries *cs, int i, uint64_t *unused, uint64_t *hits)
+{
+  assert(i >= 0 && i < cs->es_n);
+  tn_entry gone = cs->es_v[i];
+  memmove(cs->es_v + i, cs->es_v + i + 1, sizeof(tn_entry) * (size_t)(cs->es_n - i - 1));
+  cs->es_n--;
+  cs->es_evicted++;
+  *unused = cs->es_clock - gone.en_last;
+  *hits = gone.en_hits;
+  entry_clear(&gone);  /* may run Python: the list is consistent again */
+}
 
 int tn_entries_limit(const JitFunctionObject *jf)
 {

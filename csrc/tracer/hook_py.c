@@ -5,6 +5,7 @@
 */
 #include "tracer_internal.h"
 
+#include "../tn_config.h"
 #include "../tn_stats.h"
 
 _Thread_local tn_active *tn_hook_active;
@@ -120,6 +121,19 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
     res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;
   }
+  int limit = tn_entries_limit(a->ac_jf), cold;
+  if (cs->es_n >= limit && (cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after))) >= 0) {
+    /* the miss found one cold (jit_frame), and it traces: the cold one makes room */
+    uint64_t unused, hits;
+    tn_entries_evict(cs, cold, &unused, &hits);
+    tn_stat_add(TN_STAT_variants_evicted, 1);
+    PyObject *r = tn_tracer_call(a->ac_jf, "evicted", Py_BuildValue("(OKK)", (PyObject *)a->ac_jf,
+                                                                    (unsigned long long)unused,
+                                                                    (unsigned long long)hits));
+    if (!r)
+      tn_tracer_failed(a->ac_jf, "noting an evicted variant failed");
+    Py_XDECREF(r);
+  }
   tn_stat_add(TN_STAT_traces, 1);
   a->ac_codes = codes;
   tn_hook_tracing++;
@@ -164,6 +178,7 @@ static PyObject *jit_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active 
   Py_ssize_t nargs = frame_nargs(f->f_code);
   JitFunctionObject *jf = a->ac_jf;
   int limit = tn_entries_limit(jf);
+  cs->es_clock = jf->jf_calls;
   int looked_up = 0;
 retry:
   for (int i = 0; i < cs->es_n; i++) {
@@ -220,7 +235,10 @@ retry:
         goto retry;
     }
   }
-  if (cs->es_full && cs->es_n >= limit) {
+  /* at the limit, a variant no call took for a while (a narrower one a dynamic variant superseded) makes room
+  ** for this call's, once the tracer traces it */
+  int cold = cs->es_n >= limit ? tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after)) : -1;
+  if (cs->es_full && cs->es_n >= limit && cold < 0) {
     /* at the limit, warned: the entries keep serving what they take, the rest runs as Python does,
     ** unexplained (a miss's words cost more than the call) */
     res = _PyEval_EvalFrameDefault(ts, f, 0);
@@ -254,7 +272,7 @@ retry:
   } else {
     reason = Py_NewRef(Py_None);
   }
-  if (cs->es_n >= limit) {
+  if (cs->es_n >= limit && cold < 0) {
     cs->es_full = 1;
     PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
     if (!r)

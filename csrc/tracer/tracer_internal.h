@@ -31,6 +31,7 @@ typedef struct tn_entry {
   Py_ssize_t en_ninputs;
   PyObject *en_runner;   /* None: run the frame as Python does */
   uint64_t en_hits;      /* calls it took */
+  uint64_t en_last;      /* es_clock when it last took a call, or was added */
 } tn_entry;
 
 /* The entries of one JitFunction, most recently used first. */
@@ -39,6 +40,8 @@ typedef struct tn_entries {
   int es_n, es_cap;
   int es_gave_up;        /* blacklisted (the recompilation manager): runs as Python does */
   int es_full;           /* warned of its limit: a call no entry takes runs as Python does */
+  int es_evicted;        /* entries evicted to make room (tn_entries_evict) */
+  uint64_t es_clock;     /* the function's calls, as of the call looking its entries up */
   PyObject *es_code;     /* the code they were traced for (a function's __code__ may be replaced) */
 } tn_entries;
 
@@ -103,8 +106,21 @@ int tn_entries_replace(tn_entries *cs, PyObject *spec, PyObject *entry);
 ** the list is consistent again, since freeing may run Python. */
 void tn_entries_purge(tn_entries *cs);
 
-/* Moves entry i to the front (most recently used first). */
+/* Moves entry i to the front (most recently used first), used now. */
 void tn_entries_touch(tn_entries *cs, int i);
+
+/* The index of the least recently used compiled entry when it has taken
+** no call in the last idle << (es_evicted / limit) calls (the wait doubles
+** each time limit entries were evicted, so a working set larger than the
+** limit cannot trace on every call); -1 when none is that cold, or idle
+** is 0. Entries running eagerly (a build in flight, a trace that failed)
+** are never the one. */
+int tn_entries_cold(const tn_entries *cs, int limit, int64_t idle);
+
+/* Removes entry i (tn_entries_cold's) and counts the eviction; *unused is
+** how long it went without a call, *hits the calls it took. It is freed
+** once the list is consistent again, since freeing may run Python. */
+void tn_entries_evict(tn_entries *cs, int i, uint64_t *unused, uint64_t *hits);
 
 /* How many entries jf keeps before it gives up (runs as Python does). */
 int tn_entries_limit(const JitFunctionObject *jf);

@@ -9,7 +9,7 @@ from torchneuron_jit import _C, config
 NAMES = ["cache", "cache_dir", "cache_max_bytes", "cache_initial_map_bytes", "cache_verify", "kernel_threads", "row_fusion", "row_fusion_min_row",
          "gemm_fusion", "onednn_linear", "conv_channels_last", "flash_attention", "flash_attention_min_scores",
          "onednn_packed_weights", "compile_tier2", "tier2_after_calls", "tier2_jobs",
-         "tier2_cc", "jit_cache_limit", "compile_blocking", "build_worker", "build_child_busy_pct", "build_worker_timeout_s", "build_gc_off", "build_pause_ms", "build_resume_us", "dynamic_after", "storm_misses",
+         "tier2_cc", "jit_cache_limit", "jit_evict_after", "compile_blocking", "build_worker", "build_child_busy_pct", "build_worker_timeout_s", "build_gc_off", "build_pause_ms", "build_resume_us", "dynamic_after", "storm_misses",
          "trace_backoff",
          "blacklist_after", "jit_trace_records", "cpu_isa", "log"]
 DEFAULTS = {
@@ -32,6 +32,7 @@ DEFAULTS = {
     "tier2_jobs": 1,
     "tier2_cc": "cc",
     "jit_cache_limit": 8,
+    "jit_evict_after": 32,
     "compile_blocking": False,
     "build_worker": "auto",
     "build_child_busy_pct": 90,
@@ -52,7 +53,7 @@ TYPES = {"cache": "bool", "cache_dir": "str", "cache_max_bytes": "bytes",
          "gemm_fusion": "choice", "onednn_linear": "bool", "conv_channels_last": "bool", "flash_attention": "choice",
          "flash_attention_min_scores": "int", "onednn_packed_weights": "bool", "compile_tier2": "choice",
          "tier2_after_calls": "int", "tier2_jobs": "int", "tier2_cc": "str",
-         "jit_cache_limit": "int", "compile_blocking": "bool", "build_worker": "choice", "build_child_busy_pct": "int", "build_worker_timeout_s": "int", "build_gc_off": "bool", "build_pause_ms": "int", "build_resume_us": "int", "dynamic_after": "int", "storm_misses": "int",
+         "jit_cache_limit": "int", "jit_evict_after": "int", "compile_blocking": "bool", "build_worker": "choice", "build_child_busy_pct": "int", "build_worker_timeout_s": "int", "build_gc_off": "bool", "build_pause_ms": "int", "build_resume_us": "int", "dynamic_after": "int", "storm_misses": "int",
          "trace_backoff": "int", "blacklist_after": "int", "jit_trace_records": "bool", "cpu_isa": "choice", "log": "str"}
 
 

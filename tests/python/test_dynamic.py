@@ -1010,6 +1010,25 @@ def background(monkeypatch):
         assert _jit.wait(60)
 
 
+def test_no_variant_is_evicted_for_a_call_that_does_not_trace(background):
+    """At the limit, a cold variant is evicted only for a call that traces:
+    while a build is in flight the calls no variant takes run eagerly, and
+    each would have evicted another for nothing."""
+    def f(x):
+        return x * 2
+
+    g = torchneuron_jit.jit(f, cache_limit=2)
+    before = torchneuron_jit.stats()["variants_evicted"]
+    with warnings.catch_warnings(), config.patch(dynamic_after=0, jit_evict_after=1):
+        warnings.simplefilter("ignore")
+        for n in (1, 2):
+            torch.testing.assert_close(g(torch.ones(n)), f(torch.ones(n)))
+            assert _jit.wait(60)
+        for n in (3, 4, 5, 6):  # 3 evicts and traces; the others come while its build runs
+            torch.testing.assert_close(g(torch.ones(n)), f(torch.ones(n)))
+        assert torchneuron_jit.stats()["variants_evicted"] == before + 1 and _jit.entries(g) == 2
+
+
 def test_no_call_waits_for_a_build(background):
     import time
 

@@ -544,6 +544,47 @@ def test_entry_limit_and_its_warning():
         torchneuron_jit.jit(lambda x: x, cache_limit=0)
 
 
+def test_a_variant_unused_for_a_while_is_evicted_for_a_call_none_takes():
+    """At the limit, a call no variant takes evicts the least recently used
+    variant once it has gone jit_evict_after calls without one (a narrower
+    variant a dynamic one superseded; a generate loop's region no longer
+    reached) and traces; the wait doubles after limit evictions."""
+    @torchneuron_jit.jit(cache_limit=2)
+    def f(x):
+        return x * 2
+
+    def call(n, times=1):
+        for _ in range(times):
+            x = torch.randn(n)
+            torch.testing.assert_close(f(x), x * 2)
+
+    def evicted():
+        return torchneuron_jit.stats()["variants_evicted"]
+
+    jf = _jit._jit_function_of(f)
+    with warnings.catch_warnings(), config.patch(dynamic_after=0, jit_evict_after=4):
+        warnings.simplefilter("ignore")
+        before = evicted()
+        call(1), call(2, 5)  # calls 1-6: size 1's variant last took call 1
+        call(3)  # call 7: it has gone 6 calls without one
+        assert evicted() == before + 1 and _jit.entries(f) == 2
+        hits = sum(jf.hits())
+        call(4)  # call 8: size 2's took call 6, 2 calls ago: no room, eager
+        assert evicted() == before + 1 and sum(jf.hits()) == hits and jf.full
+        call(3, 4), call(4)  # call 13: size 2's has gone 7 calls without one
+        assert evicted() == before + 2 and _jit.entries(f) == 2
+        call(3, 5), call(5)  # call 19: size 4's took call 13, 6 ago: two evicted, so 8 are needed now
+        assert evicted() == before + 2
+        call(3, 2), call(5)  # call 22: 9 ago
+        assert evicted() == before + 3
+        call(4)  # size 4's variant was evicted and its next call is right (eagerly: no room)
+    assert "evicted a variant that took" in str(torchneuron_jit.explain(f))
+    with warnings.catch_warnings(), config.patch(dynamic_after=0, jit_evict_after=0):
+        warnings.simplefilter("ignore")
+        call(7, 40), call(8)
+    assert evicted() == before + 3
+
+
 def test_disable():
     def helper(x):
         return x + 1
