@@ -1679,6 +1679,15 @@ def _wrote_before(trace):
     return before
 
 
+def _dead_after(trace):
+    """Whether trace's guards fail on its arguments as the call left them
+    (it set an attribute its guards snapshot)."""
+    try:
+        return _C.GuardSet(list(trace.spec)).check(*trace.args) >= 0
+    except Exception:  # ours: taken as alive (its eager entry, with its warning)
+        return False
+
+
 def _jf_of(trace):
     """The JitFunction whose call trace is, or None."""
     return trace.jf() if trace.jf is not None else None
@@ -2282,6 +2291,16 @@ class _Tracer:
             spec = Spec()
             for i, a in enumerate(trace.args):
                 spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")
+        elif trace.writes and trace.problems == trace.writes[:1] and _dead_after(trace):
+            # the first trace that writes it, and its own guards fail on what the call left (a library's set-up
+            # on a first call): its eager entry would take no call, and its warning would say the function runs
+            # eagerly. No entry and no warning: the next call traces again (a write on every call is the second
+            # trace's, above)
+            words = f"{trace.problems[0]}; the call changed what its guards check, so no variant is made of it"
+            _log.event("recompiles", f"{_where(trace.fn)}: {words}")
+            if _jf_of(trace) is not None:
+                _manager.decided(_jf_of(trace), words)
+            return None
         for name, value in trace.state.items():
             spec.add(("call", _records.state_reader(name), value), name)
         try:

@@ -1073,13 +1073,45 @@ def test_assigning_an_attribute_of_a_users_module_runs_eagerly_with_a_warning(mo
                  "it writes tn_test_counter.COUNT (an int)")
 
 
+class _SetUpOnce(torch.nn.Module):
+    """A module that finishes its set-up in its first call."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not getattr(self, "_ready", False):
+            self._ready = True
+        return self.lin(x) * 2
+
+
+def test_a_set_up_in_the_first_call_makes_no_variant_and_no_warning():
+    """The first call writes an attribute of the module that its own guards
+    check: its variant would take no call. It makes none, warns nothing,
+    and the next call traces and compiles."""
+    model = _SetUpOnce().eval()
+    ref = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    x = torch.randn(3, 4)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            torch.testing.assert_close(model(x), ref(x))
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    report = torchneuron_jit.explain(model.forward)
+    assert [(v["kind"], v["hits"]) for v in report.variants] == [("compiled", 2)], str(report)
+
+
 def test_output_hidden_states_once_leaves_later_calls_compiled():
     """transformers installs its output-capturing hooks on the layers in the
     first call with output_hidden_states=True, and marks the model so: that
-    call writes the model's state and runs eagerly. Its eager variant
-    guards what it read, so the next calls trace again and compile, hooks
-    and all. Before, its eager variant took every later call with the same
-    argument types: the model ran eagerly for good."""
+    call writes the model's state, and its guards fail on what it left. It
+    makes no variant and says nothing (its eager variant would take no call,
+    and its warning said the model runs eagerly); the next calls trace again
+    and compile, hooks and all, with no backoff. Before, its eager variant
+    took every later call with the same argument types: the model ran
+    eagerly for good."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -1096,8 +1128,8 @@ def test_output_hidden_states_once_leaves_later_calls_compiled():
             assert (got.hidden_states is None) == (want.hidden_states is None)
             for g, e in zip(got.hidden_states or (), want.hidden_states or ()):
                 torch.testing.assert_close(g, e)
-    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
-    assert len(words) == 1 and "_output_capturing_hooks_installed" in words[0], words
-    report = torchneuron_jit.explain(model.forward)  # the last two calls hit, with and without hidden states
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    report = torchneuron_jit.explain(model.forward)  # calls 4, 6 and 7 hit, with and without hidden states
     hits = {kind: sum(v["hits"] for v in report.variants if v["kind"] == kind) for kind in ("compiled", "eager")}
-    assert hits == {"compiled": 2, "eager": 0}, str(report)
+    assert hits == {"compiled": 3, "eager": 0}, str(report)
+    assert "_output_capturing_hooks_installed" in str(report) and "no variant is made of it" in str(report)
