@@ -67,7 +67,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, tensor_distance
-from .graph import marked
+from .graph import draws, marked
 
 SUPPORTED_PYTHON = ((3, 11),)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -1542,9 +1542,10 @@ class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
 
-    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects", "dense")
+    __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects", "dense",
+                 "random")
 
-    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0, dense=()):
+    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0, dense=(), random=True):
         self.record = None  # the id of its trace record, when it has one
         self.compiled = compiled  # boxed: backend.compile_inference's result (a _C.Plan, or the eager graph)
         self.checks = checks
@@ -1555,6 +1556,7 @@ class _Runner:
         self.sets, self.objects = sets, objects
         # (input, _dynamic.dense_order) of the inputs copied dense first: any strides of theirs pass the guards
         self.dense = tuple(dense)
+        self.random = random  # the graph draws random numbers (draws): a call that raises puts torch's RNG back
         # a result that is one computed tensor skips the rebuild
         self.single = self.plan[0][1] if self.treespec.is_leaf() and self.plan[0][0] == "out" else None
 
@@ -1563,7 +1565,7 @@ class _Runner:
         itself when this runner would only pick one of its outputs (no value
         checks, no write-backs, one computed tensor returned); else this
         one."""
-        if self.checks or self.writebacks or self.objects or self.dense or self.single is None or \
+        if self.checks or self.writebacks or self.objects or self.dense or self.random or self.single is None or \
                 not isinstance(self.compiled, _C.Plan):
             return self
         return _C.ItemRunner(self.compiled.call, self.single, self)
@@ -1576,15 +1578,21 @@ class _Runner:
             inputs = list(inputs)
             for i, order in self.dense:
                 inputs[i] = _dynamic.densified(inputs[i], order)
-        # a side exit runs the call again: the numbers the graph drew (torch.rand) are drawn again, as eager's
-        rng = torch.get_rng_state() if self.checks else None
+        # a side exit, or an exception, runs the call again eagerly: the numbers the graph drew (torch.rand)
+        # are drawn again, as eager's
+        rng = torch.get_rng_state() if self.checks or self.random else None
         if self.writebacks:
             # inputs that share memory (views of one another): eager's order of reads and writes matters;
             # a symbolic variant's inputs hold its sizes and numbers too
             storages = [x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)]
             if len(set(storages)) != len(storages):
                 return _C.SIDE_EXIT
-        outs = self.compiled(list(inputs))
+        try:
+            outs = self.compiled(list(inputs))
+        except BaseException:
+            if rng is not None:
+                torch.set_rng_state(rng)
+            raise
         for k, want in self.checks:
             if isinstance(want, torch.Tensor):  # values read with tolist(), str(): the same bytes
                 same = _same_bytes(outs[k], want)
@@ -1782,7 +1790,8 @@ class _Build:
             # the symbolic graph's inputs
             moved = {id(t): j for j, t in enumerate(sym.examples)}
             out_plan = (out_plan[0], [("in", moved[id(inputs[p[1]])]) if p[0] == "in" else p for p in out_plan[1]])
-            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects), sym.dense)
+            runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects), sym.dense,
+                             draws(sym.fgm))
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
                 len(objects), spec, sym.dense)
@@ -1790,7 +1799,7 @@ class _Build:
             fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
-        runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects))
+        runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm))
         return (trace.spec, tuple(slots + objects), runner), lambda: tracer._store(
             trace, fgm, slots + objects, checks, writebacks, out_plan, compiled, sets, len(objects))
 
@@ -2552,7 +2561,8 @@ class _Tracer:
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
                        [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"],
-                       [(i, None if order is None else tuple(order)) for i, order in v.get("dense", ())])
+                       [(i, None if order is None else tuple(order)) for i, order in v.get("dense", ())],
+                       v.get("random", True))
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that

@@ -47,10 +47,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
-from .graph import fake_tensor
+from .graph import draws, fake_tensor
 from ._spec import Spec, entry_name, explain, same_value, shadowed
 
-FORMAT = 8  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 9  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
@@ -58,7 +58,9 @@ FORMAT = 8  # 2: the contents of containers and objects that globals and closure
 #            6: the builtins the code reads are guarded absent from its module's globals (["absent"]);
 #            7: argument objects guarded by their attributes ("attrs"), and what the call sets on them ("sets")
 #            8: the objects a call sets attributes on are guarded distinct from the others ("distinct"): a
-#               record of 7 read one object passed twice as two
+#               record of 7 read one object passed twice as two;
+#            9: a runner copies inputs whose strides change dense ("dense", a stride None in a tensor guard), and
+#               puts torch's RNG back when its graph draws ("random") and its call raises
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -1009,7 +1011,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan], "sets": sets,
-              "objects": objects, "dense": [[i, None if order is None else list(order)] for i, order in dense],
+              "objects": objects, "random": draws(fgm), "dense": [[i, None if order is None else list(order)] for i, order in dense],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
     return record

@@ -370,3 +370,10 @@ def from_fx(gm, roles=None):
         imp.ids[node] = ids if isinstance(val, (list, tuple)) else ids[0] if ids else None
     result.fx_values = {vid: node for node, vid in imp.ids.items() if isinstance(vid, int)}
     return result
+
+
+def draws(gm):
+    """Whether graph gm draws random numbers (an op tagged
+    nondeterministic_seeded: rand, dropout, bernoulli, randint)."""
+    return any(node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and
+               torch.Tag.nondeterministic_seeded in node.target.tags for node in gm.graph.nodes)

@@ -315,6 +315,33 @@ def test_an_op_that_raises_gets_eagers_path_exception_and_writes(fn, calls):
         assert torchneuron_jit.stats()["eager_reruns"] > reruns, torchneuron_jit.explain(jf)
 
 
+def _noisy_lookup(x, idx):
+    noise = torch.rand(3)
+    return x[idx] * 2 + noise
+
+
+def test_a_compiled_call_that_raises_draws_its_random_numbers_once():
+    """A compiled variant that draws random numbers (torch.rand) and then
+    raises (an index out of range) runs the call again eagerly: the numbers
+    were drawn twice, and every draw after the exception differed from
+    eager's. The runner puts torch's generator back first."""
+    jf = torchneuron_jit.jit(_noisy_lookup)
+    x = torch.randn(5, 3)
+    for idx in ([0, 1], [2, 1]):
+        torch.manual_seed(0)
+        got = jf(x, torch.tensor(idx))
+        torch.manual_seed(0)
+        torch.testing.assert_close(got, _noisy_lookup(x, torch.tensor(idx)))
+    reruns, after = torchneuron_jit.stats()["eager_reruns"], []
+    for fn in (jf, _noisy_lookup):
+        torch.manual_seed(1)
+        with pytest.raises(IndexError):
+            fn(x, torch.tensor([0, 9]))
+        after.append(torch.rand(4))
+    torch.testing.assert_close(after[0], after[1], rtol=0, atol=0)
+    assert torchneuron_jit.stats()["eager_reruns"] == reruns + 1
+
+
 def test_an_op_that_returns_nothing_is_a_node_of_the_compiled_graph():
     """torch.linalg.cholesky checks its result with aten._linalg_check_errors,
     which returns None: the importer refused the node, and the whole graph
