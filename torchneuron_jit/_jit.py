@@ -2604,6 +2604,11 @@ class _Tracer:
                        f"was: {reason}", stacklevel=2)
 
     @staticmethod
+    def may_evict(jf, reason):
+        """Whether a miss at jf's limit, for reason, may evict a variant (_manager.may_evict)."""
+        return _manager.may_evict(jf, reason)
+
+    @staticmethod
     def evicted(jf, unused, hits):
         """A variant of jf at its limit was evicted for a call none took."""
         _manager.decided(jf, f"evicted a variant that took {hits} calls and none in the last {unused}: room for "

@@ -216,6 +216,16 @@ def sets(jf, names):
     site(jf).set_by_call.update(names)
 
 
+def may_evict(jf, words):
+    """Whether a miss of jf at its limit, for the reason words, may evict a
+    variant that has gone unused and trace: not for a guard it warned of
+    as a storm (a global that changes on every call: its variants take
+    one call each, and evicting would trace on every call the wait
+    allows)."""
+    s = site(jf)
+    return words is None or _subject(words) not in s.warned
+
+
 def may_trace(jf):
     """False while jf backs off (a miss runs eagerly untraced): its recent
     traces failed or were dropped."""

@@ -40,7 +40,7 @@
 **                                  (a slice of a fixed buffer keeps its strides
 **                                  as its sizes change); a stride None passes
 **                                  any stride (an input the variant copies
-**                                  row-major before its graph runs); the stride
+**                                  dense before its graph runs); the stride
 **                                  of a dimension of size 0 or 1 is not compared
 **                                  (no element is read through it: x[:, :L]
 **                                  .contiguous() of a batch of one keeps it)

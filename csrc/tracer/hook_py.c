@@ -272,12 +272,30 @@ retry:
   } else {
     reason = Py_NewRef(Py_None);
   }
-  if (cs->es_n >= limit && cold < 0) {
-    cs->es_full = 1;
-    PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
-    if (!r)
-      tn_tracer_failed(jf, "warning of the entry limit failed (calls no variant takes run eagerly)");
+  if (cold >= 0) {
+    /* the manager's say: not for a miss of a storm it warned of (each variant would take one call) */
+    PyObject *r = tn_tracer_call(jf, "may_evict", PyTuple_Pack(2, (PyObject *)jf, reason));
+    int may = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
+    if (may < 0)
+      tn_tracer_failed(jf, "asking whether to evict a variant failed (none is)");
+    if (may != 1) {
+      /* the cold one counts as used now: the next miss is explained and asked about after the same wait, not
+      ** on every call of the storm (Python ran: the entries may have changed, so it is looked up again) */
+      cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after));
+      if (cold >= 0)
+        cs->es_v[cold].en_last = cs->es_clock;
+      cold = -1;
+    }
+  }
+  if (cs->es_n >= limit && cold < 0) {
+    if (!cs->es_full) {
+      cs->es_full = 1;
+      PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
+      if (!r)
+        tn_tracer_failed(jf, "warning of the entry limit failed (calls no variant takes run eagerly)");
+      Py_XDECREF(r);
+    }
     res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;
   }

@@ -1020,7 +1020,7 @@ def test_no_variant_is_evicted_for_a_call_that_does_not_trace(background):
 
     g = torchneuron_jit.jit(f, cache_limit=2)
     before = torchneuron_jit.stats()["variants_evicted"]
-    with warnings.catch_warnings(), config.patch(dynamic_after=0, jit_evict_after=1):
+    with warnings.catch_warnings(), config.patch(dynamic_after=0, jit_evict_after=1, storm_misses=0):
         warnings.simplefilter("ignore")
         for n in (1, 2):
             torch.testing.assert_close(g(torch.ones(n)), f(torch.ones(n)))

@@ -52,6 +52,23 @@ def test_a_global_that_changes_on_every_call_is_named_with_its_line():
     assert "read at " + __file__ in words[0] and "pass it as an argument" in words[0], words
 
 
+def test_a_storm_evicts_no_variant_and_warns_of_the_limit_once():
+    """Past the limit, a variant unused for jit_evict_after calls makes room
+    for a call none takes, but not in a storm the manager warned of: each
+    variant of a global that changes on every call takes one call, and
+    evicting traced again and again (32 traces in 300 calls). The limit's
+    warning comes once."""
+    jf = torchneuron_jit.jit(_stepping())
+    before = torchneuron_jit.stats()
+    with warnings.catch_warnings(record=True) as w, config.patch(jit_evict_after=4):
+        warnings.simplefilter("always")
+        _run_steps(jf, 60)
+    after = torchneuron_jit.stats()
+    assert after["traces"] - before["traces"] == config.jit_cache_limit
+    assert after["variants_evicted"] == before["variants_evicted"]
+    assert len([m for m in w if "limit of traced variants" in str(m.message)]) == 1
+
+
 def test_no_storm_words_without_the_detector():
     jf = torchneuron_jit.jit(_stepping())
     with warnings.catch_warnings(record=True) as w, config.patch(storm_misses=0):
