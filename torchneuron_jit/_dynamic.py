@@ -195,12 +195,13 @@ class Symbolic:
     transformers' masks: then there are none)."""
 
     def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=(), strides=None,
-                 dense=()):
+                 dense=(), orders=None):
         self.fgm, self.slots, self.examples, self.checks = fgm, slots, examples, checks
         # slot -> the strides a slice keeps at every size (not row-major); all None: any, copied dense
         self.strides = dict(strides or {})
         # (number among the graph's inputs, dense_order) of those copied dense before it runs
         self.dense = tuple(dense)
+        self.orders = dict(orders or {})  # slot -> the layout order of one copied dense (its "order" guard)
         self.writebacks, self.guards, self.dims = writebacks, guards, dims
         self.numbers = list(numbers)  # (result leaf, path, graph output) of sizes the result's objects hold
         self.sets = list(sets)  # what the call sets on argument objects (_jit._Sets), over this graph's outputs
@@ -276,12 +277,15 @@ def _mutates(gm):
 
 
 def dense_order(t):
-    """The order of t's dimensions, outermost first, by its strides (those
-    of sizes 0 and 1 last among equals): None when it is row-major's, as
-    for a slice of a buffer (ids[:, -1:]); (1, 0) for a transpose."""
-    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d) if t.shape[d] > 1 else 1, d))
+    """The order of t's dimensions, outermost first, that eager lays its
+    results out in (torch.empty_like's: t's own strides where t is dense,
+    else TensorIterator's inference from them: an expanded dimension keeps
+    its place); None when it is row-major's, as for a slice of a buffer
+    (ids[:, -1:]); (1, 0) for a transpose."""
+    like = torch.empty_like(t, device="meta")
+    order = tuple(sorted(range(t.dim()), key=lambda d: (-like.stride(d), d)))
     big = [d for d in order if t.shape[d] > 1]
-    return None if big == sorted(big) else tuple(order)
+    return None if big == sorted(big) else order
 
 
 def densified(t, order):
@@ -623,6 +627,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     positions, fakes, slots, examples, sources, floats = [], [], [], [], {}, set()
     kept = {}  # slot -> strides of a tensor that is not row-major, kept at every size (None: any, copied)
     dense_at = []  # (number among the graph's inputs, dense_order) of the tensors copied dense
+    orders = {}  # slot -> the order (outermost first) of those, which their guards check
     held_at = {}  # id of a tensor an argument's object holds -> its number among the graph's inputs
     inner_at = []  # (leaf position, steps, number among the graph's inputs) of the numbers objects hold
     for k, leaf in enumerate(leaves):
@@ -661,12 +666,16 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             if slot in dense:
                 # any strides, copied dense in this call's order of them before the graph runs (_jit._Runner)
                 order = dense_order(t)
+                if order is not None and any(n > 1 and st == 0 for n, st in zip(t.shape, t.stride())):
+                    raise Static(f"{trace.spec.names[slot]}, whose strides change, is expanded and not row-major "
+                                 "in order")
                 stand_in = mode.from_tensor(torch.empty(t.shape, dtype=t.dtype, device="meta"),
                                             symbolic_context=context)
                 with mode:
                     fake = torch.empty_permuted(stand_in.shape, order or tuple(range(t.dim())), dtype=t.dtype,
                                                 device=t.device)
                 kept[slot] = (None,) * t.dim()
+                orders[slot] = order or tuple(range(t.dim()))
                 dense_at.append((len(fakes), order))
                 t = densified(t, order)
             elif not same_strides(tuple(t.shape), t.stride(), row_major):
@@ -862,7 +871,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
                     {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers,
-                    new_sets, kept, dense_at)
+                    new_sets, kept, dense_at, orders)
 
 
 # -- guards on sizes ---------------------------------------------------------------
@@ -977,6 +986,8 @@ def spec_of(trace, sym):
             sizes = tuple(None if d in dims else n for d, n in enumerate(inst[3]))
             inst = ("tensor", inst[1], inst[2], sizes, sym.strides.get(inst[1]), inst[5])
         spec.add(inst, name)
+    for slot, order in sym.orders.items():  # copied dense: in the order eager's results follow
+        spec.add(("order", slot, order), trace.spec.names[slot])
     for prog, words in sym.guards:
         spec.add(("sizes", prog), words)
     return spec

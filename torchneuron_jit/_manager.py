@@ -308,6 +308,8 @@ def _guard_words(spec):
             out.append(f"{', '.join(spec.names[slot] for slot in inst[1])}: different objects")
         elif kind == "len":
             out.append(f"{name}: length {inst[2]}")
+        elif kind == "order":
+            out.append(f"{name}: strides in the order {inst[2]}, outermost first")
     if snapshots:
         out.append(f"{snapshots} modules' and classes' attribute dicts as traced (hooks, parameters, buffers)")
     return out

@@ -592,6 +592,8 @@ def _portable_spec(trace, upto, spec):
                         None if inst[4] is None else list(inst[4]), inst[5]])
         elif kind in ("sizes", "distinct"):
             out.append([kind, list(inst[1])])
+        elif kind == "order":
+            out.append(["order", inst[1], list(inst[2])])
         elif kind == "dict":
             if any(type(k) not in (str, int) for k in inst[2]):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
@@ -708,6 +710,8 @@ def _live_spec(pspec, names, fn, args):
                         None if inst[4] is None else tuple(inst[4]), inst[5])
             elif kind in ("sizes", "distinct"):
                 inst = (kind, tuple(inst[1]))
+            elif kind == "order":
+                inst = ("order", inst[1], tuple(inst[2]))
             elif kind == "dict":
                 d = live[inst[1]]
                 values = []

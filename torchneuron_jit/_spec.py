@@ -162,6 +162,9 @@ def explain(spec, args, index):
         return f"{name}: {short(inst[2])} → {short(value)}"
     if kind == "same":
         return f"{name}: the same {held_kind(spec, inst[1])} as {spec.names[inst[2]]} → another"
+    if kind == "order":
+        got = tuple(sorted(range(value.dim()), key=lambda d: (-value.stride(d), d)))
+        return f"{name}: strides in the order {inst[2]} → {got}"
     if kind == "plain":
         return f"{name}: marks plain → {'conjugate' if value.is_conj() else 'negative'} (a lazy view: x.conj())"
     if kind == "isweak":

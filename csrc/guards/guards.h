@@ -58,6 +58,14 @@
 **   ("distinct", (s, t, ...))      the slots hold different objects (argument
 **                                  objects a call sets attributes on: one
 **                                  passed twice reads what the other set)
+**   ("order", s, dims)             tensor slot s, of len(dims) dimensions, has
+**                                  strides that do not grow along dims (outermost
+**                                  first) in each dimension of size more than 1
+**                                  and stride other than 0 (one of stride 0 passes
+**                                  only the row-major order): the layout order of a
+**                                  tensor the variant copies dense (a slice of a
+**                                  row-major buffer, a transpose), as eager's
+**                                  results follow it
 **   ("plain", s)                   tensor slot s is marked neither conjugate nor
 **                                  negative (z.conj(), z.conj().imag: lazy views
 **                                  whose values are not their memory)

@@ -14,7 +14,8 @@
 
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS, G_FUNC,     /* loads */
-  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, G_DISTINCT, /* checks */
+  G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, G_DISTINCT,
+  G_ORDER, /* checks */
   G__COUNT
 };
 
@@ -24,7 +25,7 @@ static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefa
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
-  "same", "plain", "distinct",
+  "same", "plain", "distinct", "order",
 };
 
 /* A "sizes" program (guards.h): postfix over int64, one opcode per item,
@@ -242,7 +243,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2, 3};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -306,6 +307,24 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   case G_EQ:
     g->gi_obj = Py_NewRef(a);
     return 0;
+  case G_ORDER: {
+    g->gi_n = PyTuple_Check(a) ? PyTuple_GET_SIZE(a) : -1;
+    if (g->gi_n < 0 || g->gi_n > 64)
+      return bad(i, "order needs a tuple of the dimensions, outermost first");
+    if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)(g->gi_n + 1)))) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    if (int_tuple(a, g->gi_n, g->gi_ints, i, 0) < 0)
+      return -1;
+    uint64_t seen = 0;
+    for (Py_ssize_t k = 0; k < g->gi_n; k++) {
+      if (g->gi_ints[k] < 0 || g->gi_ints[k] >= g->gi_n || (seen >> g->gi_ints[k] & 1))
+        return bad(i, "order needs a permutation of the dimensions");
+      seen |= (uint64_t)1 << g->gi_ints[k];
+    }
+    return 0;
+  }
   case G_TENSOR: {
     PyObject *sizes = PyTuple_GET_ITEM(t, 3), *strides = PyTuple_GET_ITEM(t, 4);
     PyObject *rg = PyTuple_GET_ITEM(t, 5);
@@ -539,6 +558,49 @@ static int plain_ok(PyObject *v)
       return 0;
   }
   return 1;
+}
+
+/* 1 when tensor v has g's rank and its dimensions of size more than 1
+** and a stride other than 0 have strides that do not grow in the order g
+** lists them (outermost first), 0 when not, -1 on error. A dimension of
+** stride 0 (expanded) passes only the row-major order: eager's results
+** keep such a dimension in its place (TensorIterator finds no order for
+** it), which another order would not. */
+static int order_ok(PyObject *v, const tn_ginst *g)
+{
+  int64_t small[3 * 8], *buf = g->gi_n <= 8 ? small : PyMem_Malloc(sizeof(int64_t) * (size_t)(3 * g->gi_n + 1));
+  if (!buf) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  int64_t *any = buf, *sizes = buf + g->gi_n, *strides = buf + 2 * g->gi_n, prev = INT64_MAX;
+  int row_major = 1;
+  for (Py_ssize_t k = 0; k < g->gi_n; k++) {
+    any[k] = G_ANY_SIZE;
+    row_major &= g->gi_ints[k] == k;
+  }
+  int ok = attr_ints(v, s_shape, 0, any, g->gi_n, sizes);
+  if (ok == 1)
+    ok = attr_ints(v, s_stride, 1, any, g->gi_n, strides);
+  for (Py_ssize_t k = 0; ok == 1 && k < g->gi_n; k++) {
+    int64_t d = g->gi_ints[k];
+    if (sizes[d] <= 1)
+      continue;
+    if (strides[d] == 0) {
+      ok = row_major;
+      continue;
+    }
+    ok = strides[d] <= prev;
+    prev = strides[d];
+  }
+  if (buf != small)
+    PyMem_Free(buf);
+  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+                 PyErr_ExceptionMatches(PyExc_RuntimeError))) {
+    PyErr_Clear();
+    ok = 0;
+  }
+  return ok;
 }
 
 /* 1 when dict d (as many entries as keys) has keys in that order, 0 when
@@ -793,6 +855,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_PLAIN:
       r = plain_ok(v);
+      break;
+    case G_ORDER:
+      r = order_ok(v, g);
       break;
     case G_DISTINCT:
       r = distinct_ok(g, slots);

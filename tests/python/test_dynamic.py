@@ -899,6 +899,43 @@ def test_a_transpose_of_any_size_is_one_variant_with_eagers_strides():
     torch.testing.assert_close(g(x), f(x))
 
 
+@pytest.mark.parametrize("calls", ["t6,s6,p7,t7,p8,s9,t9", "p6,t6,e6,p7,t8,e9,s10"])
+def test_a_result_keeps_eagers_layout_whatever_layouts_the_variants_took(calls):
+    """A variant that takes its argument copied dense copies it in the
+    order of the traced call's strides, and its results follow that order:
+    it takes only arguments of that order (a row-major call after a
+    transposed one got a transposed result, and .view(-1) of it raised
+    where eager's worked)."""
+    def f(x):
+        return x * 2
+
+    def make(token):
+        x = torch.randn(4, int(token[1:]))
+        return {"p": x, "t": x.t(), "s": x[:, ::2], "e": torch.randn(1, x.shape[1]).expand(4, -1)}[token[0]]
+
+    g = torchneuron_jit.jit(f, cache_limit=16)
+    for token in calls.split(","):
+        x = make(token)
+        got, want = g(x), f(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride(), token
+
+
+def test_an_order_guard_checks_the_layout_order_of_any_strides():
+    """("order", slot, dims): strides that do not grow along dims, over the
+    dimensions of size more than 1 and stride other than 0."""
+    rows = _C.GuardSet([("arg", 0), ("order", 0, (0, 1))])
+    cols = _C.GuardSet([("arg", 0), ("order", 0, (1, 0))])
+    x = torch.zeros(6, 9)
+    for t in (x, x[:, 2:5], x[:, ::2], x[:1].expand(4, 9), x[:, :1]):
+        assert rows.check(t) == -1, t.stride()
+    assert rows.check(x.t()) == 1 and cols.check(x.t()) == -1 and cols.check(x) == 1
+    assert cols.check(x[:1].expand(4, 9)) == 1  # eager's results of it are row-major
+    assert rows.check(torch.zeros(2, 3, 4)) == 1 and rows.check("no tensor") == 1
+    with pytest.raises(ValueError, match="permutation"):
+        _C.GuardSet([("arg", 0), ("order", 0, (0, 0))])
+
+
 def test_the_last_token_of_a_growing_batch_is_one_variant():
     """A decode loop of one's own feeds ids[:, -1:] of ids that grow by a
     token each step: at a batch of 2 its strides ((n, 1)) change on every
