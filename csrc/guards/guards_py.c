@@ -154,6 +154,18 @@ static int int_tuple(PyObject *o, Py_ssize_t n, int64_t *out, Py_ssize_t i, int 
   return 0;
 }
 
+/* Reads tuple p of ints into g's own gi_ints (gi_n of them). 0, or -1
+** with an exception set. */
+static int own_ints(tn_ginst *g, PyObject *p, Py_ssize_t i)
+{
+  g->gi_n = PyTuple_GET_SIZE(p);
+  if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)(g->gi_n + 1)))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  return int_tuple(p, g->gi_n, g->gi_ints, i, 0);
+}
+
 /* Reads a "sizes" program (a tuple of ints) into g, checking that each
 ** DIM names an earlier tensor check's slot and dimension, each INT an
 ** earlier check's slot whose type is int, that each operator has its
@@ -162,12 +174,7 @@ static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_
 {
   if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) == 0)
     return bad(i, "sizes needs a program (a non-empty tuple of ints)");
-  g->gi_n = PyTuple_GET_SIZE(p);
-  if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)g->gi_n))) {
-    PyErr_NoMemory();
-    return -1;
-  }
-  if (int_tuple(p, g->gi_n, g->gi_ints, i, 0) < 0)
+  if (own_ints(g, p, i) < 0)
     return -1;
   int depth = 0;
   for (Py_ssize_t k = 0; k < g->gi_n; k++) {
@@ -219,12 +226,7 @@ static int build_distinct(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssi
 {
   if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) < 2)
     return bad(i, "distinct needs a tuple of two or more slots");
-  g->gi_n = PyTuple_GET_SIZE(p);
-  if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)g->gi_n))) {
-    PyErr_NoMemory();
-    return -1;
-  }
-  if (int_tuple(p, g->gi_n, g->gi_ints, i, 0) < 0)
+  if (own_ints(g, p, i) < 0)
     return -1;
   for (Py_ssize_t k = 0; k < g->gi_n; k++)
     if (g->gi_ints[k] < 0 || g->gi_ints[k] >= i || prog[g->gi_ints[k]].gi_op > G_FUNC)
@@ -308,14 +310,9 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     g->gi_obj = Py_NewRef(a);
     return 0;
   case G_ORDER: {
-    g->gi_n = PyTuple_Check(a) ? PyTuple_GET_SIZE(a) : -1;
-    if (g->gi_n < 0 || g->gi_n > 64)
+    if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) > 64)
       return bad(i, "order needs a tuple of the dimensions, outermost first");
-    if (!(g->gi_ints = PyMem_Malloc(sizeof(int64_t) * (size_t)(g->gi_n + 1)))) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    if (int_tuple(a, g->gi_n, g->gi_ints, i, 0) < 0)
+    if (own_ints(g, a, i) < 0)
       return -1;
     uint64_t seen = 0;
     for (Py_ssize_t k = 0; k < g->gi_n; k++) {
@@ -479,6 +476,20 @@ static int strides_ok(PyObject *v, const int64_t *sizes, const int64_t *want, Py
   return ok;
 }
 
+/* ok, a tensor check's result, with the errors of reading an object that
+** is no tensor, or a tensor whose sizes cannot be read (a nested tensor's
+** shape raises RuntimeError), made a failed check (0); other errors are
+** real (-1). */
+static int read_miss(int ok)
+{
+  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
+                 PyErr_ExceptionMatches(PyExc_RuntimeError))) {
+    PyErr_Clear();
+    ok = 0;
+  }
+  return ok;
+}
+
 /* 1 when tensor v matches g, 0 when not, -1 on error. Reads through the
 ** tensor's Python attributes (we do not link libtorch); the cheap
 ** identities first. */
@@ -503,14 +514,7 @@ static int tensor_ok(PyObject *v, const tn_ginst *g)
     ok = strides_ok(v, sizes, g->gi_dense ? sizes + g->gi_n : g->gi_ints + g->gi_n, g->gi_n);
   if (sizes != small)
     PyMem_Free(sizes);
-  /* an object that is no tensor fails the guard, as does a tensor whose sizes cannot be read (a nested
-  ** tensor's shape raises RuntimeError); other errors are real */
-  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
-                 PyErr_ExceptionMatches(PyExc_RuntimeError))) {
-    PyErr_Clear();
-    ok = 0;
-  }
-  return ok;
+  return read_miss(ok);
 }
 
 /* The instance dict of v (its __dict__ as object's own attribute access
@@ -595,12 +599,7 @@ static int order_ok(PyObject *v, const tn_ginst *g)
   }
   if (buf != small)
     PyMem_Free(buf);
-  if (ok < 0 && (PyErr_ExceptionMatches(PyExc_AttributeError) || PyErr_ExceptionMatches(PyExc_TypeError) ||
-                 PyErr_ExceptionMatches(PyExc_RuntimeError))) {
-    PyErr_Clear();
-    ok = 0;
-  }
-  return ok;
+  return read_miss(ok);
 }
 
 /* 1 when dict d (as many entries as keys) has keys in that order, 0 when
