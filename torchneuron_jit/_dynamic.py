@@ -207,6 +207,19 @@ class Symbolic:
         self.sets = list(sets)  # what the call sets on argument objects (_jit._Sets), over this graph's outputs
 
 
+def decomposed(mode, func, args, kwargs):
+    """func's composite decomposition run under mode, or NotImplemented
+    where it has none. Under torch.inference_mode the autograd keys are
+    skipped, so composite ops reach a dispatch mode whole (is_nonzero,
+    item, to): a mode that records or answers value reads sees what it
+    sees under no_grad, _local_scalar_dense among them, only through
+    their decompositions."""
+    if func.namespace != "aten" or not func._can_decompose():  # prim::device has none to run
+        return NotImplemented
+    with mode:
+        return func.decompose(*args, **kwargs)
+
+
 class _Scalars(TorchDispatchMode):
     """Answers each value the traced code reads out of a tensor (item(),
     bool()) with the value the real trace read, in order, and keeps the
@@ -219,6 +232,10 @@ class _Scalars(TorchDispatchMode):
         self.values, self.sources = list(values), []
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        if torch.is_inference_mode_enabled():
+            out = decomposed(self, func, args, kwargs or {})
+            if out is not NotImplemented:
+                return out
         if func is torch.ops.aten._local_scalar_dense.default:
             if len(self.sources) >= len(self.values):
                 raise Static("the symbolic trace read more values out of tensors than the real one")

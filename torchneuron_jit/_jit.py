@@ -164,6 +164,11 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.inference:
+            # is_nonzero of a mask check went into the graph, and its replay failed: every such call ran eagerly
+            out = _dynamic.decomposed(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
         try:
             out = func(*args, **kwargs)
         except Exception as exc:  # the input's error: the call raises it, or the code catches it

@@ -288,6 +288,57 @@ def test_inference_mode_switched_inside_the_call_makes_eagers_tensors():
                 assert not jo(torch.ones(2)).is_inference()
 
 
+def _masked():
+    """A new function each time (records and sizes are per function)."""
+    def masked(x, mask):
+        if (mask == 1).all():  # transformers' masks check this (is_nonzero of all())
+            return x + 1
+        return x * mask[:, :, None].to(x.dtype)
+    return masked
+
+
+def test_values_read_under_inference_mode_compile_as_under_no_grad():
+    """Under torch.inference_mode (sentence-transformers' encode, pipelines)
+    composite ops reach the recorder whole: is_nonzero of a mask check went
+    into the graph and failed to compile, item() was a data-dependent
+    result, and the symbolic trace failed the same way: every call ran
+    eagerly. Their decompositions are recorded, as under no_grad."""
+    calls = [(2, 5, 1), (2, 7, 1), (3, 9, 1), (2, 11, 0), (4, 6, 1), (1, 13, 1), (3, 4, 0), (2, 8, 0)]
+    counts = []
+    for context in (torch.no_grad, torch.inference_mode):
+        f = _masked()
+        jf = torchneuron_jit.jit(f)
+        before = torchneuron_jit.stats()
+        # no trace records: the second function (the same code) would load the first's variants
+        with context(), warnings.catch_warnings(record=True) as caught, torchneuron_jit.config.patch(
+                jit_trace_records=False):
+            warnings.simplefilter("always")
+            for b, s, pad in calls:
+                x, mask = torch.randn(b, s, 8), torch.ones(b, s, dtype=torch.long)
+                mask[0, s // 2:] = 0 if pad else 1
+                torch.testing.assert_close(jf(x, mask), f(x, mask), rtol=0, atol=0)
+        assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)], context
+        after = torchneuron_jit.stats()
+        counts.append((after["traces"] - before["traces"], after["dynamic_traces"] - before["dynamic_traces"]))
+        kinds = {v["kind"].split(",")[0] for v in torchneuron_jit.explain(jf).variants}
+        assert kinds == {"compiled"}, (context, str(torchneuron_jit.explain(jf)))
+    assert counts[0] == counts[1] and counts[1][1] >= 2, counts
+
+
+def test_item_under_inference_mode_is_a_value_check():
+    def f(x):
+        if x.sum().item() > 0:
+            return x * 2
+        return x - 100
+
+    jf = torchneuron_jit.jit(f)
+    with torch.inference_mode():
+        for v in (1.0, 1.0, -1.0, 1.0, -1.0):
+            x = torch.full((3,), v)
+            torch.testing.assert_close(jf(x), f(x))
+    assert {v["kind"].split(",")[0] for v in torchneuron_jit.explain(jf).variants} == {"compiled"}
+
+
 _BOTH_DOORS = """
 import torch, torchneuron_jit
 def f3(x):
