@@ -161,6 +161,7 @@ class _Recorder(TorchDispatchMode):
         self.problem = None
         self.raised = None  # the first op that raised (what the code then did, no graph holds)
         self.inference = torch.is_inference_mode_enabled()  # as the call began
+        self.grad, self.autocast = torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -184,7 +185,10 @@ class _Recorder(TorchDispatchMode):
         if self.problem is None and torch.is_inference_mode_enabled() != self.inference:
             # eager's tensors made inside are inference tensors (or not): a compiled call's are as the call began
             self.problem = "torch.inference_mode is switched inside the traced code"
-        if self.problem is None and torch.is_grad_enabled() and _needs_grad(args):
+        if self.problem is None and torch.is_grad_enabled() and _needs_grad(args) and not (
+                # CPU autocast casts a parameter with grad mode on, whatever the call's, for its cast cache (and
+                # reads as off while it does)
+                func is torch.ops.aten._to_copy.default and not self.grad and self.autocast):
             # the graph is an inference graph: with grad mode on inside the call (torch.enable_grad()) eager's
             # result has an autograd history a compiled call would not make
             self.problem = ("grad mode is on inside the traced code and tensors it uses require grad (training goes "

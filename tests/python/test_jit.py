@@ -1106,6 +1106,27 @@ def test_a_jitted_function_pickles_by_reference():
         pickle.dumps(local)
 
 
+def test_a_model_under_no_grad_and_autocast_compiles():
+    """CPU autocast casts each parameter (which requires grad) with grad
+    mode on, for its cast cache, even under no_grad: the recorder took it
+    for grad mode switched on inside the call, and the model ran eagerly
+    with a warning about training."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    ref = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(3, 8)
+            got, want = model(x), ref(x)
+            assert got.dtype == want.dtype == torch.bfloat16 and not got.requires_grad
+            torch.testing.assert_close(got, want)
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert [v["kind"] for v in torchneuron_jit.explain(model.forward).variants] == ["compiled"]
+
+
 def test_default_dtype_and_autocast_are_guarded():
     """What the recorder saw as ops and constants depends on the default
     dtype and on autocast: a change of either is a miss, in words."""
