@@ -618,6 +618,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._dynamo.source import ConstantSource
 
     env = ShapeEnv(duck_shape=False)  # equal sizes are not assumed equal: the code's own needs are guarded
@@ -824,7 +825,9 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     new_sets = list(sets.sets)  # with the sizes the code set on argument objects as graph outputs
 
     try:
-        with mode, conv_backends_unguarded(env):
+        # the Python dispatcher, as make_fx's own symbolic tracing enables it: composite ops' Python kernels take
+        # SymInts where their C++ ones want ints (F.interpolate to a size of the input's: every size traced)
+        with mode, conv_backends_unguarded(env), enable_python_dispatcher():
             gm = run_untraced(make_fx(run, decomposition_table={**(decompositions or {}), **_SYMBOLIC}), *fakes)
     except Static:
         raise

@@ -682,14 +682,20 @@ def test_an_int_used_as_a_python_value_stays_static_with_the_reason():
     assert "n is used where Python needs its value" in _manager.site(jf).static[("n", None)]
 
 
-def test_an_int_a_symbolic_trace_cannot_take_leaves_the_sizes_dynamic():
-    """interpolate needs its output size concrete: the trace symbolic in
-    size and y's length fails, and is made again symbolic in y's length
-    alone, which serves the calls after it; size stays static, and says why."""
-    import torch.nn.functional as F
+def _needs_an_int(size):
+    """What a C++ kernel that takes ints does with a SymInt (interpolate's
+    did, before the symbolic trace ran its Python kernels): it raises."""
+    if isinstance(size, torch.SymInt):
+        raise RuntimeError("SymIntArrayRef expected to contain only concrete integers")
+    return size
 
+
+def test_an_int_a_symbolic_trace_cannot_take_leaves_the_sizes_dynamic():
+    """An op that needs its size concrete: the trace symbolic in size and
+    y's length fails, and is made again symbolic in y's length alone, which
+    serves the calls after it; size stays static, and says why."""
     def f(x, y, size):
-        return F.interpolate(x, size=(size, 4), mode="nearest").sum() + y.softmax(-1)
+        return x[:, :, :_needs_an_int(size)].sum() + y.softmax(-1)
 
     jf = torchneuron_jit.jit(f)
     x = torch.randn(1, 2, 6, 4)
@@ -701,6 +707,30 @@ def test_an_int_a_symbolic_trace_cannot_take_leaves_the_sizes_dynamic():
     from torchneuron_jit import _manager
     site = _manager.site(jf)
     assert ("y", 1) in site.dynamic and "the symbolic trace failed" in site.static[("size", None)]
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+def test_interpolate_to_a_size_of_the_input_is_one_variant(mode):
+    """F.interpolate to a size computed from the input's (ViT's
+    interpolate_pos_encoding, resized feature maps): upsample's C++
+    composite kernel takes ints, so every symbolic trace failed and each
+    size was a variant of its own. The symbolic trace runs the composite
+    ops' Python kernels, as make_fx's own symbolic tracing does."""
+    import torch.nn.functional as F
+
+    pos = torch.randn(1, 8, 4, 4)
+
+    def f(x):
+        h, w = x.shape[-2] // 2, x.shape[-1] // 2
+        p = F.interpolate(pos, size=(h, w), mode=mode, **({} if mode == "nearest" else {"align_corners": False}))
+        return x[..., ::2, ::2] + p
+
+    jf = torchneuron_jit.jit(f)
+    before = traces()
+    for s in range(8, 40, 4):
+        x = torch.randn(2, 8, s, s)
+        torch.testing.assert_close(jf(x), f(x))
+    assert traces() - before == 2, torchneuron_jit.explain(jf)
 
 
 def test_a_warm_process_serves_new_int_and_float_values_without_tracing(tmp_path, run_python):
