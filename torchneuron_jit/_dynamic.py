@@ -880,7 +880,12 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
              for sym, (slot, d) in sources.items()}
     for sym, (slot, d) in sources.items():
         fixed = env.replacements.get(sym)
-        if d is None and fixed is not None and not fixed.free_symbols:
+        # Python took its value (range(n), an index: a guard Eq(n, 5)). Branches whose bounds meet at this
+        # call's value (a sliding window's cache of exactly w - 1 tokens: n >= 5 and n < 6) fix it too, but for
+        # this region alone: the variant serves it, guarded by them, and the next value is dynamic again
+        if d is None and fixed is not None and not fixed.free_symbols and \
+                any(isinstance(g.expr, sympy.Eq) and sym in g.expr.args and not g.expr.free_symbols - {sym}
+                    for g in env.guards):
             raise Static(f"{names[sym]} is used where Python needs its value (a range(), an index, a branch "
                          "on it), which makes every value a variant of its own")
     for g in env.guards:

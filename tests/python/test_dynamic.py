@@ -682,6 +682,29 @@ def test_an_int_used_as_a_python_value_stays_static_with_the_reason():
     assert "n is used where Python needs its value" in _manager.site(jf).static[("n", None)]
 
 
+def test_an_int_at_a_boundary_of_the_codes_branches_stays_dynamic():
+    """Branches whose bounds meet at one value (a sliding window's cache of
+    exactly w - 1 tokens: n >= 5 and n < 6) fix the int for that region
+    alone: it was taken for a value Python needs, kept static for good, and
+    every later value traced (Mistral's generate with a window of 6: 8
+    traces and the limit in the first generate)."""
+    def f(x, n):
+        if n >= 6:
+            return x[:n].sum() * 2
+        if n >= 5:
+            return x[:n].sum() + 1
+        return x[:n].sum() - 1
+
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(16)
+    before = traces()
+    for n in (4, 5, 7, 8, 9, 10, 12, 4, 5, 3):  # the second value, where n becomes dynamic, is the boundary
+        torch.testing.assert_close(jf(x, n), f(x, n))
+    assert traces() - before == 4, torchneuron_jit.explain(jf)  # 4, the boundary 5, n >= 6, n < 5
+    from torchneuron_jit import _manager
+    assert ("n", None) not in _manager.site(jf).static
+
+
 def _needs_an_int(size):
     """What a C++ kernel that takes ints does with a SymInt (interpolate's
     did, before the symbolic trace ran its Python kernels): it raises."""
