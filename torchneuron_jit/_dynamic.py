@@ -191,8 +191,8 @@ class Symbolic:
     symbolic dimensions ({slot: [dimension]}) and the strides of those
     tensors that keep their own ({slot: strides}: a slice of a fixed
     buffer) or take any (all None: copied dense, as dense says); the value
-    checks, as the runner takes them (a library may read no value of a fake tensor, e.g.
-    transformers' masks: then there are none)."""
+    checks, as the runner takes them (a library may read no value of a
+    fake tensor, e.g. transformers' masks: then there are none)."""
 
     def __init__(self, fgm, slots, examples, checks, writebacks, guards, dims, numbers=(), sets=(), strides=None,
                  dense=(), orders=None):

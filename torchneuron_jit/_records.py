@@ -1015,7 +1015,8 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan], "sets": sets,
-              "objects": objects, "random": draws(fgm), "dense": [[i, None if order is None else list(order)] for i, order in dense],
+              "objects": objects, "random": draws(fgm),
+              "dense": [[i, None if order is None else list(order)] for i, order in dense],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
     return record
