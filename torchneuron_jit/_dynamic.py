@@ -53,7 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
 from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides,
-                    same_strides, same_value)
+                    load, same_strides, same_value)
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
 _ABSENT = object()  # an attribute an object does not have
@@ -597,6 +597,43 @@ def conv_backends_unguarded(env):
         _conv_trace.env = outer
 
 
+def _attribute_dicts(trace):
+    """[(dict, a copy of it)] of the attribute dicts of the modules the
+    call's arguments hold and of every dict its guards snapshot (modules,
+    classes, globals): what the symbolic run may set and _restore puts
+    back. The real call may set an attribute to the value it had (Swin's
+    self.window_size = min(input_resolution)): its symbolic run sets a
+    SymInt there, which stayed in the model and broke every later call."""
+    out, seen = [], set()
+
+    def keep(d):
+        if type(d) is dict and id(d) not in seen:
+            seen.add(id(d))
+            out.append((d, dict(d)))
+
+    for leaf in pytree.tree_leaves(list(trace.call_args)):
+        if isinstance(leaf, torch.nn.Module):
+            for m in leaf.modules():
+                keep(vars(m))
+    for inst in trace.spec:
+        if inst[0] == "dict":
+            try:
+                keep(load(trace.spec, trace.call_args, inst[1]))
+            except Exception:  # ours: a dict the arguments as copied no longer reach
+                continue
+    return out
+
+
+def _restore(attributes):
+    """Puts each dict of attributes (_attribute_dicts) back as it was."""
+    for d, before in attributes:
+        for k in [k for k in d if k not in before]:
+            del d[k]
+        for k, v in before.items():
+            if d.get(k, _ABSENT) is not v:
+                d[k] = v
+
+
 # Decompositions a symbolic trace adds to the back end's: ops whose own
 # implementation makes a symbolic size a constant, and batch norm's writes.
 _SYMBOLIC = {torch.ops.aten.constant_pad_nd.default: _constant_pad_nd, torch.ops.aten.baddbmm.default: _baddbmm,
@@ -824,6 +861,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     numbers = []  # (result leaf, path, graph output) of the sizes its objects hold
     new_sets = list(sets.sets)  # with the sizes the code set on argument objects as graph outputs
 
+    attributes = _attribute_dicts(trace)
     try:
         # the Python dispatcher, as make_fx's own symbolic tracing enables it: composite ops' Python kernels take
         # SymInts where their C++ ones want ints (F.interpolate to a size of the input's: every size traced)
@@ -834,6 +872,8 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     except Exception as exc:
         raise Static(f"the symbolic trace failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") \
             from None
+    finally:
+        _restore(attributes)
     # tensors of the real trace that the code reached (parameters, buffers, globals): inputs
     inputs = list(fakes)
     graph = gm.graph

@@ -705,6 +705,45 @@ def test_an_int_at_a_boundary_of_the_codes_branches_stays_dynamic():
     assert ("n", None) not in _manager.site(jf).static
 
 
+class _Windowed(torch.nn.Module):
+    """Swin's SwinLayer sets self.window_size = min(input_resolution) in its forward: to the value it has, for
+    the sizes the real call had."""
+
+    def __init__(self):
+        super().__init__()
+        self.win = 4
+
+    def forward(self, x):
+        if x.shape[-1] <= self.win:
+            self.win = min(x.shape[-1], 4)
+        p = (self.win - x.shape[-1] % self.win) % self.win
+        return torch.nn.functional.pad(x, (0, p)) * 2
+
+
+class _HoldsWindowed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _Windowed()
+
+    def forward(self, x):
+        return self.inner(x + 1)
+
+
+def test_an_attribute_the_symbolic_run_sets_is_put_back():
+    """The symbolic run sets a submodule's attribute to a SymInt where the
+    real call set it to the value it had (no write the guards see): the
+    SymInt stayed in the model, and every later call raised
+    "SymIntArrayRef expected to contain only concrete integers" (Swin from
+    its third image size on). The run's attribute dicts are put back."""
+    model, ref = _HoldsWindowed(), _HoldsWindowed()
+    torchneuron_jit.jit(model)
+    for n in (8, 4, 6, 9, 11, 5):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(model(x), ref(x))
+        assert type(model.inner.win) is int and model.inner.win == ref.inner.win
+    assert torchneuron_jit.stats()["dynamic_traces"] >= 1
+
+
 def _needs_an_int(size):
     """What a C++ kernel that takes ints does with a SymInt (interpolate's
     did, before the symbolic trace ran its Python kernels): it raises."""
