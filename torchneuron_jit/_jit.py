@@ -1861,7 +1861,8 @@ class _Builds:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.pending = None       # the _Build in flight
+        # the _Builds in flight: one, but for calls of several threads that traced at once (each saw none)
+        self.pending = []
         self.since = None         # _C.build_busy() when the last build began
         self.idle = threading.Event()
         self.idle.set()
@@ -1877,8 +1878,7 @@ class _Builds:
     def building(self, jf):
         """The spec of jf's entry whose variant is being built (it runs
         eagerly until published), or None."""
-        build = self.pending
-        return build.trace.spec if build is not None and _jf_of(build.trace) is jf else None
+        return next((build.trace.spec for build in list(self.pending) if _jf_of(build.trace) is jf), None)
 
     def _window(self):
         """(ns since the last build began, ns of it some jitted call was in
@@ -1901,7 +1901,7 @@ class _Builds:
     def submit(self, build):
         with self.lock:
             self.idle.clear()
-            self.pending = build
+            self.pending.append(build)
         _gc_hold.hold()  # released when the build ends
         threads = torch.get_num_threads()  # the calling thread's: its calls run on them
         t0 = time.perf_counter()
@@ -1916,12 +1916,17 @@ class _Builds:
             child = None if watch else _BuildChild.start(build, threads, never_idle)
         except BaseException:
             _gc_hold.release()
-            with self.lock:
-                self.pending = None
-                self.idle.set()
+            self._done(build)
             raise
-        threading.Thread(target=self._run, args=(threads, child, t0, watch), name="torchneuron_jit build",
+        threading.Thread(target=self._run, args=(build, threads, child, t0, watch), name="torchneuron_jit build",
                          daemon=True).start()
+
+    def _done(self, build):
+        """build is no longer in flight; idle when none is (wait returns)."""
+        with self.lock:
+            self.pending.remove(build)
+            if not self.pending:
+                self.idle.set()
 
     def _watch(self, build):
         """build_worker=auto where the calls before this build left gaps
@@ -1975,8 +1980,7 @@ class _Builds:
                 self.fork_for, self.fork_child = None, child
                 self.forked.set()
 
-    def _run(self, threads, child, t0, watch):
-        build = self.pending
+    def _run(self, build, threads, child, t0, watch):
         try:
             _fxgate.gate_dynamo()
             if watch:
@@ -2007,9 +2011,7 @@ class _Builds:
                 # of the GIL with transformers loaded, and a call served meanwhile waited for all of it
                 gc.collect(1)
             _C.build_yield(0)
-            with self.lock:
-                self.pending = None
-                self.idle.set()
+            self._done(build)
 
     def wait(self, timeout=None):
         """Waits for the build in flight (if any); True when none is left."""
