@@ -1803,14 +1803,15 @@ class _Build:
                              draws(sym.fgm))
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
-                len(objects), spec, sym.dense)
+                len(objects), spec, sym.dense, runner.random)
         with torch.no_grad():
             fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
         runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm))
         return (trace.spec, tuple(slots + objects), runner), lambda: tracer._store(
-            trace, fgm, slots + objects, checks, writebacks, out_plan, compiled, sets, len(objects))
+            trace, fgm, slots + objects, checks, writebacks, out_plan, compiled, sets, len(objects),
+            random=runner.random)
 
 
 class _GcHold:
@@ -2389,10 +2390,8 @@ class _Tracer:
         site = _manager.site(jf) if jf is not None else None
         names = trace.spec.names
         if site is not None:  # a number, or changing strides, found static stays so (a symbolic trace each call)
-            dims = {slot: ds for slot, ds in dims.items() if not (None in ds and (names[slot], None) in site.static)}
-            dims = {slot: ds - {_dynamic.STRIDES_PLACE} if (names[slot], _dynamic.STRIDES_PLACE) in site.static
-                    else ds for slot, ds in dims.items()}
-            dims = {slot: ds for slot, ds in dims.items() if ds}
+            dims = {slot: kept for slot, ds in dims.items() if (kept := {
+                d for d in ds if not (d in (None, _dynamic.STRIDES_PLACE) and (names[slot], d) in site.static)})}
         if not dims:
             return None
         if trace.side_effects:
@@ -2449,7 +2448,8 @@ class _Tracer:
                         site.static[(names[slot], d)] = reason
 
     @staticmethod
-    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, sets=(), objects=0, spec=None, dense=()):
+    def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, sets=(), objects=0, spec=None, dense=(),
+               random=True):
         """Stores the entry's trace record, when it can be described without
         identities, with its compiled plan when that can be too; returns the
         record's id, or None. spec: the entry's guards when they are not
@@ -2459,7 +2459,7 @@ class _Tracer:
             pspec = _records.portable_spec(trace, spec=spec)
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects,
-                                      None if spec is None else spec.names, dense)
+                                      None if spec is None else spec.names, dense, random)
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
             except _records.Unportable as exc:
@@ -2572,8 +2572,7 @@ class _Tracer:
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
                        [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"],
-                       [(i, None if order is None else tuple(order)) for i, order in v.get("dense", ())],
-                       v.get("random", True))
+                       _records.dense_inputs(v), v.get("random", True))
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that

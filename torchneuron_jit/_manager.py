@@ -179,12 +179,13 @@ def storm_words(jf, s, key):
                 "changes on every call) instead of reading it from the enclosing scope")
     if key.startswith("sizes"):
         return f"{s.where}: a relation of sizes keeps failing ({seen}); each side traces its own variant"
-    if key.endswith(": strides") and (key.split(":")[0], STRIDES_PLACE) in s.dynamic:
+    place = (key.split(":")[0], STRIDES_PLACE)
+    if key.endswith(": strides") and place in s.dynamic:
         return f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); its variant copies it dense, " \
                + _DYNAMIC_NOW
-    if key.endswith(": strides") and (key.split(":")[0], STRIDES_PLACE) in s.static:
+    if key.endswith(": strides") and place in s.static:
         return (f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); each one is a variant of its own "
-                f"because {s.static[(key.split(':')[0], STRIDES_PLACE)]}; pass it row-major (.contiguous())")
+                f"because {s.static[place]}; pass it row-major (.contiguous())")
     if key.endswith(": dtype") or key.endswith(": rank") or key.endswith(": strides"):
         return f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); each one is a variant of its own"
     if key in s.set_by_call:

@@ -47,7 +47,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
-from .graph import draws, fake_tensor
+from .graph import fake_tensor
 from ._spec import Spec, entry_name, explain, same_value, shadowed
 
 FORMAT = 9  # 2: the contents of containers and objects that globals and closures hold are guarded;
@@ -987,11 +987,12 @@ def read(key):
         return []
 
 
-def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None, dense=()):
+def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None, dense=(), random=True):
     """The record of one traced entry, pspec its portable_spec (names: its
     spec's words, when it is not trace.spec); sets and objects: what it
     sets on the last objects of its slots (_jit._Sets); dense: the graph's
-    inputs its runner copies dense ((input, order)) (raises Unportable)."""
+    inputs its runner copies dense ((input, order)); random: whether its
+    graph draws random numbers (raises Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -1015,7 +1016,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan], "sets": sets,
-              "objects": objects, "random": draws(fgm),
+              "objects": objects, "random": random,
               "dense": [[i, None if order is None else list(order)] for i, order in dense],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
@@ -1047,6 +1048,12 @@ def _set_entry(attr, p):
 def _simple_value(desc):
     """The number, string, None, device or dtype desc describes."""
     return torch.device(desc[1]) if desc[0] == "device" else getattr(torch, desc[1]) if desc[0] == "dtype" else desc[1]
+
+
+def dense_inputs(record):
+    """[(input, order or None)] of the inputs a variant's record says its
+    runner copies dense (variant's dense)."""
+    return [(i, None if order is None else tuple(order)) for i, order in record.get("dense", ())]
 
 
 def set_entry(desc):
