@@ -366,18 +366,39 @@ def _drop_unread(graph):
 
 
 def _cat_layout(cat):
-    """(dim, offsets) of a cat of static parts: the dim it joins along and
-    where each part starts there (eager skips empty parts, of any rank);
-    None when some part's layout is not static."""
-    vals = [static_val(part) for part in cat.args[0]]
-    if any(v is None for v in vals):
-        return None
-    dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % static_val(cat).dim()
+    """(dim, offsets) of a cat whose parts have concrete sizes along the
+    dim it joins (fusion's cat slots; symbolic ones elsewhere are 2 or
+    more): that dim and where each part starts there (eager skips empty
+    parts, of any rank)."""
+    vals = [_val(part) for part in cat.args[0]]
+    dim = (cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)) % _val(cat).dim()
     offsets, offset = [], 0
     for v in vals:
         offsets.append(offset)
-        offset += v.shape[dim] if v.numel() else 0
+        offset += int(v.shape[dim]) if all(isinstance(n, torch.SymInt) or n for n in v.shape) else 0
     return dim, offsets
+
+
+def _cat_buffer(graph, cat, inputs):
+    """A node allocating the result of cat (a cat slot's, inserted at the
+    graph's insertion point), or None where a symbolic size of it is no
+    size of an input (inputs: _input_sizes), which the buffer would then
+    have to read off a tensor computed later."""
+    cv = _val(cat)
+    if any(isinstance(n, torch.SymInt) and n.node.expr not in inputs for n in cv.shape):
+        return None
+    sizes = []
+    for n in cv.shape:
+        if isinstance(n, torch.SymInt):
+            source, dim = inputs[n.node.expr]
+            if dim is not None:
+                source = graph.call_function(aten.sym_size.int, (source, dim))
+                source.meta["val"] = n
+            n = source
+        sizes.append(n)
+    buf = graph.call_function(torch.empty, (tuple(sizes),), {"dtype": cv.dtype})
+    buf.meta = dict(cat.meta)
+    return buf
 
 
 def _cat_finish(buf, dim, parts, offsets, *written):
@@ -415,6 +436,8 @@ def _fuse(graph, imported, groups):
     """
     moved = {}  # FX node of a group output -> the getitem that now holds it
     cats = {}   # cat written into by kernels -> (its buffer, the kernels' results written there)
+    unslotted = set()  # cats of a symbolic size that no input holds: no kernel writes into them
+    input_sizes = _input_sizes(graph)
     members_all = {imported.fx_nodes[i] for grp in groups for i in grp["nodes"]}
     for grp in groups:
         members = [imported.fx_nodes[i] for i in grp["nodes"]]
@@ -427,6 +450,15 @@ def _fuse(graph, imported, groups):
             views = list(views) if any(views) else None
             # the cat each output is written into (fusion's cat slots): (its FX node, dim, offset)
             slots = [slot and (imported.fx_values[slot[0]], slot[1], slot[2]) for slot in grp["into"]]
+            with graph.inserting_before(members[0]):
+                for slot in filter(None, slots):
+                    if slot[0] not in cats and slot[0] not in unslotted:
+                        buf = _cat_buffer(graph, slot[0], input_sizes)
+                        if buf is None:
+                            unslotted.add(slot[0])
+                        else:
+                            cats[slot[0]] = (buf, [])
+            slots = [slot if slot and slot[0] in cats else None for slot in slots]
             into = [slot and slot[1:] for slot in slots] if any(slots) else None
             donors = grp["donors"] if any(d >= 0 for d in grp["donors"]) else None  # none where a slot is
         spec = (grp["source"], len(inputs), len(outputs), list(grp["dtypes"]), grp["reduce_dims"],
@@ -436,11 +468,6 @@ def _fuse(graph, imported, groups):
         with graph.inserting_before(members[0]):
             targets = []
             for slot in filter(None, slots):
-                if slot[0] not in cats:
-                    cv = static_val(slot[0])
-                    buf = graph.call_function(torch.empty, (tuple(cv.shape),), {"dtype": cv.dtype})
-                    buf.meta = dict(slot[0].meta)
-                    cats[slot[0]] = (buf, [])
                 targets.append(cats[slot[0]][0])
             call = graph.call_function(kernel, tuple(inputs) + tuple(targets))
             call.meta["neuron_kernel"] = spec  # how to make it again (a stored plan's constant)
@@ -1186,15 +1213,10 @@ def _recompose_linear(graph):
     return done
 
 
-def _sizes_from_inputs(graph):
-    """A size read off a computed tensor (sym_size.int of a view, as a jit
-    trace over symbolic sizes reads them) whose value is a size of an input
-    or a number input is read there instead. The IR does not see size
-    arithmetic (it runs in the FX graph), so a kernel could take in both
-    the tensor a size was read from and a later op that needs the size:
-    with the size read from an input there is no such path (BART's
-    embeddings: "the fused graph has a cycle"). Returns how many."""
-    where = {}  # sympy expression -> (placeholder, dim), or (placeholder, None) for a number input
+def _input_sizes(graph):
+    """Where graph's inputs hold its symbolic sizes: sympy expression ->
+    (placeholder, dim), or (placeholder, None) for a number input."""
+    where = {}
     for node in graph.nodes:
         if node.op != "placeholder":
             continue
@@ -1205,6 +1227,18 @@ def _sizes_from_inputs(graph):
             for d, size in enumerate(val.shape):
                 if isinstance(size, torch.SymInt):
                     where.setdefault(size.node.expr, (node, d))
+    return where
+
+
+def _sizes_from_inputs(graph):
+    """A size read off a computed tensor (sym_size.int of a view, as a jit
+    trace over symbolic sizes reads them) whose value is a size of an input
+    or a number input is read there instead. The IR does not see size
+    arithmetic (it runs in the FX graph), so a kernel could take in both
+    the tensor a size was read from and a later op that needs the size:
+    with the size read from an input there is no such path (BART's
+    embeddings: "the fused graph has a cycle"). Returns how many."""
+    where = _input_sizes(graph)
     done = 0
     for node in list(graph.nodes):
         if not _calls(node, aten.sym_size.int) or node.args[0].op == "placeholder":

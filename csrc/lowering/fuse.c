@@ -210,6 +210,62 @@ static int meta_dense(const tn_meta *m)
   return 1;
 }
 
+/* Whether stride st is val * s[sym] (sym < 0: the number val). */
+static int sint_is(tn_sint st, int64_t val, int32_t sym)
+{
+  return sym < 0 ? st.si_sym < 0 && st.si_val == val : st.si_sym == sym && (st.si_val ? st.si_val : 1) == val;
+}
+
+/* Whether m, of some symbolic size, is dense and non-overlapping in some
+** order of its dims (a transposed input's elementwise result in a dynamic
+** variant), each stride the product of the sizes inside it: a constant
+** times at most one symbol, as meta_contiguous_from tracks it. Every dim
+** takes part, those of size 1 too (at a place their stride fits), so the
+** strides follow from the sizes at run time: sets pos[d] to the place of
+** dim d, innermost 0 (tn_fuse_dense_order). A concrete size 0 is not
+** taken (a variant of symbolic sizes has none but where it traced it). */
+static int meta_dense_order(const tn_meta *m, int8_t *pos)
+{
+  int64_t val = 1;
+  int32_t sym = -1;
+  uint64_t used = 0;
+  for (int d = 0; d < m->me_rank; d++)
+    if (m->me_sizes[d].si_sym < 0 && m->me_sizes[d].si_val == 0)
+      return 0;
+  for (int k = 0; k < m->me_rank; k++) {
+    int best = -1;
+    for (int d = 0; d < m->me_rank && best < 0; d++) /* a dim of one element first: it keeps the step */
+      if (!(used >> d & 1) && m->me_sizes[d].si_sym < 0 && m->me_sizes[d].si_val == 1 &&
+          sint_is(m->me_strides[d], val, sym))
+        best = d;
+    for (int d = 0; d < m->me_rank && best < 0; d++)
+      if (!(used >> d & 1) && sint_is(m->me_strides[d], val, sym))
+        best = d;
+    if (best < 0)
+      return 0;
+    used |= 1ull << best;
+    pos[best] = (int8_t)k;
+    tn_sint size = m->me_sizes[best];
+    if (size.si_sym < 0) {
+      if (__builtin_mul_overflow(val, size.si_val, &val))
+        return 0;
+    } else if (sym < 0) {
+      sym = size.si_sym;
+    } else if (k + 1 < m->me_rank) {
+      return 0; /* a product of two symbols: not representable here */
+    }
+  }
+  return 1;
+}
+
+int tn_fuse_dense_order(const tn_meta *m, int8_t *pos)
+{
+  int concrete = 1;
+  for (int d = 0; d < m->me_rank; d++)
+    concrete &= m->me_sizes[d].si_sym < 0 && m->me_strides[d].si_sym < 0;
+  return !concrete && !meta_contiguous(m) && meta_dense_order(m, pos);
+}
+
 /* Whether a and b have the same sizes (the same iteration space). */
 static int same_space(const tn_meta *a, const tn_meta *b)
 {
@@ -410,7 +466,9 @@ static int fusable(const tn_graph *g, const tn_node *n)
     return 0;
   const tn_meta *out = &tn_graph_value(g, n->no_out[0])->va_meta;
   int dt = out->me_dtype;
-  if (!dtype_class(dt) || !(meta_contiguous(out) || meta_dense(out)) || !rule_fits_dtype(r, dt))
+  int8_t pos[TN_MAX_RANK];
+  if (!dtype_class(dt) || !(meta_contiguous(out) || meta_dense(out) || tn_fuse_dense_order(out, pos)) ||
+      !rule_fits_dtype(r, dt))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++)
     if (n->no_args[i].ar_tag == TN_ARG_TENSOR && !dtype_class(arg_dtype(g, &n->no_args[i])))
@@ -923,8 +981,9 @@ static int32_t sole_reader(const tn_graph *g, int32_t v)
 }
 
 /* The cat slot of value v: when v's only reader is a cat that takes it
-** once, into a dense contiguous result of v's dtype and rank with elements,
-** every part of concrete sizes, a kernel computing v can write it straight
+** once, into a contiguous result of v's dtype and rank with elements, every
+** part of concrete size along the cat's dim (a symbolic size elsewhere, as
+** in a dynamic variant, is at least 2), a kernel computing v can write it straight
 ** into the cat's result (which saves the cat's copy of it; the back end's
 ** _fuse and _finish_cats do the rest). Sets *cat (the cat's result), *dim
 ** (the dim it joins along) and *offset (where v starts there: empty parts
@@ -936,12 +995,11 @@ static int cat_slot(const tn_graph *g, int32_t v, int32_t *cat, int *dim, int64_
   if (!c || c->no_op != TN_OP_cat || c->no_args[0].ar_tag != TN_ARG_TENSOR_LIST || c->no_args[1].ar_tag != TN_ARG_INT)
     return 0;
   const tn_meta *cm = &tn_graph_value(g, c->no_out[0])->va_meta, *vm = &tn_graph_value(g, v)->va_meta;
-  if (cm->me_dtype != vm->me_dtype || cm->me_rank != vm->me_rank || cm->me_rank == 0 || !meta_dense(cm) ||
-      !meta_contiguous(cm))
+  if (cm->me_dtype != vm->me_dtype || cm->me_rank != vm->me_rank || cm->me_rank == 0 || !meta_contiguous(cm))
     return 0;
   int64_t numel = 1, d = c->no_args[1].u.ar_int, off = 0, at_off = -1;
   for (int k = 0; k < cm->me_rank; k++)
-    if (__builtin_mul_overflow(numel, cm->me_sizes[k].si_val, &numel))
+    if (cm->me_sizes[k].si_sym < 0 && __builtin_mul_overflow(numel, cm->me_sizes[k].si_val, &numel))
       return 0;  /* no tensor has that many elements (the graph fuzzer's sizes) */
   d = d < 0 ? d + cm->me_rank : d;
   if (numel == 0 || d < 0 || d >= cm->me_rank)
@@ -951,9 +1009,9 @@ static int cat_slot(const tn_graph *g, int32_t v, int32_t *cat, int *dim, int64_
     const tn_meta *pm = &tn_graph_value(g, part)->va_meta;
     int64_t pn = 1;
     for (int k = 0; k < pm->me_rank; k++) {
-      if (pm->me_sizes[k].si_sym >= 0)
-        return 0; /* a part of symbolic size: the offsets are not static */
-      pn *= pm->me_sizes[k].si_val;
+      if (pm->me_sizes[k].si_sym >= 0 && k == d)
+        return 0; /* a part of symbolic size along the cat: the offsets are not static */
+      pn *= pm->me_sizes[k].si_sym >= 0 ? 2 : pm->me_sizes[k].si_val; /* a symbol: 2 or more */
     }
     if (part == v) {
       uses++;

@@ -141,6 +141,14 @@ int tn_fuse_lowers(int op);
 ** allocates as the graph says. */
 int tn_fuse_contiguous(const tn_meta *m);
 
+/* Whether m has a symbolic size or stride, is not row-major contiguous, and
+** is dense in some order of its dims with strides that follow from its
+** sizes (a transposed input's elementwise result in a dynamic variant).
+** Then sets pos[d] (m->me_rank entries) to dim d's place in that order,
+** innermost 0: a kernel's caller allocates the output with the strides
+** the sizes of the call give (out_strides entry -1 - pos[d]). */
+int tn_fuse_dense_order(const tn_meta *m, int8_t *pos);
+
 /* Flags of tn_fuse_graph. */
 #define TN_FUSE_ROWS 1  /* form row groups (else reductions stay with eager) */
 #define TN_FUSE_GEMM 2  /* form GEMM groups: mm / addmm / bmm / baddbmm with their pointwise epilogue */

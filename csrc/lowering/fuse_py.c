@@ -63,13 +63,17 @@ static PyObject *py_fuse(PyObject *self, PyObject *args, PyObject *kwds)
       else
         PyList_SET_ITEM(dts, o, name);
     }
-    /* outputs laid out otherwise than contiguous: their strides (else None) */
+    /* outputs laid out otherwise than contiguous: their strides, or of
+    ** symbolic sizes their dims' places in the dense order, -1 - place
+    ** (else None) */
     PyObject *ostr = dts ? PyList_New(grp->fg_noutputs) : NULL;
     for (uint32_t o = 0; ostr && o < grp->fg_noutputs; o++) {
       const tn_meta *m = &tn_graph_value(g, grp->fg_outputs[o])->va_meta;
+      int8_t pos[TN_MAX_RANK];
+      int ordered = tn_fuse_dense_order(m, pos);
       PyObject *t = tn_fuse_contiguous(m) ? Py_NewRef(Py_None) : PyTuple_New(m->me_rank);
       for (int dd = 0; t && t != Py_None && dd < m->me_rank; dd++) {
-        PyObject *v = PyLong_FromLongLong(m->me_strides[dd].si_val);
+        PyObject *v = PyLong_FromLongLong(ordered ? -1 - pos[dd] : m->me_strides[dd].si_val);
         if (!v)
           Py_CLEAR(t);
         else

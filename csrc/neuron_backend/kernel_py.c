@@ -97,6 +97,30 @@ static int parse_views(PyObject *arg, int nin, kernel_view **out)
   return rc;
 }
 
+/* Whether out_strides entry t (a tuple) holds ints that are all strides
+** (>= 0), or -1 - place for each dim, the places a permutation of
+** 0..rank-1 (innermost 0): a dense layout whose strides follow from the
+** sizes of each call (a dynamic variant's transposed result). */
+static int strides_or_order(PyObject *t)
+{
+  Py_ssize_t rank = PyTuple_GET_SIZE(t);
+  uint64_t seen = 0;
+  int negative = 0;
+  for (Py_ssize_t d = 0; d < rank; d++) {
+    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(t, d));
+    if (v == -1 && PyErr_Occurred())
+      return 0;
+    if (d > 0 && (v < 0) != negative)
+      return 0;
+    negative = v < 0;
+    if (negative && (v < -rank || (seen >> (-1 - v) & 1)))
+      return 0;
+    if (negative)
+      seen |= 1ull << (-1 - v);
+  }
+  return 1;
+}
+
 /* Input i read as view w of tensor t (sizes, strides, rank, data as read):
 ** checks that t is laid out as the compiled graph said (else a ValueError:
 ** the caller runs the graph eagerly), then gives the view's. */
@@ -285,9 +309,12 @@ static PyObject *Kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   }
   for (int j = 0; j < nout; j++) {
     PyObject *t = PyTuple_GET_ITEM(ostrides, j);
-    if (t != Py_None && (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > TN_MAX_RANK || rdims || gemm)) {
-      PyErr_Format(PyExc_ValueError, "out_strides[%d] must be None or a tuple of at most %d ints "
-                                     "(pointwise kernels only)", j, TN_MAX_RANK);
+    if (t != Py_None && (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > TN_MAX_RANK || rdims || gemm ||
+                         !strides_or_order(t))) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "out_strides[%d] must be None or a tuple of at most %d ints: strides, or "
+                                     "-1 - each dim's place in a dense order, innermost 0 (pointwise kernels only)",
+                   j, TN_MAX_RANK);
       goto done;
     }
     strided |= t != Py_None;
@@ -572,6 +599,29 @@ static int into_slice(KernelObject *k, int j, PyObject *t, const int64_t *shape,
   return 0;
 }
 
+/* The strides (st, rank entries) of an output whose out_strides entry ost
+** is not None: its strides, or where its entries are negative the dense
+** layout they order, for sizes shape (strides_or_order checked the form).
+** Returns 1 for an order, 0 for strides, -1 with an exception. */
+static int out_strides_of(PyObject *ost, const int64_t *shape, int rank, int64_t *st)
+{
+  int64_t step = 1;
+  for (int d = 0; d < rank; d++)
+    st[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(ost, d));
+  if (PyErr_Occurred())
+    return -1;
+  if (rank == 0 || st[0] >= 0)
+    return 0;
+  for (int place = 0; place < rank; place++)
+    for (int d = 0; d < rank; d++)
+      if (st[d] == -1 - place) {
+        st[d] = step;
+        step *= shape[d];
+        break;
+      }
+  return 1;
+}
+
 PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared *p)
 {
   int nops = k->ke_ninputs + k->ke_noutputs, rank = 0, rdims = k->ke_rdims, ninto = 0;
@@ -663,11 +713,17 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
     goto error;
   for (int j = 0; j < k->ke_noutputs; j++) {
     int kind = k->ke_out_kinds[j];
-    PyObject *ost = PyTuple_GET_ITEM(k->ke_out_strides, j);
+    PyObject *ost = PyTuple_GET_ITEM(k->ke_out_strides, j), *ord = NULL;
+    int64_t ostv[TN_MAX_RANK];
     if (ost != Py_None && PyTuple_GET_SIZE(ost) != rank) {
       PyErr_Format(PyExc_ValueError, "kernel output %d: %zd strides for a rank-%d result", j, PyTuple_GET_SIZE(ost),
                    rank);
       goto error;
+    }
+    if (ost != Py_None) {
+      int ordered = out_strides_of(ost, shape, rank, ostv);
+      if (ordered < 0 || (ordered && !(ost = ord = shape_tuple(ostv, rank, 0))))
+        goto error; /* a layout order: the strides of this call's sizes */
     }
     if (k->ke_into_dim[j] >= 0) { /* a slice of the tensor passed for it */
       if (into_slice(k, j, PyTuple_GET_ITEM(args, k->ke_ninputs + ninto++), shape, rank, bst[k->ke_ninputs + j],
@@ -681,6 +737,7 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
     PyObject *shp = donor >= 0 ? NULL
                   : kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);
     PyObject *eargs = shp ? (ost == Py_None ? PyTuple_Pack(1, shp) : PyTuple_Pack(2, shp, ost)) : NULL;
+    Py_XDECREF(ord);
     PyObject *t = donor >= 0 ? Py_NewRef(PyTuple_GET_ITEM(args, donor)) /* its last use: written in place */
                 : eargs ? PyObject_Call(ost == Py_None ? k->ke_empty : k->ke_empty_strided, eargs,
                                         PyTuple_GET_ITEM(k->ke_empty_kws, j))
@@ -704,7 +761,7 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
     int64_t step = 1;
     for (int d = rank - 1; d >= 0; d--) {
       if (ost != Py_None) {
-        bst[k->ke_ninputs + j][d] = PyLong_AsLongLong(PyTuple_GET_ITEM(ost, d));
+        bst[k->ke_ninputs + j][d] = ostv[d];
       } else if (kind == TN_FO_FULL || d < rrank) {
         bst[k->ke_ninputs + j][d] = step;
         step *= shape[d];

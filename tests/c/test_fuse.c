@@ -1872,6 +1872,68 @@ START_TEST(test_permuted_output)
 }
 END_TEST
 
+/* A dynamic variant's transposed head: (B, H=4, S, D=64) over (B, S, H, D),
+** strides (256*s, 64, 256, 1), with B = s0 and S = s1. Dense in the order
+** D, H, S, B: places (3, 1, 2, 0). A dim of size 1 takes the place its
+** stride fits; strides that need a product of two symbols, or that leave a
+** gap, are no order; contiguous and concrete layouts are not this kind. */
+START_TEST(test_symbolic_dense_order)
+{
+  static const tn_sint SZ[4] = {{0, 0}, {4, -1}, {0, 1}, {64, -1}};
+  static const tn_sint ST[4] = {{256, 1}, {64, -1}, {256, -1}, {1, -1}};
+  /* (B, 4, 1, S, 64): a dim of size 1 whose stride 256 fits the place after H */
+  static const tn_sint SZ1[5] = {{0, 0}, {4, -1}, {1, -1}, {0, 1}, {64, -1}};
+  static const tn_sint ST1[5] = {{256, 1}, {64, -1}, {256, -1}, {256, -1}, {1, -1}};
+  static const tn_sint BAD1[5] = {{256, 1}, {64, -1}, {7, -1}, {256, -1}, {1, -1}}; /* a stride no place has */
+  static const tn_sint SZ2[3] = {{0, 0}, {0, 1}, {0, 2}}, ST2S[3] = {{0, 3}, {1, -1}, {0, 1}}; /* (s0, s1, s2) */
+  static const tn_sint GAP[4] = {{512, 1}, {64, -1}, {512, -1}, {1, -1}};
+  static const tn_sint CST[4] = {{768, -1}, {64, -1}, {256, -1}, {1, -1}};
+  static const tn_sint CSZ[4] = {{2, -1}, {4, -1}, {3, -1}, {64, -1}};
+  tn_meta m = {TN_DTYPE_FLOAT32, 4, SZ, ST}, m1 = {TN_DTYPE_FLOAT32, 5, SZ1, ST1};
+  tn_meta bad1 = {TN_DTYPE_FLOAT32, 5, SZ1, BAD1}, two = {TN_DTYPE_FLOAT32, 3, SZ2, ST2S};
+  tn_meta gap = {TN_DTYPE_FLOAT32, 4, SZ, GAP}, concrete = {TN_DTYPE_FLOAT32, 4, CSZ, CST};
+  int8_t pos[5] = {-1, -1, -1, -1, -1};
+  ck_assert_int_eq(tn_fuse_dense_order(&m, pos), 1);
+  ck_assert_int_eq(pos[0], 3);
+  ck_assert_int_eq(pos[1], 1);
+  ck_assert_int_eq(pos[2], 2);
+  ck_assert_int_eq(pos[3], 0);
+  ck_assert_int_eq(tn_fuse_dense_order(&m1, pos), 1);
+  ck_assert_int_eq(pos[4], 0);
+  ck_assert_int_eq(pos[1], 1);
+  ck_assert_int_eq(pos[2], 2);
+  ck_assert_int_eq(pos[3], 3);
+  ck_assert_int_eq(pos[0], 4);
+  ck_assert_int_eq(tn_fuse_dense_order(&bad1, pos), 0);
+  /* (s0, s1, s2) with strides (s3, 1, s1): dim 0 would need s1 * s2 */
+  ck_assert_int_eq(tn_fuse_dense_order(&two, pos), 0);
+  ck_assert_int_eq(tn_fuse_dense_order(&gap, pos), 0);
+  ck_assert_int_eq(tn_fuse_dense_order(&concrete, pos), 0); /* concrete: its strides are passed as they are */
+
+  /* a graph: y = x * 2 + 1 with x in that layout is one group */
+  tn_graph *g;
+  tn_fusion *f;
+  int32_t x, a, b, s0, s1;
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  ck_assert_int_eq(tn_graph_add_symbol(g, &s0), TN_OK);
+  ck_assert_int_eq(tn_graph_add_symbol(g, &s1), TN_OK);
+  ck_assert_int_eq(s0, 0);
+  ck_assert_int_eq(s1, 1);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, m};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  tn_arg am[2] = {T(x), F(2.0)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_mul_Scalar, NULL, am, 2, &m, 1, &a), TN_OK);
+  tn_arg ab[3] = {T(a), F(1.0), I(1)};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Scalar, NULL, ab, 3, &m, 1, &b), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &b, 1), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, 0, 0, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 1);
+  ck_assert_uint_eq(tn_fusion_group(f, 0)->fg_nnodes, 2);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 /* x int32[8], y, y2 float32[8]: c = x > 3; w = where(c, y, y2);
 ** o = w.to(int16). One group over three dtypes: x loads as int32 values in
 ** int64 blocks, the comparison is an integer one, the cast float32 ->
@@ -1986,6 +2048,7 @@ int main(void)
   tcase_add_test(tc, test_donor_is_the_input_at_its_last_use);
   tcase_add_test(tc, test_cat_slots);
   tcase_add_test(tc, test_permuted_output);
+  tcase_add_test(tc, test_symbolic_dense_order);
   tcase_add_test(tc, test_mixed_dtype_group);
   suite_add_tcase(s, tc);
   return tn_check_run(s);

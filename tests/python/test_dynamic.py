@@ -1869,3 +1869,35 @@ def test_a_function_compiled_before_jit_is_used_runs_beside_an_fx_trace():
     r = subprocess.run([sys.executable, "-c", _COMPILED_BEFORE_JIT], cwd=str(REPO), capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def rope_heads(x, cos, sin):
+    """Rotary embedding over transposed heads (LLaMA's apply_rotary_pos_emb):
+    q is (b, 4, s, 16) with strides (64 s, 16, 64, 1), so its elementwise
+    results are dense in a permuted order of symbolic strides, and
+    rotate_half's cat has a symbolic size (b, 4, s, 16)."""
+    b, s, _ = x.shape
+    q = x.view(b, s, 4, 16).transpose(1, 2)
+    rot = torch.cat((-q[..., 8:], q[..., :8]), dim=-1)
+    return q * cos + rot * sin, torch.exp(q * 2)
+
+
+def test_a_dynamic_variant_fuses_transposed_heads_and_their_cat():
+    """The dynamic variant of rope_heads runs its arithmetic, negation and
+    cat in kernels, as the static one does (they ran through PyTorch op by
+    op: kernels wrote row-major results only, and cat slots needed concrete
+    sizes), and each result has eager's values and strides."""
+    with config.patch(jit_trace_records=False):
+        f = torchneuron_jit.jit(rope_heads)
+    for b, s in [(2, 5), (3, 7), (4, 9), (2, 11), (5, 3)]:
+        x, cos, sin = torch.randn(b, s, 64), torch.randn(1, 1, s, 16), torch.randn(1, 1, s, 16)
+        got, want = f(x, cos, sin), rope_heads(x, cos, sin)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+            assert g.stride() == w.stride(), (g.stride(), w.stride())
+    e = torchneuron_jit.explain(f)
+    dynamic = [v for v in e.variants if "dynamic" in v["kind"]]
+    assert len(dynamic) == 1 and dynamic[0]["hits"] >= 3, str(e)
+    graph = dynamic[0]["graph"]
+    for op in ("aten::mul", "aten::add", "aten::neg", "aten::cat", "aten::exp"):
+        assert op not in graph, graph

@@ -542,6 +542,26 @@ def test_kernel_refuses_a_root_laid_out_otherwise():
         _C.Kernel(grp["source"], 2, 1, torch.empty, [getattr(torch, d) for d in grp["dtypes"]], views=[view])
 
 
+def test_kernel_lays_out_an_ordered_output_by_each_calls_sizes():
+    """out_strides entries of -1 - place (a dynamic variant's transposed
+    result) give the output the dense layout of that order at the sizes of
+    each call: eager's for x.transpose(1, 2) * 2 + y at every size; a form
+    that is neither strides nor an order is refused."""
+    gm = make_fx(lambda x, y: x * 2 + y)(torch.randn(3, 4), torch.randn(3, 4))
+    grp = _C.fuse(from_fx(gm).graph)[0]
+    dtypes = [getattr(torch, d) for d in grp["dtypes"]]
+    k = _C.Kernel(grp["source"], 2, 1, torch.empty, dtypes, out_strides=[(-4, -2, -3, -1)])
+    for b, s in [(2, 5), (3, 9), (1, 4)]:
+        x = torch.randn(b, s, 3, 8).transpose(1, 2)
+        y = torch.randn(b, 3, s, 8).transpose(1, 2).contiguous().transpose(1, 2)
+        got, want = k(x, y)[0], x * 2 + y
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride(), (got.stride(), want.stride())
+    for bad in [(-1, -1, -2, -3), (-1, 2, -3, -4), (-1, -2, -3, -5)]:
+        with pytest.raises(ValueError, match="out_strides"):
+            _C.Kernel(grp["source"], 2, 1, torch.empty, dtypes, out_strides=[bad])
+
+
 # -- buffers: an output written into a dead input's (tn_fgroup.fg_donor) -----------------
 
 def _donor_graph(x, y):

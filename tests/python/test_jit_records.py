@@ -541,6 +541,39 @@ def test_a_variant_that_copies_an_argument_dense_loads_in_a_fresh_process(progra
     assert warm["traces"] == 0 and warm["traces_loaded"] == 2, warm
 
 
+ROPE = textwrap.dedent('''
+    import json, sys
+    import torch
+    import torchneuron_jit
+
+    def rope(x, cos, sin):  # transposed heads and rotate_half's cat, in kernels of the dynamic variant
+        b, s, _ = x.shape
+        q = x.view(b, s, 4, 16).transpose(1, 2)
+        return q * cos + torch.cat((-q[..., 8:], q[..., :8]), dim=-1) * sin
+
+    f = torchneuron_jit.jit(rope)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for b, s in [(2, 5), (3, 7), (4, 9), (2, 11)]:
+            x, cos, sin = torch.randn(b, s, 64), torch.randn(1, 1, s, 16), torch.randn(1, 1, s, 16)
+            got, want = f(x, cos, sin), rope(x, cos, sin)
+            torch.testing.assert_close(got, want)
+            assert got.stride() == want.stride(), (got.stride(), want.stride())
+    st = torchneuron_jit.stats()
+    assert st["eager_reruns"] == 0 and st["eager_fallbacks"] == 0, st
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_dynamic_variant_writing_into_a_cat_loads_in_a_fresh_process(program):
+    """The dynamic variant's plan allocates the cat its kernels write into
+    at sizes read off its input: a record a fresh process runs as stored."""
+    cold = program(source=ROPE)
+    assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
+    warm = program(source=ROPE)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
+
+
 def test_a_generation_loops_variants_load_in_a_fresh_process(program):
     """generate() passes a DynamicCache (guarded by its attributes): its
     prefill, first step and dynamic variant are records a fresh process
