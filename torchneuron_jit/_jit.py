@@ -615,10 +615,15 @@ class _Trace:
 
     def param_slot(self, d, key, tensor, name, path):
         """A slot loading tensor from dict d (a module's parameters, buffers or
-        attributes), for the graph to take it as an input."""
+        attributes), for the graph to take it as an input, guarded as a
+        tensor argument is: model.half() and p.data = ... keep the
+        Parameter and change its dtype or sizes in place, which the code may
+        read (h.to(self.weight.dtype)) and the graph was traced for."""
         if id(tensor) in self.tensor_slot:
             return
         slot = self.spec.add(("key", self.spec.add(("const", d), name, path), key), name)
+        self.spec.add(("tensor", slot, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()),
+                       bool(tensor.requires_grad)), name)
         self.tensor_slot[id(tensor)] = slot
         self.tensors.append(tensor)
         self.grads.setdefault(id(tensor), _grad_of(tensor))

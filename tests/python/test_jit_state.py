@@ -1133,3 +1133,47 @@ def test_output_hidden_states_once_leaves_later_calls_compiled():
     hits = {kind: sum(v["hits"] for v in report.variants if v["kind"] == kind) for kind in ("compiled", "eager")}
     assert hits == {"compiled": 3, "eager": 0}, str(report)
     assert "_output_capturing_hooks_installed" in str(report) and "no variant is made of it" in str(report)
+
+
+class _ReadsItsWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.lin = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4)
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, ids):  # Python reads the parameters' metadata
+        h = self.emb(ids)
+        return self.lin(h) * self.lin.weight.shape[0] * self.scale[:self.lin.weight.shape[0]], h.dtype
+
+
+@pytest.mark.parametrize("change", ["half", "double", "data", "buffer"])
+def test_a_parameter_changed_in_place_is_a_miss(change):
+    """model.half() and p.data = ... keep the Parameter objects and change
+    their dtype or sizes in place: the variant traced before must not take
+    the next call (it returned float32 as h.dtype after half(), and the old
+    row count after the weight's rows changed)."""
+    m = _ReadsItsWeight().eval()
+    ref = copy.deepcopy(m)
+    f = torchneuron_jit.jit(m)
+    ids = torch.randint(0, 10, (2, 3))
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        f(ids)
+        f(ids)
+        for mod in (m, ref):
+            if change in ("half", "double"):
+                getattr(mod, change)()
+            elif change == "data":
+                mod.lin.weight.data = torch.ones(2, 4)
+                mod.lin.bias.data = torch.zeros(2)
+            else:
+                mod.scale.data = torch.ones(4, dtype=torch.float64)
+        traces = torchneuron_jit.stats()["traces"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got, reason = _recompile_reason(f, ids)
+        want = ref(ids)
+        assert got[1] == want[1]
+        torch.testing.assert_close(got[0], want[0])
+        assert torchneuron_jit.stats()["traces"] == traces + 1
+        assert not [w for w in caught if "torchneuron" in str(w.message)], [str(w.message) for w in caught]
+        assert "self." in reason and "→" in reason, reason  # which tensor changed, and how
