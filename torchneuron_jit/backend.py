@@ -961,6 +961,14 @@ def _flash_call(graph, out, m, call):
     return res
 
 
+def _surely_nonempty(val):
+    """Whether tensor metadata val has elements whatever its symbols are
+    (a symbolic size is known to be 2 or more, as jit and Dynamo make it)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return val is not None and all(statically_known_true(d != 0) if isinstance(d, torch.SymInt) else d != 0
+                                   for d in val.shape)
+
+
 def _flash_attention(graph):
     """Writes attention as torch.matmul and softmax spell it (Hugging Face's
     eager attention, hand-written attention) as one call of PyTorch's CPU
@@ -978,8 +986,9 @@ def _flash_attention(graph):
     for out in list(graph.nodes):
         m = _attention_match(out) if _calls(out, *_VIEWS) else None
         if m is None or (m["masks"] and config.flash_attention == "auto"
-                         and _hint_numel(m["scores"]) < config.flash_attention_min_scores):
-            continue
+                         and _hint_numel(m["scores"]) < config.flash_attention_min_scores) \
+                or not all(_surely_nonempty(_val(m[x])) for x in "qkv"):
+            continue  # the flash kernel divides by zero on an empty q, k or v (SIGFPE), where eager's gives 0s
         mode = getattr(m["q"].meta["val"], "fake_mode", None)
         if mode is None:
             continue
