@@ -41,7 +41,11 @@ KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gel
               aten._weight_norm_interface,  # eager rounds v * (g / norm) once; the decomposition twice (bfloat16)
               # eager checks their inputs (an input outside [0, 1], a target out of range) and raises; the
               # decompositions give NaN, or a gather's RuntimeError where eager raises IndexError
-              aten.binary_cross_entropy, aten.nll_loss_forward, aten.nll_loss2d_forward)
+              aten.binary_cross_entropy, aten.nll_loss_forward, aten.nll_loss2d_forward,
+              # eager raises for an index out of range; the decompositions' index_put wraps a negative one
+              # (a wrong row written) and raises IndexError for one too large; a bool index_add with alpha
+              # promotes the source to int64 and raises
+              aten.index_add, aten.index_copy, aten.max_unpool2d, aten.max_unpool3d)
 
 # Test hook: when set to a string, the next graph's compilation fails with
 # that reason (tests of the degrade-to-eager path).

@@ -234,11 +234,24 @@ def test_a_graph_aot_autograd_refuses_runs_eagerly_with_one_warning():
      (torch.randn(2, 4), torch.tensor([1, 4]))),
     (torch.nn.functional.nll_loss, (torch.randn(2, 4), torch.tensor([1, 3])),
      (torch.randn(2, 4), torch.tensor([-1, 0]))),
-], ids=["binary_cross_entropy", "cross_entropy", "nll_loss"])
-def test_a_loss_given_bad_input_raises_eagers_exception(fn, good, bad):
+    (lambda x, i, s: x.index_add(0, i, s), (torch.zeros(4, 3), torch.tensor([0, 2]), torch.ones(2, 3)),
+     (torch.zeros(4, 3), torch.tensor([0, -1]), torch.ones(2, 3))),
+    (lambda x, i, s: x.index_add(0, i, s), (torch.zeros(4, 3), torch.tensor([0, 2]), torch.ones(2, 3)),
+     (torch.zeros(4, 3), torch.tensor([0, 7]), torch.ones(2, 3))),
+    (lambda x, i, s: x.index_copy(0, i, s), (torch.zeros(4, 3), torch.tensor([0, 2]), torch.ones(2, 3)),
+     (torch.zeros(4, 3), torch.tensor([0, -1]), torch.ones(2, 3))),
+    (lambda x, i: torch.nn.functional.max_unpool2d(x, i, 2),
+     torch.nn.functional.max_pool2d(torch.randn(1, 1, 4, 4), 2, return_indices=True),
+     (torch.randn(1, 1, 2, 2), torch.tensor([[[[0, 3], [-1, 20]]]]))),
+], ids=["binary_cross_entropy", "cross_entropy", "nll_loss", "index_add_negative", "index_add_past_the_end",
+        "index_copy_negative", "max_unpool2d"])
+def test_an_op_given_bad_input_raises_eagers_exception(fn, good, bad):
     """The decompositions of the losses check nothing: an input outside
     [0, 1] gave NaN where eager raises, a target out of range a gather's
-    RuntimeError where eager raises IndexError."""
+    RuntimeError where eager raises IndexError. Those of index_add,
+    index_copy and max_unpool index with index_put, which wrapped a negative
+    index (a wrong row written, no error) and raised IndexError for one past
+    the end where eager raises RuntimeError."""
     c = torch.compile(lambda *a: fn(*a), backend="neuron")
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -247,6 +260,15 @@ def test_a_loss_given_bad_input_raises_eagers_exception(fn, good, bad):
             fn(*bad)
         with pytest.raises(want.type, match=re.escape(str(want.value))):
             c(*bad)
+
+
+def test_index_add_of_bools_with_alpha_gives_eagers_result():
+    """The decomposition multiplied the bool source by alpha (int64) and its
+    index_put refused the mixed dtypes, a RuntimeError where eager answers."""
+    f = lambda x, i, s: x.index_add(0, i, s, alpha=2)  # noqa: E731
+    args = (torch.zeros(3, 4, dtype=torch.bool), torch.tensor([0, 2]), torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0]]).bool())
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(f, backend="neuron")(*args), f(*args))
 
 
 def test_random_draws_are_never_merged():
