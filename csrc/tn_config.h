@@ -156,7 +156,9 @@
   _(storm_misses, TN_CFG_INT, 4, NULL, \
     "Misses of a function under torchneuron_jit.jit that one guard causes (a global that changes, a " \
     "dimension that stays static, a module attribute set between calls) before one warning says what " \
-    "changes and what to do. 0: no warning.") \
+    "changes and what to do. A value read from a tensor (item()) takes as many values as jit_cache_limit " \
+    "at least, and then the function runs eagerly from now on (each variant ran its graph before the " \
+    "value showed it did not serve the call). 0: no warning.") \
   _(trace_backoff, TN_CFG_INT, 2, NULL, \
     "After a jitted function's k-th trace that fails (its variant runs eagerly) or whose build is dropped, " \
     "its next trace_backoff**k - 1 misses run eagerly without tracing. 0 or 1: no backoff.") \

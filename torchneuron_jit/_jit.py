@@ -1552,6 +1552,11 @@ def _rebuilt_view(p, inputs):
     return view
 
 
+# The value the last side exit on this thread read (_Runner.__call__), for
+# the words of the miss that follows it (_Tracer.explain).
+_side_exit = threading.local()
+
+
 class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
@@ -1610,11 +1615,13 @@ class _Runner:
         for k, want in self.checks:
             if isinstance(want, torch.Tensor):  # values read with tolist(), str(): the same bytes
                 same = _same_bytes(outs[k], want)
+                got = f"a tensor of {outs[k].numel()} elements"
             else:
                 got = outs[k].item()
                 same = same_value(got, want)
             if not same:
                 torch.set_rng_state(rng)
+                _side_exit.value = got  # what the miss's words say it read now
                 return _C.SIDE_EXIT
         if self.writebacks:
             with torch.no_grad():
@@ -2585,7 +2592,10 @@ class _Tracer:
         The recompilation manager counts the miss by it."""
         try:
             if any(index < 0 for _, index in fails):
-                words = "a value read from a tensor (item(), bool(), tolist(), str()) differs from every traced variant's"
+                now = getattr(_side_exit, "value", None)
+                _side_exit.value = None
+                words = (f"{_manager.VALUE_READ} (item(), bool(), tolist(), str()) differs from every traced "
+                         f"variant's" + ("" if now is None else f" (now {now!r})"))
             else:
                 spec, index = max(fails, key=lambda f: (f[1], -tensor_distance(f[0], args, f[1])))
                 words = explain(spec, args, index)

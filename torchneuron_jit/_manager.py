@@ -112,14 +112,22 @@ def miss(jf, words, building=False):
     _note_change(s, key, change)
     s.events.append((calls, "miss", words))
     limit = config.storm_misses
+    if key == VALUE_READ:  # a value with a few values (a flag) fits in the variants: a storm takes more
+        limit = limit and max(limit, jf.limit or config.jit_cache_limit)
     if limit > 0 and len(s.distinct[key]) >= limit and key not in s.warned:
         text = storm_words(jf, s, key)
         s.warned.add(key)
         s.decisions.append((calls, text))
+        if key == VALUE_READ:  # its variants side-exit on most calls, each after running its graph
+            jf.gave_up = True
         # no storm where the next trace makes a dimension dynamic, or the build of its dynamic variant runs:
         # explain() tells, and a plain variable-length loop warns nothing
         if not (text.endswith(_WHILE_BUILDING) or (building and text.endswith(_DYNAMIC_NOW))):
             _log.warn_once(text, stacklevel=4)
+
+
+# The subject (_subject) of a miss's words on a value read from a tensor
+VALUE_READ = "a value read from a tensor"
 
 
 def _note_change(s, key, change):
@@ -173,6 +181,12 @@ def storm_words(jf, s, key):
         else:
             what = f"every {each} is a variant of its own so far"
         return f"{s.where}: {name}{'' if dim is None else f' dim {dim}'} took {took} values in {jf.calls} calls; {what}"
+    if key == VALUE_READ:
+        return (f"{s.where}: {key} (item(), bool(), tolist(), str()) took {len(s.distinct[key])} values in {span} "
+                f"calls ({seen}), each a variant of "
+                "its own, whose graphs run before the value shows they do not serve the call: it runs eagerly from "
+                "now on; compute with the tensor rather than its value (x / x.abs().max(), not "
+                "x / x.abs().max().item()), or pass the value in as an argument")
     if key.startswith("global ") or key.startswith("closure "):
         where = _read_at(jf.fn, key.split(" ", 1)[1].split("[")[0].split(".")[0])
         return (f"{s.where}: {key} changes {often} ({seen}){where}; pass it as an argument (a tensor, if it "

@@ -195,8 +195,8 @@ retry:
     if (r >= 0)
       continue;
     PyObject *runner = e->en_runner;
-    e->en_hits++;
     if (runner == Py_None) {
+      e->en_hits++;
       tn_entries_touch(cs, i);
       res = _PyEval_EvalFrameDefault(ts, f, 0);
       goto done;
@@ -208,14 +208,16 @@ retry:
       ** it. The graph wrote nothing: its write-backs follow its success. */
       PyErr_Clear();
       tn_stat_add(TN_STAT_eager_reruns, 1);
+      e->en_hits++;
       tn_entries_touch(cs, i);
       res = _PyEval_EvalFrameDefault(ts, f, 0);
       goto done;
     }
     if (res != tn_hook_side_exit) {
-      /* the runner ran Python: another thread may have added entries meanwhile */
+      /* the runner ran Python: another thread may have added entries meanwhile (a side exit is no hit) */
       for (int j = 0; res && j < cs->es_n; j++)
         if (cs->es_v[j].en_runner == runner) {
+          cs->es_v[j].en_hits++;
           tn_entries_touch(cs, j);
           break;
         }
@@ -271,6 +273,10 @@ retry:
     }
   } else {
     reason = Py_NewRef(Py_None);
+  }
+  if (cs->es_gave_up) { /* the manager's answer to this miss (a value read from a tensor keeps changing) */
+    res = _PyEval_EvalFrameDefault(ts, f, 0);
+    goto done;
   }
   if (cold >= 0) {
     /* the manager's say: not for a miss of a storm it warned of (each variant would take one call) */

@@ -451,3 +451,46 @@ def test_an_argument_jit_cannot_guard_is_one_trace_and_one_warning_whatever_the_
     assert len(words) == 1 and "state is a _Opaque" in words[0], words
     assert torchneuron_jit.stats()["traces"] - before == 2, str(torchneuron_jit.explain(jf))
     assert sorted(v["kind"] for v in torchneuron_jit.explain(jf).variants) == ["compiled", "eager"]
+
+
+def _normalised(x):
+    return torch.tanh(x * 3) / x.abs().max().item()
+
+
+def test_a_value_read_from_a_tensor_that_keeps_changing_runs_eagerly_with_one_warning():
+    """x / x.abs().max().item(): each call reads a new value, so each variant
+    ran its graph and side-exited on every later call (up to 8 graphs a
+    call), evicted and traced again, with no storm warning. Once the value
+    has taken as many values as the variants' limit, the function runs
+    eagerly, said once with what to do; side exits count as no hits."""
+    jf = torchneuron_jit.jit(_normalised)
+    before = torchneuron_jit.stats()["traces"]
+    with warnings.catch_warnings(record=True) as w, config.patch(jit_evict_after=4):
+        warnings.simplefilter("always")
+        for _ in range(60):
+            x = torch.randn(16)
+            torch.testing.assert_close(jf(x), _normalised(x))
+    assert torchneuron_jit.stats()["traces"] - before == config.jit_cache_limit
+    words = [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
+    assert len(words) == 1, words
+    assert "a value read from a tensor (item(), bool(), tolist(), str()) took 8 values in 8 calls" in words[0], words
+    assert "runs eagerly from now on" in words[0] and "x.abs().max().item()" in words[0], words
+    e = torchneuron_jit.explain(jf)
+    assert "runs eagerly for good" in e.head and all(v["hits"] == 0 for v in e.variants), str(e)
+
+
+def test_a_value_read_from_a_tensor_with_a_few_values_keeps_its_variants():
+    """A flag read with item() that takes 5 values: a variant each, which
+    serve every later call; no warning."""
+    def scaled(x, mode):
+        return x * 2 if mode.item() == 0 else x + mode.item()
+
+    jf = torchneuron_jit.jit(scaled)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(40):
+            x, mode = torch.randn(8), torch.tensor(i % 5)
+            torch.testing.assert_close(jf(x, mode), scaled(x, mode))
+    assert not [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
+    e = torchneuron_jit.explain(jf)
+    assert len(e.variants) == 5 and sum(v["hits"] for v in e.variants) >= 35, str(e)
