@@ -164,8 +164,8 @@ def find_unit(node):
     out = _tensor(node)
     if not (_f32(x, static=False) and _f32(w, 2) and (b is None or _f32(b, 1)) and out is not None
             and out.dtype == torch.float32
-            and (static_val(node) is None or out.numel() > 0)):
-        return None
+            and (static_val(node) is None or out.numel() > 0) and static_val(w).shape[1] > 0):
+        return None  # oneDNN makes no primitive for an empty product (K = 0; eager's result is 0s or bias)
     unit = Unit([node], x, w, b)
     tail = node
     c = _add_operand(_only_user(tail), tail)

@@ -12,6 +12,7 @@ error).
 import copy
 import textwrap
 import time
+import warnings
 
 import pytest
 import torch
@@ -209,6 +210,20 @@ def test_layouts_and_shapes(case, choose):
     got = _run(f, xx, ww, b)
     _close_to_eager(got, f, xx, ww, b)
     assert got.shape == f(xx, ww, b).shape and got.is_contiguous()
+
+
+@pytest.mark.parametrize("f", [lambda x, y: x @ y.t(), lambda x, y: F.linear(x, y, torch.ones(3))],
+                         ids=["product", "linear_with_bias"])
+def test_an_empty_inner_dimension_is_no_onednn_unit(f, choose):
+    """x (4, 0) @ y (3, 0).t(): oneDNN makes no primitive for K = 0, and the
+    graph went eagerly with a warning; eager's answer is 0s (or the bias)."""
+    choose(True)
+    x, y = torch.randn(4, 0), torch.randn(3, 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="neuron")(x, y)
+    torch.testing.assert_close(got, f(x, y))
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
 
 
 class Conv1D(torch.nn.Module):
