@@ -455,7 +455,18 @@ def jit_explanation(jf):
 
 # -- the Dynamo door -------------------------------------------------------------------
 
-_dynamo_sites = {}  # code object -> Site of its recompiles through our back end
+# code object, or (code object, id of the module it calls) -> Site of its recompiles through our back end
+_dynamo_sites = {}
+
+
+def _dynamo_site_key(code, frame_locals):
+    """Where Dynamo's recompiles of a frame count: its code, and for the
+    frame every torch.compile'd module runs through (Dynamo's wrap_inline,
+    calling its module fn) that module too: five models compiled once each
+    are no recompile storm of that shared code."""
+    import torch
+    fn = frame_locals.get("fn") if frame_locals is not None else None
+    return (code, id(fn)) if isinstance(fn, torch.nn.Module) else code
 
 
 def _dynamo_subject(reason):
@@ -481,17 +492,18 @@ def _dynamo_name(source):
     return re.sub(r"[LG]\['([^']+)'\]", r"\1", source)
 
 
-def dynamo_recompile(code, reasons):
-    """Counts a recompile of code through torch.compile(backend="neuron"),
-    for Dynamo's reasons; one warning per guard that causes storm_misses of
-    them, in the words the jit door uses."""
+def dynamo_recompile(code, reasons, frame_locals=None):
+    """Counts a recompile of code (its frame's locals frame_locals) through
+    torch.compile(backend="neuron"), for Dynamo's reasons; one warning per
+    guard that causes storm_misses of them, in the words the jit door uses."""
     if not reasons:
         return
     # the guard, without Dynamo's comment and its "frame/entry:" prefix
     reasons = [re.sub(r"^\d+/\d+: ", "", r.splitlines()[0].split("  #")[0].strip()) for r in reasons]
-    s = _dynamo_sites.get(code)
+    key = _dynamo_site_key(code, frame_locals)
+    s = _dynamo_sites.get(key)
     if s is None:
-        s = _dynamo_sites[code] = Site(where(code))
+        s = _dynamo_sites[key] = Site(where(code))
     key = _dynamo_subject(reasons[0])
     s.misses[key] += 1
     _note_change(s, key, reasons[0])
@@ -537,7 +549,7 @@ def watch_dynamo(ours):
         reasons = original(cache_entries, frame, backend, *args, **kwargs)
         if _backend_is(backend, ours):
             try:
-                dynamo_recompile(frame.f_code, list(reasons))
+                dynamo_recompile(frame.f_code, list(reasons), frame.f_locals)
             except Exception as exc:  # ours: Dynamo's recompile goes on, uncounted
                 _log.warn_once(f"counting a recompile failed ({type(exc).__name__}: {exc})")
         return reasons
@@ -684,8 +696,9 @@ def dynamo_explanation(fn, ours):
     hits (their plans' runs), its guards; recompiles by reason."""
     codes = dynamo_codes(fn)
     variants, site_, seen = [], Site(where(codes[-1]) if codes else repr(fn)), set()
+    module = getattr(fn, "_orig_mod", None)
     for code in codes:
-        s = _dynamo_sites.get(code)
+        s = _dynamo_sites.get(code) or _dynamo_sites.get(_dynamo_site_key(code, {"fn": module}))
         if s is not None:  # the recompiles counted for it (dynamo_recompile)
             site_.misses.update(s.misses)
             site_.changes.update(s.changes)

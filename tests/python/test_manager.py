@@ -287,6 +287,42 @@ def test_the_dynamo_door_gets_the_same_words():
     assert "global STEP changed 4 times" in words[0] and "pass it as an argument" in words[0], words
 
 
+def test_models_compiled_once_each_are_no_storm_of_the_code_they_share():
+    """Every torch.compile'd module runs through one frame of Dynamo's
+    (wrap_inline's inner, calling the module): five models of five widths,
+    one call each, warned that a bias "dim 0 changed 4 times"."""
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for i in range(5):
+            m = torch.nn.Sequential(torch.nn.Linear(4, 4 + i), torch.nn.ReLU()).eval()
+            torch.testing.assert_close(torch.compile(m, backend="neuron")(x), m(x))
+    assert not [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
+
+
+def test_a_compiled_model_whose_global_keeps_changing_is_a_storm_of_its_own():
+    global STEP
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x):
+            return x * len(STEP) + 1
+
+    cm = torch.compile(Scaled(), backend="neuron")
+    saved = STEP
+    try:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for i in range(6):
+                STEP = "a" * (i + 1)
+                x = torch.randn(4)
+                torch.testing.assert_close(cm(x), x * (i + 1) + 1)
+    finally:
+        STEP = saved
+    words = [str(m.message) for m in w if "under torch.compile" in str(m.message)]
+    assert len(words) == 1 and "global STEP changed 4 times" in words[0], words
+    assert "global STEP" in str(torchneuron_jit.explain(cm)), str(torchneuron_jit.explain(cm))
+
+
 class _Breaking(torch.nn.Module):
     """A linear layer, a graph break (print), then a cumsum: two code objects' entries in Dynamo."""
 
