@@ -449,8 +449,8 @@ class _Trace:
             spec.add(("is", slot, value), name)
         elif t in PRIMITIVES or _by_value(value):
             spec.add(("eq", slot, value), name)
-        elif t in (list, tuple, torch.Size):
-            spec.add(("type", slot, t), name)
+        elif t in (list, tuple, torch.Size) or _namedtuple(value):
+            spec.add(("type", slot, t), name)  # a NamedTuple (a PackedSequence) by its class and items
             spec.add(("len", slot, len(value)), name)
             if t is list and self.inside_object:  # the call may append to it
                 self.own(value, list(value), name, slot)
@@ -1555,6 +1555,13 @@ def _rebuilt_view(p, inputs):
 # The value the last side exit on this thread read (_Runner.__call__), for
 # the words of the miss that follows it (_Tracer.explain).
 _side_exit = threading.local()
+
+
+def _namedtuple(value):
+    """Whether value is a NamedTuple's (typing.NamedTuple, collections.namedtuple:
+    torch's PackedSequence): a tuple subclass with _fields, its items its
+    fields."""
+    return isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple)
 
 
 class _Runner:

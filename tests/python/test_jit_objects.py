@@ -5,6 +5,7 @@ its type and its attributes, not by identity; what the call sets on its
 attributes (a cache layer's new keys, its length) a compiled call sets
 too; generate() through jit compiles its steps and gives eager's tokens."""
 import copy
+import typing
 import warnings
 
 import pytest
@@ -381,3 +382,56 @@ def test_a_first_step_that_sets_a_device_on_the_object_becomes_dynamic():
             assert g.device == torch.device("cpu")
             torch.testing.assert_close(g.keys, x * 2)
     assert torchneuron_jit.stats()["dynamic_traces"] - dynamic == 1 and traces() - before == 2
+
+
+class _Batch(typing.NamedTuple):
+    x: torch.Tensor
+    scale: float
+
+
+class _Other(typing.NamedTuple):
+    x: torch.Tensor
+    scale: float
+
+
+def _step(b):
+    return b.x * b.scale + 1
+
+
+def test_a_namedtuple_argument_is_guarded_as_a_tuple_of_its_class():
+    """A NamedTuple argument ran eagerly with a warning ("jit guards ...
+    tuples"): it is guarded by its class, length and items; another
+    NamedTuple class of the same fields is another variant."""
+    with torchneuron_jit.config.patch(jit_trace_records=False, compile_blocking=True):
+        f = torchneuron_jit.jit(_step)
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for scale in (2.0, 2.0, 3.0, 3.0):
+                b = _Batch(torch.randn(5), scale)
+                torch.testing.assert_close(f(b), _step(b))
+            other = _Other(torch.randn(5), 2.0)
+            torch.testing.assert_close(f(other), _step(other))
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    e = torchneuron_jit.explain(f)
+    assert [v["kind"] for v in e.variants] == ["compiled"] * 3 and sum(v["hits"] for v in e.variants) == 2, str(e)
+
+
+def test_a_packed_sequence_into_an_lstm_compiles():
+    """torch's PackedSequence is a NamedTuple: an LSTM given one compiled
+    nothing (its variant ran eagerly with a warning)."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+    lstm = torch.nn.LSTM(4, 8, batch_first=True).eval()
+    ref = copy.deepcopy(lstm)
+    with torchneuron_jit.config.patch(jit_trace_records=False, compile_blocking=True):
+        f = torchneuron_jit.jit(lstm)
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                packed = pack_padded_sequence(torch.randn(3, 5, 4), torch.tensor([5, 3, 2]), batch_first=True)
+                (out, (h, c)), (want, (wh, wc)) = f(packed), ref(packed)
+                assert type(out) is type(want)
+                torch.testing.assert_close(out.data, want.data)
+                torch.testing.assert_close((h, c), (wh, wc))
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    e = torchneuron_jit.explain(f)
+    assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
