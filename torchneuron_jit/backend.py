@@ -1572,6 +1572,15 @@ def _training(gm, example_inputs):
 
 _aot = aot_autograd(fw_compiler=_training, bw_compiler=_training,
                     inference_compiler=compile_inference, decompositions=decompositions())
+# A graph that needs gradients runs eagerly: with eager's own kernels, not the decompositions (a batch norm's
+# backward decomposed gave gradients some ulps off eager's)
+_aot_training = aot_autograd(fw_compiler=_training, bw_compiler=_training)
+
+
+def _needs_gradients(example_inputs):
+    """Whether aot_autograd makes a graph of these inputs a training one:
+    grad mode on, and an input (a parameter, lifted) that requires grad."""
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
 def neuron(gm, example_inputs, **kwargs):
@@ -1582,7 +1591,7 @@ def neuron(gm, example_inputs, **kwargs):
     do."""
     from torch._dynamo.exc import TorchDynamoException
     try:
-        return _aot(gm, example_inputs, **kwargs)
+        return (_aot_training if _needs_gradients(example_inputs) else _aot)(gm, example_inputs, **kwargs)
     except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)
         raise
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
