@@ -193,6 +193,11 @@ class _Recorder(TorchDispatchMode):
             # result has an autograd history a compiled call would not make
             self.problem = ("grad mode is on inside the traced code and tensors it uses require grad (training goes "
                             "through torch.compile for now)")
+        if self.problem is None and any(isinstance(a, torch.UntypedStorage) for a in args):
+            # copy.deepcopy of a tensor (dataclasses.asdict makes one) sets a new tensor to a copy of its storage:
+            # a storage is no graph constant (its code was not Python: "SyntaxError: invalid syntax")
+            self.problem = (f"{func} of a tensor's storage: the traced code copies a tensor with copy.deepcopy "
+                            "(dataclasses.asdict does), which jit does not compile (use .clone())")
         if func is torch.ops.aten.lift_fresh.default:
             # torch.tensor(...): the graph's constant is the tensor as made, before the call writes it (the
             # traced call returns that tensor itself, and the caller may write it too)

@@ -1204,3 +1204,28 @@ def test_a_dataclass_result_holds_each_calls_tensors():
         assert type(got) is Out and got.extra["tag"] == "a"
         seen.append(got)
     assert seen[1] is not seen[2] and seen[1].extra is not seen[2].extra
+
+
+def test_a_tensor_deep_copied_in_the_traced_code_runs_eagerly_with_words_that_say_so():
+    """copy.deepcopy of a tensor (dataclasses.asdict makes one) sets a new
+    tensor to a copy of its storage: the recording held the storage, whose
+    graph code failed to compile ("SyntaxError: invalid syntax") and would
+    have replayed the traced call's data. It runs eagerly, said so."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Out:
+        y: torch.Tensor
+
+    def f(x):
+        return dataclasses.asdict(Out(x * 2))["y"] + 1
+
+    jf = torchneuron_jit.jit(f)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, \
+            torchneuron_jit.config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(4)
+            torch.testing.assert_close(jf(x), x * 2 + 1)
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "copy.deepcopy" in words[0] and "SyntaxError" not in words[0], words
