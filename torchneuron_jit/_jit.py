@@ -1729,6 +1729,26 @@ def _dead_after(trace):
         return False
 
 
+def _note_own_write(trace):
+    """A trace whose guards fail on what its own call left, though no write
+    of its was found (a forward pre-hook that sets a module's weight on each
+    call: torch.nn.utils.prune, the old weight_norm and spectral_norm): that
+    is its write, a problem (its build's own check dropped it as changed
+    "while its variant was built", four times, and the function ran
+    eagerly for good with those words)."""
+    try:  # the arguments as the call found them (what it sets on argument objects, a compiled call sets too)
+        failed = _C.GuardSet(list(trace.spec)).check(*trace.call_args)
+        if failed < 0:
+            return
+        what = explain(trace.spec, trace.call_args, failed)
+    except Exception:  # ours: the build's own check drops it, as before
+        return
+    trace.writes.append(f"it sets what its guards check during the call ({what}), which a compiled call would "
+                        "skip (a forward pre-hook that sets a module's weight, as torch.nn.utils.prune and the old "
+                        "weight_norm and spectral_norm do: torch.nn.utils.parametrize compiles)")
+    trace.problems.append(trace.writes[-1])
+
+
 def _jf_of(trace):
     """The JitFunction whose call trace is, or None."""
     return trace.jf() if trace.jf is not None else None
@@ -2322,6 +2342,8 @@ class _Tracer:
             trace.problems.append(f"checking what the call wrote failed ({type(exc).__name__}: {exc})")
         for (filename, line), what in trace.side_effects.items():
             _warn_skipped_call(trace.fn, filename, line, what)
+        if not trace.problems:
+            _note_own_write(trace)
         spec = trace.spec
         if trace.unguardable is not None and trace.problems[0] is trace.unguardable[0]:
             # its eager entry takes every call with a value of that type there, whatever the other arguments

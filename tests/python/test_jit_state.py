@@ -1177,3 +1177,31 @@ def test_a_parameter_changed_in_place_is_a_miss(change):
         assert torchneuron_jit.stats()["traces"] == traces + 1
         assert not [w for w in caught if "torchneuron" in str(w.message)], [str(w.message) for w in caught]
         assert "self." in reason and "→" in reason, reason  # which tensor changed, and how
+
+
+def test_a_pre_hook_that_sets_the_weight_on_each_call_runs_eagerly_in_words_that_say_so():
+    """torch.nn.utils.prune sets module.weight in a forward pre-hook on every
+    call: each trace was dropped as changed "while its variant was built"
+    (nothing else ran), four times, and the function ran eagerly for good
+    in those words. The second trace's variant runs eagerly, naming the
+    write; the first makes none (a set-up made once would compile next)."""
+    from torch.nn.utils import prune
+
+    def pruned():  # no deepcopy: a pruned weight is no graph leaf
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).eval()
+        prune.l1_unstructured(m[0], "weight", amount=0.5)
+        return m
+
+    ref, f = pruned(), torchneuron_jit.jit(pruned())
+    traces = torchneuron_jit.stats()["traces"]
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, \
+            torchneuron_jit.config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for _ in range(12):
+            x = torch.randn(4, 6)
+            torch.testing.assert_close(f(x), ref(x))
+    assert torchneuron_jit.stats()["traces"] - traces == 2
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "self.0.weight" in words[0] and "pre-hook" in words[0], words
+    assert "while its variant was built" not in words[0], words
