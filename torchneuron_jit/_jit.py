@@ -159,6 +159,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.ops = []
         self.problem = None
+        self.nested = None  # why: an op made a nested tensor (its variant runs eagerly for every size)
         self.raised = None  # the first op that raised (what the code then did, no graph holds)
         self.inference = torch.is_inference_mode_enabled()  # as the call began
         self.grad, self.autocast = torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")
@@ -198,6 +199,11 @@ class _Recorder(TorchDispatchMode):
             # a storage is no graph constant (its code was not Python: "SyntaxError: invalid syntax")
             self.problem = (f"{func} of a tensor's storage: the traced code copies a tensor with copy.deepcopy "
                             "(dataclasses.asdict does), which jit does not compile (use .clone())")
+        if not self.nested and isinstance(out, torch.Tensor) and out.is_nested:
+            self.nested = (f"{func} makes a nested tensor (nn.TransformerEncoder's fast path, taken in eval mode "
+                           "with a src_key_padding_mask), which jit does not compile; its result keeps 0s at padded "
+                           "positions, which the layers' own ops would not (build the encoder with "
+                           "enable_nested_tensor=False to compile it)")
         if func is torch.ops.aten.lift_fresh.default:
             # torch.tensor(...): the graph's constant is the tensor as made, before the call writes it (the
             # traced call returns that tensor itself, and the caller may write it too)
@@ -1729,6 +1735,15 @@ def _dead_after(trace):
         return False
 
 
+def _types_spec(trace):
+    """Guards that take every call with the types of trace's arguments (an
+    eager entry whose reason holds whatever the sizes and values)."""
+    spec = Spec()
+    for i, a in enumerate(trace.args):
+        spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")
+    return spec
+
+
 def _note_own_write(trace):
     """A trace whose guards fail on what its own call left, though no write
     of its was found (a forward pre-hook that sets a module's weight on each
@@ -2349,15 +2364,17 @@ class _Tracer:
             # its eager entry takes every call with a value of that type there, whatever the other arguments
             # (a generation loop's DynamicCache: its lengths would be a trace, a miss and a backoff per step)
             spec = _path_spec(trace.spec, *trace.unguardable[1:])
+        elif trace.recorder.nested and not trace.problems:
+            # whatever the sizes (a padding mask of each length would be a trace and a failed compile each)
+            trace.problems.append(trace.recorder.nested)
+            spec = _types_spec(trace)
         elif trace.writes and trace.problems[0] is trace.writes[0] and _wrote_before(trace):
             # a second trace that writes it: its eager entry takes every call with these argument types (a
             # guard on the state it writes would miss on the next call, and trace again, on every call). The
             # first one's guards what the trace read: a write made once (a library's set-up on a first call:
             # transformers installs its output hooks in the first call with output_hidden_states) lets the
             # next call trace again, and compile
-            spec = Spec()
-            for i, a in enumerate(trace.args):
-                spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")
+            spec = _types_spec(trace)
         elif trace.writes and trace.problems == trace.writes[:1] and _dead_after(trace):
             # the first trace that writes it, and its own guards fail on what the call left (a library's set-up
             # on a first call): its eager entry would take no call, and its warning would say the function runs

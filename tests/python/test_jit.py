@@ -1229,3 +1229,32 @@ def test_a_tensor_deep_copied_in_the_traced_code_runs_eagerly_with_words_that_sa
             torch.testing.assert_close(jf(x), x * 2 + 1)
     words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(words) == 1 and "copy.deepcopy" in words[0] and "SyntaxError" not in words[0], words
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_an_encoder_with_a_padding_mask_runs_its_nested_fast_path_eagerly_in_one_variant(nested):
+    """nn.TransformerEncoder in eval mode with a src_key_padding_mask makes a
+    nested tensor (its fast path), which nothing compiles: each length was
+    a trace, a failed compile and two warnings (the second a storm's
+    advice to pad). One eager variant, one warning that says how to
+    compile it; built with enable_nested_tensor=False it compiles."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    enc = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=nested).eval()
+    ref = copy.deepcopy(enc)
+    f = torchneuron_jit.jit(enc)
+    traces = torchneuron_jit.stats()["traces"]
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, \
+            torchneuron_jit.config.patch(compile_blocking=True, jit_trace_records=False):
+        warnings.simplefilter("always")
+        for s in (5, 5, 7, 9, 11, 13, 6, 8):
+            x, pad = torch.randn(2, s, 16), torch.zeros(2, s, dtype=torch.bool)
+            pad[1, -2:] = True
+            torch.testing.assert_close(f(x, src_key_padding_mask=pad), ref(x, src_key_padding_mask=pad))
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    e = torchneuron_jit.explain(f)
+    if nested:
+        assert torchneuron_jit.stats()["traces"] - traces == 1, str(e)
+        assert len(words) == 1 and "enable_nested_tensor=False" in words[0], words
+    else:
+        assert not words and all(v["kind"].startswith("compiled") for v in e.variants), (words, str(e))
