@@ -2784,6 +2784,8 @@ def jit(fn=None, *, cache_limit=None):
         return fn
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         return types.MethodType(_C.JitFunction(fn.__func__, _tracer, limit), fn.__self__)
+    if type(fn) is functools.partial:  # the function jitted, its bound arguments as they were
+        return functools.partial(jit(fn.func, cache_limit=cache_limit), *fn.args, **fn.keywords)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"jit: expected a Python function or an nn.Module, not {type(fn).__name__}")
     wrapped = _C.JitFunction(fn, _tracer, limit)
@@ -2850,6 +2852,8 @@ def reset(fn):
 
 
 def _jit_function_of(fn):
+    if type(fn) is functools.partial:  # what jit made of a partial
+        fn = fn.func
     if isinstance(fn, torch.nn.Module):
         fn = fn.__dict__.get("forward")
     if isinstance(fn, types.MethodType):

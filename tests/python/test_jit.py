@@ -1258,3 +1258,20 @@ def test_an_encoder_with_a_padding_mask_runs_its_nested_fast_path_eagerly_in_one
         assert len(words) == 1 and "enable_nested_tensor=False" in words[0], words
     else:
         assert not words and all(v["kind"].startswith("compiled") for v in e.variants), (words, str(e))
+
+
+def test_a_partial_is_jitted_with_its_bound_arguments():
+    """jit(functools.partial(f, ...)) raised TypeError: the partial's
+    function is jitted, its bound arguments passed as before."""
+    import functools
+
+    def f(x, w, scale=1.0):
+        return torch.relu(x @ w) * scale
+
+    w = torch.randn(8, 8)
+    jf = torchneuron_jit.jit(functools.partial(f, w=w, scale=2.0))
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        for _ in range(3):
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(jf(x), f(x, w, 2.0))
+    assert torchneuron_jit.explain(jf).variants[0]["hits"] == 2
