@@ -1205,3 +1205,25 @@ def test_a_pre_hook_that_sets_the_weight_on_each_call_runs_eagerly_in_words_that
     words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(words) == 1 and "self.0.weight" in words[0] and "pre-hook" in words[0], words
     assert "while its variant was built" not in words[0], words
+
+
+def test_a_frame_that_fills_its_own_kwargs_is_no_write():
+    """transformers' decorators set and pop keys of the frame's own **kwargs
+    (use_cache, return_dict): a dict made for each call, no state of the
+    caller's, so the variant compiles (checked on what the call left, it
+    read as a write and ELECTRA ran eagerly)."""
+    def f(x, **kwargs):
+        kwargs["use_cache"] = True
+        kwargs.pop("return_dict", None)
+        return x * 2 + len(kwargs)
+
+    jf = torchneuron_jit.jit(f)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, \
+            torchneuron_jit.config.patch(compile_blocking=True, jit_trace_records=False):
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(4)
+            torch.testing.assert_close(jf(x, return_dict=True, scale=1), x * 2 + 2)
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    e = torchneuron_jit.explain(jf)
+    assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
