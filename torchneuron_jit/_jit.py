@@ -1539,6 +1539,48 @@ def _functional(gm, inputs, tracing_mode="fake"):
     return fgm, writebacks
 
 
+class _QuietMeta:
+    """While a build traces on this thread (with _quiet_meta: ...), the
+    error FakeTensorMode logs with its traceback when an op's meta kernel
+    refuses its inputs (~44 lines on stderr per trace) is dropped: the build
+    says what it does about it (a real trace, or a static variant, in
+    explain())."""
+
+    def __init__(self):
+        self.local = threading.local()
+        import logging
+        logging.getLogger("torch._subclasses.fake_tensor").addFilter(self.filter)
+
+    def filter(self, record):
+        return not (getattr(self.local, "on", 0) and record.getMessage().startswith("failed while attempting to run meta"))
+
+    def __enter__(self):
+        self.local.on = getattr(self.local, "on", 0) + 1
+
+    def __exit__(self, *exc):
+        self.local.on -= 1
+
+
+_quiet_meta = _QuietMeta()
+
+
+def _fake_refused(exc):
+    """Whether exc came from an op's fake or meta kernel (a meta function's
+    own check, stricter than the CPU kernel's)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.endswith(("_meta_registrations.py", os.path.join("_subclasses", "fake_impls.py"))):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _copies(inputs):
+    """inputs with each tensor cloned (a trace that runs its ops for real writes into them)."""
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
 def _same_bytes(a, b):
     """Whether tensors a and b hold the same dtype, sizes and bytes (NaN is NaN, -0.0 is not 0.0)."""
     if a.dtype != b.dtype or a.shape != b.shape:
@@ -1842,7 +1884,8 @@ class _Build:
         trace, inputs, slots, out_plan, checks = self.trace, self.inputs, self.slots, self.out_plan, self.checks
         tracer, sets = self.tracer, self.sets.sets
         objects = [slot for slot, _, _, _ in self.sets.objects]  # the runner's last inputs
-        sym = tracer._symbolic(trace, inputs, checks, out_plan, self.dims, self.sets)
+        with _quiet_meta:
+            sym = tracer._symbolic(trace, inputs, checks, out_plan, self.dims, self.sets)
         from . import backend
         if sym is not None:
             spec = _dynamic.spec_of(trace, sym)
@@ -1863,8 +1906,15 @@ class _Build:
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
                 len(objects), spec, sym.dense, runner.random)
-        with torch.no_grad():
-            fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
+        with torch.no_grad(), _quiet_meta:
+            try:
+                fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
+            except Exception as exc:
+                if not _fake_refused(exc):
+                    raise
+                # an op whose fake kernel refuses what its CPU kernel takes (grouped_mm in float32: Mixtral's
+                # experts): the graph traced on copies of the inputs, its ops run for real
+                fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), _copies(inputs), "real")
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
         runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm))

@@ -1275,3 +1275,25 @@ def test_a_partial_is_jitted_with_its_bound_arguments():
             x = torch.randn(4, 8)
             torch.testing.assert_close(jf(x), f(x, w, 2.0))
     assert torchneuron_jit.explain(jf).variants[0]["hits"] == 2
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "grouped_mm"), reason="this torch has no grouped_mm")
+def test_an_op_whose_meta_kernel_refuses_what_its_cpu_kernel_takes_still_compiles(capfd):
+    """grouped_mm in float32 (transformers' MoE experts: Mixtral, Qwen2-MoE):
+    its CPU kernel takes it, its meta kernel wants bfloat16, so the fake
+    trace failed and every variant ran eagerly, with a 44-line error log on
+    stderr each time. The graph is traced with its ops run for real."""
+    def experts(x, w, offs):
+        return torch.nn.functional.grouped_mm(x, w, offs=offs) * 2
+
+    jf = torchneuron_jit.jit(experts)
+    x, w, offs = torch.randn(12, 16), torch.randn(4, 16, 8), torch.tensor([3, 6, 9, 12], dtype=torch.int32)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, \
+            torchneuron_jit.config.patch(compile_blocking=True, jit_trace_records=False):
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(jf(x, w, offs), experts(x, w, offs))
+    assert not [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    e = torchneuron_jit.explain(jf)
+    assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
+    assert "failed while attempting to run meta" not in capfd.readouterr().err
