@@ -1552,7 +1552,8 @@ class _QuietMeta:
         logging.getLogger("torch._subclasses.fake_tensor").addFilter(self.filter)
 
     def filter(self, record):
-        return not (getattr(self.local, "on", 0) and record.getMessage().startswith("failed while attempting to run meta"))
+        return not (getattr(self.local, "on", 0) and
+                    record.getMessage().startswith("failed while attempting to run meta"))
 
     def __enter__(self):
         self.local.on = getattr(self.local, "on", 0) + 1

@@ -283,7 +283,8 @@ def test_index_add_of_bools_with_alpha_gives_eagers_result():
     """The decomposition multiplied the bool source by alpha (int64) and its
     index_put refused the mixed dtypes, a RuntimeError where eager answers."""
     f = lambda x, i, s: x.index_add(0, i, s, alpha=2)  # noqa: E731
-    args = (torch.zeros(3, 4, dtype=torch.bool), torch.tensor([0, 2]), torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0]]).bool())
+    args = (torch.zeros(3, 4, dtype=torch.bool), torch.tensor([0, 2]),
+            torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0]]).bool())
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(f, backend="neuron")(*args), f(*args))
 
