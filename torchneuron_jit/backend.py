@@ -21,6 +21,7 @@ import os
 import time
 
 import torch
+import torch.utils._pytree as pytree
 from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -70,11 +71,57 @@ def decompositions():
         for packet in KEEP_WHOLE:
             for overload in packet.overloads():
                 table.pop(getattr(packet, overload), None)
-        _decompositions[:] = [ops, table]
+        _decompositions[:] = [ops, {op: _as_eager_takes(op, fn) for op, fn in table.items()}]
     return _decompositions[1]
 
 
 _decompositions = [None, None]  # [operators registered when it was made, the table]
+
+
+def _as_eager_takes(op, decomposition):
+    """decomposition of op, for the inputs eager's kernel takes: given an
+    integer or bool tensor, where eager's kernel refuses its dtypes (lerp,
+    softplus, mish, addcdiv of ints or bools: NotImplementedError or
+    RuntimeError, where the decompositions computed an answer), it declines
+    (NotImplemented) and op stays whole, to raise as eager does."""
+    def decomposed(*args, **kwargs):
+        if _eager_refuses(op, args, kwargs):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
+    return decomposed
+
+
+def _eager_refuses(op, args, kwargs):
+    """Whether op's CPU kernel raises for arguments of the dtypes and ranks
+    of args and kwargs that hold an integer or bool tensor (False without
+    one: floating ones are the decompositions'), tried once per dtypes and
+    ranks on tensors of one element each, of 0s and then of 1s (an index,
+    a divisor): a refusal of both only keeps the op whole, eager's kernel
+    and eager's answer."""
+    leaves = pytree.tree_leaves((args, kwargs))
+    if not any(isinstance(t, torch.Tensor) and not (t.is_floating_point() or t.is_complex()) for t in leaves):
+        return False
+    if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves):
+        return False  # sizes or numbers of the trace's own: nothing to run them on
+    key = (op, tuple((t.dtype, t.dim()) if isinstance(t, torch.Tensor) else type(t) for t in leaves))
+    if key not in _refusals:
+        from torch.utils._python_dispatch import _disable_current_modes
+        _refusals[key] = True
+        for fill in (0, 1):
+            try:
+                with _disable_current_modes():  # real tensors, made and run outside the trace's modes
+                    small = pytree.tree_map(
+                        lambda t: torch.full((1,) * t.dim(), fill, dtype=t.dtype) if isinstance(t, torch.Tensor)
+                        else t, (args, kwargs))
+                    op(*small[0], **small[1])
+            except Exception:
+                continue
+            _refusals[key] = False
+            break
+    return _refusals[key]
+
+
+_refusals = {}  # (op, dtypes and ranks of its arguments) -> whether eager's kernel refuses them
 
 
 # Version of the cached artifact (payload layout, code generation): bump it

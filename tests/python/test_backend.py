@@ -279,6 +279,28 @@ def test_an_op_given_bad_input_raises_eagers_exception(fn, good, bad):
             c(*bad)
 
 
+_INTS = torch.tensor([[1, -2, 3, 0]])
+
+
+@pytest.mark.parametrize("f, x", [
+    (lambda a: torch.lerp(a, a * 2, 0.5), _INTS),
+    (lambda a: torch.nn.functional.softplus(a), _INTS),
+    (lambda a: torch.nn.functional.hardswish(a), _INTS),
+    (lambda a: torch.frac(a), _INTS),
+    (lambda a: torch.addcdiv(a, a, a), _INTS > 0),
+    (lambda a: torch.trace(a), _INTS > 0),
+], ids=["lerp", "softplus", "hardswish", "frac", "addcdiv_bool", "trace_bool"])
+def test_an_op_eager_refuses_for_integers_raises_as_eager(f, x):
+    """The decompositions compute in any dtype: softplus of int64 gave ints,
+    addcdiv of bools NaN, where eager's kernels raise. Given an integer or
+    bool tensor, a decomposition whose op eager's kernel refuses for those
+    dtypes declines, and the op raises as eager's does."""
+    with pytest.raises(Exception) as want:
+        f(x)
+    with pytest.raises(want.type, match=re.escape(str(want.value))):
+        torch.compile(f, backend="neuron")(x)
+
+
 def test_index_add_of_bools_with_alpha_gives_eagers_result():
     """The decomposition multiplied the bool source by alpha (int64) and its
     index_put refused the mixed dtypes, a RuntimeError where eager answers."""
