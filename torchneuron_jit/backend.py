@@ -98,9 +98,10 @@ def _eager_refuses(op, args, kwargs):
     ranks on tensors of one element each, of 0s and then of 1s (an index,
     a divisor): a refusal of both only keeps the op whole, eager's kernel
     and eager's answer."""
+    if not any(_integral(a) or (type(a) in (list, tuple) and any(map(_integral, a)))
+               for a in (*args, *kwargs.values())):
+        return False  # the common case, at each decomposed op of a trace: no pytree walk
     leaves = pytree.tree_leaves((args, kwargs))
-    if not any(isinstance(t, torch.Tensor) and not (t.is_floating_point() or t.is_complex()) for t in leaves):
-        return False
     if any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) for x in leaves):
         return False  # sizes or numbers of the trace's own: nothing to run them on
     key = (op, tuple((t.dtype, t.dim()) if isinstance(t, torch.Tensor) else type(t) for t in leaves))
@@ -122,6 +123,11 @@ def _eager_refuses(op, args, kwargs):
 
 
 _refusals = {}  # (op, dtypes and ranks of its arguments) -> whether eager's kernel refuses them
+
+
+def _integral(a):
+    """Whether a is an integer or bool tensor."""
+    return isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex())
 
 
 # Version of the cached artifact (payload layout, code generation): bump it
