@@ -219,25 +219,22 @@ static int sint_is(tn_sint st, int64_t val, int32_t sym)
 /* Whether m, of some symbolic size, is dense and non-overlapping in some
 ** order of its dims (a transposed input's elementwise result in a dynamic
 ** variant), each stride the product of the sizes inside it: a constant
-** times at most one symbol, as meta_contiguous_from tracks it. Every dim
-** takes part, those of size 1 too (at a place their stride fits), so the
-** strides follow from the sizes at run time: sets pos[d] to the place of
-** dim d, innermost 0 (tn_fuse_dense_order). A concrete size 0 is not
-** taken (a variant of symbolic sizes has none but where it traced it). */
+** times at most one symbol, as meta_contiguous_from tracks it. The strides
+** follow from the sizes at run time: sets pos[d] to the place of dim d,
+** innermost 0 (tn_fuse_dense_order). A concrete size 0 or 1 is not taken:
+** the symbolic trace's stride of a dim of one element is not always
+** eager's (eager's follows the inputs' strides), and a later op of
+** PyTorch's reads it (a cat of two such parts came back channels_last). */
 static int meta_dense_order(const tn_meta *m, int8_t *pos)
 {
   int64_t val = 1;
   int32_t sym = -1;
   uint64_t used = 0;
   for (int d = 0; d < m->me_rank; d++)
-    if (m->me_sizes[d].si_sym < 0 && m->me_sizes[d].si_val == 0)
+    if (m->me_sizes[d].si_sym < 0 && m->me_sizes[d].si_val <= 1)
       return 0;
   for (int k = 0; k < m->me_rank; k++) {
     int best = -1;
-    for (int d = 0; d < m->me_rank && best < 0; d++) /* a dim of one element first: it keeps the step */
-      if (!(used >> d & 1) && m->me_sizes[d].si_sym < 0 && m->me_sizes[d].si_val == 1 &&
-          sint_is(m->me_strides[d], val, sym))
-        best = d;
     for (int d = 0; d < m->me_rank && best < 0; d++)
       if (!(used >> d & 1) && sint_is(m->me_strides[d], val, sym))
         best = d;

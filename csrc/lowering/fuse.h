@@ -141,9 +141,10 @@ int tn_fuse_lowers(int op);
 ** allocates as the graph says. */
 int tn_fuse_contiguous(const tn_meta *m);
 
-/* Whether m has a symbolic size or stride, is not row-major contiguous, and
-** is dense in some order of its dims with strides that follow from its
-** sizes (a transposed input's elementwise result in a dynamic variant).
+/* Whether m has a symbolic size or stride, no dim of concrete size 0 or 1,
+** is not row-major contiguous, and is dense in some order of its dims with
+** strides that follow from its sizes (a transposed input's elementwise
+** result in a dynamic variant).
 ** Then sets pos[d] (m->me_rank entries) to dim d's place in that order,
 ** innermost 0: a kernel's caller allocates the output with the strides
 ** the sizes of the call give (out_strides entry -1 - pos[d]). */

@@ -715,16 +715,14 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
     int kind = k->ke_out_kinds[j];
     PyObject *ost = PyTuple_GET_ITEM(k->ke_out_strides, j), *ord = NULL;
     int64_t ostv[TN_MAX_RANK];
+    int ordered = 0;
     if (ost != Py_None && PyTuple_GET_SIZE(ost) != rank) {
       PyErr_Format(PyExc_ValueError, "kernel output %d: %zd strides for a rank-%d result", j, PyTuple_GET_SIZE(ost),
                    rank);
       goto error;
     }
-    if (ost != Py_None) {
-      int ordered = out_strides_of(ost, shape, rank, ostv);
-      if (ordered < 0 || (ordered && !(ost = ord = shape_tuple(ostv, rank, 0))))
-        goto error; /* a layout order: the strides of this call's sizes */
-    }
+    if (ost != Py_None && (ordered = out_strides_of(ost, shape, rank, ostv)) < 0)
+      goto error;
     if (k->ke_into_dim[j] >= 0) { /* a slice of the tensor passed for it */
       if (into_slice(k, j, PyTuple_GET_ITEM(args, k->ke_ninputs + ninto++), shape, rank, bst[k->ke_ninputs + j],
                      &ptrs[k->ke_ninputs + j]) < 0)
@@ -733,6 +731,9 @@ PyObject *tn_py_kernel_prepare(KernelObject *k, PyObject *args, kernel_prepared 
       cst[k->ke_ninputs + j] = 1;
       continue;
     }
+    /* a layout order: the strides of this call's sizes, as a tuple for empty_strided */
+    if (ordered && !(ost = ord = shape_tuple(ostv, rank, 0)))
+      goto error;
     int donor = donor_fits(k, j, shape, rank, in_sizes, in_strides, in_rank) ? k->ke_donor[j] : -1;
     PyObject *shp = donor >= 0 ? NULL
                   : kind == TN_FO_FULL ? Py_NewRef(shape_t) : shape_tuple(shape, rrank, kind == TN_FO_KEEPDIM ? rdims : 0);

@@ -1874,14 +1874,15 @@ END_TEST
 
 /* A dynamic variant's transposed head: (B, H=4, S, D=64) over (B, S, H, D),
 ** strides (256*s, 64, 256, 1), with B = s0 and S = s1. Dense in the order
-** D, H, S, B: places (3, 1, 2, 0). A dim of size 1 takes the place its
-** stride fits; strides that need a product of two symbols, or that leave a
-** gap, are no order; contiguous and concrete layouts are not this kind. */
+** D, H, S, B: places (3, 1, 2, 0). A dim of size 1 (whose traced stride
+** need not be eager's), strides that need a product of two symbols, or
+** that leave a gap, are no order; contiguous and concrete layouts are not
+** this kind. */
 START_TEST(test_symbolic_dense_order)
 {
   static const tn_sint SZ[4] = {{0, 0}, {4, -1}, {0, 1}, {64, -1}};
   static const tn_sint ST[4] = {{256, 1}, {64, -1}, {256, -1}, {1, -1}};
-  /* (B, 4, 1, S, 64): a dim of size 1 whose stride 256 fits the place after H */
+  /* (B, 4, 1, S, 64): a dim of size 1, its stride 256 fitting the place after H */
   static const tn_sint SZ1[5] = {{0, 0}, {4, -1}, {1, -1}, {0, 1}, {64, -1}};
   static const tn_sint ST1[5] = {{256, 1}, {64, -1}, {256, -1}, {256, -1}, {1, -1}};
   static const tn_sint BAD1[5] = {{256, 1}, {64, -1}, {7, -1}, {256, -1}, {1, -1}}; /* a stride no place has */
@@ -1898,12 +1899,7 @@ START_TEST(test_symbolic_dense_order)
   ck_assert_int_eq(pos[1], 1);
   ck_assert_int_eq(pos[2], 2);
   ck_assert_int_eq(pos[3], 0);
-  ck_assert_int_eq(tn_fuse_dense_order(&m1, pos), 1);
-  ck_assert_int_eq(pos[4], 0);
-  ck_assert_int_eq(pos[1], 1);
-  ck_assert_int_eq(pos[2], 2);
-  ck_assert_int_eq(pos[3], 3);
-  ck_assert_int_eq(pos[0], 4);
+  ck_assert_int_eq(tn_fuse_dense_order(&m1, pos), 0);
   ck_assert_int_eq(tn_fuse_dense_order(&bad1, pos), 0);
   /* (s0, s1, s2) with strides (s3, 1, s1): dim 0 would need s1 * s2 */
   ck_assert_int_eq(tn_fuse_dense_order(&two, pos), 0);
