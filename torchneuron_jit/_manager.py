@@ -82,6 +82,8 @@ def _subject(words):
     """The guard a miss's words name, without its values: "x: size[1] 128
     → 130" -> "x: size[1]", "global STEP: 3 → 4" -> "global STEP"."""
     if " → " not in words:
+        if words.startswith("sizes: ") and " fails (" in words:  # the relation whole: Ne(Mod(8 - (...)), 8), 0)
+            return words.rsplit(" fails (", 1)[0]
         return words.split(" (")[0]
     head = words.rsplit(" → ", 1)[0]
     if ": " in head:

@@ -517,3 +517,12 @@ def test_a_value_read_from_a_tensor_with_a_few_values_keeps_its_variants():
     assert not [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
     e = torchneuron_jit.explain(jf)
     assert len(e.variants) == 5 and sum(v["hits"] for v in e.variants) >= 35, str(e)
+
+
+def test_a_relation_of_sizes_is_named_whole():
+    """A relation with parentheses of its own (Longformer's padding) was cut
+    at the first " (": explain() said "sizes: Ne(Mod(8 -"."""
+    from torchneuron_jit._manager import _subject
+    words = "sizes: Ne(Mod(8 - (Mod(s0, 8)), 8), 0) fails (input_ids.size(1) is 15)"
+    assert _subject(words) == "sizes: Ne(Mod(8 - (Mod(s0, 8)), 8), 0)"
+    assert _subject("sizes: x.size(1) >= 2 fails (x.size(1) is 1)") == "sizes: x.size(1) >= 2"
