@@ -1913,8 +1913,9 @@ class _Build:
             except Exception as exc:
                 if not _fake_refused(exc):
                     raise
-                # an op whose fake kernel refuses what its CPU kernel takes (grouped_mm in float32: Mixtral's
-                # experts): the graph traced on copies of the inputs, its ops run for real
+                # an op whose fake kernel refuses what its CPU kernel takes (as grouped_mm's does in float32,
+                # which backend.grouped_mm takes instead): the graph traced on copies of the inputs, its ops
+                # run for real (a static variant: the symbolic trace has no real run)
                 fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), _copies(inputs), "real")
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)

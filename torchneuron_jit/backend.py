@@ -72,10 +72,47 @@ def decompositions():
             for overload in packet.overloads():
                 table.pop(getattr(packet, overload), None)
         _decompositions[:] = [ops, {op: _as_eager_takes(op, fn) for op, fn in table.items()}]
+        _decompositions[1][aten._grouped_mm.default] = _grouped_mm_on_cpu
     return _decompositions[1]
 
 
 _decompositions = [None, None]  # [operators registered when it was made, the table]
+
+
+@torch.library.custom_op("torchneuron::grouped_mm", mutates_args=(),
+                         schema="(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, "
+                                "ScalarType? out_dtype=None) -> Tensor")
+def grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """aten._grouped_mm where its meta kernel refuses what its CPU kernel
+    takes (float32 and float16: transformers' MoE experts, Mixtral,
+    Qwen2-MoE): the CPU kernel, its checks and its answer, with a fake
+    kernel of its own (_grouped_mm_fake) that a symbolic trace runs through."""
+    return aten._grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
+
+
+@grouped_mm.register_fake
+def _grouped_mm_fake(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """The result of the CPU kernel, contiguous: (groups, m, n) of two
+    matrices split along k by offs; (m, n) where one side holds a matrix per
+    group; (batch, m, n) of two batches."""
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        torch._check(offs is not None, lambda: "grouped_mm of two matrices needs offs")
+        sizes = (offs.size(0), mat_a.size(0), mat_b.size(1))
+    elif mat_a.dim() == 2:
+        sizes = (mat_a.size(0), mat_b.size(-1))
+    elif mat_b.dim() == 2:
+        sizes = (mat_a.size(1), mat_b.size(1))
+    else:
+        sizes = (mat_a.size(0), mat_a.size(1), mat_b.size(-1))
+    return mat_a.new_empty(sizes, dtype=out_dtype or mat_a.dtype)
+
+
+def _grouped_mm_on_cpu(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """The decomposition of aten._grouped_mm: our op where the meta kernel
+    would refuse the dtypes (anything but bfloat16), else the op as it is."""
+    if mat_a.device.type != "cpu" or (mat_a.dtype == mat_b.dtype == torch.bfloat16):
+        return NotImplemented
+    return grouped_mm(mat_a, mat_b, offs, bias, out_dtype)
 
 
 def _as_eager_takes(op, decomposition):

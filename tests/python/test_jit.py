@@ -1282,7 +1282,8 @@ def test_an_op_whose_meta_kernel_refuses_what_its_cpu_kernel_takes_still_compile
     """grouped_mm in float32 (transformers' MoE experts: Mixtral, Qwen2-MoE):
     its CPU kernel takes it, its meta kernel wants bfloat16, so the fake
     trace failed and every variant ran eagerly, with a 44-line error log on
-    stderr each time. The graph is traced with its ops run for real."""
+    stderr each time. backend.grouped_mm now takes it (the graph was traced
+    with its ops run for real before that)."""
     def experts(x, w, offs):
         return torch.nn.functional.grouped_mm(x, w, offs=offs) * 2
 

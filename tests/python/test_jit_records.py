@@ -588,6 +588,46 @@ def test_a_generation_loops_variants_load_in_a_fresh_process(program):
     assert warm["traces"] == 0 and warm["traces_loaded"] == cold["traces"], warm
 
 
+EXPERTS = textwrap.dedent('''
+    import json, sys, warnings
+    import torch
+    import torchneuron_jit
+
+    def experts(x, router, w):  # transformers' MoE experts: tokens sorted by expert, one grouped_mm
+        idx = (x @ router).topk(2, dim=-1).indices.reshape(-1)
+        order = idx.argsort()
+        tokens = x.repeat_interleave(2, dim=0)[order]
+        offs = torch.histc(idx.float(), bins=4, min=0, max=3).cumsum(0).to(torch.int32)
+        return torch.nn.functional.grouped_mm(tokens, w, offs=offs).relu() * 2
+
+    f = torchneuron_jit.jit(experts)
+    torch.manual_seed(0)
+    router, w = torch.randn(16, 4), torch.randn(4, 16, 8)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (6, 9, 13, 20):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(f(x, router, w), experts(x, router, w))
+    assert not [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    st = torchneuron_jit.stats()
+    assert st["eager_reruns"] == 0 and st["eager_fallbacks"] == 0, st
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.functional, "grouped_mm"), reason="this torch has no grouped_mm")
+def test_grouped_mm_in_float32_gets_a_dynamic_variant_a_fresh_process_loads(program):
+    """grouped_mm in float32 (Mixtral's and Qwen2-MoE's experts): its meta
+    kernel wants bfloat16, so the symbolic trace failed and every token
+    count was a static variant up to the limit. torchneuron::grouped_mm
+    runs the CPU kernel with a fake kernel that takes float32: the second
+    count makes the variant dynamic, and a fresh process resolves the op."""
+    cold = program(source=EXPERTS)
+    assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
+    warm = program(source=EXPERTS)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
+
+
 @pytest.mark.long
 def test_more_of_what_the_records_depend_on_sends_a_fresh_process_tracing(program):
     program()
