@@ -1673,15 +1673,21 @@ def _needs_gradients(example_inputs):
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
-def neuron(gm, example_inputs, **kwargs):
+def neuron(gm, example_inputs, mode=None, options=None):
     """The "neuron" back end of torch.compile: aot_autograd with our
     compilers. aot_autograd's own analysis of the graph may refuse it
     (x.data = ... beside another write of x): the graph then runs as
     Dynamo captured it, with one warning, as compile_inference's failures
-    do."""
+    do. torch.compile's mode (Inductor's names: "max-autotune" and the
+    others) changes nothing here; its options are Inductor's settings, and
+    ours are in torchneuron_jit.config: one warning names them (aot_autograd
+    warned of both on every graph)."""
     from torch._dynamo.exc import TorchDynamoException
+    if options:
+        _warn_once(f"torch.compile(backend='neuron') does not read options ({', '.join(map(str, options))}); "
+                   f"its settings are torchneuron_jit.config and the TORCHNEURON_* environment variables")
     try:
-        return (_aot_training if _needs_gradients(example_inputs) else _aot)(gm, example_inputs, **kwargs)
+        return (_aot_training if _needs_gradients(example_inputs) else _aot)(gm, example_inputs)
     except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)
         raise
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer

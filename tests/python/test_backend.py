@@ -48,6 +48,26 @@ def test_inference_matches_eager_and_counts():
     assert st["fallback_nodes"] + st["graphs_lowered"] > 0
 
 
+def test_inductors_mode_and_options_are_taken_without_a_log_line_per_graph(capfd):
+    """torch.compile passes mode and options to every back end: aot_autograd
+    logged "ignoring extra kwargs" for each graph (twice a graph break).
+    mode changes nothing; options get one warning naming them."""
+    def f(x):
+        y = torch.nn.functional.gelu(x) * 2
+        torch._dynamo.graph_break()
+        return y.softmax(-1)
+
+    x = torch.randn(4, 8)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(torch.compile(f, backend="neuron", mode="max-autotune")(x), f(x))
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend="neuron", options={"epilogue_fusion": True})(x), f(x))
+    ours = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert len(ours) == 1 and "does not read options (epilogue_fusion)" in ours[0], ours
+    assert "ignoring extra kwargs" not in capfd.readouterr().err
+
+
 def test_a_training_graph_runs_eagers_own_kernels():
     """A graph that needs gradients runs eagerly, and with eager's kernels:
     a train-mode batch norm's backward ran as its decomposition, whose
