@@ -73,6 +73,7 @@ SUPPORTED_PYTHON = ((3, 11),)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 # held by identity: what a record finds again by name
+_DICTS = (dict, collections.OrderedDict)  # guarded by their items (and a Python subclass's attributes)
 _NAMED = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType, _C.JitFunction)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 # a module's own dicts, which guard_module guards itself
@@ -703,14 +704,18 @@ class _Trace:
         if isinstance(value, type):
             self.guard_classes(value)
             return
-        if t is dict:
-            spec.add(("type", slot, dict), words)
-            keys = tuple(value)
-            spec.add(("dict", slot, keys, tuple(value[k] for k in keys), True), words + "[...]")
+        if isinstance(value, dict) and (t in _DICTS or _records.state_in_dict(t, _DICTS)):
+            # a subclass of the user's: its items, and its attributes where it has any
+            spec.add(("type", slot, t), words)
+            keys = tuple(dict.keys(value))  # as stored: a subclass's __iter__ or __getitem__ may differ
+            spec.add(("dict", slot, keys, tuple(dict.__getitem__(value, k) for k in keys), True), words + "[...]")
             for k in keys:
-                if _content_guarded(value[k]):
-                    self.guard_content(spec.add(("key", slot, k), f"{words}[{k!r}]"), value[k], f"{words}[{k!r}]",
+                item = dict.__getitem__(value, k)
+                if _content_guarded(item):
+                    self.guard_content(spec.add(("key", slot, k), f"{words}[{k!r}]"), item, f"{words}[{k!r}]",
                                        depth + 1, lenient, k)
+            if t not in _DICTS and getattr(value, "__dict__", None):
+                self.guard_attributes(slot, value, words, depth, lenient)
         elif t is list:
             spec.add(("type", slot, list), words)
             spec.add(("len", slot, len(value)), words)
@@ -733,20 +738,26 @@ class _Trace:
                                 "not guard")
             elif t is set:
                 spec.add(("eq", slot, set(value)), words)
-        elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED):
+        elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED) and \
+                _records.state_in_dict(t):
             spec.add(("type", slot, t), words)
-            self.guard_classes(t)
-            attrs = value.__dict__
-            d = spec.add(("const", attrs), f"{words}.__dict__", ("objdict", slot))
-            keys = tuple(attrs)
-            spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), words + ".*")
-            for k in keys:  # what a library object's attributes hold is the library's (see _state_of)
-                if _content_guarded(attrs[k]) and not _library_class(t):
-                    self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1,
-                                       lenient, k)
-        else:
+            self.guard_attributes(slot, value, words, depth, lenient)
+        else:  # slots, a C type's fields, a dict subclass of a library's: state outside any __dict__
             problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
                             "function needs from it as an argument)")
+
+    def guard_attributes(self, slot, value, words, depth, lenient):
+        """guard_content's part for an object's __dict__ (its type guarded)."""
+        spec, t = self.spec, type(value)
+        self.guard_classes(t)
+        attrs = value.__dict__
+        d = spec.add(("const", attrs), f"{words}.__dict__", ("objdict", slot))
+        keys = tuple(attrs)
+        spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), words + ".*")
+        for k in keys:  # what a library object's attributes hold is the library's (see _state_of)
+            if _content_guarded(attrs[k]) and not _library_class(t):
+                self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1,
+                                   lenient, k)
 
     def guard_globals(self, used_constants):
         """The globals the traced (user) code loads, one snapshot per module:

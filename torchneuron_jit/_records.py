@@ -32,6 +32,7 @@ finds its lowered artifact in the cache: no trace, no lowering.
 """
 import contextlib
 import contextvars
+import enum
 import functools
 import importlib.metadata
 import json
@@ -50,7 +51,7 @@ from . import _C, cache
 from .graph import fake_tensor
 from ._spec import Spec, entry_name, explain, same_value, shadowed
 
-FORMAT = 9  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 10  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
@@ -60,7 +61,10 @@ FORMAT = 9  # 2: the contents of containers and objects that globals and closure
 #            8: the objects a call sets attributes on are guarded distinct from the others ("distinct"): a
 #               record of 7 read one object passed twice as two;
 #            9: a runner copies inputs whose strides change dense ("dense", a stride None in a tensor guard), and
-#               puts torch's RNG back when its graph draws ("random") and its call raises
+#               puts torch's RNG back when its graph draws ("random") and its call raises;
+#           10: objects whose state is not all in __dict__ (a dict subclass, slots, a C type) are not described
+#               by their attributes; functools.partial by its function and arguments, a property or static or
+#               class method by the functions it wraps: a record of 9 took any partial, or property, for another
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -473,8 +477,19 @@ class _Describer:
             return ["obj", _name_ref(v)]
         if t is types.CodeType:  # a helper's __code__ (_jit.guard_function): by what it does
             return ["code", code_hash(v)]
+        if t is functools.partial:  # its function and arguments are no attributes
+            return ["partial", self.value(v.func), [self.value(a) for a in v.args],
+                    [[k, self.value(x)] for k, x in v.keywords.items()]]
+        if t in (property, staticmethod, classmethod):  # in a class's dict: by the functions it wraps
+            fns = (v.fget, v.fset, v.fdel) if t is property else (v.__func__,)
+            return ["wraps", t.__name__, [self._wrapped(f) for f in fns]]
+        if isinstance(v, enum.Enum):  # a member of its class, by name (an IntEnum's value is an int's)
+            ref = [t.__module__, f"{t.__qualname__}.{v.name}"]
+            if _lookup(*ref) is v:
+                return ["obj", ref]
         attrs = getattr(v, "__dict__", None)
-        if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH:  # a config object, say: by its attributes
+        if type(attrs) is dict and self.depth < _MAX_OBJECT_DEPTH and state_in_dict(t):
+            # a config object, say: by its attributes
             self.depth += 1
             try:
                 return ["object", _name_ref(t), [[k, ["salted"] if _salted(k, x) else self.value(x)]
@@ -482,6 +497,33 @@ class _Describer:
             finally:
                 self.depth -= 1
         raise Unportable(f"a {t.__qualname__} object is held by identity")
+
+    def _wrapped(self, fn):
+        """A function a property or a static or class method wraps: by what it
+        does (a getter defined in the class body has no name that finds it)."""
+        if fn is None or not isinstance(fn, types.FunctionType):
+            return self.value(fn)
+        return ["fnhash", function_hash(fn)]
+
+
+def state_in_dict(t, base=()):
+    """Whether instances of class t keep all their state in __dict__ (and,
+    for a subclass of a class in base, in what that class holds): every
+    class of its MRO but object and base's defined in Python, with no
+    __slots__ but __dict__ and __weakref__ (a dict subclass keeps its items
+    elsewhere, a slot its value, a C type its fields)."""
+    for cls in t.__mro__:
+        if cls is object or cls in base:
+            continue
+        if not cls.__flags__ & _HEAPTYPE:
+            return False
+        slots = cls.__dict__.get("__slots__", ())
+        if set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
+            return False
+    return True
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 
 def _salted(name, value):
@@ -528,6 +570,18 @@ def _matches(desc, v, live):
         attrs = getattr(v, "__dict__", None)
         return type(v) is _lookup(*desc[1]) and type(attrs) is dict and len(attrs) == len(desc[2]) and \
             all(k in attrs and _matches(d, attrs[k], live) for k, d in desc[2])
+    if kind == "partial":
+        return type(v) is functools.partial and _matches(desc[1], v.func, live) and \
+            len(v.args) == len(desc[2]) and all(_matches(d, a, live) for d, a in zip(desc[2], v.args)) and \
+            len(v.keywords) == len(desc[3]) and all(k in v.keywords and _matches(d, v.keywords[k], live)
+                                                    for k, d in desc[3])
+    if kind == "wraps":
+        if type(v).__name__ != desc[1] or type(v) not in (property, staticmethod, classmethod):
+            return False
+        fns = (v.fget, v.fset, v.fdel) if type(v) is property else (v.__func__,)
+        return all(_matches(d, f, live) for d, f in zip(desc[2], fns))
+    if kind == "fnhash":
+        return isinstance(v, types.FunctionType) and function_hash(v) == desc[1]
     if kind == "method":
         return type(v) is types.MethodType and _matches(desc[1], v.__self__, live) and \
             _matches(desc[2], v.__func__, live)

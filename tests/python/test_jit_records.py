@@ -148,6 +148,48 @@ def test_local_functions_of_one_enclosing_function_do_not_share_records():
     torch.testing.assert_close(inner(x), x.exp())
 
 
+class _ItemSettings(dict):  # its items are no attributes
+    pass
+
+
+class _Slotted:
+    __slots__ = ("scale", "__dict__")  # a __dict__ too, empty
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class _Scaled(torch.nn.Module):
+    """Scales by what one attribute holds, outside any __dict__."""
+
+    def __init__(self, kind, scale):
+        super().__init__()
+        self.kind = kind
+        self.held = {"partial": lambda: functools.partial(torch.nn.functional.leaky_relu, negative_slope=scale),
+                     "dict": lambda: _ItemSettings(scale=scale), "slots": lambda: _Slotted(scale)}[kind]()
+
+    def forward(self, x):
+        if self.kind == "partial":
+            return self.held(x)
+        return x * (self.held["scale"] if self.kind == "dict" else self.held.scale)
+
+
+@pytest.mark.parametrize("kind", ["partial", "dict", "slots"])
+def test_a_second_instance_whose_attribute_keeps_its_state_outside_its_dict_gets_its_own_answer(kind):
+    """A partial's arguments, a dict subclass's items and a slot's value are
+    not in the object's __dict__: the records described each by its type
+    and an empty __dict__, so a second instance took the first one's record
+    and answered with the first one's slope or scale."""
+    a, b = _Scaled(kind, 0.1), _Scaled(kind, 0.5)
+    x = torch.randn(8)
+    want_a, want_b = a(x), b(x)
+    torchneuron_jit.jit(a)
+    torchneuron_jit.jit(b)
+    torch.testing.assert_close(a(x), want_a)
+    torch.testing.assert_close(b(x), want_b)
+
+
+
 FLAG = 2.0
 
 
@@ -626,6 +668,47 @@ def test_grouped_mm_in_float32_gets_a_dynamic_variant_a_fresh_process_loads(prog
     assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
     warm = program(source=EXPERTS)
     assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
+
+
+WRAPPED = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torchneuron_jit
+
+    def _two(self):
+        return 2.0
+
+    def _five(self):
+        return 5.0
+
+    SECOND = os.environ.get("SECOND") == "1"
+
+    class Scaled(torch.nn.Module):  # what the class's dict holds differs in the second run
+        scale = property(_five if SECOND else _two)
+
+        def forward(self, x):
+            return x * self.scale
+
+    m = Scaled()
+    x = torch.randn(4)
+    want = m(x)
+    torchneuron_jit.jit(m)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), want)
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_property_of_another_function_sends_a_fresh_process_tracing(program):
+    """A record described a property in a class's dict by its type, and its
+    getter's code was checked by the name the getter has, not by the
+    property holding it: a run whose class built it of another function
+    answered with the first run's."""
+    assert program(source=WRAPPED)["trace_records_stored"] == 1
+    second = program(source=WRAPPED, env={"SECOND": "1"})
+    assert second["traces"] == 1 and second["traces_loaded"] == 0, second
+    assert program(source=WRAPPED)["traces"] == 0
 
 
 @pytest.mark.long

@@ -4,6 +4,7 @@ traced call that writes state outliving it, or reads values from outside
 torch (random, time, os.environ, numpy's RNG), runs eagerly with one
 warning naming what and where. Each call is compared with eager from the
 same state, results and state both."""
+import collections
 import contextlib
 import copy
 import enum
@@ -165,6 +166,55 @@ def test_state_reads_that_do_not_change_keep_hitting():
         torch.testing.assert_close(jf(X), _cfg_scale(X))
     assert torchneuron_jit.stats()["traces"] == 1
     assert torchneuron_jit.stats()["graphs_compiled"] == 1
+
+
+class _Items(dict):
+    pass
+
+
+class _SlotAndDict:
+    __slots__ = ("scale", "__dict__")
+
+    def __init__(self):
+        self.scale = 2.0
+
+
+HELD = None
+
+
+def _held_scale(x):
+    return x * (HELD.scale if isinstance(HELD, _SlotAndDict) else HELD["scale"])
+
+
+@pytest.mark.parametrize("make, eager", [
+    (lambda: collections.OrderedDict(scale=2.0), False),
+    (lambda: _Items(scale=2.0), False),
+    (_SlotAndDict, True),
+], ids=["OrderedDict", "dict subclass", "slots and a __dict__"])
+def test_state_a_global_keeps_outside_its_dict_is_guarded_or_runs_eagerly(make, eager):
+    """An OrderedDict's or a dict subclass's items, and a slot's value, are
+    not in the object's __dict__: jit guarded that (empty) __dict__ and
+    answered with the first value after the global's value changed in
+    place. The items are guarded as a dict's; a slot makes it run eagerly."""
+    global HELD
+    held = make()
+
+    def set_state(i):
+        global HELD
+        HELD = held
+        if isinstance(held, _SlotAndDict):
+            held.scale = 2.0 + i
+        else:
+            held["scale"] = 2.0 + i
+
+    try:
+        messages = _same_as_eager(_held_scale, set_state, lambda: None)
+    finally:
+        HELD = None
+    assert [m for m in messages if "whose contents jit cannot guard" in m] == \
+        (["torchneuron_jit: _held_scale (" + __file__ + f":{_held_scale.__code__.co_firstlineno}) runs eagerly: "
+          "global HELD is a _SlotAndDict, whose contents jit cannot guard (pass what the function needs from it "
+          "as an argument)"] if eager else []), messages
 
 
 def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
