@@ -163,11 +163,13 @@ class _Recorder(TorchDispatchMode):
         self.nested = None  # why: an op made a nested tensor (its variant runs eagerly for every size)
         self.raised = None  # the first op that raised (what the code then did, no graph holds)
         self.inference = torch.is_inference_mode_enabled()  # as the call began
+        self.inside = None  # as its ops ran (@torch.inference_mode() switches it on inside the call)
         self.grad, self.autocast = torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.inference:
+        inference = torch.is_inference_mode_enabled()
+        if inference:
             # is_nonzero of a mask check went into the graph, and its replay failed: every such call ran eagerly
             out = _dynamic.decomposed(self, func, args, kwargs)
             if out is not NotImplemented:
@@ -184,8 +186,11 @@ class _Recorder(TorchDispatchMode):
                 (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) and \
                 not _known_shape(func, args, kwargs):
             self.problem = f"{func} has a data-dependent result"
-        if self.problem is None and torch.is_inference_mode_enabled() != self.inference:
-            # eager's tensors made inside are inference tensors (or not): a compiled call's are as the call began
+        if self.inside is None:
+            self.inside = inference
+        if self.problem is None and (inference != self.inside or self.inference and not inference):
+            # eager's tensors made inside are inference tensors (or not): a compiled call's are as its ops all ran
+            # (inference mode switched on before them: the graph runs in it)
             self.problem = "torch.inference_mode is switched inside the traced code"
         if self.problem is None and torch.is_grad_enabled() and _needs_grad(args) and not (
                 # CPU autocast casts a parameter with grad mode on, whatever the call's, for its cast cache (and
@@ -230,6 +235,7 @@ class _Trace:
         if self.state["forward AD level"] >= 0:  # dual tensors: their tangents are no graph's
             self.problems.append("it runs under forward-mode AD (torch.autograd.forward_ad.dual_level)")
         self.recorder = _Recorder()
+        self.inference_inside = False  # its ops all ran in inference mode, switched on inside the call (_prepare)
         self.modules_seen = set()  # ids of the modules guard_module has guarded
         self.classes_seen = set()  # the classes guard_class has guarded
         self.module_paths = {}  # id(module) -> (slot of the module it was reached from, path below that)
@@ -703,6 +709,15 @@ class _Trace:
             return
         if isinstance(value, type):
             self.guard_classes(value)
+            return
+        if t is types.MethodType:
+            # a bound method (@torch.no_grad()'s wrapper holds its context's clone): its function and object are
+            # the method's for good; a user's object by its content too
+            spec.add(("is", slot, value), words)
+            owner = value.__self__
+            if _content_guarded(owner) and not _library_class(type(owner)):
+                self.guard_content(spec.add(("const", owner), f"{words}.__self__"), owner, f"{words}.__self__",
+                                   depth + 1, lenient, key)
             return
         if isinstance(value, dict) and (t in _DICTS or _records.state_in_dict(t, _DICTS)):
             # a subclass of the user's: its items, and its attributes where it has any
@@ -1634,10 +1649,16 @@ class _Runner:
     and the result rebuilt in the shape eager returned."""
 
     __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects", "dense",
-                 "random")
+                 "random", "grad", "inference")
 
-    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0, dense=(), random=True):
+    def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0, dense=(), random=True, grad=False,
+                 inference=False):
         self.record = None  # the id of its trace record, when it has one
+        # the variant's calls begin in grad mode: no op of the trace recorded a history (the recorder refuses
+        # one that would: training goes through torch.compile), as under @torch.no_grad() inside, so the graph
+        # runs with grad mode off, where the ops it leaves to PyTorch would make one of inputs that require grad
+        self.grad = grad
+        self.inference = inference  # the trace's ops all ran in inference mode, switched on inside the call
         self.compiled = compiled  # boxed: backend.compile_inference's result (a _C.Plan, or the eager graph)
         self.checks = checks
         self.writebacks = writebacks
@@ -1656,8 +1677,8 @@ class _Runner:
         itself when this runner would only pick one of its outputs (no value
         checks, no write-backs, one computed tensor returned); else this
         one."""
-        if self.checks or self.writebacks or self.objects or self.dense or self.random or self.single is None or \
-                not isinstance(self.compiled, _C.Plan):
+        if self.checks or self.writebacks or self.objects or self.dense or self.random or self.grad or self.inference or \
+                self.single is None or not isinstance(self.compiled, _C.Plan):
             return self
         return _C.ItemRunner(self.compiled.call, self.single, self)
 
@@ -1679,7 +1700,14 @@ class _Runner:
             if len(set(storages)) != len(storages):
                 return _C.SIDE_EXIT
         try:
-            outs = self.compiled(list(inputs))
+            if self.inference:
+                with torch.inference_mode():
+                    outs = self.compiled(list(inputs))
+            elif self.grad:
+                with torch.no_grad():
+                    outs = self.compiled(list(inputs))
+            else:
+                outs = self.compiled(list(inputs))
         except BaseException:
             if rng is not None:
                 torch.set_rng_state(rng)
@@ -1914,10 +1942,10 @@ class _Build:
             moved = {id(t): j for j, t in enumerate(sym.examples)}
             out_plan = (out_plan[0], [("in", moved[id(inputs[p[1]])]) if p[0] == "in" else p for p in out_plan[1]])
             runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects), sym.dense,
-                             draws(sym.fgm))
+                             draws(sym.fgm), trace.state["grad mode"], trace.inference_inside)
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
-                len(objects), spec, sym.dense, runner.random)
+                len(objects), spec, sym.dense, runner.random, runner.inference)
         with torch.no_grad(), _quiet_meta:
             try:
                 fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), inputs)
@@ -1930,10 +1958,11 @@ class _Build:
                 fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), _copies(inputs), "real")
         with torch.no_grad():
             compiled = backend.compile_inference(fgm, inputs)
-        runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm))
+        runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm),
+                         grad=trace.state["grad mode"], inference=trace.inference_inside)
         return (trace.spec, tuple(slots + objects), runner), lambda: tracer._store(
             trace, fgm, slots + objects, checks, writebacks, out_plan, compiled, sets, len(objects),
-            random=runner.random)
+            random=runner.random, inference=runner.inference)
 
 
 class _GcHold:
@@ -2471,6 +2500,7 @@ class _Tracer:
             raise _NotCompilable(trace.problems[0])
         if trace.recorder.problem:
             raise _NotCompilable(trace.recorder.problem)
+        trace.inference_inside = bool(trace.recorder.inside) and not trace.recorder.inference
         disabled = sorted({code.co_qualname for code, _ in trace.codes if _C.jit_disabled(code)})
         if disabled:
             raise _NotCompilable(f"it calls {', '.join(disabled)}, marked by torchneuron_jit.disable")
@@ -2486,10 +2516,6 @@ class _Tracer:
         trace.check_lenient()
         if trace.problems:
             raise _NotCompilable(trace.problems[0])
-        if trace.state["grad mode"] and any(t.requires_grad for t in inputs):
-            raise _NotCompilable("grad mode is on and tensors it uses require grad (training goes through "
-                                 "torch.compile for now; wrap inference in torch.no_grad() or "
-                                 "torch.inference_mode())")
         # tensors torch.tensor(...) made in the traced code: the same values on every call
         fresh = {id(args[0]) for func, args, _, _ in trace.recorder.ops if func is torch.ops.aten.lift_fresh.default}
         slots = []
@@ -2575,7 +2601,7 @@ class _Tracer:
 
     @staticmethod
     def _store(trace, fgm, slots, checks, writebacks, out_plan, compiled, sets=(), objects=0, spec=None, dense=(),
-               random=True):
+               random=True, inference=False):
         """Stores the entry's trace record, when it can be described without
         identities, with its compiled plan when that can be too; returns the
         record's id, or None. spec: the entry's guards when they are not
@@ -2585,7 +2611,7 @@ class _Tracer:
             pspec = _records.portable_spec(trace, spec=spec)
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects,
-                                      None if spec is None else spec.names, dense, random)
+                                      None if spec is None else spec.names, dense, random, inference)
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
             except _records.Unportable as exc:
@@ -2698,7 +2724,9 @@ class _Tracer:
         out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
                        [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"],
-                       _records.dense_inputs(v), v.get("random", True))
+                       _records.dense_inputs(v), v.get("random", True),
+                       torch.is_grad_enabled(),  # the record's grad mode: its key holds it
+                       v.get("inference", False))
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that

@@ -561,7 +561,12 @@ def _matches(desc, v, live):
         return type(v) is _lookup(*desc[1]) and len(v) == len(desc[2]) and \
             all(k in v and _matches(d, v[k], live) for k, d in desc[2])
     if kind == "mod":
-        return type(v) is _lookup(*desc[1]) and v is _submodule(live[desc[2]], desc[3])
+        if type(v) is not _lookup(*desc[1]):
+            return False
+        if desc[2] >= len(live):  # its slot comes later: checked when loaded
+            live.deferred.append((v, desc[2], desc[3]))
+            return True
+        return v is _submodule(live[desc[2]], desc[3])
     if kind == "tensor":
         return type(v) is _lookup(*desc[1]) and v.is_cpu and v.layout == torch.strided and \
             str(v.dtype) == "torch." + desc[2] and list(v.shape) == desc[3] and list(v.stride()) == desc[4] and \
@@ -728,8 +733,19 @@ def live_spec(pspec, names, fn, args):
         return _live_spec(pspec, names, fn, args)
 
 
+class _Live(list):
+    """The values a record's guards load, slot by slot, as _live_spec makes
+    them; deferred: (module, root slot, path) of the modules a description
+    names by a slot loaded later (a global module: its globals' snapshot
+    comes before the slot that loads it), checked once it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.deferred = []
+
+
 def _live_spec(pspec, names, fn, args):
-    spec, live = Spec(), []
+    spec, live = Spec(), _Live()
     for inst, name in zip(pspec, names):
         kind = inst[0]
         value = None
@@ -786,6 +802,14 @@ def _live_spec(pspec, names, fn, args):
             raise Mismatch(f"{name}: {type(exc).__name__}: {exc}") from None
         spec.add(tuple(inst), name)
         live.append(value)
+    for v, root, path in live.deferred:
+        try:
+            same = root < len(live) and v is _submodule(live[root], path)
+        except AttributeError:
+            same = False
+        if not same:
+            raise Mismatch(f"{names[root] if root < len(names) else 'a module'}{'.' + path if path else ''}: "
+                           "not the module the record names")
     failed = _C.GuardSet(list(spec)).check(*args)
     if failed >= 0:
         raise Mismatch(explain(spec, args, failed))
@@ -1041,12 +1065,14 @@ def read(key):
         return []
 
 
-def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None, dense=(), random=True):
+def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None, dense=(), random=True,
+            inference=False):
     """The record of one traced entry, pspec its portable_spec (names: its
     spec's words, when it is not trace.spec); sets and objects: what it
     sets on the last objects of its slots (_jit._Sets); dense: the graph's
     inputs its runner copies dense ((input, order)); random: whether its
-    graph draws random numbers (raises Unportable)."""
+    graph draws random numbers; inference: whether it runs in inference
+    mode, switched on inside the call (raises Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -1070,7 +1096,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan], "sets": sets,
-              "objects": objects, "random": random,
+              "objects": objects, "random": random, "inference": inference,
               "dense": [[i, None if order is None else list(order)] for i, order in dense],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)

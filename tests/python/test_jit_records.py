@@ -711,6 +711,80 @@ def test_a_property_of_another_function_sends_a_fresh_process_tracing(program):
     assert program(source=WRAPPED)["traces"] == 0
 
 
+GLOBAL_MODULE = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torchneuron_jit
+
+    torch.manual_seed(int(os.environ.get("SEED", "0")))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    head = model[2]  # a submodule of another global module
+
+    def predict(x):  # the common serving shape: a function over global modules
+        return head(model[:2](x)).softmax(-1)
+
+    jf = torchneuron_jit.jit(predict)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(jf(x), predict(x))
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_function_over_global_modules_loads_in_a_fresh_process(program):
+    """The globals' snapshot describes a global module by the slot that
+    loads it, which comes after the snapshot: the record's check read a
+    slot not yet loaded (IndexError), so it never applied, and each process
+    traced and stored the record again."""
+    cold = program(source=GLOBAL_MODULE)
+    assert cold["traces"] == 1 and cold["trace_records_stored"] == 1, cold
+    warm = program(source=GLOBAL_MODULE, env={"SEED": "1"})
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 1, warm
+
+
+DECORATED = textwrap.dedent('''
+    import json, sys, warnings
+    import torch
+    import torchneuron_jit
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(4, 4)  # its parameters require grad
+
+    @torch.no_grad()
+    def predict(x):
+        return layer(x).relu() * 2
+
+    @torch.inference_mode()
+    def embed(x):
+        return layer(x).tanh()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for f in (predict, embed):
+            jf = torchneuron_jit.jit(f)
+            for _ in range(2):
+                x = torch.randn(3, 4, requires_grad=True)
+                got, want = jf(x), f(x)
+                torch.testing.assert_close(got, want)
+                assert (got.requires_grad, got.is_inference()) == (want.requires_grad, want.is_inference())
+    assert not [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_functions_decorated_to_run_without_grad_load_in_a_fresh_process(program):
+    """The variant of an @torch.inference_mode() function runs its graph in
+    inference mode: its record says so, so a fresh process's results are
+    inference tensors as eager's."""
+    cold = program(source=DECORATED)
+    assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
+    warm = program(source=DECORATED)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
+
+
 @pytest.mark.long
 def test_more_of_what_the_records_depend_on_sends_a_fresh_process_tracing(program):
     program()

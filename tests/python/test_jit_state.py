@@ -860,6 +860,53 @@ def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, word
         torch.set_float32_matmul_precision("highest")
 
 
+_LAYER = torch.nn.Linear(4, 4)  # its parameters require grad
+
+
+@torch.no_grad()
+def _predict_no_grad(x):
+    return _LAYER(x).relu() * 2
+
+
+@torch.inference_mode()
+def _predict_inference(x):
+    return _LAYER(x).relu() * 2
+
+
+@pytest.mark.parametrize("f", [_predict_no_grad, _predict_inference], ids=["no_grad", "inference_mode"])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_a_function_decorated_to_run_without_grad_compiles(f, requires_grad):
+    """@torch.no_grad() and @torch.inference_mode() on an inference
+    function, called in grad mode: the decorator's wrapper holds a bound
+    method (its context's clone), which jit could not guard, grad mode was
+    on as the call began while the parameters require grad, and inference
+    mode switched on inside: each call ran eagerly with a warning. The
+    graph runs with grad mode off (in inference mode), as the ops did."""
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught, torchneuron_jit.config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(2, 4, requires_grad=requires_grad)
+            got, want = jf(x), f(x)
+            torch.testing.assert_close(got, want)
+            assert (got.requires_grad, got.grad_fn, got.is_inference()) == \
+                (want.requires_grad, want.grad_fn, want.is_inference())
+    assert [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)] == []
+    assert [v["kind"] for v in torchneuron_jit.explain(jf).variants] == ["compiled"]
+
+
+def test_grad_mode_on_inside_with_tensors_that_require_grad_still_runs_eagerly():
+    """What the decorated functions' variants rely on: ops that record a
+    history are no graph's."""
+    def f(x):
+        return _LAYER(x).relu() * 2
+
+    jf = torchneuron_jit.jit(f)
+    with pytest.warns(RuntimeWarning, match="grad mode is on inside the traced code and tensors it uses require grad"):
+        got = jf(torch.randn(2, 4))
+    assert got.grad_fn is not None
+
+
 @pytest.mark.parametrize("where", ["with torch.device", "set_default_device"])
 def test_the_default_device_is_guarded(where):
     """torch.ones(3) in the traced code makes a tensor on the default
