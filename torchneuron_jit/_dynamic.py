@@ -789,6 +789,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         # argument objects themselves, its value checks index the rest)
         # argument objects and arguments returned as they are: the runner's, no output of the graph
         returned = {id(o) for o in objects} | {id(t) for t in tensors}
+        fake_numbers = {id(t) for t in tensors if isinstance(t, (torch.SymInt, torch.SymFloat))}
         copied = {id(tensors[j]) for j, _ in dense_at}
         if copied and any(id(t) in copied for t in result_tensors(result, returned - copied)):
             raise Static("it returns an argument whose strides change, which its variant would take copied")
@@ -836,7 +837,8 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         # sizes an object of the result holds (a sliding-window cache's length) and the code set on an argument
         # object: outputs after the value reads
         sizes = []
-        for leaf, path, v in _result_numbers(result, returned):
+        # an int argument returned as it is: a graph output too (the real trace's plan holds its value then)
+        for leaf, path, v in _result_numbers(result, {i for i in returned if i not in fake_numbers}):
             if isinstance(v, (torch.SymFloat, torch.SymBool)):
                 raise Static(f"its result holds a {type(v).__name__} of the symbolic sizes, which no graph returns")
             if isinstance(v, torch.SymInt):

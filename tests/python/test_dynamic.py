@@ -1947,3 +1947,22 @@ def test_a_transposed_result_written_into_a_cat_leaks_nothing():
     finally:
         tracemalloc.stop()
     assert grew < 100_000, grew  # 300 KiB with the leak
+
+
+def _scaled_by(x, n):
+    return x * n, n, [n, n + 1]
+
+
+def test_an_int_argument_returned_as_it_is_comes_back_as_each_calls():
+    """The symbolic run returns the int argument's own symbol, which was
+    left out of the graph's outputs as an argument returned as it is: the
+    runner's to pass back, but the runner held the traced call's value, so
+    every later value answered the one the dynamic variant was traced at."""
+    jf = torchneuron_jit.jit(_scaled_by)
+    x = torch.arange(4.0)
+    with torchneuron_jit.config.patch(compile_blocking=True):
+        for n in (1, 2, 3, 4, 5):
+            got, want = jf(x, n), _scaled_by(x, n)
+            torch.testing.assert_close(got[0], want[0])
+            assert got[1:] == want[1:], (n, got[1:], want[1:])
+    assert sorted(v["hits"] for v in torchneuron_jit.explain(jf).variants) == [0, 3]  # one serves every n
