@@ -2874,7 +2874,9 @@ def jit(fn=None, *, cache_limit=None):
     if isinstance(fn, _C.JitFunction):
         return fn
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
-        return types.MethodType(_C.JitFunction(fn.__func__, _tracer, limit), fn.__self__)
+        # its name and signature the function's (generate() reads inspect.signature(model.forward))
+        return types.MethodType(functools.update_wrapper(_C.JitFunction(fn.__func__, _tracer, limit), fn.__func__),
+                                fn.__self__)
     if type(fn) is functools.partial:  # the function jitted, its bound arguments as they were
         return functools.partial(jit(fn.func, cache_limit=cache_limit), *fn.args, **fn.keywords)
     if not isinstance(fn, types.FunctionType):

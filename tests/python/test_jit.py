@@ -2,6 +2,7 @@
 import contextlib
 import copy
 import gc
+import inspect
 import io
 import os
 import re
@@ -1298,3 +1299,20 @@ def test_an_op_whose_meta_kernel_refuses_what_its_cpu_kernel_takes_still_compile
     e = torchneuron_jit.explain(jf)
     assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
     assert "failed while attempting to run meta" not in capfd.readouterr().err
+
+
+def test_a_jitted_bound_method_keeps_its_signature():
+    """model.forward = jit(model.forward): generate() reads
+    inspect.signature(self.forward), which raised ValueError (no signature
+    found for builtin JitFunction) for every model."""
+    class Scaled(torch.nn.Module):
+        def forward(self, x, scale=2.0, *, shift=None):
+            return x * scale if shift is None else x * scale + shift
+
+    m = Scaled()
+    jitted = torchneuron_jit.jit(m.forward)
+    assert inspect.signature(jitted) == inspect.signature(m.forward)
+    assert jitted.__name__ == "forward"
+    x = torch.randn(3)
+    torch.testing.assert_close(jitted(x, shift=1.0), x * 2.0 + 1.0)
+
