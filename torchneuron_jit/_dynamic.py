@@ -53,7 +53,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
 from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides,
-                    load, same_strides, same_value)
+                    load, same_strides, same_value, state_in_dict)
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
 _ABSENT = object()  # an attribute an object does not have
@@ -361,14 +361,10 @@ def plain_object(value):
     of Python classes only (no C base such as dict, no slots but empty
     ones, as abc.ABC's), and no module, function, class, enum member or
     torch module (a transformers DynamicCache, a settings object)."""
-    t = type(value)
     if not isinstance(getattr(value, "__dict__", None), dict) or \
             isinstance(value, (torch.nn.Module, enum.Enum, types.MethodType, types.FunctionType, type)):
         return False
-    return all(c.__flags__ & _HEAPTYPE and not c.__dict__.get("__slots__") for c in t.__mro__[:-1])
-
-
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+    return state_in_dict(type(value))
 
 
 def state_copy(value, swap=None, memo=None, depth=0):

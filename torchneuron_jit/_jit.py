@@ -66,7 +66,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
-from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, tensor_distance
+from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
 from .graph import draws, marked
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -719,7 +719,7 @@ class _Trace:
                 self.guard_content(spec.add(("const", owner), f"{words}.__self__"), owner, f"{words}.__self__",
                                    depth + 1, lenient, key)
             return
-        if isinstance(value, dict) and (t in _DICTS or _records.state_in_dict(t, _DICTS)):
+        if isinstance(value, dict) and (t in _DICTS or state_in_dict(t, _DICTS)):
             # a subclass of the user's: its items, and its attributes where it has any
             spec.add(("type", slot, t), words)
             keys = tuple(dict.keys(value))  # as stored: a subclass's __iter__ or __getitem__ may differ
@@ -754,7 +754,7 @@ class _Trace:
             elif t is set:
                 spec.add(("eq", slot, set(value)), words)
         elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED) and \
-                _records.state_in_dict(t):
+                state_in_dict(t):
             spec.add(("type", slot, t), words)
             self.guard_attributes(slot, value, words, depth, lenient)
         else:  # slots, a C type's fields, a dict subclass of a library's: state outside any __dict__

@@ -49,7 +49,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
 from .graph import fake_tensor
-from ._spec import Spec, entry_name, explain, same_value, shadowed
+from ._spec import Spec, entry_name, explain, same_value, shadowed, state_in_dict
 
 FORMAT = 10  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
@@ -504,26 +504,6 @@ class _Describer:
         if fn is None or not isinstance(fn, types.FunctionType):
             return self.value(fn)
         return ["fnhash", function_hash(fn)]
-
-
-def state_in_dict(t, base=()):
-    """Whether instances of class t keep all their state in __dict__ (and,
-    for a subclass of a class in base, in what that class holds): every
-    class of its MRO but object and base's defined in Python, with no
-    __slots__ but __dict__ and __weakref__ (a dict subclass keeps its items
-    elsewhere, a slot its value, a C type its fields)."""
-    for cls in t.__mro__:
-        if cls is object or cls in base:
-            continue
-        if not cls.__flags__ & _HEAPTYPE:
-            return False
-        slots = cls.__dict__.get("__slots__", ())
-        if set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
-            return False
-    return True
-
-
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 
 def _salted(name, value):

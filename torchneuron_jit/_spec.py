@@ -4,12 +4,37 @@ one failed (explain). Shared by the jit door (_jit.py) and its trace
 records (_records.py), which import this and not each other.
 """
 import math
+import struct
 
 import torch
 
 from . import _C
 
 PRIMITIVES = (bool, int, float, str, type(None))
+
+
+def state_in_dict(t, base=()):
+    """Whether instances of class t keep all their state in __dict__ (and,
+    for a subclass of a class in base, in what that class holds): every
+    class of its MRO but object and base's defined in Python, with no
+    __slots__ but __dict__ and __weakref__, and no fields of C besides (a
+    dict subclass keeps its items elsewhere, a slot its value, an extension
+    type its fields: tokenizers' Encoding, a class made in Rust, is a heap
+    type with a __dict__ and 272 bytes of its own)."""
+    for cls in t.__mro__:
+        if cls is object or cls in base:
+            continue
+        if not cls.__flags__ & _HEAPTYPE:
+            return False
+        slots = cls.__dict__.get("__slots__", ())
+        if set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
+            return False
+    floor = max([b.__basicsize__ for b in base if b in t.__mro__] or [object.__basicsize__])
+    return t.__basicsize__ <= floor + 2 * _POINTER  # a __dict__ and a __weakref__ at most
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (or made by an extension at run time)
+_POINTER = struct.calcsize("P")
 
 
 def same_value(a, b):

