@@ -37,6 +37,7 @@ that runs eagerly, with one warning naming the reason.
 import atexit
 import builtins
 import collections
+import contextlib
 import copy
 import dataclasses
 import dis
@@ -1545,8 +1546,11 @@ def _functional(gm, inputs, tracing_mode="fake"):
 
     from .backend import decompositions
 
-    fgm = make_fx(torch.func.functionalize(gm, remove="mutations"), decomposition_table=decompositions(),
-                  tracing_mode=tracing_mode)(*inputs)
+    # gm holds autocast's casts as its trace made them: traced again under the caller's autocast, its ops would
+    # be cast again (a matmul the code ran with autocast off inside, in bfloat16)
+    with torch.autocast("cpu", enabled=False):
+        fgm = make_fx(torch.func.functionalize(gm, remove="mutations"), decomposition_table=decompositions(),
+                      tracing_mode=tracing_mode)(*inputs)
     placeholders = [n for n in fgm.graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in fgm.graph.nodes if n.op == "output")
     outs = list(out_node.args[0])
@@ -1644,21 +1648,36 @@ def _namedtuple(value):
     return isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple)
 
 
+@contextlib.contextmanager
+def _modes_off(inference, grad, autocast):
+    """The modes a runner's graph runs in: inference mode (switched on
+    inside the traced call), grad mode off (the call began with it on),
+    CPU autocast off (the graph holds its casts)."""
+    with contextlib.ExitStack() as stack:
+        if autocast:
+            stack.enter_context(torch.autocast("cpu", enabled=False))
+        stack.enter_context(torch.inference_mode() if inference else torch.no_grad())
+        yield
+
+
 class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
 
     __slots__ = ("compiled", "checks", "writebacks", "treespec", "plan", "single", "record", "sets", "objects", "dense",
-                 "random", "grad", "inference")
+                 "random", "grad", "inference", "autocast")
 
     def __init__(self, compiled, checks, writebacks, out_plan, sets=(), objects=0, dense=(), random=True, grad=False,
-                 inference=False):
+                 inference=False, autocast=False):
         self.record = None  # the id of its trace record, when it has one
         # the variant's calls begin in grad mode: no op of the trace recorded a history (the recorder refuses
         # one that would: training goes through torch.compile), as under @torch.no_grad() inside, so the graph
         # runs with grad mode off, where the ops it leaves to PyTorch would make one of inputs that require grad
         self.grad = grad
         self.inference = inference  # the trace's ops all ran in inference mode, switched on inside the call
+        # the variant's calls begin under CPU autocast: the graph holds its casts as ops, where the trace made
+        # them (not where the code turned it off inside), so the ops it leaves to PyTorch run with it off
+        self.autocast = autocast
         self.compiled = compiled  # boxed: backend.compile_inference's result (a _C.Plan, or the eager graph)
         self.checks = checks
         self.writebacks = writebacks
@@ -1677,8 +1696,8 @@ class _Runner:
         itself when this runner would only pick one of its outputs (no value
         checks, no write-backs, one computed tensor returned); else this
         one."""
-        if self.checks or self.writebacks or self.objects or self.dense or self.random or self.grad or self.inference or \
-                self.single is None or not isinstance(self.compiled, _C.Plan):
+        if self.checks or self.writebacks or self.objects or self.dense or self.random or self.grad or \
+                self.inference or self.autocast or self.single is None or not isinstance(self.compiled, _C.Plan):
             return self
         return _C.ItemRunner(self.compiled.call, self.single, self)
 
@@ -1700,11 +1719,8 @@ class _Runner:
             if len(set(storages)) != len(storages):
                 return _C.SIDE_EXIT
         try:
-            if self.inference:
-                with torch.inference_mode():
-                    outs = self.compiled(list(inputs))
-            elif self.grad:
-                with torch.no_grad():
+            if self.inference or self.grad or self.autocast:
+                with _modes_off(self.inference, self.grad, self.autocast):
                     outs = self.compiled(list(inputs))
             else:
                 outs = self.compiled(list(inputs))
@@ -1933,7 +1949,7 @@ class _Build:
             # tensors the symbolic run made itself (torch.tensor(...) in the code): constants by value
             slots = [s if isinstance(s, int) else captured[id(s)] if id(s) in captured else
                      spec.add(("const", s), "a tensor the traced code made", ("value", s)) for s in sym.slots]
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):  # the graph holds autocast's casts
                 compiled = backend.compile_inference(sym.fgm, sym.examples)
             _C.stat_add("dynamic_traces")
             out_plan = _with_numbers(out_plan, sym.numbers)
@@ -1942,7 +1958,8 @@ class _Build:
             moved = {id(t): j for j, t in enumerate(sym.examples)}
             out_plan = (out_plan[0], [("in", moved[id(inputs[p[1]])]) if p[0] == "in" else p for p in out_plan[1]])
             runner = _Runner(compiled, sym.checks, sym.writebacks, out_plan, sym.sets, len(objects), sym.dense,
-                             draws(sym.fgm), trace.state["grad mode"], trace.inference_inside)
+                             draws(sym.fgm), trace.state["grad mode"], trace.inference_inside,
+                             trace.state["CPU autocast"])
             return (spec, tuple(slots + objects), runner), lambda: tracer._store(
                 trace, sym.fgm, slots + objects, sym.checks, sym.writebacks, out_plan, compiled, sym.sets,
                 len(objects), spec, sym.dense, runner.random, runner.inference)
@@ -1956,10 +1973,11 @@ class _Build:
                 # which backend.grouped_mm takes instead): the graph traced on copies of the inputs, its ops
                 # run for real (a static variant: the symbolic trace has no real run)
                 fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), _copies(inputs), "real")
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):  # the graph holds autocast's casts
             compiled = backend.compile_inference(fgm, inputs)
         runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm),
-                         grad=trace.state["grad mode"], inference=trace.inference_inside)
+                         grad=trace.state["grad mode"], inference=trace.inference_inside,
+                         autocast=trace.state["CPU autocast"])
         return (trace.spec, tuple(slots + objects), runner), lambda: tracer._store(
             trace, fgm, slots + objects, checks, writebacks, out_plan, compiled, sets, len(objects),
             random=runner.random, inference=runner.inference)
@@ -2709,7 +2727,7 @@ class _Tracer:
         from . import backend
         eager = _records.EagerGraph(v["graph"])  # decoded only if a step of the plan fails
         compiled = None
-        with _compile_lock, torch.no_grad():
+        with _compile_lock, torch.no_grad(), torch.autocast("cpu", enabled=False):  # the graph holds its casts
             if v.get("compiled") is not None:
                 try:
                     compiled = _planform.load(v["compiled"], eager)
@@ -2725,8 +2743,8 @@ class _Tracer:
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
                        [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"],
                        _records.dense_inputs(v), v.get("random", True),
-                       torch.is_grad_enabled(),  # the record's grad mode: its key holds it
-                       v.get("inference", False))
+                       torch.is_grad_enabled(),  # the record's grad mode and autocast: its key holds them
+                       v.get("inference", False), torch.is_autocast_enabled("cpu"))
 
     def explain(self, fn, args, fails, jf=None):
         """The nearest entry's first failing guard, in words: the entry that

@@ -860,6 +860,39 @@ def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, word
         torch.set_float32_matmul_precision("highest")
 
 
+def _autocast_off_inside(x, w):
+    with torch.autocast("cpu", enabled=False):
+        return x @ w
+
+
+def _bfloat16_inside(x, w):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return (x @ w).relu()
+
+
+def _under_callers(x, w):
+    return (x @ w).softmax(-1)
+
+
+@pytest.mark.parametrize("f, outer", [
+    (_autocast_off_inside, torch.bfloat16), (_bfloat16_inside, torch.float16), (_under_callers, torch.bfloat16),
+], ids=["off inside", "bfloat16 inside float16", "the caller's"])
+def test_autocast_switched_inside_a_call_under_the_callers_autocast_gives_eagers_dtype(f, outer):
+    """The graph holds autocast's casts as the trace made them: it was built
+    and run under the caller's autocast, which cast its matmul again, so
+    from the second call a matmul the code ran with autocast off came back
+    bfloat16, and one in bfloat16 came back float16."""
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    jf = torchneuron_jit.jit(f)
+    with torchneuron_jit.config.patch(compile_blocking=True), torch.autocast("cpu", dtype=outer):
+        for _ in range(3):
+            got, want = jf(x, w), f(x, w)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
+    assert [v["kind"] for v in torchneuron_jit.explain(jf).variants] == ["compiled"]
+
+
 _LAYER = torch.nn.Linear(4, 4)  # its parameters require grad
 
 
