@@ -621,12 +621,24 @@ def _attribute_dicts(trace):
 
 
 def _restore(attributes):
-    """Puts each dict of attributes (_attribute_dicts) back as it was."""
+    """Puts back each entry of the dicts of attributes (_attribute_dicts)
+    that the symbolic run left holding one of its own values (a SymInt, a
+    fake tensor): other threads write globals and attributes meanwhile
+    (Dynamo its __compiled_fn_ globals), which stay; what the run wrote
+    that is no symbolic value the real call wrote too (writes that change
+    state make a variant run eagerly)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def symbolic(v):
+        leaves = pytree.tree_leaves(v) if type(v) in (list, tuple, dict) else (v,)
+        return any(isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool, FakeTensor)) for x in leaves)
+
     for d, before in attributes:
-        for k in [k for k in d if k not in before]:
+        for k in [k for k, v in list(d.items()) if k not in before and symbolic(v)]:
             del d[k]
         for k, v in before.items():
-            if d.get(k, _ABSENT) is not v:
+            now = d.get(k, _ABSENT)
+            if now is not v and symbolic(now):
                 d[k] = v
 
 
