@@ -37,6 +37,7 @@ that runs eagerly, with one warning naming the reason.
 import atexit
 import builtins
 import collections
+import collections.abc
 import contextlib
 import copy
 import dataclasses
@@ -1038,6 +1039,14 @@ def _tensor_binding(t):
     return ("v", tuple, (t.untyped_storage().data_ptr(), tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype))
 
 
+def _made_by_code(value):
+    """Whether value holds what code computes when it runs, out of reach of
+    held_tensors: an iterator or generator (iter([x + 1]), map, zip), a
+    function with a closure (lambda: y * 2), a bound method, a partial."""
+    return isinstance(value, (collections.abc.Iterator, types.MethodType, functools.partial)) or \
+        (isinstance(value, types.FunctionType) and bool(value.__closure__))
+
+
 def _mutable(value):
     """Whether a call can change value in place (what _state_of follows)."""
     t = type(value)
@@ -1394,6 +1403,9 @@ def _graph_of(trace, result):
             continue
         held = _dynamic.held_tensors(leaf)
         if not held:
+            if _made_by_code(leaf):  # what it yields or computes is the call's, which no graph returns
+                raise _NotCompilable(f"the result holds a {type(leaf).__name__}, whose values a compiled call would "
+                                     "keep from the traced call (return the values themselves)")
             # the traced call's own value is the caller's: a mutable one is copied as it is now
             try:
                 plan.append(("const", copy.deepcopy(leaf) if _mutable(leaf) else leaf))

@@ -1316,3 +1316,37 @@ def test_a_jitted_bound_method_keeps_its_signature():
     x = torch.randn(3)
     torch.testing.assert_close(jitted(x, shift=1.0), x * 2.0 + 1.0)
 
+
+def _returns_a_closure(x):
+    y = x + 1
+    return lambda: y * 2
+
+
+def _returns_an_iterator(x):
+    return iter([x + 1, x + 2])
+
+
+def _returns_a_map(x):
+    return map(torch.neg, [x + 1])
+
+
+@pytest.mark.parametrize("f, use", [
+    (_returns_a_closure, lambda r: [r()]),
+    (_returns_an_iterator, list),
+    (_returns_a_map, list),
+], ids=["closure", "iterator", "map"])
+def test_a_result_that_computes_or_yields_what_the_call_made_is_no_stale_constant(f, use):
+    """A closure over a tensor the call computed, an iterator or a map over
+    them: the compiled call returned the traced call's object, which gave
+    the first call's tensors on every call, without a warning. Such a
+    variant runs eagerly, in words that name what it returns."""
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught, torchneuron_jit.config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for v in (1.0, 2.0, 3.0):
+            x = torch.full((2,), v)
+            for got, want in zip(use(jf(x)), use(f(x))):
+                torch.testing.assert_close(got, want)
+    words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert len(words) == 1 and "the result holds a" in words[0], words
+
