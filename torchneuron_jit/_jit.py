@@ -623,7 +623,13 @@ class _Trace:
         for c in cls.__mro__[:-1] + (meta.__mro__[:-2] if meta is not type else ()):
             if c not in self.classes_seen and not _library_class(c):
                 self.classes_seen.add(c)
-                self.guard_dict(_C.class_dict(c), f"class {c.__qualname__}", ("classdict", c))
+                d = _C.class_dict(c)
+                slot = self.guard_dict(d, f"class {c.__qualname__}", ("classdict", c))
+                for k, v in list(d.items()):  # a list or dict a class attribute holds, changed in place
+                    if type(k) is str and not (k.startswith("__") and k.endswith("__")) and \
+                            (type(v) in (list, dict, set) or _dynamic.plain_object(v)):
+                        words = f"{c.__qualname__}.{k}"
+                        self.guard_content(self.spec.add(("key", slot, k), words), v, words, lenient=True, key=k)
 
     def guard_dict(self, d, name, path=None):
         """A snapshot of dict d (found by path in another process): every

@@ -217,6 +217,32 @@ def test_state_a_global_keeps_outside_its_dict_is_guarded_or_runs_eagerly(make, 
           "as an argument)"] if eager else []), messages
 
 
+class _ClassHeld:
+    weights = [1.0]
+    opts = {"scale": 1.0}
+
+
+class _SubClassHeld(_ClassHeld):
+    pass
+
+
+def _registry_weight(x):
+    return x * _SubClassHeld.weights[0] + _ClassHeld.opts["scale"]
+
+
+def test_a_list_or_dict_a_class_attribute_holds_is_guarded_by_content():
+    """The class's dict was guarded by identity only: a list item or dict
+    value changed in place (read through a subclass too) kept the traced
+    value."""
+    def set_state(i):
+        _ClassHeld.weights[0], _ClassHeld.opts["scale"] = 1.0 + i, 2.0 * i
+
+    try:
+        assert _same_as_eager(_registry_weight, set_state, lambda: None) == []
+    finally:
+        _ClassHeld.weights[0], _ClassHeld.opts["scale"] = 1.0, 1.0
+
+
 def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
     arr = np.array([2.0])
     scope = {"torch": torch, "ARR": arr}
