@@ -5,6 +5,7 @@ answer for the thread that asks. Light (torch.fx only): the package runs
 serialise_fx_tracing when imported after torch, before the user wraps
 functions in torch.compile."""
 import contextlib
+import os
 import threading
 
 import torch
@@ -54,8 +55,20 @@ class FxGate:
     def tracing_here(self):
         return self.fx_owner == threading.get_ident()
 
+    def after_fork_in_child(self):
+        """In a forked child only the forking thread lives: a trace or
+        compile another thread owned will never end there (a build's child
+        forked meanwhile waited for it until its timeout)."""
+        me = threading.get_ident()
+        self.cond = threading.Condition()
+        if self.fx_owner != me:
+            self.fx_owner, self.fx_depth = None, 0
+        if self.dynamo_owner != me:
+            self.dynamo_owner = None
+
 
 fx_gate = FxGate()
+os.register_at_fork(after_in_child=fx_gate.after_fork_in_child)
 
 
 def gate_dynamo():

@@ -2390,6 +2390,21 @@ class _BuildChild:
 _fxgate.serialise_fx_tracing()
 _builds = _Builds()
 atexit.register(_BuildChild.kill_all)  # after the wait below (atexit runs the last registered first)
+
+
+def _after_fork_in_child():
+    """A forked process (a DataLoader or server worker, a build's child)
+    holds none of its parent's threads: no build is in flight in it, no
+    child of its parent is its own, and no lock the parent's threads held
+    is held. It inherited a build in flight that no thread would finish:
+    each miss ran eagerly, and its exit waited 30 s for it."""
+    global _compile_lock
+    _builds.__init__()
+    _BuildChild.live = set()
+    _compile_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process
 
 

@@ -1350,3 +1350,40 @@ def test_a_result_that_computes_or_yields_what_the_call_made_is_no_stale_constan
     words = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
     assert len(words) == 1 and "the result holds a" in words[0], words
 
+
+def test_a_process_forked_while_a_build_is_in_flight_inherits_no_build(monkeypatch):
+    """A forked child (a DataLoader or server worker) holds none of the
+    parent's threads, but it inherited the build in flight: each of its
+    misses ran eagerly behind a build no thread would finish, wait()
+    returned False, and its exit waited 30 s for it."""
+    import time
+    from torchneuron_jit import backend
+    compile_inference = backend.compile_inference
+
+    def slow(*args, **kwargs):  # the fork lands inside the build
+        time.sleep(1.0)
+        return compile_inference(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", slow)
+    jf = torchneuron_jit.jit(_scaled_sum)
+    with torchneuron_jit.config.patch(compile_blocking=False):
+        jf(torch.randn(4, 8))
+        assert _jit._builds.busy()
+        pid = os.fork()
+        if pid == 0:  # the child: no build in flight, and its own compiles
+            ok = False
+            try:
+                torchneuron_jit.config.compile_blocking = True
+                before = torchneuron_jit.stats()["graphs_compiled"]
+                jf(torch.randn(6, 8))
+                ok = _jit.wait(0.1) and torchneuron_jit.stats()["graphs_compiled"] == before + 1
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _jit.wait(30)
+
+
+def _scaled_sum(x):
+    return torch.tanh(x @ x.T) * 2 + x.sum()
+
