@@ -371,6 +371,10 @@ class _Trace:
             for k, item in (value.items() if type(value) is dict else enumerate(value)):
                 if type(item) in _TENSOR_TYPES:
                     self.remember(f"{words}[{k!r}]", item)
+        elif type(value) in (types.MethodType, types.BuiltinMethodType) and \
+                not isinstance(value.__self__, (types.ModuleType, type(None))):
+            # LOG_APPEND = LOG.append: what the call changes is its object
+            self.remember(f"{words}.__self__", value.__self__)
         if id(value) in self.before_seen or id(value) in self.owned or not _mutable(value):
             return
         self.before_seen.add(id(value))
@@ -394,12 +398,28 @@ class _Trace:
         """The globals a user frame's code loads and its closure variables,
         before the frame runs."""
         code, globs = frame.f_code, frame.f_globals
-        for name in _global_loads(code):
+        loads = _global_loads(code)
+        # and names written another way (globals()["N"] += 1, setattr(sys.modules[__name__], "N", ...)): any
+        # string constant or attribute name of the code that names a global, as guard_globals reads them
+        for name in loads + tuple(n for n in code.co_names + _string_constants(code) if n in globs and n not in loads):
             if name in globs and (id(globs), name) not in self.before_seen:
                 self.before_seen.add((id(globs), name))
                 self.remember(f"global {name}", globs[name])
-                if _user_module(globs[name]) or _user_class(globs[name]):  # Stats.calls += 1: its attributes
-                    self.remember_module(globs[name], code.co_names)
+                # the binding itself (globals()["N"] += 1 rebinds N with no STORE_GLOBAL of the code's)
+                describe = functools.partial(_global_binding, globs, name)
+                self.before.append((f"global {name}", describe, describe()))
+            if name in globs and (_user_module(globs[name]) or _user_class(globs[name])):
+                # Stats.calls += 1: the attributes this frame's code names (another frame's named others)
+                self.remember_module(globs[name], code.co_names)
+        arguments = code.co_argcount + code.co_kwonlyargcount
+        if arguments and any(n in code.co_varnames[:arguments] for n in ("cls", "self")):
+            # a class method's cls.n += 1, a method's type(self).calls += 1: the attributes its code names
+            local = frame.f_locals
+            for name in ("cls", "self"):
+                value = local.get(name)
+                cls = value if isinstance(value, type) else type(value)
+                if name in code.co_varnames[:arguments] and _user_class(cls):
+                    self.remember_module(cls, code.co_names)
         if code.co_freevars:
             local = frame.f_locals
             for name in code.co_freevars:
@@ -427,6 +447,9 @@ class _Trace:
                 self.writes.append(f"it sets {self.spec.names[self.tensor_slot[id(t)]]}.grad during the call, which "
                                    "a compiled call would skip (training steps go through torch.compile for now)")
                 break
+        for code, what, line in _rebindings([c for c, _ in self.codes])[:1]:  # its words name the line
+            self.writes.append(f"it assigns {what} at {code.co_filename}:{line}, which a compiled call would skip "
+                               "(return the new value instead)")
         for words, describe, was in self.before:
             change = _state_change(words, was, describe())
             if change is not None:
@@ -434,9 +457,6 @@ class _Trace:
                 self.writes.append(f"it writes {change} during the call{where}, which a compiled call would "
                                    "skip (return the new value instead, or pass the state in as a tensor)")
                 break
-        for code, what, line in _rebindings([c for c, _ in self.codes])[:1]:
-            self.writes.append(f"it assigns {what} at {code.co_filename}:{line}, which a compiled call would skip "
-                               "(return the new value instead)")
         self.outside.update(_outside_globals(self.codes))
         for (filename, line), what in list(self.outside.items())[:1]:
             self.writes.append(f"it calls {what} at {filename}:{line}, whose result a compiled call would keep "
@@ -1094,6 +1114,16 @@ def _state_of(value, budget=None, depth=0, inside=None, opaque=frozenset()):
         return ("id", id(value))
     finally:
         inside.discard(id(value))
+
+
+def _global_binding(d, name):
+    """What global name of globals d is bound to, as _state_of describes a
+    value: a number or string by value, any other object by identity
+    (what it holds is remember's to follow)."""
+    if name not in d:
+        return ("deleted",)
+    v = d[name]
+    return ("v", type(v), v) if type(v) in _IMMUTABLE else ("id", id(v))
 
 
 def _state_change(words, was, now):
@@ -2270,9 +2300,15 @@ class _BuildChild:
                 return None
             try:
                 report = tempfile.TemporaryFile(prefix="tn_build_")  # the child writes, the parent reads
+                global _forking_build
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork with threads running
-                    pid = os.fork()
+                    _forking_build = True  # the child is this build's: it keeps the state it is forked with
+                    try:
+                        pid = os.fork()
+                    finally:
+                        if pid != 0:
+                            _forking_build = False
             finally:
                 _compile_lock.release()
         except OSError as exc:
@@ -2399,11 +2435,14 @@ def _after_fork_in_child():
     is held. It inherited a build in flight that no thread would finish:
     each miss ran eagerly, and its exit waited 30 s for it."""
     global _compile_lock
+    if _forking_build:  # a build's own child (_BuildChild.start), which builds what it was forked for
+        return
     _builds.__init__()
     _BuildChild.live = set()
     _compile_lock = threading.Lock()
 
 
+_forking_build = False  # _BuildChild.start is forking a build's child
 os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process
 

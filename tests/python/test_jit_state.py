@@ -243,6 +243,72 @@ def test_a_list_or_dict_a_class_attribute_holds_is_guarded_by_content():
         _ClassHeld.weights[0], _ClassHeld.opts["scale"] = 1.0, 1.0
 
 
+class _Counted:
+    n = 0
+
+    @classmethod
+    def bump(cls):
+        cls.n += 1
+        return cls.n
+
+    def tick(self):
+        type(self).n += 1
+        return type(self).n
+
+
+_COUNTED_LOG = []
+_COUNTED_APPEND = _COUNTED_LOG.append
+_COUNTED_N = 0
+
+
+def _bumps_through_cls(x):
+    return x * _Counted.bump()
+
+
+def _bumps_through_type_of_self(x):
+    return x * _Counted().tick()
+
+
+def _appends_through_a_bound_builtin(x):
+    _COUNTED_APPEND(1)
+    return x * 2
+
+
+def _rebinds_through_globals(x):
+    globals()["_COUNTED_N"] += 1
+    return x * globals()["_COUNTED_N"]
+
+
+def _rebinds_through_setattr(x):
+    setattr(sys.modules[__name__], "_COUNTED_N", _COUNTED_N + 1)
+    return x * 2
+
+
+@pytest.mark.parametrize("f", [_bumps_through_cls, _bumps_through_type_of_self, _appends_through_a_bound_builtin,
+                               _rebinds_through_globals, _rebinds_through_setattr],
+                         ids=["cls.n += 1", "type(self).n += 1", "LOG.append bound", "globals()[N] += 1",
+                              "setattr(module)"])
+def test_writes_made_through_cls_a_bound_builtin_or_the_globals_dict_run_eagerly(f):
+    """A write that outlives the call and that no assignment of the code's
+    makes: the class a class method or type(self) reaches, the list a
+    global bound method appends to, a global rebound through globals() or
+    setattr on the module. Compiled calls skipped each (the state stayed at
+    the traced call's, and the results with it), without a warning."""
+    global _COUNTED_N
+
+    def set_state(i):
+        global _COUNTED_N
+        _Counted.n, _COUNTED_N = i, i
+        del _COUNTED_LOG[i:]
+
+    try:
+        messages = _same_as_eager(f, set_state, lambda: (_Counted.n, _COUNTED_N, len(_COUNTED_LOG)))
+    finally:
+        _Counted.n, _COUNTED_N = 0, 0
+        _COUNTED_LOG.clear()
+    assert len(messages) == 1 and "during the call" in messages[0], messages
+
+
 def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
     arr = np.array([2.0])
     scope = {"torch": torch, "ARR": arr}
