@@ -1116,6 +1116,40 @@ def _state_of(value, budget=None, depth=0, inside=None, opaque=frozenset()):
         inside.discard(id(value))
 
 
+def _library_bindings(codes):
+    """[(module, name, attribute or None, value)] of the functions and
+    classes library code found through its module's globals, and through
+    the attributes its code names on a module it found there (nn.GELU's
+    F.gelu): what a process that patched them at startup (liger-kernel
+    replaces transformers' apply_rotary_pos_emb) finds instead. jit guards
+    none of them on each call; a trace record checks them when it loads."""
+    out, seen = [], set()
+    for code, globs in codes:
+        modname = globs.get("__name__")
+        if not isinstance(modname, str):
+            continue
+        library = _records.library_code(code.co_filename)
+        if library and "<" not in code.co_qualname and (modname, code.co_qualname) not in seen:
+            # the method or function itself, by its name (LayerNorm.forward replaced on the class)
+            seen.add((modname, code.co_qualname))
+            out.append((modname, code.co_qualname, "code", code))
+        for name in _global_loads(code):
+            value = globs.get(name)
+            if isinstance(value, types.ModuleType) and (library or _records.library_code(
+                    getattr(value, "__file__", None) or "<builtin>")):  # the user's F.gelu too
+                for attr in code.co_names:
+                    if (modname, name, attr) not in seen and isinstance(vars(value).get(attr), _BOUND):
+                        seen.add((modname, name, attr))
+                        out.append((modname, name, attr, vars(value)[attr]))
+            elif library and isinstance(value, _BOUND) and (modname, name, None) not in seen:
+                seen.add((modname, name, None))
+                out.append((modname, name, None, value))
+    return out
+
+
+_BOUND = (types.FunctionType, types.BuiltinFunctionType, type)  # what a patch replaces
+
+
 def _global_binding(d, name):
     """What global name of globals d is bound to, as _state_of describes a
     value: a number or string by value, any other object by identity
@@ -2702,6 +2736,7 @@ class _Tracer:
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects,
                                       None if spec is None else spec.names, dense, random, inference)
+            record["bindings"] = _records.describe_bindings(_library_bindings(trace.codes))
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
             except _records.Unportable as exc:

@@ -1153,11 +1153,46 @@ def store(fn, key, record, limit):
 
 def applies(v, fn, args):
     """The live guard program of variant v and the value of each of its
-    slots for fn's call on args; raises Mismatch when v's guards or code
-    do not hold."""
+    slots for fn's call on args; raises Mismatch when v's guards, code or
+    library bindings do not hold."""
     spec, live = live_spec(v["spec"], v["names"], fn, args)
     for ref in v["codes"]:
         if not code_matches(ref):
             what = f"{ref[1]} {ref[2]}" if ref[0] == "dist" else f"the code of {ref[1]}.{ref[2]}"
             raise Mismatch(f"{what} changed since the record was made")
+    with _memo():
+        for modname, name, attr, desc in v.get("bindings", ()):
+            mod = sys.modules.get(modname)
+            if mod is None:  # not imported yet: nothing patched it
+                continue
+            if attr == "code":  # the library function that ran, found by its name: still a library's of that name
+                if not any(f.__code__.co_qualname == name and library_code(f.__code__.co_filename)
+                           for f in _functions(_lookup(modname, name))):
+                    raise Mismatch(f"{modname}.{name} is not the library function the trace ran (patched in one "
+                                   "process and not the other)")
+                continue
+            value = vars(mod).get(name)
+            if attr is not None:
+                value = vars(value).get(attr) if isinstance(value, types.ModuleType) else None
+            if not _matches(desc, value, _Live()):
+                raise Mismatch(f"{modname}.{name}{'' if attr is None else '.' + attr} is not what the traced "
+                               "library code found there (patched in one process and not the other)")
     return spec, live
+
+
+def describe_bindings(bindings):
+    """The records' form of _jit._library_bindings: each binding a name
+    finds ([module, name, attribute, description]); one without a name
+    that finds it (a function made at run time) is left out."""
+    out = []
+    with _memo():
+        for modname, name, attr, value in bindings:
+            if attr == "code":
+                if any(f.__code__ is value for f in _functions(_lookup(modname, name))):  # found by its name
+                    out.append([modname, name, attr, None])
+                continue
+            try:
+                out.append([modname, name, attr, _Describer({}).value(value)])
+            except Unportable:
+                continue
+    return out

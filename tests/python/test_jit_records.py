@@ -744,6 +744,41 @@ def test_a_function_over_global_modules_loads_in_a_fresh_process(program):
     assert warm["traces"] == 0 and warm["traces_loaded"] == 1, warm
 
 
+PATCHED = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torch.nn.functional as F
+    import torchneuron_jit
+
+    if os.environ.get("PATCH") == "1":  # a tool that patches torch at startup (liger-kernel does transformers')
+        F.gelu = lambda x, approximate="none": x * 2.0
+        torch.nn.LayerNorm.forward = lambda self, x: x + 100.0
+
+    torch.manual_seed(0)
+    for m in (torch.nn.GELU(), torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8))):
+        x = torch.randn(3, 8)
+        with torch.no_grad():
+            want = m(x)
+            torchneuron_jit.jit(m)
+            for _ in range(2):
+                torch.testing.assert_close(m(x), want)
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_library_code_patched_in_one_process_and_not_the_other_sends_it_tracing(program):
+    """Library code is identified by its distribution's version, and jit
+    guards none of the globals it reads: a process that replaced F.gelu
+    (which nn.GELU's forward calls) or LayerNorm.forward at startup loaded
+    the other process's records and answered with the original ops. The
+    records note what library code found by name, and check it."""
+    assert program(source=PATCHED)["trace_records_stored"] == 2
+    patched = program(source=PATCHED, env={"PATCH": "1"})
+    assert patched["traces_loaded"] == 0 and patched["traces"] == 2, patched
+    assert program(source=PATCHED)["traces"] == 0
+
+
 DECORATED = textwrap.dedent('''
     import json, sys, warnings
     import torch
