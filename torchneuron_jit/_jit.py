@@ -2735,8 +2735,8 @@ class _Tracer:
             pspec = _records.portable_spec(trace, spec=spec)
             key = _records.trace_key(trace.fn, trace, pspec)
             record = _records.variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects,
-                                      None if spec is None else spec.names, dense, random, inference)
-            record["bindings"] = _records.describe_bindings(_library_bindings(trace.codes))
+                                      None if spec is None else spec.names, dense, random, inference,
+                                      _library_bindings(trace.codes))
             try:  # without its plan, a warm process compiles the record's graph instead
                 record["compiled"] = _planform.encode(compiled)
             except _records.Unportable as exc:

@@ -1046,13 +1046,15 @@ def read(key):
 
 
 def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, objects, names=None, dense=(), random=True,
-            inference=False):
+            inference=False, bindings=()):
     """The record of one traced entry, pspec its portable_spec (names: its
     spec's words, when it is not trace.spec); sets and objects: what it
     sets on the last objects of its slots (_jit._Sets); dense: the graph's
     inputs its runner copies dense ((input, order)); random: whether its
     graph draws random numbers; inference: whether it runs in inference
-    mode, switched on inside the call (raises Unportable)."""
+    mode, switched on inside the call; bindings: what library code found
+    by name (_jit._library_bindings), checked when it loads (raises
+    Unportable)."""
     codes = []
     for code, globs in trace.codes:
         if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
@@ -1077,6 +1079,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
               "plan": [list(p) for p in plan], "sets": sets,
               "objects": objects, "random": random, "inference": inference,
+              "bindings": describe_bindings(bindings),
               "dense": [[i, None if order is None else list(order)] for i, order in dense],
               "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
