@@ -69,7 +69,11 @@ def _failed(handle, exc):
 
 
 def get(table, key):
-    """The payload stored under key (16 bytes) in table, or None."""
+    """The payload stored under key (16 bytes) in table, or None.
+
+    ValueError for a table other than ARTIFACTS or TRACES, or a key of
+    another length; a store error warns once and answers None.
+    """
     handle = _open()
     if handle is None:
         return None
@@ -81,7 +85,7 @@ def get(table, key):
 
 
 def put(table, key, value):
-    """Stores value under key; returns whether it was stored."""
+    """Stores value under key; returns whether it was stored (ValueError as get())."""
     handle = _open()
     if handle is None:
         return False

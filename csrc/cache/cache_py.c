@@ -104,8 +104,15 @@ static void Cache_dealloc(PyObject *o)
   Py_DECREF(tp);
 }
 
-static int parse_key(Py_buffer *key)
+/* Checks a table number and a key from Python: ValueError naming the argument
+** when either is out of range (the store is not touched, nor poisoned). */
+static int parse_key(int table, Py_buffer *key)
 {
+  if (table < 0 || table >= TN_CACHE__TABLES) {
+    PyErr_Format(PyExc_ValueError, "table must be ARTIFACTS (%d) or TRACES (%d), got %d",
+                 TN_CACHE_ARTIFACTS, TN_CACHE_TRACES, table);
+    return -1;
+  }
   if (key->len != TN_CACHE_KEY_LEN) {
     PyErr_Format(PyExc_ValueError, "key must be %d bytes, got %zd", TN_CACHE_KEY_LEN, key->len);
     return -1;
@@ -123,7 +130,7 @@ static PyObject *Cache_get(PyObject *o, PyObject *args)
   tn_cache *c;
   if (!PyArg_ParseTuple(args, "iy*:get", &table, &key))
     return NULL;
-  if (parse_key(&key) < 0 || !(c = cache_begin(self))) {
+  if (parse_key(table, &key) < 0 || !(c = cache_begin(self))) {
     PyBuffer_Release(&key);
     return NULL;
   }
@@ -151,7 +158,7 @@ static PyObject *Cache_put(PyObject *o, PyObject *args)
   tn_cache *c;
   if (!PyArg_ParseTuple(args, "iy*y*:put", &table, &key, &val))
     return NULL;
-  if (parse_key(&key) < 0 || !(c = cache_begin(self))) {
+  if (parse_key(table, &key) < 0 || !(c = cache_begin(self))) {
     PyBuffer_Release(&key);
     PyBuffer_Release(&val);
     return NULL;
@@ -174,7 +181,7 @@ static PyObject *Cache_delete(PyObject *o, PyObject *args)
   tn_cache *c;
   if (!PyArg_ParseTuple(args, "iy*:delete", &table, &key))
     return NULL;
-  if (parse_key(&key) < 0 || !(c = cache_begin(self))) {
+  if (parse_key(table, &key) < 0 || !(c = cache_begin(self))) {
     PyBuffer_Release(&key);
     return NULL;
   }

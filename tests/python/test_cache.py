@@ -241,20 +241,31 @@ def test_key_types(tmp_path):
         c.close()
 
 
-def test_bad_table_raises_cache_error(tmp_path):
+def test_bad_table_raises_value_error(tmp_path):
     c = _C.Cache(str(tmp_path / "tables"))
     try:
         for table in (-1, 2, 99):
-            with pytest.raises(_C.CacheError) as info:
+            with pytest.raises(ValueError, match=f"table must be .*got {table}"):
                 c.get(table, key(1))
-            assert info.value.code == _C.EINVAL
-            with pytest.raises(_C.CacheError) as info:
+            with pytest.raises(ValueError, match=f"table must be .*got {table}"):
                 c.put(table, key(1), b"v")
-            assert info.value.code == _C.EINVAL
+            with pytest.raises(ValueError, match=f"table must be .*got {table}"):
+                c.delete(table, key(1))
         c.put(_C.CACHE_TRACES, key(1), b"v")  # still usable
         assert c.get(_C.CACHE_TRACES, key(1)) == b"v"
     finally:
         c.close()
+
+
+def test_module_functions_raise_value_error_for_a_bad_table():
+    """A caller's mistake is an error, as a bad key is, not a store failure
+    that warns and goes on uncached."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for call in (lambda: cache.get(5, key(1)), lambda: cache.put(5, key(1), b"v")):
+            with pytest.raises(ValueError, match="table must be ARTIFACTS"):
+                call()
+    assert cache.put(cache.ARTIFACTS, key(1), b"v") and cache.get(cache.ARTIFACTS, key(1)) == b"v"
 
 
 # -- _C.Cache handle -------------------------------------------------------------------
