@@ -420,6 +420,12 @@ class _Trace:
                 cls = value if isinstance(value, type) else type(value)
                 if name in code.co_varnames[:arguments] and _user_class(cls):
                     self.remember_module(cls, code.co_names)
+        fn = _function_of(frame) if arguments else None
+        if fn is not None:  # def bump(state=[0]): state[0] += 1 writes what every call's default is
+            defaults = fn.__defaults__ or ()
+            names = code.co_varnames[code.co_argcount - len(defaults):code.co_argcount]
+            for name, value in itertools.chain(zip(names, defaults), (fn.__kwdefaults__ or {}).items()):
+                self.remember(f"the default of {code.co_qualname}'s argument {name}", value)
         if code.co_freevars:
             local = frame.f_locals
             for name in code.co_freevars:
@@ -1322,6 +1328,29 @@ def _outside_code(code):
     if mod == "os" and code.co_qualname.startswith("_Environ"):
         return "os.environ"
     return f"{mod}.{code.co_qualname}()"
+
+
+def _function_of(frame):
+    """The function running frame, found by its code's name where code
+    names functions: a global of its module, an attribute of the class of
+    its self or cls argument, or a global of its caller's (a function, or a
+    class holding it as a static method); else None."""
+    code = frame.f_code
+
+    def match(value):
+        if isinstance(value, type):  # through its classes' dicts: no descriptor runs
+            value = next((vars(k)[code.co_name] for k in value.__mro__ if code.co_name in vars(k)), None)
+        value = getattr(value, "__func__", value)  # a static or class method, a bound method
+        return value if isinstance(value, types.FunctionType) and value.__code__ is code else None
+
+    fn = match(frame.f_globals.get(code.co_name))
+    if fn is None and code.co_argcount and code.co_varnames[0] in ("self", "cls"):
+        first = frame.f_locals.get(code.co_varnames[0])
+        fn = match(first if isinstance(first, type) else type(first))
+    caller = frame.f_back  # not its locals: reading f_locals keeps what they hold alive in the frame
+    if fn is None and caller is not None:
+        fn = next((f for f in map(match, list(caller.f_globals.values())) if f is not None), None)
+    return fn
 
 
 def _user_class(value):

@@ -309,6 +309,67 @@ def test_writes_made_through_cls_a_bound_builtin_or_the_globals_dict_run_eagerly
     assert len(messages) == 1 and "during the call" in messages[0], messages
 
 
+def _bump_own_default(state=[0]):
+    state[0] += 1
+    return state[0]
+
+
+class _Defaults:
+    def bump(self, state=[0]):
+        state[0] += 1
+        return state[0]
+
+    @staticmethod
+    def bump_kw(*, state={"n": 0}):
+        state["n"] += 1
+        return state["n"]
+
+
+def _through_a_default(x):
+    return x * _bump_own_default()
+
+
+def _through_a_methods_default(x):
+    return x * _Defaults().bump()
+
+
+def _through_a_static_methods_keyword_default(x):
+    return x * _Defaults.bump_kw()
+
+
+def _reads_a_default(x, table={"scale": 2.0}):
+    return x * table["scale"]
+
+
+def _through_a_default_it_only_reads(x):
+    return _reads_a_default(x) + 1
+
+
+_DEFAULTS = [_bump_own_default.__defaults__[0], _Defaults.bump.__defaults__[0]]
+
+
+@pytest.mark.parametrize("f", [_through_a_default, _through_a_methods_default,
+                               _through_a_static_methods_keyword_default],
+                         ids=["function", "method", "static method keyword-only"])
+def test_a_helper_that_writes_its_own_mutable_default_runs_eagerly(f):
+    """def bump(state=[0]): state[0] += 1, a memo or counter that lives in
+    the function's default: compiled calls skipped the write and answered
+    with the traced count, without a warning."""
+    def set_state(i):
+        _DEFAULTS[0][0] = _DEFAULTS[1][0] = i
+        _Defaults.bump_kw.__kwdefaults__["state"]["n"] = i
+
+    def read_state():
+        return _DEFAULTS[0][0], _DEFAULTS[1][0], _Defaults.bump_kw.__kwdefaults__["state"]["n"]
+
+    messages = _same_as_eager(f, set_state, read_state)
+    assert len(messages) == 1 and "writes the default of" in messages[0], messages
+
+
+def test_a_helper_that_only_reads_its_default_compiles():
+    assert _same_as_eager(_through_a_default_it_only_reads, lambda i: None, lambda: None) == []
+
+
 def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
     arr = np.array([2.0])
     scope = {"torch": torch, "ARR": arr}
