@@ -56,6 +56,8 @@ struct tn_cache {
   MDB_dbi ca_dbi[TN_CACHE__TABLES];
   MDB_dbi ca_meta;
   int ca_reopen;                   /* set in a forked child: open a new env */
+  dev_t ca_data_dev, ca_lock_dev;  /* the data and lock files env_open opened: */
+  ino_t ca_data_ino, ca_lock_ino;  /* files_check compares the paths with them */
   pthread_mutex_t ca_mu;           /* the fields below */
   int ca_rc;                       /* non-zero: poisoned */
   int ca_quarantine;               /* move the file aside on close */
@@ -503,6 +505,55 @@ static int env_open_once(tn_cache *c, char *why, size_t whylen)
   return mrc;
 }
 
+/* Notes the device and inode of the files c->ca_env has open (after env_open_once). */
+static void files_note(tn_cache *c)
+{
+  struct stat st;
+  char lock[sizeof c->ca_path + 8];
+  int fd = -1;
+  c->ca_data_ino = c->ca_lock_ino = 0;
+  if (mdb_env_get_fd(c->ca_env, &fd) == 0 && fstat(fd, &st) == 0) {
+    c->ca_data_dev = st.st_dev;
+    c->ca_data_ino = st.st_ino;
+  }
+  snprintf(lock, sizeof lock, "%s-lock", c->ca_path);
+  if (stat(lock, &st) == 0) {
+    c->ca_lock_dev = st.st_dev;
+    c->ca_lock_ino = st.st_ino;
+  }
+}
+
+/* Whether the paths still name the files c->ca_env has open. LMDB's
+** readers and writers meet in the lock file: a process that opens the store
+** after the lock file was removed (a cleanup script's rm *-lock) makes a new
+** one, and writes beside this process unseen, each reusing pages the other
+** still reads. So a handle whose lock or data file is no longer at its path
+** is poisoned (TN_EPOISONED, its error says why) before it touches the
+** store again; closing it and opening the path again joins the new files. */
+static int files_check(tn_cache *c)
+{
+  struct stat st;
+  char lock[sizeof c->ca_path + 8];
+  const char *gone = NULL;
+  snprintf(lock, sizeof lock, "%s-lock", c->ca_path);
+  if (c->ca_lock_ino && (stat(lock, &st) != 0 || st.st_dev != c->ca_lock_dev || st.st_ino != c->ca_lock_ino))
+    gone = "its lock file";
+  else if (c->ca_data_ino && (stat(c->ca_path, &st) != 0 || st.st_dev != c->ca_data_dev ||
+                              st.st_ino != c->ca_data_ino))
+    gone = "its data file";
+  if (!gone)
+    return TN_OK;
+  pthread_mutex_lock(&c->ca_mu);
+  if (c->ca_rc == TN_OK) {
+    c->ca_rc = TN_ESTORE;
+    snprintf(c->ca_err, sizeof c->ca_err,
+             "cache %s: %s was removed or replaced while this process had it open; this handle no longer "
+             "touches the store (open it again to use the files now at the path)", c->ca_path, gone);
+  }
+  pthread_mutex_unlock(&c->ca_mu);
+  return TN_EPOISONED;
+}
+
 /* Opens c->ca_env (caller holds ca_lock exclusively or owns c alone),
 ** moving a damaged or foreign-format file aside once. */
 static int env_open(tn_cache *c, char *err, size_t errlen)
@@ -521,6 +572,7 @@ static int env_open(tn_cache *c, char *err, size_t errlen)
     snprintf(err, errlen, "cannot open cache %s: %s", c->ca_path, why);
     return mrc == ENOMEM ? TN_ENOMEM : (mrc > 0 ? TN_EIO : TN_ESTORE);
   }
+  files_note(c);
   c->ca_pid = getpid();
   c->ca_reopen = 0;
   return TN_OK;
@@ -563,7 +615,7 @@ static int cache_enter(tn_cache *c)
       pthread_mutex_lock(&c->ca_mu);
       int rc = c->ca_rc;
       pthread_mutex_unlock(&c->ca_mu);
-      if (rc == TN_OK)
+      if (rc == TN_OK && files_check(c) == TN_OK)
         return TN_OK;
       pthread_rwlock_unlock(&c->ca_lock);
       return TN_EPOISONED;

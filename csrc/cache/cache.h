@@ -36,6 +36,12 @@
 ** the file aside when the handle is closed. Not covered: another program
 ** writing garbage into the file while this process has it open.
 **
+** Files removed under an open handle: every operation first checks that the
+** data file and LMDB's lock file at the path are still the ones the handle
+** opened. A lock file removed (rm *-lock) would let the next process write
+** beside this one with a lock table of its own; the handle is poisoned
+** instead (TN_EPOISONED), and opening the path again uses the new files.
+**
 ** Threads and processes: a handle may be used from any thread. Opening a
 ** path already open in this process returns the same handle (counted).
 ** After fork() the child's first call opens its own environment (the

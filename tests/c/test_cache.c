@@ -512,6 +512,40 @@ START_TEST(test_fork_child_reopens)
 }
 END_TEST
 
+/* A handle whose lock file was removed (a cleanup script's rm *-lock) or
+** whose data file was moved away is poisoned before it touches the store:
+** a process opening the path afterwards would write beside it with a lock
+** table of its own. Opening the path again joins the files now there. */
+START_TEST(test_removed_lock_or_data_file_poisons_the_handle)
+{
+  char lock[320], aside[320];
+  uint8_t key[16];
+  void *v = NULL;
+  size_t len;
+  snprintf(lock, sizeof lock, "%s-lock", data_path());
+  tn_cache *c = open_cache(0, 0);
+  put_n(c, 12, 1, 100);
+  ck_assert_int_eq(unlink(lock), 0);
+  make_key(key, 12, 1);
+  ck_assert_int_eq(tn_cache_get(c, TN_CACHE_ARTIFACTS, key, &v, &len), TN_EPOISONED);
+  ck_assert_ptr_nonnull(strstr(tn_cache_errmsg(c), "its lock file was removed or replaced"));
+  ck_assert_int_eq(tn_cache_put(c, TN_CACHE_ARTIFACTS, key, "x", 1), TN_EPOISONED);
+  tn_cache_close(c);
+  c = open_cache(0, 0); /* a new lock file; the record is intact */
+  ck_assert(has(c, 12, 1));
+  snprintf(aside, sizeof aside, "%s.moved", data_path());
+  ck_assert_int_eq(rename(data_path(), aside), 0);
+  ck_assert_int_eq(tn_cache_get(c, TN_CACHE_ARTIFACTS, key, &v, &len), TN_EPOISONED);
+  ck_assert_ptr_nonnull(strstr(tn_cache_errmsg(c), "its data file was removed or replaced"));
+  tn_cache_close(c);
+  c = open_cache(0, 0); /* a fresh store at the path */
+  ck_assert(!has(c, 12, 1));
+  put_n(c, 12, 2, 10);
+  ck_assert(has(c, 12, 2));
+  tn_cache_close(c);
+}
+END_TEST
+
 START_TEST(test_concurrent_processes_no_loss)
 {
   enum { PROCS = 4, EACH = 600 };
@@ -580,6 +614,7 @@ static Suite *cache_suite(void)
   tcase_add_test(tc, test_damaged_pages_never_crash);
   tcase_add_test(tc, test_probe_skipped_while_stamp_matches);
   tcase_add_test(tc, test_fork_child_reopens);
+  tcase_add_test(tc, test_removed_lock_or_data_file_poisons_the_handle);
   tcase_add_test(tc, test_concurrent_processes_no_loss);
   tcase_add_test(tc, test_malloc_not_overridden);
   suite_add_tcase(s, tc);

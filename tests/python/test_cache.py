@@ -508,6 +508,28 @@ def test_concurrent_process_writes_are_visible_without_reopen(run_python):
     assert cache.get(cache.ARTIFACTS, key(5)) == b"child"  # the parent's store stayed open
 
 
+def test_a_lock_file_removed_under_the_store_is_reopened_not_written_beside(cache_dir, run_python):
+    """rm cache.mdb-lock while a process has the store open (a cleanup
+    script): a process opening it next makes a new lock file, and the two
+    wrote at once with lock tables of their own (records lost, a writer
+    crashed). This process's handle now stops at its next operation, warns
+    once, and opens the files at the path again: both processes share the
+    new lock file, and no record is lost."""
+    assert cache.put(cache.ARTIFACTS, key(1), b"before")
+    os.remove(os.path.join(str(cache_dir), "cache.mdb-lock"))
+    child = ("from torchneuron_jit import cache\n"
+             "assert cache.put(cache.ARTIFACTS, (2).to_bytes(16, 'little'), b'other process')\n")
+    proc = run_python("-c", child)
+    assert proc.returncode == 0, proc.stderr
+    with pytest.warns(RuntimeWarning, match="its lock file was removed or replaced"):
+        assert cache.get(cache.ARTIFACTS, key(1)) is None  # this call: uncached
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.put(cache.ARTIFACTS, key(3), b"after")
+        assert [cache.get(cache.ARTIFACTS, key(k)) for k in (1, 2, 3)] == [b"before", b"other process", b"after"]
+    assert cache.stats()["entries"] == 3
+
+
 # -- Damage ---------------------------------------------------------------------------
 
 def test_damaged_file_is_moved_aside(cache_dir):
