@@ -1771,6 +1771,18 @@ def _modes_off(inference, grad, autocast):
         yield
 
 
+def _grad_mode_views(outs):
+    """outs with each view among them (of a tensor the graph made) as a
+    tensor of its own over the same memory: autograd refuses to let a view
+    made with grad off be changed in place under grad mode (x.t().flatten()
+    returned, then out.mul_(w) with a w that requires grad), where eager's
+    result may be (the graph's views are often its own: eager's reshape of
+    x.t() copies)."""
+    if not any(type(o) in _TENSOR_TYPES and o._is_view() for o in outs):
+        return outs
+    return [o.detach() if type(o) in _TENSOR_TYPES and o._is_view() else o for o in outs]
+
+
 class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
@@ -1854,6 +1866,8 @@ class _Runner:
             with torch.no_grad():
                 for i, k in self.writebacks:
                     inputs[i].copy_(outs[k])
+        if self.grad:
+            outs = _grad_mode_views(outs)
         for k, attr, p in self.sets:  # as the traced call left them (a cache layer's keys and values)
             if p[0] == "append":  # new objects at the end of a list (a DynamicCache's layers)
                 lst = vars(objects[k])[attr]

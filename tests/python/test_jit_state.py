@@ -1093,6 +1093,28 @@ def test_grad_mode_on_inside_with_tensors_that_require_grad_still_runs_eagerly()
     assert got.grad_fn is not None
 
 
+@pytest.mark.parametrize("f", [lambda x: x.t().flatten(), lambda x: (x * 2).view(-1),
+                               lambda x: torch.nn.functional.relu(x).t().reshape(-1)],
+                         ids=["x.t().flatten()", "(x * 2).view(-1)", "relu(x).t().reshape(-1)"])
+def test_a_result_changed_in_place_under_grad_mode_as_eagers_can_be(f):
+    """A frozen jitted backbone feeding a trainable head that adds to its
+    features in place (feats += bias): the variant's graph runs with grad
+    off, and a view it returned was one autograd refuses to change in
+    place under grad mode (RuntimeError where eager trains)."""
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(4, 6)
+    for _ in range(3):
+        grads = []
+        for fn in (f, jf):
+            w = torch.linspace(-1, 1, 24, requires_grad=True)
+            out = fn(x)
+            out.mul_(w)
+            out.sum().backward()
+            grads.append((out.detach(), w.grad))
+        torch.testing.assert_close(grads[1], grads[0])
+    assert [(v["kind"], v["hits"]) for v in torchneuron_jit.explain(jf).variants] == [("compiled", 2)]
+
+
 @pytest.mark.parametrize("where", ["with torch.device", "set_default_device"])
 def test_the_default_device_is_guarded(where):
     """torch.ones(3) in the traced code makes a tensor on the default
