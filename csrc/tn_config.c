@@ -120,6 +120,25 @@ static const char *config_expected(int type)
   }
 }
 
+/* The range "lo.." or "lo..hi" of INT entry id: whether value lies in it.
+** *lo and *hi get its ends (INT64_MIN, INT64_MAX where it names none). */
+static int config_in_range(int id, int64_t value, int64_t *lo, int64_t *hi)
+{
+  const char *r = config_defs[id].ce_sdef;
+  *lo = INT64_MIN;
+  *hi = INT64_MAX;
+  if (r) {
+    char *end;
+    const char *dots = strstr(r, "..");
+    assert(dots);
+    if (dots != r)
+      *lo = strtoll(r, &end, 10);
+    if (dots[2])
+      *hi = strtoll(dots + 2, &end, 10);
+  }
+  return value >= *lo && value <= *hi;
+}
+
 /* -- Public API --------------------------------------------------------- */
 
 int tn_config_find(const char *name)
@@ -173,6 +192,16 @@ int tn_config_set_int(int id, int64_t value, char *err, size_t errlen)
       (type == TN_CFG_BYTES && value < 0)) {
     snprintf(err, errlen, "config %s: expected %s, got %" PRId64,
              config_defs[id].ce_name, config_expected(type), value);
+    return TN_EINVAL;
+  }
+  int64_t lo, hi;
+  if (type == TN_CFG_INT && !config_in_range(id, value, &lo, &hi)) {
+    if (hi == INT64_MAX)
+      snprintf(err, errlen, "config %s: expected an integer >= %" PRId64 ", got %" PRId64,
+               config_defs[id].ce_name, lo, value);
+    else
+      snprintf(err, errlen, "config %s: expected an integer from %" PRId64 " to %" PRId64 ", got %" PRId64,
+               config_defs[id].ce_name, lo, hi, value);
     return TN_EINVAL;
   }
   __atomic_store_n(&config_ival[id], value, __ATOMIC_RELAXED);

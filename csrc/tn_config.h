@@ -11,14 +11,16 @@
 #include <stdint.h>
 
 #define TN_CFG_BOOL  0   /* 0/1; text: 1 0 true false yes no on off */
-#define TN_CFG_INT   1   /* int64 */
+#define TN_CFG_INT   1   /* int64 in the range its string default names */
 #define TN_CFG_BYTES 2   /* int64 >= 0; text may end in K, M, G or T (powers of 1024) */
 #define TN_CFG_STR   3   /* UTF-8 text */
 #define TN_CFG_CHOICE 4  /* one of the '|'-separated names in the string default (case-insensitive);
                          ** held as its index, read from Python as its name */
 
 /* _(name, type, integer default, string default, doc); a CHOICE's integer
-** default is the index of its default among the names of its string default */
+** default is the index of its default among the names of its string default;
+** an INT's string default is its range, "lo.." or "lo..hi" (set_int refuses
+** a value outside it, naming the setting) */
 #define TN_CONFIG_DEF(_) \
   _(cache, TN_CFG_BOOL, 1, NULL, \
     "Use the persistent compile cache.") \
@@ -30,7 +32,7 @@
     "Initial LMDB map size; the map doubles on demand up to cache_max_bytes.") \
   _(cache_verify, TN_CFG_BOOL, 1, NULL, \
     "Check an existing cache file in a child process before using it (LMDB has no page checksums).") \
-  _(kernel_threads, TN_CFG_INT, 0, NULL, \
+  _(kernel_threads, TN_CFG_INT, 0, "0..", \
     "Threads a large generated kernel is split across; 0 follows torch.get_num_threads().") \
   _(row_fusion, TN_CFG_CHOICE, 0, "auto|on|off", \
     "Lower reductions and norms over trailing dims (softmax, layer norm, RMS norm, sum, mean, amax, var, " \
@@ -40,7 +42,7 @@
     "encoder 4-5%, the others within noise; rows of 64 run at 0.75-0.9x eager's. Under auto a reduction whose " \
     "rows are not one unit-stride run of its input (a mean over H and W of a channels-last tensor) stays " \
     "eager's, which reduces across rows: as a row kernel it took 157 us against 16. True/False set on/off.") \
-  _(row_fusion_min_row, TN_CFG_INT, 256, NULL, \
+  _(row_fusion_min_row, TN_CFG_INT, 256, "0..", \
     "With row_fusion auto, the fewest elements a row must be known to have for its reduction to be fused " \
     "(on: every row). Shorter rows go one at a time through tier 2's passes and measured slower than " \
     "eager's kernels: the attention softmax over rows of 128 at batch 8 cost the zoo's eager-attention " \
@@ -65,7 +67,7 @@
     "tokens, 4 heads of 64), with one where the scores hold flash_attention_min_scores elements or more " \
     "(below that, up to 1.14x slower; at 8 x 512 tokens 0.3x). The values differ by rounding only; a " \
     "row masked with -inf throughout stays NaN as in eager. True/False set on/off.") \
-  _(flash_attention_min_scores, TN_CFG_INT, INT64_C(1) << 21, NULL, \
+  _(flash_attention_min_scores, TN_CFG_INT, INT64_C(1) << 21, "0..", \
     "With flash_attention auto, the fewest elements (batch x heads x queries x keys, a symbolic size " \
     "counted at the traced call's value) a masked attention's scores must have to run as flash attention.") \
   _(onednn_packed_weights, TN_CFG_BOOL, 0, NULL, \
@@ -79,19 +81,19 @@
     "background: compiled on worker threads, no call waits, the compiler in the idle class and stopped while " \
     "calls are served (build_pause_ms); sync: compiled before the call that asks goes on " \
     "(tests, benchmarks); off: tier 1 only. Without a compiler tier 1 stays (said once under log=compile).") \
-  _(tier2_after_calls, TN_CFG_INT, 2, NULL, \
+  _(tier2_after_calls, TN_CFG_INT, 2, "1..", \
     "Launches of a kernel after which it goes to tier 2 (1: at its first; a kernel run once is not worth a " \
     "compile). A cached tier 2 is loaded at that launch too.") \
-  _(tier2_jobs, TN_CFG_INT, 1, NULL, \
+  _(tier2_jobs, TN_CFG_INT, 1, "1..", \
     "Tier-2 compiles that run at once in the background (worker threads that wait for the compiler " \
     "without holding the GIL).") \
   _(tier2_cc, TN_CFG_STR, 0, "cc", \
     "The C compiler of tier 2 (a name looked up on PATH, or a path); GCC or a compiler taking its options.") \
-  _(jit_cache_limit, TN_CFG_INT, 8, NULL, \
+  _(jit_cache_limit, TN_CFG_INT, 8, "0..", \
     "Entries (traced variants) a function under torchneuron_jit.jit keeps; a call no entry accepts past " \
     "this runs eagerly (one warning gives the last reason), unless a variant has gone unused long enough " \
     "to be evicted for it (jit_evict_after).") \
-  _(jit_evict_after, TN_CFG_INT, 32, NULL, \
+  _(jit_evict_after, TN_CFG_INT, 32, "0..", \
     "Calls of a function under torchneuron_jit.jit at its jit_cache_limit that its least recently used " \
     "compiled variant must have gone without taking one before a call no variant takes evicts it and " \
     "traces (a narrower variant a dynamic one superseded; a region of a generate loop's branches no longer " \
@@ -116,10 +118,10 @@
     "then forked at the start of the next call, on its thread; gaps that rule it out decide at once); else thread (a lent thread slows each call " \
     "during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no " \
     "fork, trace records or the cache off, a variant that cannot be stored) or fails, the thread builds.") \
-  _(build_child_busy_pct, TN_CFG_INT, 90, NULL, \
+  _(build_child_busy_pct, TN_CFG_INT, 90, "0..100", \
     "With build_worker=auto, the share of the time since the last build began (0.1 s at least) in which " \
     "jitted calls were in flight from which a build runs in a child process.") \
-  _(build_worker_timeout_s, TN_CFG_INT, 300, NULL, \
+  _(build_worker_timeout_s, TN_CFG_INT, 300, "1..", \
     "Seconds a build's forked child (build_worker) may take before it is killed and the build runs on the " \
     "thread instead.") \
   _(build_gc_off, TN_CFG_BOOL, 1, NULL, \
@@ -129,7 +131,7 @@
     "trace and its build allocate enough to set off a collection of the whole heap, which holds the GIL " \
     "for ~0.3 s with torch and transformers loaded, inside the call that traced (HF BERT's first traced " \
     "call: 90 instead of 320 ms). Off: collections run as Python schedules them.") \
-  _(build_pause_ms, TN_CFG_INT, 200, NULL, \
+  _(build_pause_ms, TN_CFG_INT, 200, "0..", \
     "A background build of torchneuron_jit.jit pauses while a call of a jitted function is in flight (at " \
     "its next Python call or return, the GIL released) and goes on when none is, or after this many ms; " \
     "after a pause that ran out it runs as long before pausing again. A build's Python beside a served " \
@@ -140,29 +142,29 @@
     "compiler that ran less than a quarter of the run after a pause that ran out (calls back to back on " \
     "every core: the idle class gets none) is lent a thread of the calls until it exits, as a build's " \
     "child is (build_worker), and not stopped again. 0: builds and compilers never pause.") \
-  _(build_resume_us, TN_CFG_INT, 1000, NULL, \
+  _(build_resume_us, TN_CFG_INT, 1000, "0..", \
     "A background build or tier-2 compiler that paused for served calls (build_pause_ms) goes on this " \
     "many microseconds after the last one ended, not at once: the caller's own Python after a call (taking its result, " \
     "the next request) then keeps the GIL. Woken as a call returned, a build made those lines wait ~10 ms " \
     "(two switch intervals). Longer starves a build beside calls with short gaps between them (2 ms gaps: " \
     "~7-16 s for a ~1 s build at 1000, 21-24 s at 2000, 6-7 s at 0). 0: it goes on at once.") \
-  _(dynamic_after, TN_CFG_INT, 2, NULL, \
+  _(dynamic_after, TN_CFG_INT, 2, "0..", \
     "Distinct sizes a tensor argument's dimension of a function under torchneuron_jit.jit takes (at the " \
     "same place: argument, path, dimension), or distinct values an int or float argument takes, before its next " \
     "trace is symbolic there: one variant then serves every size or value, guarded only by the relations " \
     "the trace needs (s1 >= 2, s1 == s2, 64 % heads == 0). 0 never makes one dynamic (every size is its " \
     "own variant). Sizes and ints 0 and 1 stay specialised; an int Python needs the value of (range(n)) " \
     "and a float the code branches on stay static.") \
-  _(storm_misses, TN_CFG_INT, 4, NULL, \
+  _(storm_misses, TN_CFG_INT, 4, "0..", \
     "Misses of a function under torchneuron_jit.jit that one guard causes (a global that changes, a " \
     "dimension that stays static, a module attribute set between calls) before one warning says what " \
     "changes and what to do. A value read from a tensor (item()) takes as many values as jit_cache_limit " \
     "at least, and then the function runs eagerly from now on (each variant ran its graph before the " \
     "value showed it did not serve the call). 0: no warning.") \
-  _(trace_backoff, TN_CFG_INT, 2, NULL, \
+  _(trace_backoff, TN_CFG_INT, 2, "0..", \
     "After a jitted function's k-th trace that fails (its variant runs eagerly) or whose build is dropped, " \
     "its next trace_backoff**k - 1 misses run eagerly without tracing. 0 or 1: no backoff.") \
-  _(blacklist_after, TN_CFG_INT, 4, NULL, \
+  _(blacklist_after, TN_CFG_INT, 4, "0..", \
     "Failed or dropped traces after which a jitted function runs eagerly for good, with one warning. 0: never.") \
   _(jit_trace_records, TN_CFG_BOOL, 1, NULL, \
     "With cache on, torchneuron_jit.jit stores each traced variant it can describe without object identities " \

@@ -12,8 +12,13 @@ KINDS = ("cache", "compile", "fallback", "recompiles")
 
 
 def enabled(kind):
-    """Whether events of kind are printed now."""
+    """Whether events of kind are printed now (a kind config.log names that
+    is none of KINDS gives one warning)."""
     selected = {k.strip() for k in config.log.split(",") if k.strip()}
+    unknown = selected - set(KINDS) - {"all"}
+    if unknown:
+        warn_once(f"config.log (TORCHNEURON_LOG) names no event kind {', '.join(sorted(unknown))}; the kinds are "
+                  f"{', '.join(KINDS)} and all")
     return kind in selected or "all" in selected
 
 

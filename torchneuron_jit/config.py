@@ -12,6 +12,8 @@ or set ``TORCHNEURON_<NAME>`` in the environment before import (for example
 the default and gives one warning naming it.
 """
 import contextlib
+import difflib
+import os
 import sys
 import types
 import warnings
@@ -38,10 +40,21 @@ def table():
     return [Setting(n, t, d, doc, _C.config_get(n)) for n, t, d, doc in _C.config_table()]
 
 
+# TORCHNEURON_* variables that are no setting: setup.py's
+_BUILD_VARIABLES = ("TORCHNEURON_TCC_DIR",)
+
+
 def reset():
-    """Back to the defaults, then the TORCHNEURON_* variables (warns about bad ones)."""
+    """Back to the defaults, then the TORCHNEURON_* variables (warns about
+    bad ones, and about variables that name no setting)."""
     for problem in _C.config_reset():
         warnings.warn(f"torchneuron_jit: {problem}", RuntimeWarning, stacklevel=2)
+    known = {f"TORCHNEURON_{name.upper()}" for name in names()} | set(_BUILD_VARIABLES)
+    for var in sorted(v for v in os.environ if v.startswith("TORCHNEURON_") and v not in known):
+        near = difflib.get_close_matches(var, sorted(known), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        warnings.warn(f"torchneuron_jit: {var} names no setting and is ignored{hint}; the settings are listed by "
+                      "torchneuron_jit.config.describe()", RuntimeWarning, stacklevel=2)
 
 
 @contextlib.contextmanager

@@ -275,6 +275,46 @@ def test_a_choice_not_offered_warns_naming_the_choices(monkeypatch):
     assert config.cpu_isa == "auto"
 
 
+@pytest.mark.parametrize("name, bad, words", [
+    ("jit_cache_limit", -1, "an integer >= 0"), ("dynamic_after", -2, "an integer >= 0"),
+    ("storm_misses", -1, "an integer >= 0"), ("trace_backoff", -3, "an integer >= 0"),
+    ("blacklist_after", -1, "an integer >= 0"), ("jit_evict_after", -1, "an integer >= 0"),
+    ("build_pause_ms", -5, "an integer >= 0"), ("kernel_threads", -1, "an integer >= 0"),
+    ("tier2_jobs", 0, "an integer >= 1"), ("tier2_after_calls", 0, "an integer >= 1"),
+    ("build_worker_timeout_s", 0, "an integer >= 1"), ("build_child_busy_pct", 150, "an integer from 0 to 100"),
+])
+def test_an_integer_outside_its_range_is_refused_naming_the_setting(monkeypatch, name, bad, words):
+    """jit_cache_limit = -1 quietly turned jit off; a negative dynamic_after,
+    storm_misses or build_pause_ms was taken as it was."""
+    default = getattr(config, name)
+    with pytest.raises(ValueError, match=f"config {name}: expected {words}, got {bad}"):
+        setattr(config, name, bad)
+    assert getattr(config, name) == default
+    monkeypatch.setenv(f"TORCHNEURON_{name.upper()}", str(bad))
+    with pytest.warns(RuntimeWarning, match=f"TORCHNEURON_{name.upper()}: .*expected {words}.*using the default"):
+        config.reset()
+    assert getattr(config, name) == default
+
+
+def test_a_variable_that_names_no_setting_warns_with_the_nearest_name(monkeypatch):
+    monkeypatch.setenv("TORCHNEURON_JIT_CACHE_LIMT", "3")
+    monkeypatch.setenv("TORCHNEURON_TCC_DIR", "/opt/tcc")  # setup.py's: no warning
+    with pytest.warns(RuntimeWarning, match=r"TORCHNEURON_JIT_CACHE_LIMT names no setting and is ignored "
+                                            r"\(did you mean TORCHNEURON_JIT_CACHE_LIMIT\?\)") as record:
+        config.reset()
+    assert len([w for w in record if "TORCHNEURON_" in str(w.message)]) == 1
+    assert config.jit_cache_limit == DEFAULTS["jit_cache_limit"]
+
+
+def test_a_log_kind_that_is_none_warns_once():
+    from torchneuron_jit import _log
+    with config.patch(log="recompile,cache"):
+        with pytest.warns(RuntimeWarning, match="names no event kind recompile; the kinds are cache, compile, "
+                                                "fallback, recompiles and all") as record:
+            assert _log.enabled("cache") and not _log.enabled("recompiles")
+    assert len(record) == 1
+
+
 # -- Environment at import, in a fresh interpreter -----------------------------
 
 CHILD = r"""
