@@ -3113,6 +3113,7 @@ def reset(fn):
 
 
 def _jit_function_of(fn):
+    given = fn
     if type(fn) is functools.partial:  # what jit made of a partial
         fn = fn.func
     if isinstance(fn, torch.nn.Module):
@@ -3121,5 +3122,5 @@ def _jit_function_of(fn):
         fn = fn.__func__
     fn = getattr(fn, "_tn_jit", fn)
     if not isinstance(fn, _C.JitFunction):
-        raise TypeError(f"not a jitted function or module: {fn!r}")
+        raise TypeError(f"not a jitted function or module: {given!r}")
     return fn

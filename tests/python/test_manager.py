@@ -420,6 +420,8 @@ def test_explain_of_a_torch_compile_function_says_which_graphs_run_eagerly_and_w
     assert "x: float32 (3, 4) requires_grad" in e.variants[1]["guards"], str(e)
     with pytest.raises(TypeError, match="not a jitted function"):
         torchneuron_jit.explain(torch.compile)
+    with pytest.raises(TypeError, match=r"not a jitted function or module: Linear\(in_features=2"):
+        torchneuron_jit.explain(torch.nn.Linear(2, 3))  # the module named, not its forward (None)
 
 
 @pytest.mark.parametrize("building", [True, False])
