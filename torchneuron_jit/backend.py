@@ -1223,12 +1223,15 @@ def _fold_static_arange(gm):
     sizes that vary) once, here, with eager's own kernel, and makes it a
     constant of the module: an input the kernels read like any other, so
     the ops after it fuse (a position mask, an iota scaled). Up to
-    _FOLD_ARANGE_MAX elements. Returns how many."""
+    _FOLD_ARANGE_MAX elements. Not one the graph returns, or a view of
+    which it returns: each call returns a tensor of its own, as eager's
+    does (a caller may change it in place). Returns how many."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     graph, done = gm.graph, 0
     targets = (aten.arange.default, aten.arange.start, aten.arange.start_step)
+    escapes = _escaping(graph)
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in targets:
+        if node.op != "call_function" or node.target not in targets or node in escapes:
             continue
         val = static_val(node)
         numbers = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in node.args)

@@ -463,6 +463,24 @@ def test_static_arange_is_folded_and_what_follows_fuses(check, compiled):
     assert not any("arange" in op for op in compiled.fallbacks()), dict(compiled.fallbacks())
 
 
+@pytest.mark.parametrize("f", [lambda x: (torch.arange(5), x + 1), lambda x: (torch.arange(6).view(2, 3), x + 1),
+                               lambda x: {"pos": torch.arange(2, 12, 2)[1:], "y": x + 1}],
+                         ids=["itself", "a view", "a slice in a dict"])
+def test_an_arange_the_graph_returns_is_a_new_tensor_on_each_call(f):
+    """A folded arange is a constant of the compiled graph: one it returned
+    (or a view of) was the same tensor on every call, so a caller that
+    changed it in place changed what the next calls returned."""
+    x = torch.randn(3)
+    for door in ("compile", "jit"):
+        torch._dynamo.reset()
+        cf = torch.compile(f, backend="neuron") if door == "compile" else torchneuron_jit.jit(f)
+        for _ in range(3):
+            got = cf(x)
+            torch.testing.assert_close(got, f(x), msg=door)
+            first = got[0] if isinstance(got, tuple) else got["pos"]
+            first.add_(100)
+
+
 def test_arange_of_a_dynamic_length_stays_an_op(check, compiled):
     def f(x):
         return (torch.arange(x.shape[1]) * 2 + x) > 0
