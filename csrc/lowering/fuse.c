@@ -1421,11 +1421,12 @@ static int32_t emit_node(prog_builder *b, const tn_graph *g, const tn_node *n, c
     return emit_op_dt(b, TN_FI_UNARY, memcmp(n->no_args[1].u.ar_str, "tanh", 4) == 0 ? TN_RT_GELU_TANH : TN_RT_GELU,
                       emit_convert(b, x, dt), -1, dt);
   case FK_BINARY: {
-    /* eager's float16/bfloat16 mul and div read a 0-dim operand of
-    ** another dtype at float32 precision; add and sub round it first */
+    /* eager's float16/bfloat16 mul and div read a 0-dim second operand of
+    ** another dtype at float32 precision (x * s); a first one (s * x),
+    ** and add's and sub's, it rounds to dt first */
     int cdt = narrow_float(dt) && (r.fr_op == TN_RT_B_MUL || r.fr_op == TN_RT_B_DIV) ? TN_DTYPE_FLOAT32 : dt;
     y = bufof[n->no_args[1].u.ar_ref];
-    x = emit_operand(b, buf_dtype(b, x) == dt ? x : emit_convert(b, x, cdt), r);
+    x = emit_operand(b, emit_convert(b, x, dt), r);
     y = emit_operand(b, buf_dtype(b, y) == dt ? y : emit_convert(b, y, cdt), r);
     if (n->no_nargs > 2 && arg_scalar(&n->no_args[2], &alpha) && alpha != 1) /* alpha in dt, as eager's */
       y = emit_wrap(b, emit_op_dt(b, TN_FI_BINARY, TN_RT_B_MUL, y, emit_const(b, tn_rt_round(dt, alpha), dt), dt),

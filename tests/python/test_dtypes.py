@@ -503,7 +503,8 @@ def test_half_op_with_scalar_operand_rounds_once_like_eager(check, dtype):
     float32 and rounds once, so the results are equal bit for bit when the
     scalar operand is taken as eager takes it. Eager's CPU kernels round the
     scalar to the tensor's dtype for add and sub, and use it unrounded
-    (float32) for mul and div, for Python scalars and 0-dim tensors alike."""
+    (float32) for mul and div, for Python scalars and 0-dim tensors alike;
+    a 0-dim first operand of mul and div they round too."""
     torch.manual_seed(0)
     x = (torch.randn(64) * 4).to(dtype)
     x[:3] = torch.tensor([0.3, -1.1171875, 1000.0]).to(dtype)
@@ -512,10 +513,13 @@ def test_half_op_with_scalar_operand_rounds_once_like_eager(check, dtype):
 
     def f(x, z, w):
         return ((x + 0.1).float(), (x + z).float(), (x - 0.1).float(), (x - z).float(),
-                (x * 1.1).float(), (x * w).float(), (x / 1.1).float(), (x / w).float())
+                (x * 1.1).float(), (x * w).float(), (x / 1.1).float(), (x / w).float(),
+                torch.relu(w * x).float(), (w / x).float(), (z * x).float())
 
     labels = ["x + 0.1", "x + 0-dim 0.1", "x - 0.1", "x - 0-dim 0.1",
-              "x * 1.1", "x * 0-dim 1.1 (f64)", "x / 1.1", "x / 0-dim 1.1 (f64)"]
+              "x * 1.1", "x * 0-dim 1.1 (f64)", "x / 1.1", "x / 0-dim 1.1 (f64)",
+              # a 0-dim first operand eager rounds to the dtype first (a scale attribute times x)
+              "relu(0-dim 1.1 (f64) * x)", "0-dim 1.1 (f64) / x", "0-dim 0.1 * x"]
     check(f, x, z, w, labels=labels, exact=True)
 
 
