@@ -286,7 +286,11 @@ def _example(node, fewest=False):
     sampling would otherwise draw other tokens than eager's)."""
     shape, stride = _hinted(node, fewest)
     generator = torch.Generator().manual_seed(0)
-    return torch.empty_strided(shape, stride, dtype=_tensor(node).dtype).normal_(generator=generator)
+    # drawn into the memory the layout spans, then viewed: an expanded layout (stride 0) overlaps itself,
+    # which normal_ refuses to write
+    span = 1 + sum((n - 1) * abs(st) for n, st in zip(shape, stride)) if all(shape) else 0
+    memory = torch.empty(span, dtype=_tensor(node).dtype).normal_(generator=generator)
+    return memory.as_strided(shape, stride)
 
 
 def _least_seconds(fns):

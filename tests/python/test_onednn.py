@@ -372,6 +372,21 @@ def test_real_measurement_decides_and_logs(capsys):
     assert "linear 256x256->384 + bias + relu: aten " in err and " us, onednn " in err and " us -> " in err, err
 
 
+@pytest.mark.parametrize("f", [lambda x, w: F.gelu(x @ w) + 1, lambda x, w: F.relu(F.linear(x, w.t()))],
+                         ids=["product", "linear"])
+def test_an_expanded_input_is_measured_on_an_example_of_its_layout(f):
+    """x = row.expand(3, 33) (stride 0): the measurement's example of the
+    input, drawn with normal_ into that layout, raised (its elements
+    overlap), and the whole graph ran eagerly with a warning."""
+    xx, ww = _t((1, 33)).expand(3, 33), _t((33, 8), 1, 0.2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="neuron")(xx, ww)
+    torch.testing.assert_close(got, f(xx, ww))
+    assert not [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
 @pytest.mark.parametrize("door", ["neuron", "jit"])
 def test_measuring_leaves_the_callers_random_numbers_as_they_were(door, monkeypatch):
     """The measurement runs the GEMMs on random examples, drawn from a
