@@ -1654,20 +1654,22 @@ def compile_inference(gm, example_inputs, eager=None):
     return compiled
 
 
-def _training(gm, example_inputs):
-    """Forward and backward graphs of training run eagerly for now."""
+def _training(gm, example_inputs=None):
+    """A graph that needs gradients runs eagerly for now: Dynamo's graph as
+    it captured it (neuron), under eager's autograd (aot_autograd's joint
+    graph refused double backward: a gradient penalty's
+    autograd.grad(create_graph=True) and backward through it), or a forward
+    or backward graph aot_autograd made of a graph it found to need them
+    (boxed, as its compilers return them)."""
     _C.stat_add("training_graphs")
     _log.event("compile", "graph needs gradients: running it eagerly")
-    fallback = make_boxed_func(gm)
+    fallback = gm if example_inputs is None else make_boxed_func(gm)  # gm: what Dynamo holds (explain's weakref)
     _manager.dynamo_graph(fallback, "runs eagerly: the graph needs gradients (compiled training is not built yet)")
     return fallback
 
 
 _aot = aot_autograd(fw_compiler=_training, bw_compiler=_training,
                     inference_compiler=compile_inference, decompositions=decompositions())
-# A graph that needs gradients runs eagerly: with eager's own kernels, not the decompositions (a batch norm's
-# backward decomposed gave gradients some ulps off eager's)
-_aot_training = aot_autograd(fw_compiler=_training, bw_compiler=_training)
 
 
 def _needs_gradients(example_inputs):
@@ -1690,12 +1692,12 @@ def neuron(gm, example_inputs, mode=None, options=None):
         _warn_once(f"torch.compile(backend='neuron') does not read options ({', '.join(map(str, options))}); "
                    f"its settings are torchneuron_jit.config and the TORCHNEURON_* environment variables")
     try:
-        return (_aot_training if _needs_gradients(example_inputs) else _aot)(gm, example_inputs)
+        return _training(gm) if _needs_gradients(example_inputs) else _aot(gm, example_inputs)
     except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)
         raise
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
         first_line = (str(exc).strip().splitlines() or [""])[0]
-        return _runs_eagerly(gm.forward, "aot_autograd could not take", f"{type(exc).__name__}: {first_line}")
+        return _runs_eagerly(gm, "aot_autograd could not take", f"{type(exc).__name__}: {first_line}")
 
 
 _manager.watch_dynamo(neuron)  # the recompilation manager's storm words for this door too

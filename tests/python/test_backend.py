@@ -97,6 +97,22 @@ def test_training_graphs_stay_correct():
     assert torchneuron_jit.stats()["training_graphs"] >= 1
 
 
+def test_double_backward_through_a_graph_that_needs_gradients():
+    """A gradient penalty: autograd.grad(create_graph=True), then backward
+    through the gradient. aot_autograd's joint graph raised "does not
+    currently support double backward" where eager (and backend="eager")
+    gives the second derivative."""
+    m = _mlp().train()
+    ref = copy.deepcopy(m)
+    x = torch.randn(8, 16)
+    for model, door in ((m, torch.compile(m, backend="neuron")), (ref, ref)):
+        xg = x.clone().requires_grad_()
+        grad, = torch.autograd.grad(door(xg).sum(), xg, create_graph=True)
+        (grad.norm() ** 2).backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
 def test_failed_compile_degrades_to_eager_with_one_warning():
     m, x = _mlp(), torch.randn(8, 16)
     backend.fail_next_compile = "injected lowering failure"
@@ -262,6 +278,8 @@ def test_a_graph_aot_autograd_refuses_runs_eagerly_with_one_warning():
     torch.testing.assert_close(got_x, want_x)
     words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(words) == 1 and "aot_autograd could not take a graph, running it eagerly" in words[0], words
+    graphs = [v["graph"] for v in torchneuron_jit.explain(torch.compile(f, backend="neuron")).variants]
+    assert any("runs eagerly: aot_autograd could not take it" in g for g in graphs), graphs
 
 
 @pytest.mark.parametrize("fn, good, bad", [
