@@ -63,6 +63,16 @@ class Static(Exception):
     """This trace cannot be made symbolic: it stays specialised (why, in words)."""
 
 
+class Pinned(Static):
+    """A tensor dimension the code needs the value of (range(x.size(1))):
+    made symbolic, it comes back fixed to this call's size. It stays static
+    at its site; the trace may be symbolic in the others. slot and dim name it."""
+
+    def __init__(self, words, slot, dim):
+        super().__init__(words)
+        self.slot, self.dim = slot, dim
+
+
 # function -> {(argument words, rank, dimension): sizes it took}
 _seen = weakref.WeakKeyDictionary()
 
@@ -933,11 +943,12 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         # Python took its value (range(n), an index: a guard Eq(n, 5)). Branches whose bounds meet at this
         # call's value (a sliding window's cache of exactly w - 1 tokens: n >= 5 and n < 6) fix it too, but for
         # this region alone: the variant serves it, guarded by them, and the next value is dynamic again
-        if d is None and fixed is not None and not fixed.free_symbols and \
+        if fixed is not None and not fixed.free_symbols and \
                 any(isinstance(g.expr, sympy.Eq) and sym in g.expr.args and not g.expr.free_symbols - {sym}
                     for g in env.guards):
-            raise Static(f"{names[sym]} is used where Python needs its value (a range(), an index, a branch "
-                         "on it), which makes every value a variant of its own")
+            words = (f"{names[sym]} is used where Python needs its value (a range(), an index, a branch on it), "
+                     "which makes every value a variant of its own")
+            raise Static(words) if d is None else Pinned(words, slot, d)
     for g in env.guards:
         if g.expr.free_symbols & floats:
             words = g.expr.xreplace({sym: sympy.Symbol(names[sym]) for sym in g.expr.free_symbols & set(names)})

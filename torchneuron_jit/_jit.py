@@ -2787,9 +2787,11 @@ class _Tracer:
         jf = _jf_of(trace)
         site = _manager.site(jf) if jf is not None else None
         names = trace.spec.names
-        if site is not None:  # a number, or changing strides, found static stays so (a symbolic trace each call)
+        if site is not None:  # a number, changing strides or a pinned dimension found static stays so (a symbolic
+            # trace each call, each pinned to its sizes)
             dims = {slot: kept for slot, ds in dims.items() if (kept := {
-                d for d in ds if not (d in (None, _dynamic.STRIDES_PLACE) and (names[slot], d) in site.static)})}
+                d for d in ds if not ((d in (None, _dynamic.STRIDES_PLACE) or (names[slot], d) in site.pinned)
+                                      and (names[slot], d) in site.static)})}
         if not dims:
             return None
         if trace.side_effects:
@@ -2809,7 +2811,9 @@ class _Tracer:
             outputs = sum(len(p[2]) if p[0] == "object" else p[0] == "out" for p in out_plan[1])
             outputs += sum(e[0] == "out" for _, _, p in sets.sets for e in _set_entries(p))
             failed = []
-            for want in [dims] + ([tensors] if tensors and tensors != dims else []):
+            attempts = [dims] + ([tensors] if tensors and tensors != dims else [])
+            while attempts:
+                want = attempts.pop(0)
                 words = ", ".join(names[slot] if d is None else f"{names[slot]} strides (copied dense)"
                                   if d == _dynamic.STRIDES_PLACE else f"{names[slot]} dim {d}"
                                   for slot, ds in want.items() for d in ds)
@@ -2817,6 +2821,14 @@ class _Tracer:
                     sym = _dynamic.retrace(trace, want, [value for _, value in checks], outputs, sets,
                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
                                            decompositions())
+                except _dynamic.Pinned as exc:  # that dimension stays static, the others may not
+                    failed.append(({exc.slot: {exc.dim}}, str(exc)))
+                    if site is not None:
+                        site.pinned.add((names[exc.slot], exc.dim))
+                    rest = {slot: kept for slot, ds in want.items()
+                            if (kept := ds - {exc.dim} if slot == exc.slot else ds)}
+                    attempts = [rest] if rest else []
+                    continue
                 except _dynamic.Static as exc:
                     failed.append((want, str(exc)))
                     continue

@@ -51,6 +51,7 @@ class Site:
         self.warned = set()
         self.static = {}                        # (argument, dimension) -> why it stays static
         self.dynamic = set()                    # (argument, dimension) made dynamic
+        self.pinned = set()                     # (argument, dimension) the code needs the value of
         self.set_by_call = set()                # argument objects' attributes the calls set ("s.name")
 
 

@@ -140,6 +140,34 @@ def test_sizes_that_stay_static_are_explained():
     assert "its traces run eagerly (aten.index.Tensor has a data-dependent result)" in words[0], words
 
 
+def test_a_dimension_python_needs_the_value_of_stays_static_in_words_that_say_so():
+    """range(x.size(1)): each new size took a symbolic trace that came back
+    pinned to that size (Eq(x.size(1), k)), a variant said to have dynamic
+    sizes, and no storm warning, or one per size blaming "a relation of
+    sizes". The dimension now stays static at its first pinned trace, the
+    batch dimension still becomes dynamic, and one warning says why."""
+    def h(x):
+        out = torch.zeros_like(x)
+        for i in range(x.size(1)):
+            out[:, i] = x[:, :i + 1].sum(1)
+        return out
+
+    jf = torchneuron_jit.jit(h, cache_limit=16)
+    before = torchneuron_jit.stats()["dynamic_traces"]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for b, n in [(2, 3), (3, 4), (4, 5), (5, 6), (2, 7), (3, 3), (6, 8), (4, 9)]:
+            x = torch.randn(b, n)
+            torch.testing.assert_close(jf(x), h(x))
+    words = [s for s in storm_warnings(w) if "took" in s]
+    assert len(words) == 1 and ": x dim 1 took " in words[0], words
+    assert "stays static because x.size(1) is used where Python needs its value" in words[0], words
+    from torchneuron_jit import _manager
+    assert ("x", 1) in _manager.site(jf).pinned
+    assert ("x", 0) in _manager.site(jf).dynamic  # the batch: one variant per width serves every batch
+    assert torchneuron_jit.stats()["dynamic_traces"] - before >= 1
+
+
 def test_an_int_argument_that_stays_static_is_explained():
     """range(n) needs n's value, so every value of n is a variant: the
     words name n and why it stays static."""
