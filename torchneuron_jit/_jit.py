@@ -258,6 +258,9 @@ class _Trace:
         self.content_guards = 0  # containers and objects guard_content has guarded
         self.lenient = []  # (attribute or key, problems) of what modules' attributes hold (guard_content)
         self.content_seen = set()  # ids of what modules' attributes hold that guard_content has guarded
+        # (slot, object, words) of the objects of library classes modules' attributes hold (a model's config):
+        # guard_library_held guards the attributes the traced code names after the trace
+        self.library_held = []
         self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
@@ -671,6 +674,9 @@ class _Trace:
                     self.content_seen.add(id(v))
                     self.guard_content(self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}",
                                        lenient=True, key=key)
+                elif _library_object(v):
+                    self.content_seen.add(id(v))
+                    self.library_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
                 elif hasattr(type(v), "__array_interface__"):  # a numpy array: memory no guard reads
                     self.lenient.append((key, [f"{qual}.{key} is a {type(v).__qualname__}, whose contents jit cannot "
                                                "guard (hold it as a tensor: register_buffer)"]))
@@ -958,6 +964,32 @@ class _Trace:
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
 
+    def guard_library_held(self):
+        """The attributes of the library objects modules hold (a model's
+        config: output_hidden_states, use_cache, final_logit_softcapping,
+        which a model's forward reads on every call) that the code the
+        traced call ran names, by value (numbers, strings, None) or
+        identity, and each object's attribute names, in order. Not all: what
+        no code of the call names is the library's business (a tokenizer's
+        vocabulary, caches it fills)."""
+        if not self.library_held:
+            return
+        named = {n for code, _ in self.codes for n in code.co_names + _string_constants(code)}
+        spec = self.spec
+        for slot, obj, words in self.library_held:
+            attrs = vars(obj)
+            aliases = getattr(type(obj), "attribute_map", None)  # a config's hidden_size is its n_embd
+            names = named | {aliases[n] for n in named if n in aliases} if isinstance(aliases, dict) else named
+            d = spec.add(("attrs", slot), f"{words}.__dict__")
+            spec.add(("len", d, len(attrs), tuple(attrs)), f"{words}'s attributes")
+            for key in [k for k in attrs if k in names]:
+                value, at = attrs[key], f"{words}.{key}"
+                item = spec.add(("key", d, key), at)
+                if _simple(value):
+                    self.guard_value(item, value, at)
+                else:
+                    spec.add(("is", item, value), at)
+
     def check_lenient(self):
         """A problem for the first value a module's attribute holds that jit
         could not guard (a numpy array, an object with __slots__, a config
@@ -1086,6 +1118,15 @@ def _held_state(value):
     t = type(value)
     return t in (dict, list, tuple, set) or \
         not (isinstance(value, (torch.nn.Module, types.MethodType, type)) or _library_class(t))
+
+
+def _library_object(value):
+    """Whether value is an object of a library's class that keeps its state
+    in its __dict__ (a transformers PretrainedConfig), not a module, a
+    bound method or a class."""
+    t = type(value)
+    return _library_class(t) and not isinstance(value, (torch.nn.Module, types.MethodType, type)) and \
+        state_in_dict(t) and type(getattr(value, "__dict__", None)) is dict
 
 
 def _attribute_state(d, attr):
@@ -2759,6 +2800,7 @@ class _Tracer:
             trace.guard_grad(trace.spec.names[trace.tensor_slot[id(t)]], trace.grads.get(id(t)), constants)
         trace.guard_globals(constants)
         trace.guard_closure()
+        trace.guard_library_held()
         trace.check_lenient()
         if trace.problems:
             raise _NotCompilable(trace.problems[0])

@@ -1115,6 +1115,46 @@ def test_a_result_changed_in_place_under_grad_mode_as_eagers_can_be(f):
     assert [(v["kind"], v["hits"]) for v in torchneuron_jit.explain(jf).variants] == [("compiled", 2)]
 
 
+def _tiny(kind):
+    import transformers
+    torch.manual_seed(0)
+    if kind == "bert":
+        cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=32)
+        return transformers.BertModel(cfg).eval()
+    cfg = transformers.Gemma2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                    num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                    final_logit_softcapping=30.0)
+    return transformers.Gemma2ForCausalLM(cfg).eval()
+
+
+@pytest.mark.parametrize("kind, attr, values, read", [
+    ("bert", "output_hidden_states", [False, True, False, True], lambda out: out.hidden_states is None),
+    ("gemma2", "use_cache", [True, False, True], lambda out: out.past_key_values is None),
+    ("gemma2", "final_logit_softcapping", [30.0, 0.5, 30.0], lambda out: out.logits),
+])
+def test_a_models_config_attribute_set_between_calls_is_seen(kind, attr, values, read):
+    """model.config.output_hidden_states = True after jit(model): Hugging
+    Face's forward reads its config on every call, and the config (a
+    library object a module holds) was held by identity only, so compiled
+    calls answered as traced: no hidden states, a cache where use_cache
+    was turned off, logits capped at the traced softcap (0.19 off)."""
+    import transformers
+    model = _tiny(kind)
+    eager = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    ids = torch.randint(0, 64, (2, 6))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        for value in values:
+            setattr(model.config, attr, value)
+            setattr(eager.config, attr, value)
+            for _ in range(2):
+                torch.testing.assert_close(read(model(input_ids=ids)), read(eager(input_ids=ids)),
+                                           msg=lambda m: f"{attr} = {value}: {m}")
+    assert isinstance(model.config, transformers.PretrainedConfig)
+
+
 @pytest.mark.parametrize("where", ["with torch.device", "set_default_device"])
 def test_the_default_device_is_guarded(where):
     """torch.ones(3) in the traced code makes a tensor on the default
