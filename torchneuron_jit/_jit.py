@@ -2112,7 +2112,7 @@ def _jf_of(trace):
 def _eager_entry(trace, spec, reason):
     """The entry of a trace that cannot be compiled: it runs eagerly, with
     one warning; the recompilation manager counts a failed trace."""
-    _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}", stacklevel=3)
+    _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}")
     jf = _jf_of(trace)
     if jf is not None:
         _manager.traced(jf, False, reason)
@@ -2415,7 +2415,7 @@ class _Builds:
                                   + (" (built by a child process)" if child is not None and child.used else ""))
         except Exception as exc:  # ours: the entry that runs eagerly stays
             _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
-                           f"({type(exc).__name__}: {exc}); it runs eagerly", stacklevel=2)
+                           f"({type(exc).__name__}: {exc}); it runs eagerly")
         finally:
             if _gc_hold.release():
                 # what the trace and the build allocated, young (the paused collector promoted none of it), is
@@ -2610,9 +2610,9 @@ class _BuildChild:
                 _C.stat_add(name, n)
         for message, category in report["warnings"]:
             if message.startswith("torchneuron_jit: "):
-                _log.warn_once(message[len("torchneuron_jit: "):], stacklevel=5)
+                _log.warn_once(message[len("torchneuron_jit: "):])
             else:
-                warnings.warn(message, category, stacklevel=5)
+                warnings.warn(message, category, stacklevel=_log.caller_level())
 
 
 # FX traces and Dynamo compiles exclude each other across threads (_fxgate): made when the package is
@@ -2876,7 +2876,7 @@ class _Tracer:
                     continue
                 except Exception as exc:  # ours: the variant is specialised to this call's sizes
                     reason = f"making it symbolic failed ({type(exc).__name__}: {exc})"
-                    _log.warn_once(f"{_where(trace.fn)}: {reason}; its sizes stay static", stacklevel=4)
+                    _log.warn_once(f"{_where(trace.fn)}: {reason}; its sizes stay static")
                     failed.append((want, reason))
                     break
                 _manager.decided(jf, f"{words} took {config.dynamic_after} or more values; dynamic now",
@@ -2921,14 +2921,13 @@ class _Tracer:
                 _log.event("cache", f"{_where(trace.fn)}: the trace record keeps no plan: {exc}")
             except Exception as exc:  # ours: the record is still worth storing
                 _log.warn_once(f"storing the compiled plan of {_where(trace.fn)} failed, its record keeps "
-                               f"the graph only ({type(exc).__name__}: {exc})", stacklevel=4)
+                               f"the graph only ({type(exc).__name__}: {exc})")
             record["id"] = _records.record_id(record)
         except _records.Unportable as exc:
             _log.event("cache", f"{_where(trace.fn)}: no trace record stored: {exc}")
             return
         except Exception as exc:  # ours: the entry stands, a later process traces again
-            _log.warn_once(f"storing the trace record of {_where(trace.fn)} failed ({type(exc).__name__}: {exc})",
-                           stacklevel=4)
+            _log.warn_once(f"storing the trace record of {_where(trace.fn)} failed ({type(exc).__name__}: {exc})")
             return
         if _records.store(trace.fn, key, record, config.jit_cache_limit):
             _log.event("cache", f"{_where(trace.fn)}: trace record stored under {key.hex()}")
@@ -2989,7 +2988,7 @@ class _Tracer:
                 continue
             except Exception as exc:  # ours (a record this version cannot read, say): the call traces instead
                 _log.warn_once(f"rebuilding a trace record of {_where(fn)} failed, tracing instead "
-                               f"({type(exc).__name__}: {exc})", stacklevel=2)
+                               f"({type(exc).__name__}: {exc})")
                 continue
             runner.record = v["id"]
             entries.append((spec, tuple(v["slots"]), runner.direct()))
@@ -3016,7 +3015,7 @@ class _Tracer:
                     compiled = _planform.load(v["compiled"], eager)
                 except Exception as exc:  # ours (a plan this build cannot make): its graph compiles instead
                     _log.warn_once(f"a stored compiled plan could not be loaded, compiling its graph "
-                                   f"({type(exc).__name__}: {exc})", stacklevel=5)
+                                   f"({type(exc).__name__}: {exc})")
             if compiled is None and any(item[-1] == ["X"] for item in v["graph"]):
                 raise _records.Mismatch("its stored plan did not load, and its graph over symbolic sizes cannot "
                                         "be compiled again")
@@ -3069,7 +3068,7 @@ class _Tracer:
         _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}): "
                        f"its variants keep serving the calls they take, the others run eagerly unless a variant "
                        f"goes unused long enough to be evicted for them (config.jit_evict_after); the last reason "
-                       f"was: {reason}", stacklevel=2)
+                       f"was: {reason}")
 
     @staticmethod
     def may_evict(jf, reason):
@@ -3086,7 +3085,7 @@ class _Tracer:
 def _warn_skipped_call(fn, filename, line, what):
     _log.warn_once(f"the {what} call at {filename}:{line} runs only while {_where(fn)} is traced: compiled calls "
                    "skip it (move it out of the jitted code, or torchneuron_jit.disable the function that makes "
-                   "it)", stacklevel=3)
+                   "it)")
 
 
 def _records_kind(args):

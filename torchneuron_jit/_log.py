@@ -3,6 +3,7 @@
 ``TORCHNEURON_LOG=fallback,cache,compile`` (or ``all``) prints one line per
 event of those kinds as it happens: ``[torchneuron_jit compile] ...``.
 """
+import os
 import sys
 import warnings
 
@@ -31,8 +32,25 @@ def event(kind, message):
 _warned = set()
 
 
-def warn_once(message, stacklevel=3):
-    """One RuntimeWarning per distinct message for the life of the process."""
+_OWN_DIR = os.path.dirname(__file__) + os.sep
+
+
+def caller_level():
+    """warnings.warn's stacklevel, from its caller, of the first frame that is
+    neither ours nor torch's: the user's line that called the jitted
+    function or module, or the compiled function (a warning at our own
+    line, or at nn.Module's __call__, tells the user nothing)."""
+    torch_dir = os.path.dirname(sys.modules["torch"].__file__) + os.sep if "torch" in sys.modules else None
+    frame, level = sys._getframe(2), 2
+    while frame is not None and (frame.f_code.co_filename.startswith(_OWN_DIR) or
+                                 (torch_dir and frame.f_code.co_filename.startswith(torch_dir))):
+        frame, level = frame.f_back, level + 1
+    return level if frame is not None else 2
+
+
+def warn_once(message):
+    """One RuntimeWarning per distinct message for the life of the process,
+    at the user's line that led to it."""
     if message not in _warned:
         _warned.add(message)
-        warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=stacklevel)
+        warnings.warn(f"torchneuron_jit: {message}", RuntimeWarning, stacklevel=caller_level())

@@ -126,7 +126,7 @@ def miss(jf, words, building=False):
         # no storm where the next trace makes a dimension dynamic, or the build of its dynamic variant runs:
         # explain() tells, and a plain variable-length loop warns nothing
         if not (text.endswith(_WHILE_BUILDING) or (building and text.endswith(_DYNAMIC_NOW))):
-            _log.warn_once(text, stacklevel=4)
+            _log.warn_once(text)
 
 
 # The subject (_subject) of a miss's words on a value read from a tensor
@@ -270,7 +270,7 @@ def traced(jf, ok, words):
         text = (f"{s.where} runs eagerly from now on: {s.failures} of its traces failed or were dropped "
                 f"(config.blacklist_after = {config.blacklist_after}); the last: {words}")
         s.decisions.append((jf.calls, text))
-        _log.warn_once(text, stacklevel=4)
+        _log.warn_once(text)
         return
     base = config.trace_backoff
     if base > 1:
@@ -526,7 +526,7 @@ def dynamo_recompile(code, reasons, frame_locals=None):
         advice = "each value is a graph of its own"
     text = f"{s.where} under torch.compile(backend='neuron'): {key} changed {n} times ({last}); {advice}"
     s.decisions.append((None, text))
-    _log.warn_once(text, stacklevel=2)
+    _log.warn_once(text)
 
 
 def _backend_is(backend, ours):

@@ -142,7 +142,7 @@ def _fail(what, exc):
     if not _failed_once:
         _failed_once = True
         _log.warn_once(f"a kernel's tier 2 {what} failed, it stays at tier 1 (and so may others; "
-                       f"TORCHNEURON_LOG=compile names each): {exc}", stacklevel=4)
+                       f"TORCHNEURON_LOG=compile names each): {exc}")
 
 
 def _swap(kernel, so):

@@ -687,7 +687,7 @@ def eager_callable(eager):
 
 
 def _warn_once(message):
-    _log.warn_once(message, stacklevel=4)
+    _log.warn_once(message)
 
 
 # -- graph passes before import ---------------------------------------------------

@@ -1,6 +1,8 @@
 """The recompilation manager (_manager.py): storm words, backoff,
 blacklist, explain(), and the same words for torch.compile(backend="neuron")."""
 import threading
+import contextlib
+import io
 import warnings
 
 import pytest
@@ -138,6 +140,30 @@ def test_sizes_that_stay_static_are_explained():
     words = [s for s in storm_warnings(w) if "took" in s]
     assert len(words) == 1 and "x dim 0 took" in words[0], words
     assert "its traces run eagerly (aten.index.Tensor has a data-dependent result)" in words[0], words
+
+
+def test_warnings_point_at_the_users_line():
+    """A jitted module's storm and limit warnings, and a variant that runs
+    eagerly, pointed inside torchneuron_jit (its forward wrapper, give_up,
+    _eager_entry): the user's line that called it is where they point."""
+    import inspect
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            print("side effect")
+            return x * 2
+
+    m = torchneuron_jit.jit(M())
+    jf = torchneuron_jit.jit(lambda x: x * 2, cache_limit=2)
+    with warnings.catch_warnings(record=True) as w, torchneuron_jit.config.patch(dynamic_after=0), \
+            contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        for n in range(2, 8):
+            line = inspect.currentframe().f_lineno + 1
+            m(torch.randn(n)), jf(torch.randn(n))
+    ours = [(x.filename, x.lineno) for x in w if "torchneuron_jit" in str(x.message)]
+    assert len(ours) >= 3 and set(ours) == {(__file__, line)}, [(x.filename, x.lineno, str(x.message)[:60])
+                                                               for x in w]
 
 
 def test_a_dimension_python_needs_the_value_of_stays_static_in_words_that_say_so():
