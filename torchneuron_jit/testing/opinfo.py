@@ -350,9 +350,9 @@ def _recording():
             raise
         return out
 
-    def recording_warn_once(message, stacklevel=3):
+    def recording_warn_once(message):
         _fallbacks.append(message)
-        return warn_once(message, stacklevel=stacklevel + 1)
+        return warn_once(message)
 
     del _graphs[:], _fallbacks[:], _harness_errors[:]
     backend._build, _log.warn_once = recording_build, recording_warn_once
