@@ -1214,33 +1214,60 @@ def _full_like_as_full(graph):
     return done
 
 
-# arange of more elements than this stays an op at run time.
-_FOLD_ARANGE_MAX = 1 << 16
+# a value the graph computes from constants alone of more elements than this stays an op at run time
+_FOLD_MAX = 1 << 16
+# factories whose value a kernel makes as a constant of its own (full, zeros): folded only as the source of
+# a computation
+_FOLD_SOURCES_KEPT = {aten.full.default, aten.zeros.default, aten.ones.default, aten.scalar_tensor.default,
+                      aten.empty.memory_format, aten.empty_strided.default}
 
 
-def _fold_static_arange(gm):
-    """Computes each arange whose start, end and step are numbers (not
-    sizes that vary) once, here, with eager's own kernel, and makes it a
-    constant of the module: an input the kernels read like any other, so
-    the ops after it fuse (a position mask, an iota scaled). Up to
-    _FOLD_ARANGE_MAX elements. Not one the graph returns, or a view of
-    which it returns: each call returns a tensor of its own, as eager's
-    does (a caller may change it in place). Returns how many."""
+def _fold_constants(gm):
+    """Computes once, here, with eager's own kernels, each value the graph
+    computes from constants alone (numbers, and the tensor literals of the
+    traced code: an arange of number bounds and what follows it, a
+    relative position index built on every call where Hugging Face's
+    lru_cache is off under torch.compile: BEiT's 266 nodes), and makes
+    the last such values before the rest of the graph constants of the
+    module: inputs the kernels read like any other, so the ops after them
+    fuse (a position mask, an iota scaled). Not a value the graph returns,
+    or a view of which it returns (each call returns a tensor of its own,
+    as eager's: a caller may change it in place), nor any in a graph that
+    writes a tensor in place; up to _FOLD_MAX elements; random ops never.
+    Returns how many values became constants."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
-    graph, done = gm.graph, 0
-    targets = (aten.arange.default, aten.arange.start, aten.arange.start_step)
-    escapes = _escaping(graph)
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in targets or node in escapes:
+    graph = gm.graph
+    if _mutates(graph):
+        return 0
+    escapes, values = _escaping(graph), {}
+    for node in graph.nodes:
+        if node.op == "get_attr" and node.target.startswith(("_tensor_constant", "_neuron_")):
+            values[node] = getattr(gm, node.target)
             continue
-        val = static_val(node)
-        numbers = all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in node.args)
-        if not numbers or val is None or val.numel() > _FOLD_ARANGE_MAX or val.device.type != "cpu" \
-                or node.kwargs.get("layout") not in (None, torch.strided) or node.kwargs.get("pin_memory"):
+        target = node.target
+        val = static_val(node) if node.op == "call_function" else None
+        if val is None or node in escapes or not isinstance(target, torch._ops.OpOverload) or \
+                target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags or \
+                val.numel() > _FOLD_MAX or val.device.type != "cpu" or val.layout != torch.strided or \
+                any(n not in values for n in node.all_input_nodes) or \
+                any(isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool))
+                    for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))):
             continue
-        with unset_fake_temporarily():
-            value = node.target(*node.args, **node.kwargs)
-        name = f"_neuron_arange_{done}"
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: values[n])
+        try:
+            with unset_fake_temporarily():
+                value = target(*args, **kwargs)
+        except Exception:  # eager's error is the run's to raise
+            continue
+        if isinstance(value, torch.Tensor):
+            values[node] = value
+    done = 0
+    for node, value in values.items():
+        if node.op != "call_function" or all(user in values for user in node.users):
+            continue  # a constant's, or used by constants alone
+        if node.target in _FOLD_SOURCES_KEPT or not node.users:
+            continue
+        name = f"_neuron_constant_{done}"
         while hasattr(gm, name):
             name += "_"
         gm.register_buffer(name, value, persistent=False)
@@ -1248,10 +1275,10 @@ def _fold_static_arange(gm):
             const = graph.get_attr(name)
         const.meta = dict(node.meta)
         node.replace_all_uses_with(const)
-        graph.erase_node(node)
         done += 1
     if done:
-        _log.event("compile", f"folded {done} arange into constants")
+        graph.eliminate_dead_code()
+        _log.event("compile", f"folded {done} values computed from constants alone into constants")
     return done
 
 
@@ -1548,7 +1575,7 @@ def _build(gm, example_inputs, eager=None):
     _merge_repeats(gm.graph)  # after the passes that match single-use nodes (a weight's t(), a view chain)
     _materialize_number_operands(gm.graph)
     _full_like_as_full(gm.graph)
-    _fold_static_arange(gm)
+    _fold_constants(gm)
     _channels_last_convs(gm)
     _max_pools_as_maxima(gm.graph)
     set_threads()
