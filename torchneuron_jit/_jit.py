@@ -261,6 +261,9 @@ class _Trace:
         # (slot, object, words) of the objects of library classes modules' attributes hold (a model's config):
         # guard_library_held guards the attributes the traced code names after the trace
         self.library_held = []
+        # (slot, value, words) of the classes, functions and Python modules arguments and modules' attributes
+        # hold, guarded by identity: guard_named_held guards what they hold after the trace
+        self.named_held = []
         self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
@@ -532,6 +535,8 @@ class _Trace:
                 self.guard_module(value, name, slot)
         elif isinstance(value, _NAMED):
             spec.add(("is", slot, value), name)
+            if not self.sizes_only:  # what it holds (cls.k, a module's SCALE, a helper's closure) as well
+                self.named_held.append((slot, value, name))
         elif _dynamic.plain_object(value):
             self.guard_object(slot, value, name)
         elif _model_output(value):
@@ -677,6 +682,9 @@ class _Trace:
                 elif _library_object(v):
                     self.content_seen.add(id(v))
                     self.library_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
+                elif isinstance(v, _NAMED):  # self.cfg = Settings (a class), self.act = helper
+                    self.content_seen.add(id(v))
+                    self.named_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
                 elif hasattr(type(v), "__array_interface__"):  # a numpy array: memory no guard reads
                     self.lenient.append((key, [f"{qual}.{key} is a {type(v).__qualname__}, whose contents jit cannot "
                                                "guard (hold it as a tensor: register_buffer)"]))
@@ -963,6 +971,29 @@ class _Trace:
         if _content_guarded(value) and id(value) not in self.content_seen:
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
+
+    def guard_named_held(self):
+        """What the classes, functions and Python modules of the user's that
+        arguments and modules' attributes hold hold in turn, as globals'
+        are guarded: a class's dict (cls.k = 7.0 after the trace), a
+        function the call ran by its code, defaults and closure, a module's
+        attributes the user code names (settings.SCALE)."""
+        named = None
+        for slot, value, words in self.named_held:
+            if isinstance(value, type):
+                if _user_class(value):
+                    self.guard_classes(value)
+            elif type(value) is types.FunctionType:
+                if self.called(value):
+                    self.guard_function(slot, value, words)
+            elif _user_module(value):
+                if named is None:
+                    named = {n for c in _user_codes([c for c, _ in self.codes])
+                             for n in c.co_names + _string_constants(c)}
+                attrs = value.__dict__
+                d = self.spec.add(("const", attrs), f"{words}.__dict__", ("objdict", slot))
+                for key in [k for k in attrs if k in named]:
+                    self.guard_held(self.spec.add(("key", d, key), f"{words}.{key}"), attrs[key], f"{words}.{key}")
 
     def guard_library_held(self):
         """The attributes of the library objects modules hold (a model's
@@ -2800,6 +2831,7 @@ class _Tracer:
             trace.guard_grad(trace.spec.names[trace.tensor_slot[id(t)]], trace.grads.get(id(t)), constants)
         trace.guard_globals(constants)
         trace.guard_closure()
+        trace.guard_named_held()
         trace.guard_library_held()
         trace.check_lenient()
         if trace.problems:
@@ -3164,8 +3196,19 @@ def jit(fn=None, *, cache_limit=None):
     limit = cache_limit or 0
     if isinstance(fn, torch.nn.Module):
         bound = fn.__dict__.get("forward")
-        if isinstance(bound, types.MethodType) and hasattr(bound.__func__, "_tn_jit"):
+        if isinstance(bound, types.MethodType) and (hasattr(bound.__func__, "_tn_jit") or
+                                                    isinstance(bound.__func__, _C.JitFunction)):
             return fn  # jitted already
+        if isinstance(bound, _C.JitFunction) or type(bound) is functools.partial and \
+                isinstance(bound.func, _C.JitFunction):
+            return fn
+        if bound is not None:  # a forward the instance holds (model.forward = MethodType(patched, model), as
+            # accelerate's hooks install): eager calls that one
+            if not (isinstance(bound, (types.MethodType, types.FunctionType)) or type(bound) is functools.partial):
+                raise TypeError(f"jit: the forward {type(fn).__name__} holds is a {type(bound).__name__}, not a "
+                                "Python function")
+            fn.forward = jit(bound, cache_limit=cache_limit)
+            return fn
         forward = type(fn).forward
         if not isinstance(forward, types.FunctionType):
             raise TypeError(f"jit: {type(fn).__name__}.forward is not a Python function")

@@ -1115,6 +1115,80 @@ def test_a_result_changed_in_place_under_grad_mode_as_eagers_can_be(f):
     assert [(v["kind"], v["hits"]) for v in torchneuron_jit.explain(jf).variants] == [("compiled", 2)]
 
 
+class _Knob:
+    k = 2.0
+
+    @classmethod
+    def scaled(cls, x):
+        return x * cls.k
+
+
+class _HoldsKnob(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cfg = _Knob
+
+    def forward(self, x):
+        return x * self.cfg.k
+
+
+def _scale_helper(s):
+    def h(a):
+        return a * s
+    return h
+
+
+_KNOB_HELPER = _scale_helper(2.0)
+
+
+@pytest.mark.parametrize("case", ["class argument", "class method's cls", "class in a dict argument",
+                                  "class a module holds", "Python module argument", "function argument"])
+def test_what_a_class_module_or_function_argument_holds_is_guarded(case):
+    """A class, Python module or function passed in (or held by a module's
+    attribute) was guarded by identity alone: cls.k = 7.0, settings.SCALE
+    = 7.0 or a helper's closure rebound after the trace answered with the
+    traced value, where the same reached as a global was seen."""
+    settings = types.ModuleType("settings_for_test")
+    settings.SCALE = 2.0
+    f, args = {
+        "class argument": (lambda c, x: x * c.k, lambda: (_Knob, X)),
+        "class method's cls": (torchneuron_jit.jit(_Knob.scaled), lambda: (X,)),
+        "class in a dict argument": (lambda d, x: x * d["cfg"].k, lambda: ({"cfg": _Knob}, X)),
+        "class a module holds": (torchneuron_jit.jit(_HoldsKnob()), lambda: (X,)),
+        "Python module argument": (lambda m, x: x * m.SCALE, lambda: (settings, X)),
+        "function argument": (lambda h, x: h(x), lambda: (_KNOB_HELPER, X)),
+    }[case]
+    jf = f if case in ("class method's cls", "class a module holds") else torchneuron_jit.jit(f)
+    try:
+        for value in (2.0, 2.0, 7.0, 7.0, 3.0):
+            _Knob.k = settings.SCALE = value
+            _KNOB_HELPER.__closure__[0].cell_contents = value
+            torch.testing.assert_close(jf(*args()), X * value, msg=lambda m: f"{case}, {value}: {m}")
+    finally:
+        _Knob.k = 2.0
+        _KNOB_HELPER.__closure__[0].cell_contents = 2.0
+
+
+def test_a_forward_the_instance_holds_is_the_one_jit_compiles():
+    """model.forward = MethodType(patched, model) (accelerate's hooks
+    install one): jit(model) installed the class's forward over it, and
+    the call computed something else than eager's."""
+    def patched(self, x):
+        return self.lin(x) * 10
+
+    model = torch.nn.Sequential()
+    model.lin = torch.nn.Linear(4, 3)
+    model.forward = types.MethodType(patched, model)
+    ref = copy.deepcopy(model)
+    ref.forward = types.MethodType(patched, ref)
+    assert torchneuron_jit.jit(model) is model and torchneuron_jit.jit(model) is model
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(model(x), ref(x))
+    assert [(v["kind"], v["hits"]) for v in torchneuron_jit.explain(model).variants] == [("compiled", 2)]
+
+
 def _tiny(kind):
     import transformers
     torch.manual_seed(0)
