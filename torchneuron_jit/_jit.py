@@ -135,6 +135,7 @@ def _known_shape(func, args, kwargs):
 _VALUE_READERS = {torch.Tensor.__repr__.__code__: "__repr__", torch.Tensor.__format__.__code__: "__format__",
                   torch.Tensor.__array__.__code__: "__array__"}
 # torch's RNG seeded or reset by the traced code: a compiled call's random ops draw on from the caller's state
+_AUTOCAST_ENTER = torch.amp.autocast_mode.autocast.__enter__.__code__
 _RNG_WRITERS = {torch.random.manual_seed.__code__: "torch.manual_seed", torch.random.seed.__code__: "torch.seed",
                 torch.random.set_rng_state.__code__: "torch.set_rng_state"}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -196,7 +197,7 @@ class _Recorder(TorchDispatchMode):
             self.problem = "torch.inference_mode is switched inside the traced code"
         if self.problem is None and torch.is_grad_enabled() and _needs_grad(args) and not (
                 # CPU autocast casts a parameter with grad mode on, whatever the call's, for its cast cache (and
-                # reads as off while it does)
+                # reads as off while it does): autocast on as the call began, or switched on inside it (_Trace.profile)
                 func is torch.ops.aten._to_copy.default and not self.grad and self.autocast):
             # the graph is an inference graph: with grad mode on inside the call (torch.enable_grad()) eager's
             # result has an autograd history a compiled call would not make
@@ -297,6 +298,8 @@ class _Trace:
             except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
                 self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
                                      f"({type(exc).__name__}: {exc})")
+        if event == "call" and frame.f_code is _AUTOCAST_ENTER:  # with torch.autocast(...) inside the call
+            self.recorder.autocast = True
         if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
             caller = frame.f_back
             while caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):

@@ -1049,6 +1049,28 @@ def test_autocast_switched_inside_a_call_under_the_callers_autocast_gives_eagers
 _LAYER = torch.nn.Linear(4, 4)  # its parameters require grad
 
 
+def _autocast_over_a_layer(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return _LAYER(x).relu() * 2
+
+
+def test_autocast_entered_inside_the_call_over_parameters_that_require_grad_compiles():
+    """Autocast casts a parameter that requires grad with grad mode on, for
+    its cast cache, whatever the caller's mode: under torch.no_grad(), a
+    function that enters autocast itself ran eagerly, said to be training
+    (HF BERT under autocast did); one called under the caller's autocast
+    compiled."""
+    jf = torchneuron_jit.jit(_autocast_over_a_layer)
+    x = torch.randn(3, 4)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            got, want = jf(x), _autocast_over_a_layer(x)
+            assert got.dtype == want.dtype == torch.bfloat16 and not got.requires_grad
+            torch.testing.assert_close(got, want)
+    assert [v["kind"] for v in torchneuron_jit.explain(jf).variants] == ["compiled"]
+
+
 @torch.no_grad()
 def _predict_no_grad(x):
     return _LAYER(x).relu() * 2
