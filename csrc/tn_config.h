@@ -58,7 +58,8 @@
   _(conv_channels_last, TN_CFG_BOOL, 1, NULL, \
     "Run the 2-d convolutions of a graph, and the ops between them, on channels-last (NHWC) tensors, as " \
     "oneDNN's fastest kernels and max pooling want them (inputs converted once, results given back in " \
-    "eager's strides). The values differ from eager's NCHW convolution by rounding only.") \
+    "eager's strides). The values differ from eager's NCHW convolution by rounding only; float16 convolutions stay " \
+    "NCHW (their rounding, through a model, went past float16's tolerance of eager's).") \
   _(flash_attention, TN_CFG_CHOICE, 0, "auto|on|off", \
     "Run attention written as matmul, softmax and matmul (Hugging Face's eager attention, hand-written " \
     "attention; float32, scaled by a number, with additive masks or none) as one call of PyTorch's CPU " \

@@ -114,3 +114,20 @@ def test_a_variant_of_dynamic_batch_runs_its_convolutions_channels_last():
     dynamic = [v for v in torchneuron_jit.explain(f).variants if "dynamic" in v["kind"]]
     assert len(dynamic) == 1 and dynamic[0]["hits"] >= 2, torchneuron_jit.explain(f)
     assert "mkldnn::_convolution_pointwise (no lowering, 2)" in dynamic[0]["graph"], dynamic[0]
+
+
+def test_float16_convs_stay_nchw_and_give_eagers_bits():
+    """oneDNN's float16 convolution rounds otherwise in NHWC than in NCHW:
+    a float16 ViT's patch embedding run channels-last came out beyond
+    float16's tolerance of eager's after its encoder. float16 convolutions
+    keep eager's layout, and so its values bit for bit."""
+    torch.manual_seed(0)
+    model = CNN().eval().half()
+    x = torch.randn(2, 3, 20, 24).half()
+    with torch.no_grad():
+        want = model(x)
+        for name, door in _doors(model).items():
+            for _ in range(2):
+                for g, w in zip(door(x), want):
+                    assert torch.equal(g, w) and g.stride() == w.stride(), name
+    assert "mkldnn::_convolution_pointwise" not in _pytorch_ops()
