@@ -592,8 +592,9 @@ def dynamo_graph(compiled, words=None):
 
 
 def dynamo_codes(fn):
-    """The code objects torch.compile's fn (a compiled module or function)
-    may hold Dynamo's entries under: its forward's (or its function's), and
+    """The code objects torch.compile's fn (a compiled module or function,
+    or a module compiled in place with its compile()) may hold Dynamo's
+    entries under: its forward's (or its function's), and
     those of the functions that one wraps (functools.wraps); None when fn
     is no torch.compile wrapper."""
     try:
@@ -603,6 +604,8 @@ def dynamo_codes(fn):
     import torch
     if isinstance(fn, OptimizedModule):
         target = fn._orig_mod.forward
+    elif isinstance(fn, torch.nn.Module) and getattr(fn, "_compiled_call_impl", None) is not None:
+        target = fn.forward  # compiled in place: model.compile(backend="neuron")
     elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
         target = fn._torchdynamo_orig_callable
         if isinstance(target, torch.nn.Module):

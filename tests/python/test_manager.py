@@ -412,6 +412,29 @@ def test_explain_of_a_torch_compile_model_shows_dynamos_entries_their_graphs_and
     assert "<table>" in e._repr_html_()
 
 
+def test_explain_of_a_model_compiled_in_place_shows_dynamos_entries():
+    """model.compile(backend="neuron") compiles the module in place: explain(model)
+    raised TypeError ("not a jitted function or module") for it."""
+    torch._dynamo.reset()
+
+    class _Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x).relu() * 2
+
+    net = _Net().eval()
+    net.compile(backend="neuron")
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 4)
+            torch.testing.assert_close(net(x), (net.lin(x).relu() * 2))
+    e = torchneuron_jit.explain(net)
+    assert "under torch.compile(backend='neuron')" in str(e) and e.variants[0]["hits"] == 2, str(e)
+
+
 def test_explain_of_a_torch_compile_function_lists_each_entry_after_two_graph_breaks_once():
     """The function Dynamo resumes in after the second break is reached
     from the function itself and from the one resumed after the first:
