@@ -578,7 +578,7 @@ class _Trace:
                 self.unguardable_value(slot, name, type(value))
                 continue
             watched = _Watched(value)
-            watched.words = name
+            watched.words = f"{name}, whose items are {type(value[0]).__qualname__}s"
             vars(obj)[spec[slot][2]] = watched
             self.watched.append((obj, spec[slot][2], value, watched))
 
@@ -590,8 +590,8 @@ class _Trace:
                 vars(obj)[attr] = original
             if watched.read:
                 original[:] = list.copy(watched)  # what the call appended, as eager leaves it
-                self.problems.append(f"it reads {watched.words}, whose items are {type(original[0]).__qualname__}s "
-                                     "that jit cannot guard (pass what the function needs as tensors)")
+                self.problems.append(f"it reads {watched.words} that jit cannot guard (pass what the function "
+                                     "needs as tensors)")
         self.watched = []
 
     def guard_object(self, slot, value, name):
@@ -1459,10 +1459,11 @@ def _function_of(frame):
     class holding it as a static method); else None."""
     code = frame.f_code
 
-    def match(value):
+    def match(value):  # no attribute lookup that could run code (a lazy module's __getattr__ imports)
         if isinstance(value, type):  # through its classes' dicts: no descriptor runs
             value = next((vars(k)[code.co_name] for k in value.__mro__ if code.co_name in vars(k)), None)
-        value = getattr(value, "__func__", value)  # a static or class method, a bound method
+        if isinstance(value, (staticmethod, classmethod, types.MethodType)):
+            value = value.__func__
         return value if isinstance(value, types.FunctionType) and value.__code__ is code else None
 
     fn = match(frame.f_globals.get(code.co_name))

@@ -484,6 +484,7 @@ def test_a_tokenizers_batch_encoding_compiles_while_the_call_leaves_its_encoding
     (lambda b: [e.ids for e in b.encodings], "encodings"),
     (lambda b: len(b._encodings), "len"),
     (lambda b: b._encodings.append(b._encodings[0]), "append"),
+    (lambda b: b._encodings.clear(), "clear"),
 ])
 def test_a_call_that_reads_the_encodings_runs_eagerly_in_words_that_name_them(read, words):
     tok = _tokenizer()
