@@ -196,7 +196,7 @@ class _Importer:
             if isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), (torch.SymInt, torch.SymFloat,
                                                                                       torch.SymBool)):
                 value = value.meta["val"]  # a number computed in the graph (a dynamic int input)
-            if isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            if isinstance(value, (bool, int, float, complex, torch.SymInt, torch.SymFloat, torch.SymBool)):
                 # a wrapped number: ATen promotes it as a scalar (see _scalar_form)
                 return self.arg(torch._C.NumberType.get(), value, where)
             return (_C.ARG_TENSOR, self.tensor_ref(value, where))
@@ -219,6 +219,8 @@ class _Importer:
             if isinstance(value, (torch.SymFloat, torch.SymBool)):
                 # a number only known at run time: a fallback node's argument (sizes are SymInts)
                 return (_C.ARG_STRING, f"{type(value).__name__}({value.node.expr})")
+            if isinstance(value, complex):  # x * 1j: no kernel of ours takes it, a fallback node's argument
+                return (_C.ARG_STRING, repr(value))
             if isinstance(value, bool) or kind in ("BoolType", "SymBoolType"):
                 return (_C.ARG_BOOL, int(bool(value)))
             if isinstance(value, float) or kind in ("FloatType", "SymFloatType"):

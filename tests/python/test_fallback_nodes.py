@@ -111,3 +111,15 @@ def test_stats_count_what_runs_through_pytorch_by_op_and_reason(capsys):
     assert "aten::index.Tensor: no lowering (1 node)" in capsys.readouterr().err
     torchneuron_jit.reset_stats()
     assert torchneuron_jit.stats()["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_a_complex_number_operand_is_a_fallback_nodes_argument(dtype):
+    """x * 1j: the importer refused a complex Python number (neither a tensor
+    nor a number of the IR's), and the whole graph ran eagerly with a
+    warning; the op goes through PyTorch, and the chain before it fuses."""
+    def f(x):
+        return (torch.sin(x.abs() * 2.0) + 1.0) * 1j + 1
+
+    st = _compiled_cleanly(f, (torch.randn(4, 5, dtype=dtype),))
+    assert st["kernels_compiled"] >= 1
