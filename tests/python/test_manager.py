@@ -305,7 +305,7 @@ def test_explain_names_the_ops_of_most_nodes_first_and_counts_the_rest():
     the line says so, and names those of the most nodes."""
     def f(x):
         y = x.cumsum(0) + x.cumsum(1) + x.cumsum(0).cumsum(1)
-        z = x.flip(0) + x.roll(1, 0) + x.sort(1).values + x.argsort(0) + x.triu() + x.tril()
+        z = x.flip(0) + x.cumprod(1) + x.sort(1).values + x.argsort(0) + x.cummin(1).values
         return y + z + x.topk(2, 1).values.sum() + x.cummax(0).values + x.logcumsumexp(1)
 
     x = torch.randn(6, 5)
