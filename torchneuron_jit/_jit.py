@@ -855,7 +855,10 @@ class _Trace:
                 state_in_dict(t):
             spec.add(("type", slot, t), words)
             self.guard_attributes(slot, value, words, depth, lenient)
-        else:  # slots, a C type's fields, a dict subclass of a library's: state outside any __dict__
+        elif not isinstance(value, BaseException):
+            # slots, a C type's fields, a dict subclass of a library's: state outside any __dict__. An exception
+            # to raise (raise ERR on a branch the call did not take: one it took raised, and made no variant) is
+            # held by identity
             problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
                             "function needs from it as an argument)")
 

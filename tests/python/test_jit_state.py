@@ -370,6 +370,30 @@ def test_a_helper_that_only_reads_its_default_compiles():
     assert _same_as_eager(_through_a_default_it_only_reads, lambda i: None, lambda: None) == []
 
 
+_BAD_INPUT = ValueError("bad input")
+
+
+def _raises_a_global_exception(x, bad=False):
+    if bad:
+        raise _BAD_INPUT
+    return x.exp() * 2
+
+
+def test_a_global_exception_raised_on_a_branch_the_call_did_not_take_compiles():
+    """if bad: raise ERR, with ERR a module-level exception: its contents
+    (args, a traceback) were taken for state jit cannot guard, and every
+    call ran eagerly with a warning."""
+    jf = torchneuron_jit.jit(_raises_a_global_exception)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            torch.testing.assert_close(jf(X), X.exp() * 2)
+    assert [v["kind"] for v in torchneuron_jit.explain(jf).variants] == ["compiled"]
+    with pytest.raises(ValueError) as info:
+        jf(X, True)
+    assert info.value is _BAD_INPUT
+
+
 def test_a_global_that_holds_what_jit_cannot_guard_runs_eagerly():
     arr = np.array([2.0])
     scope = {"torch": torch, "ARR": arr}
