@@ -1087,7 +1087,8 @@ _MAX_OBJECTS = 1024     # argument objects one trace guards by their attributes 
 _MAX_HELD = 20000       # values one argument's object holds, at most, to be guarded by its attributes
 # values that never change in place: held by value or identity, never followed
 _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
-                            torch.memory_format, torch.Size, frozenset)
+                            torch.memory_format, torch.Size, frozenset,
+                            torch.torch_version.TorchVersion)  # torch.__version__ (sentence-transformers keeps it)
 
 
 # what torch itself notes on a tensor for TorchDynamo (a transformers StaticCache's tensors are marked static

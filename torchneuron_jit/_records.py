@@ -437,6 +437,8 @@ class _Describer:
         t = type(v)
         if v is None or t in (bool, int, float, str):
             return ["p", v]
+        if t is torch.torch_version.TorchVersion:  # torch.__version__: a str that compares as a version
+            return ["torchversion", str(v)]
         if t is torch.dtype:
             return ["dtype", _torch_name(v)]
         if t is torch.device:
@@ -524,6 +526,8 @@ def _matches(desc, v, live):
     if kind == "p":
         want = desc[1]
         return same_value(v, want)
+    if kind == "torchversion":
+        return type(v) is torch.torch_version.TorchVersion and str(v) == desc[1]
     if kind == "dtype":
         return v is getattr(torch, desc[1], None)
     if kind == "device":

@@ -744,6 +744,50 @@ def test_a_function_over_global_modules_loads_in_a_fresh_process(program):
     assert warm["traces"] == 0 and warm["traces_loaded"] == 1, warm
 
 
+TORCH_VERSION_HELD = textwrap.dedent('''
+    import json, sys, warnings
+    import torch
+    import torchneuron_jit
+
+    class Card:  # sentence-transformers' model card data keeps {"torch": torch.__version__}
+        def __init__(self):
+            self.versions = {"torch": torch.__version__}
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.card = torch.nn.Linear(8, 8), Card()
+
+        def forward(self, x):
+            if self.card.versions:
+                x = x + 1
+            return torch.relu(self.lin(x)) * 2
+
+    torch.manual_seed(0)
+    model = Model()
+    x = torch.randn(4, 8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        want = model(x)
+        torchneuron_jit.jit(model)
+        for _ in range(2):
+            torch.testing.assert_close(model(x), want)
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_torch_version_a_module_holds_is_guarded_by_value_and_loads_in_a_fresh_process(program):
+    """torch.__version__ is a str subclass (TorchVersion): a module's
+    attribute holding it (sentence-transformers' model card does) was
+    taken for state jit cannot guard, so the call ran eagerly, and a
+    record could not describe it."""
+    cold = program(source=TORCH_VERSION_HELD)
+    assert cold["traces"] == 1 and cold["trace_records_stored"] == 1 and cold["graphs_compiled"] == 1, cold
+    warm = program(source=TORCH_VERSION_HELD)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 1, warm
+
+
 PATCHED = textwrap.dedent('''
     import json, os, sys
     import torch
