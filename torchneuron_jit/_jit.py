@@ -752,8 +752,10 @@ class _Trace:
         varkw = code.co_argcount + code.co_kwonlyargcount + (varargs >= 0) \
             if code.co_flags & inspect.CO_VARKEYWORDS else -1
         for i, (name, value) in enumerate(zip(names, self.args)):
+            first = len(self.spec)
             self.guard_value(self.spec.add(("arg", i), name), value, name)
             if i == varargs and type(value) is tuple:
+                self.name_varargs(first, name, _wrapped_parameters(self.fn))
                 for k, item in enumerate(value):
                     self.remember(f"argument {name}[{k}]", item)
             elif i == varkw and type(value) is dict:
@@ -767,6 +769,20 @@ class _Trace:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
         self.argument_guards = len(self.spec)
+
+    def name_varargs(self, first, name, parameters):
+        """The words of the guards from slot first on that name item k of
+        *args (name[k]) say parameters[k] instead: transformers' decorators
+        wrap forward in (self, *args, **kwargs), and model(input_ids) was
+        "args[0]" in guards, misses and storm words."""
+        names = self.spec.names
+        for slot in range(first, len(names)):
+            words = names[slot]
+            for k, parameter in enumerate(parameters):
+                prefix = f"{name}[{k}]"
+                if words.startswith(prefix):
+                    names[slot] = parameter + words[len(prefix):]
+                    break
 
     def guard_closure(self):
         """The contents of the containers and objects fn's closure variables
@@ -1454,6 +1470,23 @@ def _outside_code(code):
     if mod == "os" and code.co_qualname.startswith("_Environ"):
         return "os.environ"
     return f"{mod}.{code.co_qualname}()"
+
+
+def _wrapped_parameters(fn):
+    """The names of the parameters of the function fn wraps (functools.wraps)
+    that the items of fn's *args take, where fn's own leading parameters
+    are the wrapped function's first ones (transformers' decorators:
+    wrapper(self, *args, **kwargs) around forward(self, input_ids, ...));
+    else ()."""
+    inner = getattr(fn, "__wrapped__", None)
+    while isinstance(getattr(inner, "__wrapped__", None), types.FunctionType):
+        inner = inner.__wrapped__
+    if not isinstance(inner, types.FunctionType):
+        return ()
+    own, code = fn.__code__, inner.__code__
+    lead = own.co_varnames[:own.co_argcount]
+    wrapped = code.co_varnames[:code.co_argcount]
+    return wrapped[len(lead):] if wrapped[:len(lead)] == lead else ()
 
 
 def _function_of(frame):

@@ -2,6 +2,7 @@
 blacklist, explain(), and the same words for torch.compile(backend="neuron")."""
 import threading
 import contextlib
+import functools
 import io
 import warnings
 
@@ -140,6 +141,30 @@ def test_sizes_that_stay_static_are_explained():
     words = [s for s in storm_warnings(w) if "took" in s]
     assert len(words) == 1 and "x dim 0 took" in words[0], words
     assert "its traces run eagerly (aten.index.Tensor has a data-dependent result)" in words[0], words
+
+
+def _wraps_forward(forward):  # as transformers' decorators (can_return_tuple, check_model_inputs) do
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        return forward(self, *args, **kwargs)
+    return wrapper
+
+
+class _Decorated(torch.nn.Module):
+    @_wraps_forward
+    def forward(self, hidden, scale=2.0):
+        return hidden * scale
+
+
+def test_arguments_through_a_decorators_args_are_named_as_the_wrapped_function_names_them():
+    """model(x) through a wrapper(self, *args, **kwargs): guards, misses and
+    the manager's decisions said "args[0]", not the parameter's name."""
+    model = torchneuron_jit.jit(_Decorated())
+    for n in (2, 3, 4, 5):
+        x = torch.randn(n)
+        torch.testing.assert_close(model(x), x * 2.0)
+    text = str(torchneuron_jit.explain(model))
+    assert "hidden dim 0 took 2 or more values; dynamic now" in text and "args[" not in text, text
 
 
 def test_warnings_point_at_the_users_line():
