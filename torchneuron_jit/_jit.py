@@ -265,6 +265,7 @@ class _Trace:
         # (slot, value, words) of the classes, functions and Python modules arguments and modules' attributes
         # hold, guarded by identity: guard_named_held guards what they hold after the trace
         self.named_held = []
+        self.user_named = None  # user_names()
         self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
         self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
@@ -994,13 +995,19 @@ class _Trace:
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
 
+    def user_names(self):
+        """The names the user code the traced call ran names (_names_in),
+        made once (after the trace: its codes are all noted)."""
+        if self.user_named is None:
+            self.user_named = _names_in(_user_codes([c for c, _ in self.codes]))
+        return self.user_named
+
     def guard_named_held(self):
         """What the classes, functions and Python modules of the user's that
         arguments and modules' attributes hold hold in turn, as globals'
         are guarded: a class's dict (cls.k = 7.0 after the trace), a
         function the call ran by its code, defaults and closure, a module's
         attributes the user code names (settings.SCALE)."""
-        named = None
         for slot, value, words in self.named_held:
             if isinstance(value, type):
                 if _user_class(value):
@@ -1009,9 +1016,7 @@ class _Trace:
                 if self.called(value):
                     self.guard_function(slot, value, words)
             elif _user_module(value):
-                if named is None:
-                    named = {n for c in _user_codes([c for c, _ in self.codes])
-                             for n in c.co_names + _string_constants(c)}
+                named = self.user_names()
                 attrs = value.__dict__
                 d = self.spec.add(("const", attrs), f"{words}.__dict__", ("objdict", slot))
                 for key in [k for k in attrs if k in named]:
@@ -1027,7 +1032,7 @@ class _Trace:
         vocabulary, caches it fills)."""
         if not self.library_held:
             return
-        named = {n for code, _ in self.codes for n in code.co_names + _string_constants(code)}
+        named = _names_in([c for c, _ in self.codes])
         spec = self.spec
         for slot, obj, words in self.library_held:
             attrs = vars(obj)
@@ -1053,7 +1058,7 @@ class _Trace:
         held = [(key, problems[0]) for key, problems in self.lenient if problems]
         if not held:
             return
-        named = {name for c in _user_codes([c for c, _ in self.codes]) for name in c.co_names + _string_constants(c)}
+        named = self.user_names()
         for key, problem in held:
             if key in named:
                 self.problems.append(problem)
@@ -1364,6 +1369,12 @@ def _instructions(code, nested=True):
         for c in code.co_consts:
             if isinstance(c, types.CodeType):
                 yield from _instructions(c)
+
+
+def _names_in(codes):
+    """The attribute and global names codes name, and the identifiers among
+    their string constants (getattr(settings, "SCALE"))."""
+    return {n for c in codes for n in c.co_names + _string_constants(c)}
 
 
 def _user_codes(codes):
