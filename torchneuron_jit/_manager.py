@@ -22,6 +22,7 @@ policy is data, in the tunables table, as LuaJIT keeps its own
 words, the graph's lowered and fallback ops, hits, misses by reason and
 decisions; as text, and as HTML in a notebook.
 """
+import ast
 import collections
 import dis
 import html
@@ -165,7 +166,9 @@ def storm_words(jf, s, key):
             else (key, None)
         values = [v for (arg, rank, d), v in hist.items() if arg == name and d == dim
                   and (rank == number if dim is None else rank not in (INT_PLACE, FLOAT_PLACE))]
-        took = len(values[0]) if values else n + 1
+        # the sizes traces have seen, and this miss's (noted in the history when its trace finishes)
+        now = _number(s.changes[key][-1].rsplit(" → ", 1)[-1]) if s.changes.get(key) else None
+        took = len(set(values[0]) | ({now} if now is not None else set())) if values else n + 1
         why = s.static.get((name, dim))
         each = "size" if dim is not None else "value"
         if config.dynamic_after <= 0:
@@ -213,6 +216,15 @@ def storm_words(jf, s, key):
         return (f"{s.where}: {key} changes {often}, set from outside between calls ({seen}); pass it as an "
                 "argument, or keep it fixed while serving")
     return f"{s.where}: {key} changes {often} ({seen}); each value is a variant of its own"
+
+
+def _number(text):
+    """The int or float a miss's words write as text, or None."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _read_at(fn, name):

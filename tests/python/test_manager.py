@@ -4,6 +4,7 @@ import threading
 import contextlib
 import functools
 import io
+import re
 import warnings
 
 import pytest
@@ -204,15 +205,18 @@ def test_a_dimension_python_needs_the_value_of_stays_static_in_words_that_say_so
         return out
 
     jf = torchneuron_jit.jit(h, cache_limit=16)
+    shapes = [(2, 3), (3, 4), (4, 5), (5, 6), (2, 7), (3, 3), (6, 8), (4, 9)]
     before = torchneuron_jit.stats()["dynamic_traces"]
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        for b, n in [(2, 3), (3, 4), (4, 5), (5, 6), (2, 7), (3, 3), (6, 8), (4, 9)]:
+        for b, n in shapes:
             x = torch.randn(b, n)
             torch.testing.assert_close(jf(x), h(x))
     words = [s for s in storm_warnings(w) if "took" in s]
     assert len(words) == 1 and ": x dim 1 took " in words[0], words
     assert "stays static because x.size(1) is used where Python needs its value" in words[0], words
+    took, calls = (int(v) for v in re.search(r"took (\d+) values in (\d+) calls", words[0]).groups())
+    assert took == len({n for _, n in shapes[:calls]}), words  # the call that warns counts its own size
     from torchneuron_jit import _manager
     assert ("x", 1) in _manager.site(jf).pinned
     assert ("x", 0) in _manager.site(jf).dynamic  # the batch: one variant per width serves every batch
@@ -237,6 +241,8 @@ def test_an_int_argument_that_stays_static_is_explained():
     assert len(words) == 1 and "h (" in words[0] and ": n took " in words[0], words
     assert "stays static because n is used where Python needs its value" in words[0], words
     assert "pass it as a tensor" in words[0], words
+    took, calls = (int(v) for v in re.search(r"took (\d+) values in (\d+) calls", words[0]).groups())
+    assert took == calls, words  # n took a new value on every call, the warning's own call's included
 
 
 def _data_dependent():
