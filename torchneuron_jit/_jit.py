@@ -3270,15 +3270,30 @@ def jit(fn=None, *, cache_limit=None):
         return fn
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         # its name and signature the function's (generate() reads inspect.signature(model.forward))
-        return types.MethodType(functools.update_wrapper(_C.JitFunction(fn.__func__, _tracer, limit), fn.__func__),
-                                fn.__self__)
+        return types.MethodType(_named_as(_C.JitFunction(fn.__func__, _tracer, limit), fn.__func__), fn.__self__)
     if type(fn) is functools.partial:  # the function jitted, its bound arguments as they were
         return functools.partial(jit(fn.func, cache_limit=cache_limit), *fn.args, **fn.keywords)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"jit: expected a Python function or an nn.Module, not {type(fn).__name__}")
-    wrapped = _C.JitFunction(fn, _tracer, limit)
+    return _named_as(_C.JitFunction(fn, _tracer, limit), fn)
+
+
+def _named_as(wrapped, fn):
+    """JitFunction wrapped, given function fn's name, doc and __wrapped__
+    (inspect.signature follows it), and, where a call of fn makes a
+    coroutine or a generator, fn's code, defaults and keyword defaults:
+    inspect.iscoroutinefunction, isgeneratorfunction and isasyncgenfunction
+    (and asyncio's, so frameworks that await what they are given) read a
+    function-like object's code flags."""
     functools.update_wrapper(wrapped, fn)
+    if fn.__code__.co_flags & _SUSPENDS:
+        wrapped.__code__, wrapped.__defaults__, wrapped.__kwdefaults__ = fn.__code__, fn.__defaults__, \
+            fn.__kwdefaults__
     return wrapped
+
+
+# the code flags of a function whose call makes a coroutine or a generator
+_SUSPENDS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 def _jit_forward(module, forward, limit):

@@ -656,6 +656,39 @@ def test_generators_pass_through():
     torch.testing.assert_close(next(gen(x)), x * 2)
 
 
+def test_coroutine_and_generator_functions_stay_what_inspect_and_asyncio_say_they_are():
+    """Frameworks (FastAPI, pytest-asyncio, ray serve) ask inspect or
+    asyncio whether a handler is async and await it only if so: a jitted
+    async handler was taken for a plain function and its coroutine was
+    returned unawaited."""
+    import asyncio
+
+    async def handler(x, scale=2.0):
+        return x * scale + 1
+
+    def gen(x):
+        yield x + 1
+
+    async def agen(x):
+        yield x + 1
+
+    class Model:
+        async def predict(self, x):
+            return x - 1
+
+    jh, jm = torchneuron_jit.jit(handler), torchneuron_jit.jit(Model().predict)
+    assert inspect.iscoroutinefunction(jh) and asyncio.iscoroutinefunction(jh)
+    assert inspect.iscoroutinefunction(jm)
+    assert inspect.isgeneratorfunction(torchneuron_jit.jit(gen))
+    assert inspect.isasyncgenfunction(torchneuron_jit.jit(agen))
+    assert not inspect.iscoroutinefunction(torchneuron_jit.jit(lambda x: x))
+    assert str(inspect.signature(jh)) == "(x, scale=2.0)"
+    x = torch.randn(3)
+    torch.testing.assert_close(asyncio.run(jh(x)), x * 2.0 + 1)
+    torch.testing.assert_close(asyncio.run(jh(x, scale=3.0)), x * 3.0 + 1)
+    torch.testing.assert_close(asyncio.run(jm(x)), x - 1)
+
+
 def test_errors_propagate_like_eager():
     @torchneuron_jit.jit
     def f(x, y):
