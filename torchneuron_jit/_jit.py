@@ -3105,7 +3105,7 @@ class _Tracer:
                                         "be compiled again")
             if compiled is None:  # the decoded graph is the back end's to rewrite
                 compiled = backend.compile_inference(_records.decode_graph(v["graph"]), inputs, eager=eager)
-        out_plan = (_records.decode_treespec(v["treespec"]), [tuple(p) for p in v["plan"]])
+        out_plan = (_records.decode_treespec(v["treespec"]), _records.decode_plan(v["plan"]))
         return _Runner(compiled, [tuple(c) for c in v["checks"]], [tuple(w) for w in v["writebacks"]], out_plan,
                        [(k, attr, _records.set_entry(p)) for k, attr, p in v["sets"]], v["objects"],
                        _records.dense_inputs(v), v.get("random", True),

@@ -51,7 +51,7 @@ from . import _C, cache
 from .graph import fake_tensor
 from ._spec import Spec, entry_name, explain, same_value, shadowed, state_in_dict
 
-FORMAT = 10  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 11  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
@@ -65,6 +65,8 @@ FORMAT = 10  # 2: the contents of containers and objects that globals and closur
 #           10: objects whose state is not all in __dict__ (a dict subclass, slots, a C type) are not described
 #               by their attributes; functools.partial by its function and arguments, a property or static or
 #               class method by the functions it wraps: a record of 9 took any partial, or property, for another
+#           11: a result's object that holds tensors (a DynamicCache) is described by its class and attributes
+#               (encode_template)
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -986,6 +988,88 @@ def decode_treespec(e):
     return pytree.TreeSpec(typ, _decode_context(e[1]), [decode_treespec(c) for c in e[2]])
 
 
+# -- objects the result holds ---------------------------------------------------------
+
+def _plain_state(t):
+    """Whether instances of class t are made by t.__new__(t) and their
+    __dict__, as copy.copy and pickle make them: no __slots__, no
+    __reduce__, __getstate__ or __setstate__ of its own, no C base that
+    keeps state out of __dict__."""
+    return isinstance(t, type) and not issubclass(t, (torch.Tensor, torch.nn.Module, type)) and \
+        t.__reduce_ex__ is object.__reduce_ex__ and t.__reduce__ is object.__reduce__ and \
+        getattr(t, "__getstate__", object.__getstate__) is object.__getstate__ and \
+        not hasattr(t, "__setstate__") and state_in_dict(t)
+
+
+def encode_template(v, seen=None):
+    """A description of template v, an object of a result that holds
+    tensors (a DynamicCache) with None where they lie (_dynamic.rebuilt):
+    numbers, strings, None, dtypes, devices, lists, tuples, dicts and
+    objects of classes found by name whose state is their __dict__
+    (_plain_state). decode_template makes it again (raises Unportable)."""
+    seen = set() if seen is None else seen
+    if len(seen) > _MAX_DESCRIBED:
+        raise Unportable(f"the result holds an object of more than {_MAX_DESCRIBED} values")
+    t = type(v)
+    if v is None or t in (bool, int, float, str):
+        return ["p", v]
+    if t is torch.dtype:
+        return ["dtype", _torch_name(v)]
+    if t is torch.device:
+        return ["device", str(v)]
+    if id(v) in seen:  # one list or object at two places: a copy would make two
+        raise Unportable(f"the result holds a {t.__name__} twice")
+    seen.add(id(v))
+    if t in (list, tuple):
+        return ["seq", t.__name__, [encode_template(x, seen) for x in v]]
+    if t is dict and all(type(k) in (str, int) for k in v):
+        return ["map", [[k, encode_template(x, seen)] for k, x in v.items()]]
+    if _plain_state(t) and type(getattr(v, "__dict__", None)) is dict:
+        return ["new", _name_ref(t), [[k, encode_template(x, seen)] for k, x in v.__dict__.items()]]
+    raise Unportable(f"the result holds a {t.__qualname__}, which a record cannot describe")
+
+
+def decode_template(e):
+    """The object encode_template described (raises Mismatch when a class
+    it names is not found, or has changed how it keeps its state)."""
+    tag = e[0]
+    if tag == "p":
+        return e[1]
+    if tag == "dtype":
+        return getattr(torch, e[1])
+    if tag == "device":
+        return torch.device(e[1])
+    if tag == "seq":
+        items = [decode_template(x) for x in e[2]]
+        return items if e[1] == "list" else tuple(items)
+    if tag == "map":
+        return {k: decode_template(x) for k, x in e[1]}
+    assert tag == "new", tag
+    cls = _lookup(*e[1])
+    if not _plain_state(cls):
+        raise Mismatch(f"the result's {'.'.join(e[1][:2])} is not the class the record describes")
+    obj = cls.__new__(cls)
+    obj.__dict__.update((k, decode_template(x)) for k, x in e[2])
+    return obj
+
+
+def _encode_plan_entry(p):
+    """A result plan's entry p as a record holds it: an object holding
+    tensors ("object", template, [(path, entry)]) by its template's
+    description."""
+    if p[0] == "object":
+        return ["object", encode_template(p[1]), [[[list(step) for step in path], list(e)] for path, e in p[2]]]
+    if p[0] == "const" and not (p[1] is None or type(p[1]) in (bool, int, float, str)):
+        raise Unportable(f"the result holds a {type(p[1]).__name__}")
+    return list(p)
+
+
+def decode_plan(plan):
+    """The result plan a record holds, as _jit's runner reads it."""
+    return [("object", decode_template(p[1]), [(tuple(tuple(step) for step in path), tuple(e)) for path, e in p[2]])
+            if p[0] == "object" else tuple(p) for p in plan]
+
+
 # -- store and load ----------------------------------------------------------------
 
 def _number_guard(a):
@@ -1069,9 +1153,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
     encoded_spec = encode_treespec(treespec)
     if decode_treespec(encoded_spec) != treespec:
         raise Unportable("the result's structure does not survive its description")
-    for p in plan:
-        if p[0] in ("const", "object") and not (p[1] is None or type(p[1]) in (bool, int, float, str)):
-            raise Unportable(f"the result holds a {type(p[1]).__name__}")
+    plan = [_encode_plan_entry(p) for p in plan]
     for _, value in checks:
         if type(value) not in (bool, int, float):
             raise Unportable(f"a value read from a tensor is a {type(value).__name__}")
@@ -1081,7 +1163,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
     record = {"spec": pspec, "names": list(trace.spec.names if names is None else names), "slots": list(slots),
               "codes": codes, "graph": encode_graph(fgm, symbolic), "checks": [list(c) for c in checks],
               "writebacks": [list(w) for w in writebacks], "treespec": encoded_spec,
-              "plan": [list(p) for p in plan], "sets": sets,
+              "plan": plan, "sets": sets,
               "objects": objects, "random": random, "inference": inference,
               "bindings": describe_bindings(bindings),
               "dense": [[i, None if order is None else list(order)] for i, order in dense],

@@ -552,6 +552,75 @@ GENERATE = textwrap.dedent('''
 ''')
 
 
+OWN_CACHE = textwrap.dedent('''
+    import copy, json, sys
+    import torch, transformers
+    import torchneuron_jit
+
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2,
+                                                                vocab_size=100)).eval()
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(num_layers=2, d_model=64, d_ff=128,
+                                                                       num_heads=2, d_kv=32, vocab_size=100)).eval()
+    with torch.no_grad():
+        for model in (gpt2, t5):
+            eager = copy.deepcopy(model)
+            torchneuron_jit.jit(model)
+            for n in (5, 7):  # a variant per size, then one dynamic
+                ids = torch.randint(0, 100, (2, n))
+                kw = {"decoder_input_ids": ids[:, :3]} if model is t5 else {}
+                got, again, want = model(ids, **kw), model(ids, **kw), eager(ids, **kw)
+                torch.testing.assert_close(got.logits, want.logits)
+                # the cache each call returns is its own, and decodes on as eager's does
+                assert type(got.past_key_values) is type(want.past_key_values)
+                nxt = torch.randint(0, 100, (2, 1))
+                for out in (got, again):
+                    kw = {"decoder_input_ids": nxt, "encoder_outputs": (out.encoder_last_hidden_state,)} \
+                        if model is t5 else {}
+                    step = eager(nxt if model is gpt2 else ids, past_key_values=out.past_key_values, **kw)
+                    ref = eager(nxt if model is gpt2 else ids, past_key_values=want.past_key_values, **kw) \
+                        if out is got else ref
+                    torch.testing.assert_close(step.logits, ref.logits)
+    st = torchneuron_jit.stats()
+    assert st["eager_reruns"] == 0 and st["eager_fallbacks"] == 0, st
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_model_returning_the_cache_it_made_loads_in_a_fresh_process(program):
+    """A causal LM in its default config (use_cache=True) returns the
+    DynamicCache its call made, and an encoder-decoder its
+    EncoderDecoderCache: "the result holds a DynamicCache" stored no
+    record, and every new process traced again. The result's objects are
+    described by their classes and attributes."""
+    pytest.importorskip("transformers")
+    cold = program(source=OWN_CACHE)
+    assert cold["traces"] >= 4 and cold["trace_records_stored"] == cold["traces"], cold
+    warm = program(source=OWN_CACHE)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == cold["traces"], warm
+
+
+def test_a_result_object_a_record_cannot_describe_is_unportable():
+    """Objects whose state is not their __dict__ alone, or one object at two
+    places of the result, are refused, not described wrong."""
+    class Slotted:
+        __slots__ = ("t",)
+
+    class Reduces:
+        def __reduce__(self):
+            return (Reduces, ())
+
+    for value in (Slotted(), Reduces(), collections.OrderedDict(a=1)):
+        with pytest.raises(_records.Unportable):
+            _records.encode_template(value)
+    shared = [None]
+    with pytest.raises(_records.Unportable, match="twice"):
+        _records.encode_template({"a": shared, "b": shared})
+    desc = _records.encode_template({"a": [None, (1, 2.5)], "d": torch.device("cpu"), "t": torch.float16})
+    assert _records.decode_template(json.loads(json.dumps(desc))) == \
+        {"a": [None, (1, 2.5)], "d": torch.device("cpu"), "t": torch.float16}
+
+
 LAST_TOKEN = textwrap.dedent('''
     import json, sys
     import torch
