@@ -5,6 +5,7 @@ records (_records.py), which import this and not each other.
 """
 import math
 import struct
+import types
 
 import torch
 
@@ -20,16 +21,18 @@ def state_in_dict(t, base=()):
     __slots__ but __dict__ and __weakref__, and no fields of C besides (a
     dict subclass keeps its items elsewhere, a slot its value, an extension
     type its fields: tokenizers' Encoding, a class made in Rust, is a heap
-    type with a __dict__ and 272 bytes of its own)."""
+    type with a __dict__ and 272 bytes of its own). types.SimpleNamespace,
+    a C type, keeps its state in __dict__ alone."""
     for cls in t.__mro__:
-        if cls is object or cls in base:
+        if cls is object or cls in base or cls is types.SimpleNamespace:
             continue
         if not cls.__flags__ & _HEAPTYPE:
             return False
         slots = cls.__dict__.get("__slots__", ())
         if set([slots] if isinstance(slots, str) else slots) - {"__dict__", "__weakref__"}:
             return False
-    floor = max([b.__basicsize__ for b in base if b in t.__mro__] or [object.__basicsize__])
+    floor = max([b.__basicsize__ for b in base + (types.SimpleNamespace,) if b in t.__mro__] or
+                [object.__basicsize__])
     return t.__basicsize__ <= floor + 2 * _POINTER  # a __dict__ and a __weakref__ at most
 
 

@@ -183,26 +183,29 @@ HELD = None
 
 
 def _held_scale(x):
-    return x * (HELD.scale if isinstance(HELD, _SlotAndDict) else HELD["scale"])
+    return x * (HELD["scale"] if isinstance(HELD, dict) else HELD.scale)
 
 
 @pytest.mark.parametrize("make, eager", [
     (lambda: collections.OrderedDict(scale=2.0), False),
     (lambda: _Items(scale=2.0), False),
     (_SlotAndDict, True),
-], ids=["OrderedDict", "dict subclass", "slots and a __dict__"])
+    (lambda: types.SimpleNamespace(scale=2.0), False),
+], ids=["OrderedDict", "dict subclass", "slots and a __dict__", "SimpleNamespace"])
 def test_state_a_global_keeps_outside_its_dict_is_guarded_or_runs_eagerly(make, eager):
     """An OrderedDict's or a dict subclass's items, and a slot's value, are
     not in the object's __dict__: jit guarded that (empty) __dict__ and
     answered with the first value after the global's value changed in
-    place. The items are guarded as a dict's; a slot makes it run eagerly."""
+    place. The items are guarded as a dict's; a slot makes it run eagerly.
+    A types.SimpleNamespace (a C type) keeps its state in __dict__ alone:
+    it ran eagerly, where an argparse.Namespace compiled."""
     global HELD
     held = make()
 
     def set_state(i):
         global HELD
         HELD = held
-        if isinstance(held, _SlotAndDict):
+        if not isinstance(held, dict):
             held.scale = 2.0 + i
         else:
             held["scale"] = 2.0 + i
