@@ -1658,7 +1658,9 @@ def test_a_build_pauses_while_a_jitted_call_is_in_flight(pause_ms):
         torch.testing.assert_close(served(x), x + 1)
         still_building = _jit._builds.busy()  # the build paused through the whole call
         assert _jit.wait(60)
-    assert still_building == (pause_ms > 0)
+    # without a pause the build may or may not finish inside the 2-second call (a loaded machine): what
+    # tells is whether it paused
+    assert still_building or not pause_ms
     assert (_C.build_pauses() > pauses) == (pause_ms > 0)
     torch.testing.assert_close(f(x), torch.relu(x) * 2 + 1)
 
