@@ -183,6 +183,10 @@ class _Recorder(TorchDispatchMode):
             if self.raised is None:
                 self.raised = f"{func} raised {type(exc).__name__}"
             raise
+        if getattr(func, "namespace", None) == "profiler":
+            # torch.profiler.record_function's enter and exit (torch.optim's step() runs in one): marks for a
+            # profiler, of no value the call computes; its handle, a ScriptObject, is nothing a graph can hold
+            return out
         # item() and friends become value guards; other data-dependent ops cannot be replayed
         tags = getattr(func, "tags", ())
         if self.problem is None and func is not torch.ops.aten._local_scalar_dense.default and \
@@ -745,6 +749,15 @@ class _Trace:
         self.tensors.append(tensor)
         self.grads.setdefault(id(tensor), _grad_of(tensor))
 
+    def tensor_guard(self, slot, tensor, words):
+        """slot, with a guard that the tensor it loads is as tensor is now:
+        dtype, sizes, strides and requires_grad, which requires_grad_(),
+        resize_() and set_() change in place (a global's, or one a container
+        holds: the guard on its identity holds)."""
+        self.spec.add(("tensor", slot, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()),
+                       bool(tensor.requires_grad)), words)
+        return slot
+
     def guard_arguments(self):
         code = self.fn.__code__
         names = code.co_varnames[:len(self.args)]
@@ -937,7 +950,9 @@ class _Trace:
                     if value is _C.GUARD_ABSENT:
                         continue
                     if type(value) in _TENSOR_TYPES:
-                        self.tensor_slot.setdefault(id(value), self.spec.add(("key", d, name), words))
+                        if id(value) not in self.tensor_slot:
+                            self.tensor_slot[id(value)] = self.tensor_guard(self.spec.add(("key", d, name), words),
+                                                                            value, words)
                     elif _content_guarded(value):
                         self.guard_content(self.spec.add(("key", d, name), words), value, words,
                                            lenient=(id(names), name) in self.maybe_read)
@@ -1065,11 +1080,11 @@ class _Trace:
                 return
 
     def guard_grad(self, words, grad, used_constants):
-        """A problem when the graph took grad, the .grad of the tensor words
-        names, as a captured tensor: no guard loads a gradient, so every
-        call would read the traced call's."""
+        """A problem when the graph took grad, the gradient words names (the
+        .grad of a tensor), as a captured tensor: no guard loads a gradient,
+        so every call would read the traced call's."""
         if grad is not None and id(grad) in used_constants and not self.problems:
-            self.problems.append(f"it reads {words}.grad, which a compiled call would take from the traced call "
+            self.problems.append(f"it reads {words}, which a compiled call would take from the traced call "
                                  "(training steps go through torch.compile for now)")
 
     def guard_global_value(self, names, name, value, used_constants, read=True):
@@ -1082,7 +1097,7 @@ class _Trace:
             if read and id(value) in used_constants:
                 names[name] = value
             if read:
-                self.guard_grad(f"global {name}", _grad_of(value), used_constants)
+                self.guard_grad(f"global {name}.grad", _grad_of(value), used_constants)
             return
         # immutable values other than numbers and strings by identity (dtypes, enum members)
         if not (t in _IMMUTABLE or t in _CONTAINERS or isinstance(value, (enum.Enum,) + _NAMED) or
@@ -2880,7 +2895,10 @@ class _Tracer:
             if _jf_of(trace) is not None:
                 _manager.sets(_jf_of(trace), [f"{trace.objects[k][3]}.{attr}" for k, attr, _ in sets.sets])
         for t in trace.tensors:
-            trace.guard_grad(trace.spec.names[trace.tensor_slot[id(t)]], trace.grads.get(id(t)), constants)
+            trace.guard_grad(f"{trace.spec.names[trace.tensor_slot[id(t)]]}.grad", trace.grads.get(id(t)), constants)
+        for t in constants.values():  # a parameter a list, a dict or an object holds (for p in params: p.grad)
+            trace.guard_grad("the .grad of a tensor that a container, an object or a closure holds", _grad_of(t),
+                             constants)
         trace.guard_globals(constants)
         trace.guard_closure()
         trace.guard_named_held()
@@ -2894,8 +2912,10 @@ class _Tracer:
         for t in inputs:
             slot = trace.tensor_slot.get(id(t))
             if slot is None:
-                slot = trace.spec.add(("const", t), "a tensor the traced code captured",
-                                      ("value", t) if id(t) in fresh else None)
+                words = "a tensor the traced code captured"
+                slot = trace.spec.add(("const", t), words, ("value", t) if id(t) in fresh else None)
+                if id(t) not in fresh:  # one a container or an object holds: requires_grad_() changes it in place
+                    trace.tensor_guard(slot, t, words)
             slots.append(slot)
         trace.recorder.ops = []  # the graph holds what the build needs
         return _Build(self, trace, graph, inputs, slots, out_plan, checks, sets)

@@ -1265,6 +1265,35 @@ def test_a_tensor_deep_copied_in_the_traced_code_runs_eagerly_with_words_that_sa
     assert len(words) == 1 and "copy.deepcopy" in words[0] and "SyntaxError" not in words[0], words
 
 
+def test_a_forward_marked_with_record_function_compiles():
+    """torch.profiler.record_function (a profiling mark; torch.optim's
+    step() runs in one) recorded its handle, a ScriptObject, into the graph,
+    whose code failed to compile ("SyntaxError: invalid syntax"): the call
+    ran eagerly with a warning that blamed our code."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            with torch.profiler.record_function("block"):
+                return torch.relu(self.lin(x)) * 2
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    want_of = copy.deepcopy(block)
+    torchneuron_jit.jit(block)
+    before = torchneuron_jit.stats()["graphs_compiled"]
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught, \
+            torchneuron_jit.config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(block(x), want_of(x))
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert torchneuron_jit.stats()["graphs_compiled"] - before == 1
+
+
 @pytest.mark.parametrize("nested", [True, False])
 def test_an_encoder_with_a_padding_mask_runs_its_nested_fast_path_eagerly_in_one_variant(nested):
     """nn.TransformerEncoder in eval mode with a src_key_padding_mask makes a

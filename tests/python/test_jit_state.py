@@ -1410,6 +1410,107 @@ def test_a_tensors_grad_read_or_set_runs_eagerly_with_a_warning(f, words):
     _one_warning([str(w.message) for w in caught if "torchneuron_jit" in str(w.message)], words)
 
 
+PARAMS = {"w": [torch.zeros(4)]}
+
+
+def _sgd_steps(where):
+    """A hand-written SGD step over parameters it reaches through where:
+    a global dict, a closure's list, or an object its argument holds."""
+    params = [torch.zeros(4)]
+
+    class Opt:
+        def __init__(self, ps):
+            self.ps = ps
+
+    def through_global(opt):
+        with torch.no_grad():
+            for q in PARAMS["w"]:
+                q.sub_(0.1 * q.grad)
+
+    def through_closure(opt):
+        with torch.no_grad():
+            for q in params:
+                q.sub_(0.1 * q.grad)
+
+    def through_argument(opt):
+        with torch.no_grad():
+            for q in opt.ps:
+                q.sub_(0.1 * q.grad)
+
+    step = {"global": through_global, "closure": through_closure, "argument": through_argument}[where]
+    held = PARAMS["w"] if where == "global" else params
+    return step, held, Opt(held) if where == "argument" else None
+
+
+@pytest.mark.parametrize("where", ["global", "closure", "argument"])
+def test_a_grad_read_through_a_container_of_parameters_runs_eagerly(where):
+    """for p in params: p.sub_(lr * p.grad), params held by a global dict, a
+    closure or an argument's object: the parameters were captured tensors,
+    whose .grad no check looked at, and every compiled step subtracted the
+    traced step's gradient (weights off by 0.15 after one step, silently)."""
+    runs = []
+    for door in ("jit", "eager"):
+        step, held, opt = _sgd_steps(where)
+        held[0] = held[0].clone().zero_()
+        fn = torchneuron_jit.jit(step) if door == "jit" else step
+        weights = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(4):
+                held[0].grad = torch.full((4,), float(i + 1))
+                fn(opt)
+                weights.append(held[0].clone())
+        runs.append((weights, [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]))
+    for got, want in zip(runs[0][0], runs[1][0]):
+        torch.testing.assert_close(got, want)
+    _one_warning(runs[0][1], "it reads the .grad of a tensor that a container, an object or a closure holds"
+                 if where != "argument" else "it reads opt.ps[0].grad")
+
+
+GLOBAL_W = torch.ones(3)
+WEIGHTS = {"w": torch.ones(3)}
+
+
+class _Holder:
+    w = torch.ones(3)
+
+
+HOLDER = _Holder()
+
+
+@pytest.mark.parametrize("where", ["global", "dict item", "object attribute", "closure list"])
+def test_requires_grad_switched_on_a_held_tensor_is_a_miss(where):
+    """A function-style model whose weights a global, a global dict, an
+    object or a closure's list holds, warmed up before they require grad:
+    requires_grad_() changes the tensor in place, its identity guard held,
+    and the inference variant answered with no autograd history (backward
+    raised "element 0 of tensors does not require grad")."""
+    closure = [torch.ones(3)]
+    get = {"global": lambda: GLOBAL_W, "dict item": lambda: WEIGHTS["w"],
+           "object attribute": lambda: HOLDER.w, "closure list": lambda: closure[0]}[where]
+
+    def model(x):
+        return (x * get()).tanh()
+
+    # the weights read the way the user's code reads them (get's own code is what the trace follows)
+    jf = torchneuron_jit.jit(model)
+    with torch.enable_grad():
+        x = torch.randn(3)
+        for _ in range(3):
+            torch.testing.assert_close(jf(x), model(x))
+        w = get()
+        w.requires_grad_(True)
+        try:
+            out, want = jf(x), model(x)
+            assert out.requires_grad and want.requires_grad
+            torch.testing.assert_close(out, want)
+            (g,) = torch.autograd.grad(out.sum(), w)
+            (g_want,) = torch.autograd.grad(want.sum(), w)
+            torch.testing.assert_close(g, g_want)
+        finally:
+            w.requires_grad_(False)
+
+
 # -- records ---------------------------------------------------------------------------
 
 CHILD = r"""
