@@ -69,7 +69,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
-from .graph import draws, marked
+from .graph import CASTS_INSIDE, draws, marked
 
 SUPPORTED_PYTHON = ((3, 11),)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -156,6 +156,9 @@ def _needs_grad(args):
     return False
 
 
+_CASTS_INSIDE = frozenset(CASTS_INSIDE.values())
+
+
 class _Recorder(TorchDispatchMode):
     """Records each ATen op run under it, with its real arguments and results."""
 
@@ -177,12 +180,24 @@ class _Recorder(TorchDispatchMode):
             out = _dynamic.decomposed(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
+        # (autocast reads as off under a dispatch mode, which runs ops with its key excluded: the call's state)
+        casts_inside = func in _CASTS_INSIDE and self.autocast
+        if casts_inside:
+            # the ops it calls inside cast as eager's do, so the traced call's result is eager's; a graph node
+            # would run it with autocast off
+            self.problem = self.problem or (
+                f"{func} (nn.TransformerEncoderLayer's fast path) runs under CPU "
+                "autocast, which casts inside it where a compiled graph would not")
+            torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.AutocastCPU, False)
         try:
             out = func(*args, **kwargs)
         except Exception as exc:  # the input's error: the call raises it, or the code catches it
             if self.raised is None:
                 self.raised = f"{func} raised {type(exc).__name__}"
             raise
+        finally:
+            if casts_inside:
+                torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.AutocastCPU, True)
         if getattr(func, "namespace", None) == "profiler":
             # torch.profiler.record_function's enter and exit (torch.optim's step() runs in one): marks for a
             # profiler, of no value the call computes; its handle, a ScriptObject, is nothing a graph can hold

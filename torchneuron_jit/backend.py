@@ -28,7 +28,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, _manager, _log, _planform, _tier2, cache, config, gemm
-from .graph import _fetch_attr, _is_size, from_fx, op_name, static_val
+from .graph import CASTS_INSIDE, _fetch_attr, _is_size, from_fx, op_name, static_val
 
 aten = torch.ops.aten
 
@@ -1721,6 +1721,12 @@ def neuron(gm, example_inputs, mode=None, options=None):
     if options:
         _warn_once(f"torch.compile(backend='neuron') does not read options ({', '.join(map(str, options))}); "
                    f"its settings are torchneuron_jit.config and the TORCHNEURON_* environment variables")
+    fused = next((n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in CASTS_INSIDE), None)
+    if fused is not None and torch.is_autocast_enabled("cpu"):
+        # aot_autograd traces it with autocast's key excluded (its inner linear layers stay float32, where eager
+        # casts them): Dynamo's graph gives eager's answer
+        return _runs_eagerly(gm, "CPU autocast around", f"torch.{fused.__name__} (nn.TransformerEncoderLayer's fast "
+                             "path) casts inside itself, which aot_autograd's graph of it would not")
     try:
         return _training(gm) if _needs_gradients(example_inputs) else _aot(gm, example_inputs)
     except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)

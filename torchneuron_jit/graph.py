@@ -35,6 +35,12 @@ MEMFMT_CODES = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.chan
 
 _OP_NAMES = frozenset(_C.op_names())
 
+# PyTorch's fused fast path that autocast does not cast, whose kernel calls other ops through the dispatcher:
+# under CPU autocast eager casts its inner linear layers, where a dispatch mode (aot_autograd's, jit's recorder)
+# runs it with autocast's key excluded (nn.MultiheadAttention's is autocast's own op). As Dynamo's graphs call it:
+# as a dispatch mode sees it
+CASTS_INSIDE = {torch._transformer_encoder_layer_fwd: torch.ops.aten._transformer_encoder_layer_fwd.default}
+
 
 class Unsupported(Exception):
     """The FX graph holds something the graph IR cannot represent."""

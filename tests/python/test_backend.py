@@ -524,3 +524,24 @@ def test_a_graph_returning_sizes_a_comparison_and_none_is_compiled(recwarn):
     st = torchneuron_jit.stats()
     assert st["eager_fallbacks"] == 0 and st["graphs_lowered"] >= 1, st
     assert not [w for w in recwarn if "torchneuron_jit" in str(w.message)], [str(w.message) for w in recwarn]
+
+
+def test_an_encoder_layers_fast_path_under_cpu_autocast_gives_eagers_dtype_and_values():
+    """nn.TransformerEncoderLayer in eval mode takes PyTorch's fused fast
+    path (torch._transformer_encoder_layer_fwd), which autocast does not
+    cast: eager's kernel casts its inner linear layers, aot_autograd's graph
+    of it (traced with autocast's key excluded) did not, and the answer came
+    back float32, 0.027 off eager's bfloat16. The graph runs as Dynamo
+    captured it, with one warning."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval()
+    compiled = torch.compile(copy.deepcopy(layer), backend="neuron")
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        want = layer(x)
+        for _ in range(2):
+            torch.testing.assert_close(compiled(x), want)
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "_transformer_encoder_layer_fwd" in words[0], words

@@ -1265,6 +1265,28 @@ def test_a_tensor_deep_copied_in_the_traced_code_runs_eagerly_with_words_that_sa
     assert len(words) == 1 and "copy.deepcopy" in words[0] and "SyntaxError" not in words[0], words
 
 
+def test_an_encoder_layers_fast_path_under_cpu_autocast_gives_eagers_dtype_and_values():
+    """nn.TransformerEncoderLayer in eval mode takes PyTorch's fused fast
+    path, which autocast does not cast: eager's kernel casts its inner
+    linear layers, and under the recorder (a dispatch mode: autocast's key
+    excluded) they ran float32, so even the traced call answered float32,
+    0.027 off eager's bfloat16. It runs as eager runs it, and its variant
+    runs eagerly, with one warning."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval()
+    eager = copy.deepcopy(layer)
+    torchneuron_jit.jit(layer)
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), \
+            warnings.catch_warnings(record=True) as caught, torchneuron_jit.config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        want = eager(x)
+        for _ in range(3):
+            torch.testing.assert_close(layer(x), want)
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "_transformer_encoder_layer_fwd" in words[0], words
+
+
 def test_a_forward_marked_with_record_function_compiles():
     """torch.profiler.record_function (a profiling mark; torch.optim's
     step() runs in one) recorded its handle, a ScriptObject, into the graph,
