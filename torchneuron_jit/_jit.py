@@ -716,7 +716,14 @@ class _Trace:
             for attr in _HOOK_DICTS:
                 d = attrs.get(attr)
                 if isinstance(d, dict):
-                    self.guard_dict(d, f"{qual}.{attr}", ("module", slot, sub_name, attr))
+                    hooks = self.guard_dict(d, f"{qual}.{attr}", ("module", slot, sub_name, attr))
+                    for key, hook in list(d.items()):  # what a hook holds: a closure's list, its object's flag
+                        at = f"{qual}.{attr}[{key}]"
+                        if type(hook) is types.FunctionType:
+                            self.named_held.append((self.spec.add(("key", hooks, key), at), hook, at))
+                        elif _content_guarded(hook) and id(hook) not in self.content_seen:
+                            self.content_seen.add(id(hook))
+                            self.guard_content(self.spec.add(("key", hooks, key), at), hook, at, lenient=True)
             for attr in ("_parameters", "_buffers", "__dict__"):
                 d = attrs if attr == "__dict__" else attrs[attr]
                 for key, t in d.items():
@@ -3265,7 +3272,7 @@ def jit(fn=None, *, cache_limit=None):
     On a module, returns the same module with its ``forward`` replaced by
     the jitted one: attributes, ``state_dict``, ``train()``/``eval()`` and
     submodules are the module's own; its own hooks run as in eager, and
-    hooks on submodules make the call run eagerly (with one warning). A
+    hooks on submodules are traced with the call (what they hold guarded). A
     deep copy gets its own variants on its first call; ``torch.save``
     saves the plain module (jit it again after loading). A shallow
     ``copy.copy`` shares the original's bound forward, and so computes
@@ -3286,9 +3293,8 @@ def jit(fn=None, *, cache_limit=None):
         if isinstance(bound, types.MethodType) and (hasattr(bound.__func__, "_tn_jit") or
                                                     isinstance(bound.__func__, _C.JitFunction)):
             return fn  # jitted already
-        if isinstance(bound, _C.JitFunction) or type(bound) is functools.partial and \
-                isinstance(bound.func, _C.JitFunction):
-            return fn
+        if isinstance(bound, _C.JitFunction) or isinstance(getattr(bound, "_tn_jit", None), _C.JitFunction):
+            return fn  # jit(partial) made it
         if bound is not None:  # a forward the instance holds (model.forward = MethodType(patched, model), as
             # accelerate's hooks install): eager calls that one
             if not (isinstance(bound, (types.MethodType, types.FunctionType)) or type(bound) is functools.partial):
@@ -3306,8 +3312,17 @@ def jit(fn=None, *, cache_limit=None):
     if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
         # its name and signature the function's (generate() reads inspect.signature(model.forward))
         return types.MethodType(_named_as(_C.JitFunction(fn.__func__, _tracer, limit), fn.__func__), fn.__self__)
-    if type(fn) is functools.partial:  # the function jitted, its bound arguments as they were
-        return functools.partial(jit(fn.func, cache_limit=cache_limit), *fn.args, **fn.keywords)
+    if type(fn) is functools.partial:
+        # the function jitted; the partial's bound arguments read at each call, as its own call reads them (a
+        # partial of the jitted function would hold a copy of its keywords: p.keywords["a"] = 5.0 went unseen)
+        inner = jit(fn.func, cache_limit=cache_limit)
+
+        def jitted_partial(*args, **kwargs):
+            return inner(*fn.args, *args, **{**fn.keywords, **kwargs})
+
+        jitted_partial.__wrapped__ = fn  # inspect.signature: the partial's
+        jitted_partial._tn_jit = _jit_function_of(inner)
+        return jitted_partial
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"jit: expected a Python function or an nn.Module, not {type(fn).__name__}")
     return _named_as(_C.JitFunction(fn, _tracer, limit), fn)

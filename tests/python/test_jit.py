@@ -534,6 +534,76 @@ def test_a_submodules_hook_that_writes_nothing_compiles_with_the_call():
     assert [v["kind"] for v in variants] == ["compiled", "compiled"] and sum(v["hits"] for v in variants) == 2
 
 
+class _Gate:
+    def __init__(self):
+        self.enabled = True
+
+    def hook(self, module, inputs, out):
+        return out * 0 if self.enabled else out
+
+
+def _scaler(scale):
+    def hook(module, inputs, out):
+        return out * scale[0]
+    return hook
+
+
+def _pre_scaler(scale):
+    def hook(module, inputs):
+        return (inputs[0] * scale[0],)
+    return hook
+
+
+def _adder():
+    held = [torch.zeros(4)]
+
+    def hook(module, inputs, out):
+        return out + shift
+
+    shift = held[0]
+
+    def set_shift(value):
+        nonlocal shift
+        shift = value
+    return hook, set_shift
+
+
+@pytest.mark.parametrize("kind", ["closure list", "pre-hook closure list", "closure rebound", "bound method"])
+def test_what_a_submodules_hook_holds_is_guarded(kind):
+    """A submodule's hook runs inside the traced call, and was held by
+    identity only: a scale in its closure's list, a closure variable
+    rebound by a setter, or the flag of the object whose bound method it is
+    (an activation gate switched off) changed, and compiled calls answered
+    as traced."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    scale, gate = [2.0], _Gate()
+    if kind == "closure list":
+        model[0].register_forward_hook(_scaler(scale))
+    elif kind == "pre-hook closure list":
+        model[0].register_forward_pre_hook(_pre_scaler(scale))
+    elif kind == "closure rebound":
+        hook, set_shift = _adder()
+        model[0].register_forward_hook(hook)
+    else:
+        model[0].register_forward_hook(gate.hook)
+    torchneuron_jit.jit(model)
+    lin = torch.nn.functional.linear
+    w, b = model[0].weight.detach().clone(), model[0].bias.detach().clone()
+    x = torch.randn(2, 4)
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        traced = {"closure list": lin(x, w, b) * 2.0, "pre-hook closure list": lin(x * 2.0, w, b),
+                  "closure rebound": lin(x, w, b), "bound method": lin(x, w, b) * 0}[kind]
+        for _ in range(3):
+            torch.testing.assert_close(model(x), torch.relu(traced))
+        scale[0], gate.enabled = 5.0, False
+        if kind == "closure rebound":
+            set_shift(torch.full((4,), 10.0))
+        want = {"closure list": lin(x, w, b) * 5.0, "pre-hook closure list": lin(x * 5.0, w, b),
+                "closure rebound": lin(x, w, b) + 10.0, "bound method": lin(x, w, b)}[kind]
+        torch.testing.assert_close(model(x), torch.relu(want))
+
+
 def test_parameter_replaced():
     model = torch.nn.Linear(4, 4).eval()
     torchneuron_jit.jit(model)
@@ -1354,12 +1424,18 @@ def test_a_partial_is_jitted_with_its_bound_arguments():
         return torch.relu(x @ w) * scale
 
     w = torch.randn(8, 8)
-    jf = torchneuron_jit.jit(functools.partial(f, w=w, scale=2.0))
+    p = functools.partial(f, w=w, scale=2.0)
+    jf = torchneuron_jit.jit(p)
     with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
         for _ in range(3):
             x = torch.randn(4, 8)
             torch.testing.assert_close(jf(x), f(x, w, 2.0))
-    assert torchneuron_jit.explain(jf).variants[0]["hits"] == 2
+        assert torchneuron_jit.explain(jf).variants[0]["hits"] == 2
+        # its bound arguments as the partial holds them at each call (jit held a copy of its keywords)
+        p.keywords["scale"] = 5.0
+        torch.testing.assert_close(jf(x), p(x))
+        torch.testing.assert_close(jf(x, scale=3.0), f(x, w, 3.0))
+    assert str(inspect.signature(jf)) == str(inspect.signature(p))
 
 
 @pytest.mark.skipif(not hasattr(torch.nn.functional, "grouped_mm"), reason="this torch has no grouped_mm")
