@@ -451,8 +451,10 @@ def _result_numbers(result, skip=()):
 def rebuilt(template, items):
     """A copy of template with the value of each (path, value) of items put
     at its path (held_tensors' paths): what lies on a path is copied
-    (copy.copy of objects, new lists, tuples and dicts), the rest is
-    shared with template."""
+    (copy.copy of objects, new lists, tuples and dicts); of the rest, the
+    lists, dicts and sets are copied (_fresh: a dataclass's notes list,
+    which the caller may append to, is each call's own, as eager's is), and
+    other values are shared with template."""
     if not items:
         return template
     if items[0][0] == ():
@@ -461,17 +463,43 @@ def rebuilt(template, items):
     for path, value in items:
         steps.setdefault(path[0], []).append((path[1:], value))
     if isinstance(template, tuple):
-        parts = list(template)
+        parts = [_fresh(v) for v in template]
         for (_, k), sub in steps.items():
             parts[k] = rebuilt(template[k], sub)
         return type(template)(*parts) if hasattr(template, "_fields") else type(template)(parts)
     new = copy.copy(template)
+    if isinstance(getattr(new, "__dict__", None), dict):
+        for k, v in new.__dict__.items():
+            if ("a", k) not in steps and type(v) in _CONTAINERS:
+                new.__dict__[k] = _fresh(v)
+    if type(new) in (list, dict):
+        for k in range(len(new)) if type(new) is list else list(new):
+            if ("i", k) not in steps and type(new[k]) in _CONTAINERS:
+                new[k] = _fresh(new[k])
     for (kind, k), sub in steps.items():
         if kind == "a":
             new.__dict__[k] = rebuilt(template.__dict__[k], sub)
         else:
             new[k] = rebuilt(template[k], sub)
     return new
+
+
+_CONTAINERS = (list, dict, set, tuple)
+
+
+def _fresh(v):
+    """v with its lists, dicts and sets (and those inside them, through
+    tuples) copied; other values shared."""
+    t = type(v)
+    if t is list:
+        return [_fresh(x) for x in v]
+    if t is dict:
+        return {k: _fresh(x) for k, x in v.items()}
+    if t is set:
+        return set(v)
+    if t is tuple and any(type(x) in _CONTAINERS for x in v):
+        return tuple(_fresh(x) for x in v)
+    return v
 
 
 def result_tensors(result, skip=()):

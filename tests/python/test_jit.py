@@ -1310,6 +1310,38 @@ def test_a_dataclass_result_holds_each_calls_tensors():
     assert seen[1] is not seen[2] and seen[1].extra is not seen[2].extra
 
 
+def test_the_lists_and_dicts_of_a_result_object_are_each_calls_own():
+    """A dataclass result's fields that hold no tensor (a list of notes,
+    a dict of lists) were shared by every compiled call's result, and with
+    the traced call's: a caller that appended to one saw it in the next
+    call's result. Eager makes new ones on every call."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Result:
+        logits: torch.Tensor
+        notes: list
+        meta: dict
+
+    def predict(x):
+        return Result(x * 2, ["ok"], {"labels": ["a", "b"], "pair": (["c"], 1)})
+
+    jf = torchneuron_jit.jit(predict)
+    results = []
+    with torchneuron_jit.config.patch(compile_blocking=True):
+        for _ in range(4):
+            x = torch.randn(3)
+            r = jf(x)
+            torch.testing.assert_close(r.logits, x * 2)
+            assert (r.notes, r.meta) == (["ok"], {"labels": ["a", "b"], "pair": (["c"], 1)}), (r.notes, r.meta)
+            r.notes.append("seen by the caller")
+            r.meta["labels"].append("z")
+            r.meta["pair"][0].append("d")
+            results.append(r)
+    assert torchneuron_jit.explain(jf).variants[0]["hits"] == 3
+    assert results[1].notes is not results[2].notes and results[1].meta is not results[2].meta
+
+
 def test_a_tensor_deep_copied_in_the_traced_code_runs_eagerly_with_words_that_say_so():
     """copy.deepcopy of a tensor (dataclasses.asdict makes one) sets a new
     tensor to a copy of its storage: the recording held the storage, whose
