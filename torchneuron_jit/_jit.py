@@ -434,7 +434,7 @@ class _Trace:
         loads = _global_loads(code)
         # and names written another way (globals()["N"] += 1, setattr(sys.modules[__name__], "N", ...)): any
         # string constant or attribute name of the code that names a global, as guard_globals reads them
-        for name in loads + tuple(n for n in code.co_names + _string_constants(code) if n in globs and n not in loads):
+        for name in loads + tuple(n for n in _by_name(code) if n in globs and n not in loads):
             if name in globs and (id(globs), name) not in self.before_seen:
                 self.before_seen.add((id(globs), name))
                 self.remember(f"global {name}", globs[name])
@@ -944,7 +944,7 @@ class _Trace:
             # names read another way (getattr(settings, "SCALE"), globals()["SCALE"],
             # sys.modules[__name__].SCALE): any attribute name or string constant of the code's
             named = code.co_names + _string_constants(code)
-            for name in loads + tuple(n for n in named if n in globs and n not in loads):
+            for name in loads + tuple(n for n in _by_name(code) if n in globs and n not in loads):
                 value = globs.get(name)
                 read = name in loads  # the others may be no read at all: guarded where that costs nothing
                 if _user_module(value):
@@ -1577,6 +1577,23 @@ _global_names = weakref.WeakKeyDictionary()
 def _string_constants(code):
     """The identifiers among code's string constants (getattr(m, "X"))."""
     return tuple(c for c in code.co_consts if type(c) is str and c.isidentifier())
+
+
+def _by_name(code):
+    """The names code may read or write a global by without loading it
+    (globals()["SCALE"], getattr(sys.modules[__name__], "SCALE")): its
+    attribute names and identifier strings, where it calls or names what
+    reaches globals by name; none where it does not (a result's
+    {"logits": y}, a dataclass field's self.loss = loss: a global loss
+    the caller rebinds on every call is no read)."""
+    names = code.co_names + _string_constants(code)
+    return names if _REACHES_BY_NAME.intersection(code.co_names) else ()
+
+
+# what reads or writes a module's globals by a name held as data
+_REACHES_BY_NAME = frozenset(("globals", "vars", "getattr", "setattr", "delattr", "hasattr", "modules", "__dict__",
+                              "eval", "exec", "attrgetter", "import_module", "__import__", "__getattribute__",
+                              "__setattr__", "f_globals"))
 
 
 def _global_loads(code):

@@ -554,6 +554,35 @@ def test_globals_read_by_name_at_run_time_are_guarded(monkeypatch):
         assert _same_as_eager(f, set_state, lambda: None) == [], name
 
 
+def test_a_global_named_like_an_attribute_or_key_of_the_result_is_no_read():
+    """A training loop's loss = out.loss.item() (a dataclass field named
+    loss) or logits = ... (a result's {"logits": y}) at module level: jit
+    took the attribute names and strings of the code for globals it may read
+    by name, guarded the global loss by value, and traced again on every
+    call until its limit, then ran eagerly, saying the function reads it.
+    A code that reads no global by name reads none of them."""
+    scope = {"torch": torch, "dataclasses": __import__("dataclasses"), "loss": 0.0, "logits": 0.0,
+             "__name__": "tn_scope_named_like"}
+    exec("@dataclasses.dataclass\n"
+         "class StepOut:\n"
+         "    loss: torch.Tensor\n"
+         "def step(x):\n"
+         "    return StepOut((x * 2).square().mean())\n"
+         "def head(x):\n"
+         "    return {'logits': x * 3}\n", scope)
+    step, head = torchneuron_jit.jit(scope["step"]), torchneuron_jit.jit(scope["head"])
+    before = torchneuron_jit.stats()["traces"]
+    with torchneuron_jit.config.patch(compile_blocking=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(6):
+            x = torch.randn(4)
+            scope["loss"] = step(x).loss.item()
+            torch.testing.assert_close(scope["loss"], (x * 2).square().mean().item())
+            scope["logits"] = float(head(x)["logits"].sum())
+    assert torchneuron_jit.stats()["traces"] - before == 2
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+
+
 class _Meta(type):
     scale = 1.0
 
