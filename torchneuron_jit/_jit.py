@@ -2984,8 +2984,9 @@ class _Tracer:
         elif any(isinstance(value, torch.Tensor) for _, value in checks):
             failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
         elif not all(p[0] in ("out", "obj", "in") or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
-                     (p[0] == "const" and type(p[1]) in (int, torch.Size)) for p in out_plan[1]):
-            # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers)
+                     (p[0] == "const" and (p[1] is None or type(p[1]) in (int, torch.Size))) for p in out_plan[1]):
+            # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers);
+            # None (an update step in place returns nothing)
             failed = [(dims, "its result holds an argument, a view of one or a value that is not a computed tensor")]
         elif not all(_settable(e) for _, _, p in sets.sets for e in _set_entries(p)):
             failed = [(dims, "it sets an argument object's attribute to an argument, a view of one or a value that "

@@ -845,6 +845,28 @@ def test_a_float_argument_that_changes_is_dynamic(fn, calls):
     assert not any(inst[0] == "eq" and type(inst[2]) is float for inst in spec)
 
 
+def test_an_update_in_place_that_returns_nothing_gets_a_dynamic_variant_for_its_rate():
+    """An update step in place (an EMA, a hand-written optimizer step)
+    returns None, which was taken for "a value that is not a computed
+    tensor": its learning rate stayed static, a trace per value until the
+    limit, then every step ran eagerly."""
+    def step(p, g, lr):
+        with torch.no_grad():
+            p.sub_(g * lr)
+
+    f = torchneuron_jit.jit(step)
+    p, g = torch.ones(16), torch.full((16,), 0.5)
+    want = p.clone()
+    before = traces()
+    with torchneuron_jit.config.patch(compile_blocking=True):
+        for i in range(10):
+            lr = 0.1 / (i + 1)
+            assert f(p, g, lr) is None
+            want.sub_(g * lr)
+            torch.testing.assert_close(p, want)
+    assert traces() - before == 2, torchneuron_jit.explain(f)
+
+
 def test_a_float_the_code_branches_on_stays_static_and_says_why():
     def branchy(x, t):
         if t > 0.5:
