@@ -3207,12 +3207,12 @@ class _Tracer:
     def fork_build(self):
         _builds.fork_here()
 
-    def give_up(self, fn, reason):
-        limit = config.jit_cache_limit
-        _log.warn_once(f"{_where(fn)} has reached its limit of traced variants (config.jit_cache_limit = {limit}): "
+    def give_up(self, fn, reason, jf):
+        limit = f"jit(cache_limit={jf.limit})" if jf.limit else f"config.jit_cache_limit = {config.jit_cache_limit}"
+        _log.warn_once(f"{_where(fn)} has reached its limit of traced variants ({limit}): "
                        f"its variants keep serving the calls they take, the others run eagerly unless a variant "
-                       f"goes unused long enough to be evicted for them (config.jit_evict_after); the last reason "
-                       f"was: {reason}")
+                       f"goes unused long enough to be evicted for them (config.jit_evict_after)" +
+                       (f"; the last reason was: {reason}" if reason is not None else ""))
 
     @staticmethod
     def may_evict(jf, reason):

@@ -297,7 +297,7 @@ retry:
   if (cs->es_n >= limit && cold < 0) {
     if (!cs->es_full) {
       cs->es_full = 1;
-      PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(2, jf->jf_fn, reason));
+      PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(3, jf->jf_fn, reason, (PyObject *)jf));
       if (!r)
         tn_tracer_failed(jf, "warning of the entry limit failed (calls no variant takes run eagerly)");
       Py_XDECREF(r);

@@ -42,7 +42,7 @@
 **   tracer.explain(fn, args, fails, jitfunction) -> str
 **       why no entry took args; fails lists (spec, index of its first
 **       failing guard, or -1 for one that passed but side-exited) per entry
-**   tracer.give_up(fn, reason)    the code reached its entry limit
+**   tracer.give_up(fn, reason, jf) the code reached its entry limit
 **   tracer.fork_build()           at the start of an outermost jitted call,
 **       on its thread and before its frame, once after build_fork_wanted(True)
 **       asked for it: a background build's child is forked there

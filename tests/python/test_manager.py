@@ -73,6 +73,18 @@ def test_a_storm_evicts_no_variant_and_warns_of_the_limit_once():
     assert len([m for m in w if "limit of traced variants" in str(m.message)]) == 1
 
 
+def test_the_limit_warning_names_the_limit_the_function_has():
+    """jit(f, cache_limit=2) at its limit of 2 was said to have reached
+    "config.jit_cache_limit = 8"."""
+    jf = torchneuron_jit.jit(_stepping(), cache_limit=2)
+    with warnings.catch_warnings(record=True) as w, config.patch(storm_misses=0):
+        warnings.simplefilter("always")
+        _run_steps(jf, 4)
+    words = [str(m.message) for m in w if "limit of traced variants" in str(m.message)]
+    assert len(words) == 1 and "(jit(cache_limit=2))" in words[0] and "config.jit_cache_limit" not in words[0], words
+    assert "the last reason was: global STEP: 1 → 2" in words[0], words
+
+
 def test_no_storm_words_without_the_detector():
     jf = torchneuron_jit.jit(_stepping())
     with warnings.catch_warnings(record=True) as w, config.patch(storm_misses=0):
