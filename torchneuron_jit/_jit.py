@@ -776,6 +776,7 @@ class _Trace:
         dtype, sizes, strides and requires_grad, which requires_grad_(),
         resize_() and set_() change in place (a global's, or one a container
         holds: the guard on its identity holds)."""
+        self.spec.add(("type", slot, type(tensor)), words)
         self.spec.add(("tensor", slot, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()),
                        bool(tensor.requires_grad)), words)
         return slot
@@ -966,15 +967,24 @@ class _Trace:
         for globs, names, label in guarded.values():
             if names:
                 d = self.spec.add(("const", globs), label, ("globals", globs.get("__name__")))
-                self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), label)
+                # a tensor by what it is, not which (W = W - lr * g, a notebook cell run again: the graph loads it
+                # from the globals each call); one an argument passes too, or another global holds, by identity
+                loaded = {}
+                for name, value in names.items():
+                    if type(value) in _TENSOR_TYPES and id(value) not in self.tensor_slot and \
+                            id(value) not in loaded.values():
+                        loaded[name] = id(value)
+                self.spec.add(("dict", d, tuple(names), tuple(_C.GUARD_PRESENT if k in loaded else v
+                                                             for k, v in names.items()), False), label)
                 for name, value in names.items():
                     words = entry_name(label, name)
                     if value is _C.GUARD_ABSENT:
                         continue
-                    if type(value) in _TENSOR_TYPES:
-                        if id(value) not in self.tensor_slot:
-                            self.tensor_slot[id(value)] = self.tensor_guard(self.spec.add(("key", d, name), words),
-                                                                            value, words)
+                    if name in loaded:
+                        self.tensor_slot[id(value)] = self.tensor_guard(self.spec.add(("key", d, name), words),
+                                                                        value, words)
+                    elif type(value) in _TENSOR_TYPES:
+                        continue
                     elif _content_guarded(value):
                         self.guard_content(self.spec.add(("key", d, name), words), value, words,
                                            lenient=(id(names), name) in self.maybe_read)
@@ -1116,9 +1126,8 @@ class _Trace:
         keeps the variant compiled and its record portable."""
         t = type(value)
         if t in _TENSOR_TYPES:
-            if read and id(value) in used_constants:
+            if read:  # loaded from the globals each call (guard_globals)
                 names[name] = value
-            if read:
                 self.guard_grad(f"global {name}.grad", _grad_of(value), used_constants)
             return
         # immutable values other than numbers and strings by identity (dtypes, enum members)

@@ -583,6 +583,44 @@ def test_a_global_named_like_an_attribute_or_key_of_the_result_is_no_read():
     assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
 
 
+REBOUND_W = torch.ones(4)
+REBOUND_B = torch.zeros(3)
+
+
+def _reads_rebound(x):
+    return x * REBOUND_W + REBOUND_B.shape[0]
+
+
+def test_a_global_tensor_rebound_between_calls_is_loaded_not_traced_again():
+    """W = W - lr * g at module level, or a notebook cell run again, binds
+    the global to a new tensor of the same dtype and sizes: jit guarded it
+    by identity, traced once per call until its limit, then ran eagerly,
+    with no storm words (each miss read "a tensor (4,) float32 → a tensor
+    (4,) float32"). The graph loads it from the globals on each call, and
+    its dtype, sizes and strides are guarded; a global tensor read only for
+    its sizes is guarded too."""
+    global REBOUND_W, REBOUND_B
+    jf = torchneuron_jit.jit(_reads_rebound)
+    before = torchneuron_jit.stats()["traces"]
+    try:
+        with torchneuron_jit.config.patch(compile_blocking=True):
+            for i in range(6):
+                REBOUND_W = REBOUND_W - 0.1
+                x = torch.randn(4)
+                torch.testing.assert_close(jf(x), _reads_rebound(x))
+            assert torchneuron_jit.stats()["traces"] - before == 1
+            REBOUND_B = torch.zeros(5)  # its sizes are what the code reads
+            torch.testing.assert_close(jf(x), _reads_rebound(x))
+            REBOUND_W = torch.ones(4, dtype=torch.float64)
+            torch.testing.assert_close(jf(x), _reads_rebound(x))
+            REBOUND_W = x  # an argument too: the graph reads the one input
+            torch.testing.assert_close(jf(x), _reads_rebound(x))
+            y = torch.randn(4)
+            torch.testing.assert_close(jf(y), _reads_rebound(y))
+    finally:
+        REBOUND_W, REBOUND_B = torch.ones(4), torch.zeros(3)
+
+
 class _Meta(type):
     scale = 1.0
 
