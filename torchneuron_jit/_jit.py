@@ -171,6 +171,9 @@ class _Recorder(TorchDispatchMode):
         self.inference = torch.is_inference_mode_enabled()  # as the call began
         self.inside = None  # as its ops ran (@torch.inference_mode() switches it on inside the call)
         self.grad, self.autocast = torch.is_grad_enabled(), torch.is_autocast_enabled("cpu")
+        # its problem is the call's modes' (grad mode with parameters that require grad), whatever the sizes: the
+        # eager variant takes calls of every size (_eager_entry)
+        self.any_size = False
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -185,6 +188,7 @@ class _Recorder(TorchDispatchMode):
         if casts_inside:
             # the ops it calls inside cast as eager's do, so the traced call's result is eager's; a graph node
             # would run it with autocast off
+            self.any_size = self.any_size or self.problem is None
             self.problem = self.problem or (
                 f"{func} (nn.TransformerEncoderLayer's fast path) runs under CPU "
                 "autocast, which casts inside it where a compiled graph would not")
@@ -222,6 +226,7 @@ class _Recorder(TorchDispatchMode):
             # result has an autograd history a compiled call would not make
             self.problem = ("grad mode is on inside the traced code and tensors it uses require grad (training goes "
                             "through torch.compile for now)")
+            self.any_size = True
         if self.problem is None and any(isinstance(a, torch.UntypedStorage) for a in args):
             # copy.deepcopy of a tensor (dataclasses.asdict makes one) sets a new tensor to a copy of its storage:
             # a storage is no graph constant (its code was not Python: "SyntaxError: invalid syntax")
@@ -2257,11 +2262,22 @@ def _jf_of(trace):
 
 def _eager_entry(trace, spec, reason):
     """The entry of a trace that cannot be compiled: it runs eagerly, with
-    one warning; the recompilation manager counts a failed trace."""
+    one warning; the recompilation manager counts a failed trace. Where the
+    reason is the call's modes' (_Recorder.any_size), it takes calls of
+    every size: with grad mode on over parameters that require grad,
+    each new sequence length traced again, failed, and the backoff ended
+    in running every call eagerly for good, no_grad ones too."""
     _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}")
     jf = _jf_of(trace)
     if jf is not None:
         _manager.traced(jf, False, reason)
+    if trace.recorder.any_size and reason == trace.recorder.problem:
+        sized, spec = spec, Spec()
+        for inst, name in zip(sized, sized.names):
+            if inst[0] == "tensor":  # any sizes, row-major (an eager entry answers any call right)
+                inst = inst[:3] + ((None,) * len(inst[3]), None) + inst[5:]
+            spec.add(inst, name)
+        spec.paths = dict(sized.paths)
     return (spec, (), None)
 
 

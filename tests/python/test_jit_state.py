@@ -1209,6 +1209,37 @@ def test_grad_mode_on_inside_with_tensors_that_require_grad_still_runs_eagerly()
     assert got.grad_fn is not None
 
 
+def test_calls_in_grad_mode_of_many_sizes_leave_no_grad_calls_compiling():
+    """A model called with grad mode on over parameters that require grad
+    (a forgotten no_grad, a saliency map in one thread) runs eagerly: its
+    eager variant took only its own sizes, each new length traced and
+    failed again, and the backoff ran the function eagerly for good, so the
+    no_grad calls after it never compiled. Its eager variant takes every
+    size."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    eager = copy.deepcopy(model)
+    torchneuron_jit.jit(model)
+    before = torchneuron_jit.stats()["traces"]
+    with torchneuron_jit.config.patch(compile_blocking=True), warnings.catch_warnings(record=True) as caught, \
+            torch.enable_grad():
+        warnings.simplefilter("always")
+        for n in range(5, 13):
+            x = torch.randn(2, n, 32)
+            got = model(x)
+            assert got.grad_fn is not None
+            torch.testing.assert_close(got, eager(x))
+        assert torchneuron_jit.stats()["traces"] - before == 1
+        with torch.no_grad():
+            for n in (8, 8, 8):
+                x = torch.randn(2, n, 32)
+                torch.testing.assert_close(model(x), eager(x))
+    kinds = [v["kind"] for v in torchneuron_jit.explain(model).variants]
+    assert any(k.startswith("compiled") for k in kinds), kinds
+    assert not [str(m.message) for m in caught if "from now on" in str(m.message)]
+
+
 @pytest.mark.parametrize("f", [lambda x: x.t().flatten(), lambda x: (x * 2).view(-1),
                                lambda x: torch.nn.functional.relu(x).t().reshape(-1)],
                          ids=["x.t().flatten()", "(x * 2).view(-1)", "relu(x).t().reshape(-1)"])
