@@ -2323,10 +2323,11 @@ class _Build:
                 entry, record = self._compile()
                 failed = _C.GuardSet(list(entry[0])).check(*trace.call_args)
                 if failed >= 0:
-                    words = (f"what the trace read changed while its variant was built "
-                             f"({explain(entry[0], trace.call_args, failed)}); it is dropped")
+                    change = explain(entry[0], trace.call_args, failed)
+                    words = f"what the trace read changed while its variant was built ({change}); it is dropped"
                     _log.event("recompiles", f"{_where(trace.fn)}: {words} (the next call traces again)")
                     if jf is not None:
+                        _manager.miss(jf, change)  # a global that changes on every call: the storm's words
                         _manager.traced(jf, False, words)
                     return None
                 if _records_on():
@@ -2492,6 +2493,7 @@ class _Builds:
             _gc_hold.release()
             self._done(build)
             raise
+        build.location = _log.user_location()  # its warnings' (the build thread has no line of the user's)
         threading.Thread(target=self._run, args=(build, threads, child, t0, watch), name="torchneuron_jit build",
                          daemon=True).start()
 
@@ -2555,6 +2557,7 @@ class _Builds:
                 self.forked.set()
 
     def _run(self, build, threads, child, t0, watch):
+        _log.locate(build.location)
         try:
             _fxgate.gate_dynamo()
             if watch:

@@ -5,6 +5,7 @@ import contextlib
 import functools
 import io
 import re
+import sys
 import warnings
 
 import pytest
@@ -71,6 +72,30 @@ def test_a_storm_evicts_no_variant_and_warns_of_the_limit_once():
     assert after["traces"] - before["traces"] == config.jit_cache_limit
     assert after["variants_evicted"] == before["variants_evicted"]
     assert len([m for m in w if "limit of traced variants" in str(m.message)]) == 1
+
+
+def test_a_global_that_changes_while_background_builds_run_gets_the_storm_words_at_the_users_line():
+    """With builds in the background (the default), a global that changes
+    on every call drops each build (what the trace read changed while it
+    was built): no miss was counted, no storm words came, and the function
+    was blacklisted with a warning that pointed at threading.py."""
+    global STEP
+    jf = torchneuron_jit.jit(_stepping())
+    try:
+        with warnings.catch_warnings(record=True) as w, config.patch(compile_blocking=False, build_worker="thread"):
+            warnings.simplefilter("always")
+            for i in range(20):
+                x = torch.randn(4)
+                torch.testing.assert_close(jf(x), x * i + 1); line = sys._getframe().f_lineno  # noqa: E702
+                STEP = i + 1
+                _jit.wait(60)
+    finally:
+        STEP = 0
+    ours = [m for m in w if "torchneuron_jit" in str(m.message)]
+    words = [s for s in storm_warnings(w) if "global STEP changes" in s]
+    assert len(words) == 1 and "pass it as an argument" in words[0], words
+    assert ours and all((m.filename, m.lineno) == (__file__, line) for m in ours), \
+        [(m.filename, m.lineno, str(m.message)[:80]) for m in ours]
 
 
 def test_the_limit_warning_names_the_limit_the_function_has():
