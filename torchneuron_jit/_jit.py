@@ -2579,8 +2579,9 @@ class _Builds:
                                   f"{(time.perf_counter() - t0) * 1e3:.0f} ms in the background"
                                   + (" (built by a child process)" if child is not None and child.used else ""))
         except Exception as exc:  # ours: the entry that runs eagerly stays
-            _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
-                           f"({type(exc).__name__}: {exc}); it runs eagerly")
+            if not _BuildChild.exiting:  # at exit, its child killed (ChildProcessError): nothing the user can do
+                _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
+                               f"({type(exc).__name__}: {exc}); it runs eagerly")
         finally:
             if _gc_hold.release():
                 # what the trace and the build allocated, young (the paused collector promoted none of it), is
@@ -2610,11 +2611,13 @@ class _BuildChild:
 
     NONE = object()  # result(): the child built nothing, the thread builds
     live = set()  # pids of children not waited for yet
+    exiting = False  # kill_all ran: a build whose child it killed fails, and says nothing
 
     @classmethod
     def kill_all(cls):
         """At exit: no child outlives the process (a build still going after
         the wait for it, or one stuck)."""
+        cls.exiting = True
         for pid in list(cls.live):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -2819,6 +2822,8 @@ class _Tracer:
     def begin(self, fn, args, codes, reason, jf=None):
         if _builds.busy():
             _C.stat_add("calls_while_building")
+            if jf is not None:
+                _manager.site(jf).while_building += 1
             _log.event("recompiles", f"{_where(fn)}: runs eagerly while a variant is built"
                        + (f" ({reason})" if reason else ""))
             self._note_sizes(fn, args)

@@ -54,6 +54,7 @@ class Site:
         self.dynamic = set()                    # (argument, dimension) made dynamic
         self.pinned = set()                     # (argument, dimension) the code needs the value of
         self.set_by_call = set()                # argument objects' attributes the calls set ("s.name")
+        self.while_building = 0                 # calls that ran eagerly untraced while a variant was built
 
 
 def where(fn):
@@ -462,7 +463,9 @@ def jit_explanation(jf):
         dynamic = any(inst[0] == "sizes" for inst in spec)
         variants.append({"name": f"variant {k}", "kind": kind + (", dynamic sizes" if dynamic else ""), "hits": n,
                          "guards": _guard_words(spec), "graph": graph})
-    head = (f"{s.where}: {jf.calls} calls, {len(variants)} variants"
+    head = (f"{s.where}: {jf.calls} calls, {len(variants)} variant{'' if len(variants) == 1 else 's'}"
+            + (f", {s.while_building} of its calls ran eagerly while a variant was built in the background (one "
+               "at a time)" if s.while_building else "")
             + (", runs eagerly for good" if jf.gave_up else
                ", at its limit of variants: calls none takes run eagerly" if jf.full else ""))
     return Explanation(head, variants, s)

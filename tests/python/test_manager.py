@@ -98,6 +98,30 @@ def test_a_global_that_changes_while_background_builds_run_gets_the_storm_words_
         [(m.filename, m.lineno, str(m.message)[:80]) for m in ours]
 
 
+def test_explain_counts_the_calls_that_ran_eagerly_while_a_variant_was_built():
+    """jit builds one variant at a time in the background: another
+    function's calls meanwhile run eagerly untraced, and explain() said
+    only "3 calls, 0 variants", with no miss and no reason."""
+    def long(x):
+        for _ in range(200):
+            x = torch.sin(x) * 1.0001 + 1e-6
+        return x
+
+    def other(x):
+        return x * 2
+
+    a, b = torchneuron_jit.jit(long), torchneuron_jit.jit(other)
+    x = torch.randn(4)
+    with config.patch(compile_blocking=False, build_worker="thread", build_pause_ms=5000):
+        a(x)  # its build starts, and pauses while jitted calls run
+        assert _jit._builds.busy()
+        for _ in range(3):
+            torch.testing.assert_close(b(x), x * 2)
+        _jit.wait(120)
+    head = str(torchneuron_jit.explain(b)).splitlines()[0]
+    assert "3 calls, 0 variants, 3 of its calls ran eagerly while a variant was built" in head, head
+
+
 def test_the_limit_warning_names_the_limit_the_function_has():
     """jit(f, cache_limit=2) at its limit of 2 was said to have reached
     "config.jit_cache_limit = 8"."""
