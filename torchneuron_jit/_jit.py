@@ -69,7 +69,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
 from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
-from .graph import CASTS_INSIDE, draws, marked
+from .graph import CASTS_INSIDE, FAST_PATHS, draws, marked
 
 SUPPORTED_PYTHON = ((3, 11),)
 _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
@@ -174,6 +174,7 @@ class _Recorder(TorchDispatchMode):
         # its problem is the call's modes' (grad mode with parameters that require grad), whatever the sizes: the
         # eager variant takes calls of every size (_eager_entry)
         self.any_size = False
+        self.fast_half = None  # a fused fast path it ran in float16 or bfloat16 (what a symbolic trace cannot)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -202,6 +203,9 @@ class _Recorder(TorchDispatchMode):
         finally:
             if casts_inside:
                 torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.AutocastCPU, True)
+        if func in FAST_PATHS and self.fast_half is None and any(
+                isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16) for a in args):
+            self.fast_half = f"{func} in {next(a.dtype for a in args if isinstance(a, torch.Tensor))}"
         if getattr(func, "namespace", None) == "profiler":
             # torch.profiler.record_function's enter and exit (torch.optim's step() runs in one): marks for a
             # profiler, of no value the call computes; its handle, a ScriptObject, is nothing a graph can hold
@@ -3016,6 +3020,10 @@ class _Tracer:
             failed = [(dims, "it calls print or logging (a second run would repeat them)")]
         elif any(isinstance(value, torch.Tensor) for _, value in checks):
             failed = [(dims, "it reads a tensor's values in Python (tolist(), str()), which its variant checks")]
+        elif trace.recorder.fast_half:
+            failed = [(dims, f"it runs PyTorch's fused fast path ({trace.recorder.fast_half}), which a layer takes "
+                             "for plain tensors only: a symbolic trace would run the layer's own ops, which round "
+                             "otherwise")]
         elif not all(p[0] in ("out", "obj", "in") or (p[0] == "object" and all(e[0] == "out" for _, e in p[2])) or
                      (p[0] == "const" and (p[1] is None or type(p[1]) in (int, torch.Size))) for p in out_plan[1]):
             # an int or a Size (x.shape): the symbolic trace's, a size of the call or a constant (_with_numbers);

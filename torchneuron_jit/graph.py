@@ -41,6 +41,12 @@ _OP_NAMES = frozenset(_C.op_names())
 # as a dispatch mode sees it
 CASTS_INSIDE = {torch._transformer_encoder_layer_fwd: torch.ops.aten._transformer_encoder_layer_fwd.default}
 
+# PyTorch's fused fast paths (nn.TransformerEncoderLayer's, nn.MultiheadAttention's), which the layers' Python
+# takes for plain tensors only: a trace over symbolic or fake tensors takes the layers' own ops, which round
+# otherwise in float16 and bfloat16 (beyond their tolerance of eager's)
+FAST_PATHS = frozenset((torch.ops.aten._transformer_encoder_layer_fwd.default,
+                        torch.ops.aten._native_multi_head_attention.default))
+
 
 class Unsupported(Exception):
     """The FX graph holds something the graph IR cannot represent."""
