@@ -654,6 +654,27 @@ static int half_source(const tn_graph *g, int32_t v, int depth)
   return 0;
 }
 
+/* Whether value v reaches a float16/bfloat16 value through pointwise ops
+** (depth of them at most): CPU autocast's cast of a float32 layer norm's
+** result for the linear layer after it. */
+static int half_sink(const tn_graph *g, int32_t v, int depth)
+{
+  uint32_t nodes = tn_graph_num_nodes(g);
+  for (uint32_t i = 0; i < nodes; i++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    int uses = 0;
+    for (uint32_t a = 0; a < n->no_nargs && !uses; a++)
+      uses = n->no_args[a].ar_tag == TN_ARG_TENSOR && n->no_args[a].u.ar_ref == v;
+    if (!uses || n->no_nout < 1)
+      continue;
+    if (narrow_float(tn_graph_value(g, n->no_out[0])->va_meta.me_dtype))
+      return 1;
+    if (depth > 0 && fuse_rule_of(n->no_op).fr_kind != FK_NONE && half_sink(g, n->no_out[0], depth - 1))
+      return 1;
+  }
+  return 0;
+}
+
 /* Whether row_fusion=auto takes n's rows (TN_FUSE_AUTO_ROWS), k trailing
 ** dims of its input:
 ** - a reduction (not softmax, log_softmax or layer norm: those write
@@ -670,11 +691,16 @@ static int half_source(const tn_graph *g, int32_t v, int depth)
 **   (real MiniLM in bfloat16: 4-7 of 8 calls outside assert_close of
 **   eager, 0 with them eager's; T5's encoder: 2933 of 28672 elements an
 **   ulp or more away); the row kernels gave bfloat16 MiniLM nothing
-**   (1.07x eager's speed against 1.08x). */
+**   (1.07x eager's speed against 1.08x);
+** - so does one whose float32 result is rounded to float16/bfloat16 after
+**   pointwise ops at most (CPU autocast's cast for the next linear layer:
+**   real MiniLM under bfloat16 autocast, an embeddings layer norm an ulp
+**   off eager's made 0.013 at its output). */
 static int rows_auto(const tn_graph *g, const tn_node *n, int k)
 {
   const tn_meta *x = &tn_graph_value(g, n->no_args[0].u.ar_ref)->va_meta;
-  if (n->no_op != TN_OP_amax && n->no_op != TN_OP_amin && half_source(g, n->no_args[0].u.ar_ref, 8))
+  if (n->no_op != TN_OP_amax && n->no_op != TN_OP_amin &&
+      (half_source(g, n->no_args[0].u.ar_ref, 8) || (n->no_nout > 0 && half_sink(g, n->no_out[0], 8))))
     return 0;
   return !plain_reduction(n->no_op) || meta_contiguous_from(x, x->me_rank - k);
 }

@@ -493,6 +493,25 @@ def test_auto_row_fusion_leaves_half_row_sums_to_eager(dtype):
     assert _row_fused(lambda a: (a * 2).amax(-1) + 1, x, ("aten::amax",)) == {"auto": True, "on": True}
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_auto_row_fusion_leaves_a_float32_norm_rounded_to_half_to_eager(dtype):
+    """A float32 layer norm whose result is rounded to float16/bfloat16
+    (CPU autocast's cast for the linear layer after it) stays eager's under
+    row_fusion auto: its row kernel's last bit, rounded, was an ulp of the
+    dtype now and then (the real MiniLM under bfloat16 autocast: 0.013 off
+    eager at its output). One whose result stays float32 is fused."""
+    x = torch.randn(64, 384) * 3
+    w, b = torch.randn(384), torch.randn(384)
+    rounded = lambda a: (F.layer_norm(a + 1, (384,), w, b) * 2).to(dtype)  # noqa: E731
+    kept = lambda a: F.layer_norm(a + 1, (384,), w, b) * 2  # noqa: E731
+    assert _row_fused(rounded, x, ("aten::native_layer_norm",)) == {"auto": False, "on": True}
+    assert _row_fused(kept, x, ("aten::native_layer_norm",)) == {"auto": True, "on": True}
+    torch._dynamo.reset()
+    with config.patch(row_fusion="auto"):
+        got, expected, _ = run(rounded, x)
+    assert torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("cols,fused", [(128, False), (255, False), (256, True), (1024, True)])
 def test_auto_row_fusion_takes_rows_of_row_fusion_min_row_and_more(cols, fused):
     """Under row_fusion auto, a softmax over rows shorter than
