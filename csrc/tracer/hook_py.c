@@ -106,6 +106,19 @@ PyObject *tn_hook_frame_args(_PyInterpreterFrame *f)
 }
 
 /* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
+/* Evicts jf's entry i (a cold one) to make room, counted and told to the tracer. */
+static void evict(JitFunctionObject *jf, tn_entries *cs, int i)
+{
+  uint64_t unused, hits;
+  tn_entries_evict(cs, i, &unused, &hits);
+  tn_stat_add(TN_STAT_variants_evicted, 1);
+  PyObject *r = tn_tracer_call(jf, "evicted", Py_BuildValue("(OKK)", (PyObject *)jf, (unsigned long long)unused,
+                                                            (unsigned long long)hits));
+  if (!r)
+    tn_tracer_failed(jf, "noting an evicted variant failed");
+  Py_XDECREF(r);
+}
+
 static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_entries *cs,
                              PyObject *reason)
 {
@@ -122,18 +135,8 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
     goto done;
   }
   int limit = tn_entries_limit(a->ac_jf), cold;
-  if (cs->es_n >= limit && (cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after))) >= 0) {
-    /* the miss found one cold (jit_frame), and it traces: the cold one makes room */
-    uint64_t unused, hits;
-    tn_entries_evict(cs, cold, &unused, &hits);
-    tn_stat_add(TN_STAT_variants_evicted, 1);
-    PyObject *r = tn_tracer_call(a->ac_jf, "evicted", Py_BuildValue("(OKK)", (PyObject *)a->ac_jf,
-                                                                    (unsigned long long)unused,
-                                                                    (unsigned long long)hits));
-    if (!r)
-      tn_tracer_failed(a->ac_jf, "noting an evicted variant failed");
-    Py_XDECREF(r);
-  }
+  if (cs->es_n >= limit && (cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after))) >= 0)
+    evict(a->ac_jf, cs, cold);  /* the miss found one cold (jit_frame), and it traces: the cold one makes room */
   tn_stat_add(TN_STAT_traces, 1);
   a->ac_codes = codes;
   tn_hook_tracing++;
@@ -235,6 +238,14 @@ retry:
     if (cs->es_n < limit) {
       if (tn_entries_load(f, jf, cs, limit) > 0)
         goto retry;
+    } else if (tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after)) >= 0 &&
+               tn_entries_load(f, jf, cs, cs->es_n + 1) > 0) {
+      /* at the limit, a record for this call (a warm process) takes the place of a variant gone cold, as the
+      ** call's trace would have: it was traced and stored again in every new process */
+      int c = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after));
+      if (c >= 0 && cs->es_n > limit)
+        evict(jf, cs, c);
+      goto retry;
     }
   }
   /* at the limit, a variant no call took for a while (a narrower one a dynamic variant superseded) makes room

@@ -621,6 +621,38 @@ def test_a_result_object_a_record_cannot_describe_is_unportable():
         {"a": [None, (1, 2.5)], "d": torch.device("cpu"), "t": torch.float16}
 
 
+AT_THE_LIMIT = textwrap.dedent('''
+    import json, sys
+    import torch
+    import torchneuron_jit
+
+    torchneuron_jit.config.jit_evict_after = 2
+
+    @torchneuron_jit.jit(cache_limit=2)
+    def f(x):
+        return (x * 2 + 1).relu()
+
+    with torch.no_grad():
+        for shape in ((4,), (4, 4), (4, 4, 4), (2, 3, 4, 5)):  # a rank each: the last two evict a cold one
+            for _ in range(4):
+                x = torch.randn(shape)
+                torch.testing.assert_close(f(x), (x * 2 + 1).relu())
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_function_at_its_limit_loads_the_record_of_a_call_that_evicts(program):
+    """At its limit of variants, a miss that a variant gone cold makes room
+    for traced, and stored its record again, in every new process: records
+    were looked up only below the limit. A record for the call takes the
+    cold one's place."""
+    cold = program(source=AT_THE_LIMIT)
+    assert cold["traces"] == 4 and cold["trace_records_stored"] == 4, cold
+    warm = program(source=AT_THE_LIMIT)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 4 and warm["trace_records_stored"] == 0, warm
+
+
 LAST_TOKEN = textwrap.dedent('''
     import json, sys
     import torch
