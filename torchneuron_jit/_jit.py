@@ -3398,6 +3398,10 @@ def _named_as(wrapped, fn):
     if fn.__code__.co_flags & _SUSPENDS:
         wrapped.__code__, wrapped.__defaults__, wrapped.__kwdefaults__ = fn.__code__, fn.__defaults__, \
             fn.__kwdefaults__
+        kind = "a coroutine" if fn.__code__.co_flags & (inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE) \
+            else "an async generator" if fn.__code__.co_flags & inspect.CO_ASYNC_GENERATOR else "a generator"
+        _log.warn_once(f"{_where(fn)} is {kind} function, whose frames jit does not trace: it runs eagerly (jit the "
+                       "functions or the model it calls)")
     return wrapped
 
 

@@ -746,7 +746,13 @@ def test_coroutine_and_generator_functions_stay_what_inspect_and_asyncio_say_the
         async def predict(self, x):
             return x - 1
 
-    jh, jm = torchneuron_jit.jit(handler), torchneuron_jit.jit(Model().predict)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jh, jm = torchneuron_jit.jit(handler), torchneuron_jit.jit(Model().predict)
+    # its body runs eagerly, said once (it was silent)
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message) and "handler" in str(w.message)]
+    assert len(words) == 1 and "is a coroutine function, whose frames jit does not trace" in words[0], words
+    assert all(w.filename == __file__ for w in caught)
     assert inspect.iscoroutinefunction(jh) and asyncio.iscoroutinefunction(jh)
     assert inspect.iscoroutinefunction(jm)
     assert inspect.isgeneratorfunction(torchneuron_jit.jit(gen))
