@@ -771,9 +771,10 @@ class _Trace:
         tensor argument is: model.half() and p.data = ... keep the
         Parameter and change its dtype or sizes in place, which the code may
         read (h.to(self.weight.dtype)) and the graph was traced for."""
-        if id(tensor) in self.tensor_slot:
-            return
         slot = self.spec.add(("key", self.spec.add(("const", d), name, path), key), name)
+        if id(tensor) in self.tensor_slot:  # a global or another module's too: the graph reads one input for both
+            self.spec.add(("same", slot, self.tensor_slot[id(tensor)]), name)
+            return
         self.spec.add(("tensor", slot, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()),
                        bool(tensor.requires_grad)), name)
         self.tensor_slot[id(tensor)] = slot
@@ -785,7 +786,6 @@ class _Trace:
         dtype, sizes, strides and requires_grad, which requires_grad_(),
         resize_() and set_() change in place (a global's, or one a container
         holds: the guard on its identity holds)."""
-        self.spec.add(("type", slot, type(tensor)), words)
         self.spec.add(("tensor", slot, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()),
                        bool(tensor.requires_grad)), words)
         return slot
@@ -976,24 +976,18 @@ class _Trace:
         for globs, names, label in guarded.values():
             if names:
                 d = self.spec.add(("const", globs), label, ("globals", globs.get("__name__")))
-                # a tensor by what it is, not which (W = W - lr * g, a notebook cell run again: the graph loads it
-                # from the globals each call); one an argument passes too, or another global holds, by identity
-                loaded = {}
-                for name, value in names.items():
-                    if type(value) in _TENSOR_TYPES and id(value) not in self.tensor_slot and \
-                            id(value) not in loaded.values():
-                        loaded[name] = id(value)
-                self.spec.add(("dict", d, tuple(names), tuple(_C.GUARD_PRESENT if k in loaded else v
-                                                             for k, v in names.items()), False), label)
+                self.spec.add(("dict", d, tuple(names), tuple(names.values()), False), label)
                 for name, value in names.items():
                     words = entry_name(label, name)
                     if value is _C.GUARD_ABSENT:
                         continue
-                    if name in loaded:
-                        self.tensor_slot[id(value)] = self.tensor_guard(self.spec.add(("key", d, name), words),
-                                                                        value, words)
-                    elif type(value) in _TENSOR_TYPES:
-                        continue
+                    if type(value) in _TENSOR_TYPES:
+                        slot = self.spec.add(("key", d, name), words)
+                        if id(value) not in self.tensor_slot:
+                            self.tensor_slot[id(value)] = self.tensor_guard(slot, value, words)
+                        else:  # B = W, or W = model.embed.weight: the graph reads one input for both, which a
+                            # process where they are two (a trace record's) must not take
+                            self.spec.add(("same", slot, self.tensor_slot[id(value)]), words)
                     elif _content_guarded(value):
                         self.guard_content(self.spec.add(("key", d, name), words), value, words,
                                            lenient=(id(names), name) in self.maybe_read)
@@ -1135,7 +1129,7 @@ class _Trace:
         keeps the variant compiled and its record portable."""
         t = type(value)
         if t in _TENSOR_TYPES:
-            if read:  # loaded from the globals each call (guard_globals)
+            if read:  # one the code reads only for its sizes too (W.shape[0])
                 names[name] = value
                 self.guard_grad(f"global {name}.grad", _grad_of(value), used_constants)
             return

@@ -67,8 +67,8 @@ FORMAT = 12  # 2: the contents of containers and objects that globals and closur
 #               class method by the functions it wraps: a record of 9 took any partial, or property, for another
 #           11: a result's object that holds tensors (a DynamicCache) is described by its class and attributes
 #               (encode_template)
-#           12: a global tensor is loaded from its module's globals on each call, guarded as a tensor argument
-#               (["present"] in the globals' snapshot), not by identity
+#           12: a tensor two globals, or a global and a module, hold is guarded to be one ("same"): a record of 11
+#               traced where B = W read W for B where they were two
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -646,8 +646,7 @@ def _portable_spec(trace, upto, spec):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
             lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
             out.append(["dict", inst[1], list(inst[2]),
-                        [["absent"] if v is _C.GUARD_ABSENT else ["present"] if v is _C.GUARD_PRESENT else
-                         describe.value(v, lenient) for v in inst[3]], inst[4]])
+                        [["absent"] if v is _C.GUARD_ABSENT else describe.value(v, lenient) for v in inst[3]], inst[4]])
         elif kind == "call" and (spec.names[slot] in STATE or spec.names[slot] in READ_STATE) and \
                 state_reader(spec.names[slot]) is inst[1]:
             out.append(["state", describe.value(inst[2])])
@@ -779,11 +778,6 @@ def _live_spec(pspec, names, fn, args):
                         if k in d:
                             raise Mismatch(shadowed(name, k))
                         values.append(_C.GUARD_ABSENT)
-                        continue
-                    if desc == ["present"]:  # a global tensor: the tensor guard of the slot that loads it
-                        if k not in d:
-                            raise Mismatch(f"{entry_name(name, k)}: missing")
-                        values.append(_C.GUARD_PRESENT)
                         continue
                     if k not in d or not _matches(desc, d[k], live):
                         raise Mismatch(f"{entry_name(name, k)}: {'missing' if k not in d else _change(desc, d[k])}")

@@ -231,8 +231,6 @@ def explain(spec, args, index):
                 continue
             if k not in value:
                 return f"{entry_name(name, k)}: removed"
-            if want is _C.GUARD_PRESENT:  # what it holds, its own guards check
-                continue
             got = value[k]
             if not (got is want or (type(want) in PRIMITIVES and same_value(got, want))):
                 return f"{entry_name(name, k)}: {short(want)} → {short(got)}"
@@ -261,8 +259,8 @@ def shadowed(name, key):
 def short(v):
     if type(v) in PRIMITIVES:
         return repr(v)
-    if isinstance(v, torch.Tensor):
-        return f"a tensor {tuple(v.shape)} {v.dtype}"
+    if isinstance(v, torch.Tensor):  # which one, too: W = W - lr * g rebinds it to another of the same kind
+        return f"a tensor {tuple(v.shape)} {v.dtype} at {id(v):#x}"
     if isinstance(v, type):
         return f"class {v.__qualname__}"
     return f"a {type(v).__name__} at {id(v):#x}"

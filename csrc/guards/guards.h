@@ -50,10 +50,7 @@
 **                                  sized, holds nothing else; a value that is
 **                                  tn_guard_absent (_C.GUARD_ABSENT) means the key is
 **                                  not there (a builtin the code reads that no global
-**                                  shadows), and one that is tn_guard_present
-**                                  (_C.GUARD_PRESENT) that it is there, holding anything
-**                                  (a global tensor: a tensor guard on the slot that
-**                                  loads it checks it). The dict's version tag is remembered on
+**                                  shadows). The dict's version tag is remembered on
 **                                  success, so a dict nobody wrote since is checked in
 **                                  O(1).
 **   ("call", fn, result)           fn() is result, or equals it with its type (torch.is_grad_enabled,
@@ -101,10 +98,6 @@ tn_gset *tn_guards_build(PyObject *spec);
 ** own, made once (the tracer module exposes it as _C.GUARD_ABSENT). NULL
 ** with an exception set when it cannot be made. Borrowed. */
 PyObject *tn_guard_absent(void);
-
-/* The marker of a dict guard's value for "key present, any value": as
-** tn_guard_absent (_C.GUARD_PRESENT). */
-PyObject *tn_guard_present(void);
 
 /* Frees gs and the references it holds. NULL is fine. */
 void tn_guards_free(tn_gset *gs);

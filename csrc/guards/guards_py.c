@@ -71,20 +71,13 @@ static int strings_init(void)
   return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu && s_is_conj && s_is_neg ? 0 : -1;
 }
 
-static PyObject *g_absent, *g_present;
+static PyObject *g_absent;
 
 PyObject *tn_guard_absent(void)
 {
   if (!g_absent)
     g_absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   return g_absent;
-}
-
-PyObject *tn_guard_present(void)
-{
-  if (!g_present)
-    g_present = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
-  return g_present;
 }
 
 void tn_guards_free(tn_gset *gs)
@@ -658,8 +651,6 @@ static int dict_ok(PyObject *d, tn_ginst *g)
     }
     if (!v)
       return PyErr_Occurred() ? -1 : 0;
-    if (want == g_present) /* there, whatever it is: other guards check what it holds */
-      continue;
     int r = v == want ? 1 : (PyLong_CheckExact(want) || PyFloat_CheckExact(want) || PyUnicode_CheckExact(want))
                                  ? same_value(v, want) : 0;
     if (r <= 0)
