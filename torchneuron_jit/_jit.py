@@ -51,6 +51,7 @@ import itertools
 import operator
 import os
 import pickle
+import re
 import random
 import secrets
 import signal
@@ -1220,12 +1221,18 @@ def _content_guarded(value):
 def _held_state(value):
     """Whether guard_module follows what a module's attribute holds by
     content: a container, or an object of a user's class (a library's,
-    such as a model's config, and bound methods stay held by identity)."""
+    such as a model's config, and bound methods of modules and libraries'
+    objects stay held by identity; a user object's bound method by what
+    its object holds too)."""
     if not _content_guarded(value):
         return False
     t = type(value)
+    if t is types.MethodType:  # self.fn = helper.meth: what helper holds (helper.k = 5.0 after the trace)
+        owner = value.__self__
+        return not isinstance(owner, (torch.nn.Module, type)) and not _library_class(type(owner)) and \
+            _content_guarded(owner)
     return t in (dict, list, tuple, set) or \
-        not (isinstance(value, (torch.nn.Module, types.MethodType, type)) or _library_class(t))
+        not (isinstance(value, (torch.nn.Module, type)) or _library_class(t))
 
 
 def _library_object(value):
@@ -2210,8 +2217,9 @@ def _wrote_before(trace):
     if jf is None:
         return True
     wrote = jf.__dict__.setdefault("_tn_wrote", set())
-    before = trace.writes[0] in wrote
-    wrote.add(trace.writes[0])
+    key = re.sub(r" at 0x[0-9a-f]+", "", trace.writes[0])  # which tensor it set is new on every call
+    before = key in wrote
+    wrote.add(key)
     return before
 
 

@@ -604,6 +604,36 @@ def test_what_a_submodules_hook_holds_is_guarded(kind):
         torch.testing.assert_close(model(x), torch.relu(want))
 
 
+def test_what_the_object_of_a_bound_method_a_module_holds_holds_is_guarded():
+    """self.fn = helper.scale (a user object's bound method held by a
+    submodule): helper.k = 5.0 after the trace, and compiled calls answered
+    with 2.0; bound methods stayed held by identity alone."""
+    class Helper:
+        def __init__(self):
+            self.k = 2.0
+
+        def scale(self, t):
+            return t * self.k
+
+    class Sub(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            return self.fn(x) + 1
+
+    helper = Helper()
+    model = torch.nn.Sequential(torch.nn.Identity(), Sub(helper.scale))
+    torchneuron_jit.jit(model)
+    x = torch.ones(2)
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        for _ in range(3):
+            torch.testing.assert_close(model(x), x * 2.0 + 1)
+        helper.k = 5.0
+        torch.testing.assert_close(model(x), x * 5.0 + 1)
+
+
 def test_parameter_replaced():
     model = torch.nn.Linear(4, 4).eval()
     torchneuron_jit.jit(model)
