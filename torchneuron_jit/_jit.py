@@ -776,9 +776,7 @@ class _Trace:
         if id(tensor) in self.tensor_slot:  # a global or another module's too: the graph reads one input for both
             self.spec.add(("same", slot, self.tensor_slot[id(tensor)]), name)
             return
-        self.spec.add(("tensor", slot, tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()),
-                       bool(tensor.requires_grad)), name)
-        self.tensor_slot[id(tensor)] = slot
+        self.tensor_slot[id(tensor)] = self.tensor_guard(slot, tensor, name)
         self.tensors.append(tensor)
         self.grads.setdefault(id(tensor), _grad_of(tensor))
 
