@@ -16,6 +16,7 @@ import copy
 import ctypes
 import functools
 import json
+import math
 import operator
 import os
 import time
@@ -169,7 +170,7 @@ def _integral(a):
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 32
+ARTIFACT_FORMAT = 33
 
 
 def _torch_symbols(lib, *names):
@@ -192,6 +193,40 @@ def _gemm_available():
         return False
     _C.set_sgemm(address[0])
     return True
+
+
+# The unary ops whose float32/float64 kernels in eager are MKL's VM functions
+# (ATen's vml): their names there.
+_EAGER_MATH = {"exp": "Exp", "log": "Ln", "sin": "Sin", "cos": "Cos", "tanh": "Tanh", "erf": "Erf"}
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_math():
+    """Registers eager's own float32 and float64 exp, log, sin, cos, tanh
+    and erf (MKL's VM functions in torch's CPU wheels) for our kernels'
+    blocks of those ops: libmvec's, the runtime's own, differ from eager's
+    in the last bit for about one value in 50, which a later cast to half
+    precision can turn into a visible difference. Each is registered only
+    where it gives eager's bits on a probe of ordinary and special values.
+    Returns the (op, dtype) pairs registered."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    special = [0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0, 88.5, -103.0, 700.0, math.inf, -math.inf, math.nan]
+    signature = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    done = []
+    with _disable_current_modes():  # real tensors, where a compile's fake or tracing mode is on
+        for op, vm in _EAGER_MATH.items():
+            for prefix, dtype, bits in (("vs", torch.float32, torch.int32), ("vd", torch.float64, torch.int64)):
+                address = _torch_symbols("libtorch_cpu.so", prefix + vm)
+                if not address or not address[0]:
+                    continue
+                x = torch.cat([torch.linspace(-40.0, 40.0, 1031, dtype=dtype), torch.tensor(special, dtype=dtype)])
+                x = x.abs() if op == "log" else x
+                got = torch.empty_like(x)
+                signature(address[0])(x.numel(), x.data_ptr(), got.data_ptr())
+                if torch.equal(got.view(bits), getattr(torch, op)(x).view(bits)):
+                    _C.set_eager_math(op, dtype == torch.float64, address[0])
+                    done.append((op, dtype))
+    return done
 
 
 @functools.lru_cache(maxsize=None)
@@ -1606,6 +1641,7 @@ def set_threads():
     threads = config.kernel_threads or torch.get_num_threads()
     _C.set_kernel_threads(max(1, min(64, threads)))
     _share_torch_threads()
+    _eager_math()
 
 
 def _fallback_report_of(graph, imported):

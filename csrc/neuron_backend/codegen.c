@@ -1066,6 +1066,10 @@ static int t2_supported(const tn_fgroup *grp)
       if (b8 ? fi->fi_op != TN_RT_LNOT || grp->fg_bdtypes[fi->fi_a] != TN_DTYPE_BOOL
              : !f32 || !t2_unary_expr(fi->fi_op))
         return 0;
+      /* a pointwise op whose float32 blocks give eager's own values (its math library's: tier 1
+      ** calls it) stays at tier 1; a row kernel's differ from eager's fused kernel anyway */
+      if (grp->fg_reduce_dims == 0 && dt == TN_DTYPE_FLOAT32 && tn_rt_eager_math(fi->fi_op))
+        return 0;
       break;
     case TN_FI_BINARY:
       if (b8 ? !t2_bool_binary_op(fi->fi_op) || grp->fg_bdtypes[fi->fi_a] != TN_DTYPE_BOOL ||

@@ -989,7 +989,27 @@ static PyObject *py_set_kernel_threads(PyObject *self, PyObject *arg)
   Py_RETURN_NONE;
 }
 
+static PyObject *py_set_eager_math(PyObject *self, PyObject *args)
+{
+  (void)self;
+  const char *name;
+  int f64;
+  PyObject *address;
+  if (!PyArg_ParseTuple(args, "spO:set_eager_math", &name, &f64, &address))
+    return NULL;
+  void *fn = address == Py_None ? NULL : PyLong_AsVoidPtr(address);
+  if (!fn && PyErr_Occurred())
+    return NULL;
+  if (tn_rt_set_eager_math(tn_rt_unary_named(name), f64, fn) != TN_OK)
+    return PyErr_Format(PyExc_ValueError, "set_eager_math: no eager math function for op %R", PyTuple_GET_ITEM(args, 0));
+  Py_RETURN_NONE;
+}
+
 PyMethodDef tn_py_kernel_methods[] = {
+  {"set_eager_math", py_set_eager_math, METH_VARARGS,
+   "set_eager_math(op, f64, address): the function f(n, a, r) computing eager's values of unary op ('exp', 'log', "
+   "'sin', 'cos', 'tanh' or 'erf') over float32 (f64 False) or float64 values, which the runtime's blocks of that "
+   "op call (None: the runtime's own)."},
   {"set_openmp", py_set_openmp, METH_VARARGS,
    "set_openmp(GOMP_parallel, omp_get_thread_num, omp_get_num_threads): addresses of the OpenMP runtime "
    "large launches split across (PyTorch's); 0, 0, 0 for our own pool."},

@@ -12,6 +12,8 @@
 #include "runtime_ops.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <strings.h>
 
 #include "../graph/graph.h"
 #include "../tn_config.h"
@@ -337,6 +339,58 @@ static int rt_vmath_unary(int op)
   }
 }
 
+/* -- Eager's math functions (tn_rt_set_eager_math) -------------------------- */
+
+typedef void (*rt_eager_fn)(int n, const void *a, void *r);
+
+#define RT_EAGER_OPS 32
+static void *rt_eager[2][RT_EAGER_OPS]; /* [f64][op] */
+
+static int rt_eager_op(int op)
+{
+  switch (op) {
+  case TN_RT_EXP: case TN_RT_LOG: case TN_RT_SIN: case TN_RT_COS: case TN_RT_TANH: case TN_RT_ERF:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int tn_rt_set_eager_math(int op, int f64, void *fn)
+{
+  if (!rt_eager_op(op) || (f64 != 0 && f64 != 1))
+    return TN_EINVAL;
+  __atomic_store_n(&rt_eager[f64][op], fn, __ATOMIC_RELEASE);
+  return TN_OK;
+}
+
+int tn_rt_eager_math(int op)
+{
+  return op >= 0 && op < RT_EAGER_OPS && __atomic_load_n(&rt_eager[0][op], __ATOMIC_ACQUIRE) != NULL;
+}
+
+int tn_rt_unary_named(const char *name)
+{
+#define RT_NAMED(op, num) \
+  if (strcasecmp(name, #op) == 0) \
+    return num;
+  TN_RT_UNARY_DEF(RT_NAMED)
+#undef RT_NAMED
+  return 0;
+}
+
+/* Whether eager's function of op did the whole block (n elements). */
+static inline int rt_eager_block(int f64, int op, void *dst, const void *a, int64_t n)
+{
+  if (op < 0 || op >= RT_EAGER_OPS || n <= 0 || n > INT32_MAX)
+    return 0;
+  rt_eager_fn fn = (rt_eager_fn)__atomic_load_n(&rt_eager[f64][op], __ATOMIC_ACQUIRE);
+  if (!fn)
+    return 0;
+  fn((int)n, a, dst);
+  return 1;
+}
+
 #define UNARY_LOOP(expr) \
   for (int64_t i = 0; i < n; i++) { \
     __typeof__(*a) x = a[i]; \
@@ -361,6 +415,8 @@ static inline __attribute__((always_inline)) void rt_unary_f32_loop(int op, floa
 ** value gives the same result wherever it lies. */
 RT_CLONES void tn_rt_unary_f32(int op, float *dst, const float *a, int64_t n)
 {
+  if (rt_eager_block(0, op, dst, a, n))
+    return;
   int f = rt_vmath_unary(op);
   if (f && rt_vmath(f, dst, a, NULL, n) == n)
     return;
@@ -478,6 +534,8 @@ static inline __attribute__((always_inline)) void rt_unary_f64_loop(int op, doub
 ** value gives the same result wherever it lies. */
 RT_CLONES void tn_rt_unary_f64(int op, double *dst, const double *a, int64_t n)
 {
+  if (rt_eager_block(1, op, dst, a, n))
+    return;
   int f = rt_vmath_unary(op);
   if (f && rt_vmath_f64(f, dst, a, NULL, n) == n)
     return;

@@ -61,6 +61,23 @@ enum {
 #define TN_RT_ISA_AVX512 2 /* AVX-512 F */
 int tn_rt_isa(void);
 
+/* Eager's own math functions for unary op over float32 (f64 = 0) or
+** float64 (f64 = 1) values: fn(n, a, r) sets r[i] = op(a[i]) for i < n
+** (r may be a), as MKL's VM functions vsExp, vdCos, ... do, which eager's
+** float kernels (ATen's vml) call for exp, log, sin, cos, tanh and erf.
+** Registered from torch's own library (backend._eager_math, after checking
+** that each gives eager's values), the runtime's blocks of that op call it
+** instead of libmvec's, which differ from eager's in the last bit for about
+** one value in 50; NULL fn unregisters. Returns TN_EINVAL for an op other
+** than those. Set before kernels run (it is read without a lock). */
+int tn_rt_set_eager_math(int op, int f64, void *fn);
+
+/* Whether float32 blocks of unary op call eager's own function. */
+int tn_rt_eager_math(int op);
+
+/* The runtime op of an eager unary op's name ("exp", ...), or 0. */
+int tn_rt_unary_named(const char *name);
+
 /* Reductions of a row: sum, and max/min that propagate NaN (as eager's
 ** amax/amin do). ZERO_INF above is x, or 0 where x is infinite
 ** (logsumexp's shift). */
