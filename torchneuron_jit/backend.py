@@ -768,8 +768,9 @@ def _mutates(graph):
 
 
 def _escaping(graph):
-    """The nodes whose storage can reach graph's outputs: the outputs, and
-    what each is a view of."""
+    """The nodes whose storage can reach graph's outputs: the outputs, what
+    each is a view of, and the op whose results an output was taken from
+    (sort's, topk's, max's over a dim: two such ops are two results)."""
     escapes = set()
     todo = list(graph.output_node().all_input_nodes)
     while todo:
@@ -777,7 +778,7 @@ def _escaping(graph):
         if n in escapes:
             continue
         escapes.add(n)
-        if _aliases_input(n) and n.args and isinstance(n.args[0], torch.fx.Node):
+        if (_aliases_input(n) or n.target is operator.getitem) and n.args and isinstance(n.args[0], torch.fx.Node):
             todo.append(n.args[0])
     return escapes
 

@@ -249,6 +249,26 @@ def test_repeats_that_both_reach_the_outputs_stay_two_tensors(capsys):
     torch.testing.assert_close(c, (x + 1).t())
 
 
+@pytest.mark.parametrize("door", ["neuron", "jit"])
+def test_repeats_of_an_op_of_several_results_that_reach_the_outputs_stay_two_tensors(door):
+    """x.sort(...).indices beside x.argsort(...), topk twice, max over a dim
+    twice: the ops themselves reach no output, their getitems do; merged,
+    both outputs were one tensor, and writing one changed the other."""
+    fns = [lambda x: (x.sort(dim=-1, stable=True).indices, x.argsort(dim=-1, stable=True)),
+           lambda x: (x.topk(2).indices, x.topk(2)[1]),
+           lambda x: (torch.max(x, 1).values, torch.max(x, 1)[0])]
+    for f in fns:
+        torch._dynamo.reset()
+        c = torchneuron_jit.jit(f) if door == "jit" else torch.compile(f, backend="neuron")
+        for _ in range(3):
+            x = torch.randn(4, 6)
+            a, b = c(x)
+            want_a, want_b = f(x)
+            assert a is not b and a.data_ptr() != b.data_ptr()
+            a.add_(1)
+            torch.testing.assert_close((a, b), (want_a + 1, want_b))
+
+
 def test_arguments_of_another_type_or_sign_are_another_node(capsys):
     def f(x, i):  # the products and sums inside the graph, where repeats are merged
         return torch.cat([x * 0.0, x * -0.0]), (i + 1) * 7 // 2, (i + 1.0) * 7 // 2
