@@ -229,8 +229,7 @@ class _Recorder(TorchDispatchMode):
                 func is torch.ops.aten._to_copy.default and not self.grad and self.autocast):
             # the graph is an inference graph: with grad mode on inside the call (torch.enable_grad()) eager's
             # result has an autograd history a compiled call would not make
-            self.problem = ("grad mode is on inside the traced code and tensors it uses require grad (training goes "
-                            "through torch.compile for now)")
+            self.problem = f"grad mode is on inside the traced code and tensors it uses require grad ({_log.NO_TRAINING})"
             self.any_size = True
         if self.problem is None and any(isinstance(a, torch.UntypedStorage) for a in args):
             # copy.deepcopy of a tensor (dataclasses.asdict makes one) sets a new tensor to a copy of its storage:
@@ -1724,8 +1723,7 @@ def _graph_of(trace, result):
             raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(_user_attributes(t))}) "
                                  "that a compiled call would not set")
         if t.requires_grad:  # made to require grad in the call (torch.ones(3, requires_grad=True)): no graph does
-            raise _NotCompilable("its result requires grad (a tensor the call made to require it; training goes "
-                                 "through torch.compile for now)")
+            raise _NotCompilable(f"its result requires grad (a tensor the call made to require it; {_log.NO_TRAINING})")
         outputs.append(env[id(t)])
         return ("out", len(outputs) - 1)
 
@@ -2065,7 +2063,7 @@ class _Runner:
                  inference=False, autocast=False):
         self.record = None  # the id of its trace record, when it has one
         # the variant's calls begin in grad mode: no op of the trace recorded a history (the recorder refuses
-        # one that would: training goes through torch.compile), as under @torch.no_grad() inside, so the graph
+        # one that would: compiled training is not built), as under @torch.no_grad() inside, so the graph
         # runs with grad mode off, where the ops it leaves to PyTorch would make one of inputs that require grad
         self.grad = grad
         self.inference = inference  # the trace's ops all ran in inference mode, switched on inside the call

@@ -12,6 +12,10 @@ from . import config
 
 KINDS = ("cache", "compile", "fallback", "recompiles")
 
+# Why a call or graph that needs gradients runs eagerly, and what to do (both doors' words).
+NO_TRAINING = ("compiled training is not built yet; for inference, call it under torch.no_grad() or "
+               "torch.inference_mode()")
+
 
 def enabled(kind):
     """Whether events of kind are printed now (a kind config.log names that

@@ -27,6 +27,7 @@ import collections
 import dis
 import html
 import inspect
+import os
 import re
 import types
 import weakref
@@ -617,8 +618,12 @@ def dynamo_codes(fn):
     except ImportError:
         return None
     import torch
+    codes = []
     if isinstance(fn, OptimizedModule):
         target = fn._orig_mod.forward
+        inline = _wrap_inline_code(getattr(getattr(fn, "forward", None), "_torchdynamo_orig_callable", None))
+        if inline is not None:  # a torch.nn module's own forward: Dynamo's entries sit on its wrapper's code
+            codes.append(inline)
     elif isinstance(fn, torch.nn.Module) and getattr(fn, "_compiled_call_impl", None) is not None:
         target = fn.forward  # compiled in place: model.compile(backend="neuron")
     elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
@@ -627,7 +632,6 @@ def dynamo_codes(fn):
             target = target.forward
     else:
         return None
-    codes = []
     for _ in range(8):
         target = getattr(target, "__func__", target)
         code = getattr(target, "__code__", None)
@@ -637,6 +641,29 @@ def dynamo_codes(fn):
         if target is None:
             break
     return codes
+
+
+def _is_wrap_inline(code):
+    """Whether code is Dynamo's wrap_inline wrapper's (the frame torch.compile
+    of a torch.nn module's own class enters: one code for every such module)."""
+    return code is not None and code.co_filename.replace(os.sep, "/").endswith("torch/_dynamo/external_utils.py")
+
+
+def _wrap_inline_code(fn):
+    """fn's code where fn is Dynamo's wrap_inline wrapper, else None."""
+    code = getattr(fn, "__code__", None)
+    return code if _is_wrap_inline(code) else None
+
+
+def _dynamo_serves(entry, code, module):
+    """Whether Dynamo's cache entry of code may serve module: on the
+    wrap_inline code every compiled torch.nn module shares, only the
+    entries whose guards want module's class (which then serve any module
+    of that class whose tensors have the sizes they check)."""
+    if module is None or not _is_wrap_inline(code):
+        return True
+    want = f"___check_type_id(L['fn'], {id(type(module))})"
+    return any(part.startswith(want) for part in getattr(entry.guard_manager, "code_parts", ()))
 
 
 def _dynamo_entries(code, label, depth=0, seen=None):
@@ -725,6 +752,8 @@ def dynamo_explanation(fn, ours):
             site_.changes.update(s.changes)
             site_.decisions.extend(s.decisions)
         for label, entry in _dynamo_entries(code, "", seen=seen):
+            if not _dynamo_serves(entry, code, module):
+                continue  # another class's entry on the code every torch.nn module shares
             cid = str(entry.compile_id)
             graphs = [(ref(), w) for ref, w in _dynamo_graphs.get(cid, (None, ()))[1]]
             name = f"compile {cid}" + (f", {label}" if label else "")
@@ -747,5 +776,5 @@ def dynamo_explanation(fn, ours):
             variants.append({"name": name, "kind": kind, "hits": hits, "graph": words, "guards": guards})
     door = "torch.compile(backend='neuron')" if all(v["kind"] != "another back end" for v in variants) else \
         "torch.compile"
-    head = f"{site_.where} under {door}: {len(variants)} compiled entries"
+    head = f"{site_.where} under {door}: {len(variants)} compiled entr{'y' if len(variants) == 1 else 'ies'}"
     return Explanation(head, variants, site_)

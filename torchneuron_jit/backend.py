@@ -1730,6 +1730,9 @@ def _training(gm, example_inputs=None):
     (boxed, as its compilers return them)."""
     _C.stat_add("training_graphs")
     _log.event("compile", "graph needs gradients: running it eagerly")
+    # once: a model called without torch.no_grad() ran wholly eagerly and said nothing
+    _warn_once(f"torch.compile(backend='neuron'): a graph that needs gradients (grad mode on, and parameters or "
+               f"inputs that require grad) runs eagerly: {_log.NO_TRAINING}")
     fallback = gm if example_inputs is None else make_boxed_func(gm)  # gm: what Dynamo holds (explain's weakref)
     _manager.dynamo_graph(fallback, "runs eagerly: the graph needs gradients (compiled training is not built yet)")
     return fallback
@@ -1745,6 +1748,17 @@ def _needs_gradients(example_inputs):
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
+@functools.lru_cache(maxsize=None)
+def _compile_modes():
+    """torch.compile's modes (Inductor's: "max-autotune", ...), which the
+    neuron back end accepts and reads none of."""
+    try:
+        from torch._inductor import list_mode_options
+        return tuple(list_mode_options())
+    except Exception:  # another torch's layout
+        return ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 def neuron(gm, example_inputs, mode=None, options=None):
     """The "neuron" back end of torch.compile: aot_autograd with our
     compilers. aot_autograd's own analysis of the graph may refuse it
@@ -1755,6 +1769,9 @@ def neuron(gm, example_inputs, mode=None, options=None):
     ours are in torchneuron_jit.config: one warning names them (aot_autograd
     warned of both on every graph)."""
     from torch._dynamo.exc import TorchDynamoException
+    if mode is not None and mode not in _compile_modes():  # a typo Inductor refuses ("Unrecognized mode=")
+        _warn_once(f"torch.compile(backend='neuron'): mode={mode!r} is none of torch.compile's modes "
+                   f"({', '.join(map(repr, _compile_modes()))}); this back end reads none of them")
     if options:
         _warn_once(f"torch.compile(backend='neuron') does not read options ({', '.join(map(str, options))}); "
                    f"its settings are torchneuron_jit.config and the TORCHNEURON_* environment variables")

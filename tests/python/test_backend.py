@@ -68,6 +68,20 @@ def test_inductors_mode_and_options_are_taken_without_a_log_line_per_graph(capfd
     assert "ignoring extra kwargs" not in capfd.readouterr().err
 
 
+def test_a_mode_torch_compile_does_not_know_gets_one_warning():
+    """mode="max-autotun" (a typo Inductor refuses) was taken without a word."""
+    f = lambda x: torch.nn.functional.gelu(x) * 2
+    x = torch.randn(4, 8)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = torch.compile(f, backend="neuron", mode="max-autotun")
+        for _ in range(2):
+            torch.testing.assert_close(c(x), f(x))
+    ours = [str(m.message) for m in caught if "torchneuron_jit" in str(m.message)]
+    assert len(ours) == 1 and "mode='max-autotun' is none of torch.compile's modes" in ours[0], ours
+    assert "'max-autotune'" in ours[0], ours
+
+
 def test_a_training_graph_runs_eagers_own_kernels():
     """A graph that needs gradients runs eagerly, and with eager's kernels:
     a train-mode batch norm's backward ran as its decomposition, whose
@@ -95,6 +109,24 @@ def test_training_graphs_stay_correct():
     for p, q in zip(m.parameters(), ref_m.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
     assert torchneuron_jit.stats()["training_graphs"] >= 1
+
+
+def test_an_inference_call_without_no_grad_says_once_that_it_runs_eagerly():
+    """model.eval(); torch.compile(model)(x) with grad mode on: the graph
+    needs gradients (the parameters require them) and ran wholly eagerly
+    with no word; one warning now says so and what to do."""
+    m = _mlp().eval()
+    c = torch.compile(m, backend="neuron")
+    x = torch.randn(8, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(c(x), m(x))
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), m(x))
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "needs gradients" in words[0] and "torch.no_grad()" in words[0], words
+    assert caught[0].filename == __file__, caught[0].filename  # the user's line
 
 
 def test_double_backward_through_a_graph_that_needs_gradients():

@@ -527,6 +527,27 @@ def test_explain_of_a_model_compiled_in_place_shows_dynamos_entries():
     assert "under torch.compile(backend='neuron')" in str(e) and e.variants[0]["hits"] == 2, str(e)
 
 
+def test_explain_of_a_compiled_torch_nn_module_shows_its_entries_and_no_other_classes():
+    """torch.compile(nn.Sequential(...)): Dynamo's entries sit on its
+    wrap_inline wrapper's code, which every compiled torch.nn module
+    shares; explain said "0 compiled entries" after calls had run."""
+    torch._dynamo.reset()
+    seq = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval()
+    lin = torch.nn.Linear(8, 3).eval()
+    cs, cl = torch.compile(seq, backend="neuron"), torch.compile(lin, backend="neuron")
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(3, 8)
+            torch.testing.assert_close(cs(x), seq(x))
+        torch.testing.assert_close(cl(x), lin(x))
+    e = torchneuron_jit.explain(cs)
+    text = str(e)
+    assert "Sequential.forward" in text and ": 1 compiled entry" in text, text
+    assert [v["hits"] for v in e.variants] == [2] and e.variants[0]["kind"] == "compiled", text
+    e = torchneuron_jit.explain(cl)
+    assert [v["hits"] for v in e.variants] == [1], str(e)  # the Linear's own, not the Sequential's
+
+
 def test_explain_of_a_torch_compile_function_lists_each_entry_after_two_graph_breaks_once():
     """The function Dynamo resumes in after the second break is reached
     from the function itself and from the one resumed after the first:
