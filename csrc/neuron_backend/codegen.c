@@ -1032,6 +1032,66 @@ static const char *t2_bool_binary_op(int op)
 
 /* Whether tier 2 writes grp: float32 and bool values, no gathers, every
 ** op one of the tables' (runtime_ops.h). */
+/* A pointwise instruction of eager's own math function (tn_rt_eager_math:
+** float32 exp, log, sin, cos, tanh, erf): tier 2 calls it on a block of
+** values between two loops of the pass, as tier 1 does, so the op gives
+** eager's bits at either tier (libmvec's inline versions differ in the
+** last bit for about one value in 50). */
+static int t2_eager_call(const tn_fgroup *grp, const tn_finst *fi)
+{
+  return grp->fg_reduce_dims == 0 && fi->fi_kind == TN_FI_UNARY && fi->fi_dst >= 0 &&
+         grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_FLOAT32 && tn_rt_eager_math(fi->fi_op);
+}
+
+/* Most blocks of values (4 KiB each, on the stack) a pass of eager calls keeps. */
+#define T2_ARRAYS 24
+
+/* The loops of a pointwise pass with eager calls: instruction i runs in
+** loop seg[i] (an eager call after that loop), and a value v that crosses
+** from one loop to a later one, or that an eager call reads or makes, is
+** kept in the block V<v> (arr[v]); constants and splats are made again in
+** every loop. Returns how many blocks (seg, arr NULL: only counts; arr has
+** fg_nbufs entries, zeroed here). */
+static int t2_plan(const tn_fgroup *grp, int *seg, uint8_t *arr)
+{
+  uint32_t n = grp->fg_nprog, nb = grp->fg_nbufs;
+  int *def = calloc(nb + 1, sizeof *def), *own = seg ? seg : calloc(n + 1, sizeof *own), cur = 0, count = 0;
+  uint8_t *keep = arr ? arr : calloc(nb + 1, 1);
+  if (!def || !own || !keep) {
+    count = T2_ARRAYS + 1; /* no memory: tier 1 */
+    goto done;
+  }
+  memset(keep, 0, nb);
+  for (uint32_t v = 0; v < nb; v++)
+    def[v] = -1; /* a constant or splat, made in every loop */
+  for (uint32_t i = 0; i < n; i++) {
+    const tn_finst *fi = &grp->fg_prog[i];
+    int32_t reads[3] = {fi->fi_kind == TN_FI_LOAD || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_SPLAT ? -1 : fi->fi_a,
+                        fi->fi_kind == TN_FI_BINARY || fi->fi_kind == TN_FI_COMPARE || fi->fi_kind == TN_FI_WHERE ? fi->fi_b : -1,
+                        fi->fi_kind == TN_FI_WHERE ? fi->fi_c : -1};
+    own[i] = cur;
+    for (int q = 0; q < 3; q++)
+      if (reads[q] >= 0 && (uint32_t)reads[q] < nb && def[reads[q]] >= 0 && def[reads[q]] < cur)
+        keep[reads[q]] = 1;
+    if (t2_eager_call(grp, fi)) {
+      keep[fi->fi_a] = keep[fi->fi_dst] = 1;
+      def[fi->fi_dst] = cur++; /* made after loop cur: read from its block */
+    } else if (fi->fi_kind != TN_FI_STORE && fi->fi_kind != TN_FI_CONST && fi->fi_kind != TN_FI_SPLAT &&
+               fi->fi_dst >= 0 && (uint32_t)fi->fi_dst < nb) {
+      def[fi->fi_dst] = cur;
+    }
+  }
+  for (uint32_t v = 0; v < nb; v++)
+    count += keep[v];
+done:
+  free(def);
+  if (own != seg)
+    free(own);
+  if (keep != arr)
+    free(keep);
+  return count;
+}
+
 static int t2_supported(const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
@@ -1066,10 +1126,6 @@ static int t2_supported(const tn_fgroup *grp)
       if (b8 ? fi->fi_op != TN_RT_LNOT || grp->fg_bdtypes[fi->fi_a] != TN_DTYPE_BOOL
              : !f32 || !t2_unary_expr(fi->fi_op))
         return 0;
-      /* a pointwise op whose float32 blocks give eager's own values (its math library's: tier 1
-      ** calls it) stays at tier 1; a row kernel's differ from eager's fused kernel anyway */
-      if (grp->fg_reduce_dims == 0 && dt == TN_DTYPE_FLOAT32 && tn_rt_eager_math(fi->fi_op))
-        return 0;
       break;
     case TN_FI_BINARY:
       if (b8 ? !t2_bool_binary_op(fi->fi_op) || grp->fg_bdtypes[fi->fi_a] != TN_DTYPE_BOOL ||
@@ -1100,7 +1156,8 @@ static int t2_supported(const tn_fgroup *grp)
       return 0;
     }
   }
-  return 1;
+  /* eager's own math functions between the loops of a pass (t2_plan): at most T2_ARRAYS blocks of values */
+  return grp->fg_reduce_dims > 0 || t2_plan(grp, NULL, NULL) <= T2_ARRAYS;
 }
 
 /* The C type of a buffer's values, and of an operand's elements. */
@@ -1201,7 +1258,7 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
 ** (NULL: all). Blocks of up to TN_RT_BLOCK elements, whole chunks of lanes;
 ** the last few through the padded copies T<k>. */
 static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char *sv, const uint8_t *need,
-                    const uint8_t *kload, const uint8_t *kstore)
+                    const uint8_t *kload, const uint8_t *kstore, const int *seg, const uint8_t *arr)
 {
   uint32_t nin = grp->fg_ninputs, nops = nin + grp->fg_noutputs;
   uint8_t used[TN_LAUNCH_MAX_OPERANDS] = {0};
@@ -1233,29 +1290,60 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
       out(b, "        if (%s[%u] != 0) for (l = 0; l < %d; l++) T%u[l] = l < m ? ((const %s *)p[%u])[j + l] : 0;\n", sv,
           k, T2_LANES, k, t2_optype(grp->fg_odtypes[k]), k);
   out(b, "      }\n");
-  out(b, "#pragma omp simd");
-  for (uint32_t i = 0; i < grp->fg_nprog; i++) {
-    const tn_finst *fi = &grp->fg_prog[i];
-    if (fi->fi_kind != TN_FI_REDUCE || (need && !need[i]))
-      continue;
-    if (fi->fi_op == TN_RT_R_SUM || fi->fi_op == TN_RT_R_MEAN)
-      out(b, " reduction(+:a%d)", fi->fi_dst);
-    else
-      out(b, " reduction(%s:a%d) reduction(|:z%d)", fi->fi_op == TN_RT_R_MAX ? "max" : "min", fi->fi_dst, fi->fi_dst);
-  }
-  out(b, "\n      for (i = 0; i < n; i++) {\n");
-  for (uint32_t v = 0; kload && v < grp->fg_nbufs; v++)
-    if (kload[v])
-      out(b, "        float v%u = K%u[j + i];\n", v, v);
-  for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* constants and splats: wherever read (the compiler drops the rest) */
-    const tn_finst *fi = &grp->fg_prog[i];
-    if (!need || need[i] || fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_SPLAT) {
-      t2_inst(b, grp, fi);
-      if (kstore && cg_computes(fi->fi_kind) && kstore[fi->fi_dst])
-        out(b, "        K%d[j + i] = v%d;\n", fi->fi_dst, fi->fi_dst);
+  int loops = 1, *made = NULL; /* seg: the loop that makes each kept value (-1: constants, splats) */
+  if (seg) {
+    if (!(made = malloc((grp->fg_nbufs + 1) * sizeof *made))) {
+      b->cb_rc = TN_ENOMEM;
+      return;
+    }
+    for (uint32_t v = 0; v < grp->fg_nbufs; v++)
+      made[v] = -1;
+    for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+      const tn_finst *fi = &grp->fg_prog[i];
+      if (fi->fi_kind != TN_FI_STORE && fi->fi_kind != TN_FI_CONST && fi->fi_kind != TN_FI_SPLAT && fi->fi_dst >= 0)
+        made[fi->fi_dst] = seg[i];
+      if (t2_eager_call(grp, fi))
+        loops = seg[i] + 2;
     }
   }
-  out(b, "      }\n");
+  for (int loop = 0; loop < loops; loop++) {
+    out(b, "#pragma omp simd");
+    for (uint32_t i = 0; i < grp->fg_nprog; i++) {
+      const tn_finst *fi = &grp->fg_prog[i];
+      if (fi->fi_kind != TN_FI_REDUCE || (need && !need[i]))
+        continue;
+      if (fi->fi_op == TN_RT_R_SUM || fi->fi_op == TN_RT_R_MEAN)
+        out(b, " reduction(+:a%d)", fi->fi_dst);
+      else
+        out(b, " reduction(%s:a%d) reduction(|:z%d)", fi->fi_op == TN_RT_R_MAX ? "max" : "min", fi->fi_dst, fi->fi_dst);
+    }
+    out(b, "\n      for (i = 0; i < n; i++) {\n");
+    for (uint32_t v = 0; kload && v < grp->fg_nbufs; v++)
+      if (kload[v])
+        out(b, "        float v%u = K%u[j + i];\n", v, v);
+    for (uint32_t v = 0; seg && v < grp->fg_nbufs; v++) /* what an earlier loop or eager call made */
+      if (arr[v] && made[v] >= 0 && made[v] < loop)
+        out(b, "        %s v%u = V%u[i];\n", t2_ctype(grp->fg_bdtypes[v]), v, v);
+    for (uint32_t i = 0; i < grp->fg_nprog; i++) { /* constants and splats: wherever read (the compiler drops the rest) */
+      const tn_finst *fi = &grp->fg_prog[i];
+      int anywhere = fi->fi_kind == TN_FI_CONST || fi->fi_kind == TN_FI_SPLAT;
+      if (seg && !anywhere && (seg[i] != loop || t2_eager_call(grp, fi)))
+        continue;
+      if (!need || need[i] || anywhere) {
+        t2_inst(b, grp, fi);
+        if (kstore && cg_computes(fi->fi_kind) && kstore[fi->fi_dst])
+          out(b, "        K%d[j + i] = v%d;\n", fi->fi_dst, fi->fi_dst);
+        if (seg && fi->fi_kind != TN_FI_STORE && arr[fi->fi_dst])
+          out(b, "        V%d[i] = v%d;\n", fi->fi_dst, fi->fi_dst);
+      }
+    }
+    out(b, "      }\n");
+    for (uint32_t i = 0; seg && i < grp->fg_nprog; i++) /* eager's function on the block the loop filled */
+      if (seg[i] == loop && t2_eager_call(grp, &grp->fg_prog[i]))
+        out(b, "      tn_t2_eager[%d]((int)n, V%d, V%d);\n", grp->fg_prog[i].fi_op, grp->fg_prog[i].fi_a,
+            grp->fg_prog[i].fi_dst);
+  }
+  free(made);
   out(b, "      if (m < %d) {\n", T2_LANES);
   for (uint32_t k = nin; k < nops; k++)
     if (used[k])
@@ -1306,7 +1394,24 @@ static void t2_broadcasts(cg_buf *b, const tn_fgroup *grp, const char *len, cons
 static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
+  int *seg = malloc((grp->fg_nprog + 1) * sizeof *seg);
+  uint8_t *arr = malloc(grp->fg_nbufs + 1);
+  if (!seg || !arr) {
+    free(seg);
+    free(arr);
+    b->cb_rc = TN_ENOMEM;
+    return;
+  }
+  int nkept = t2_plan(grp, seg, arr);
+  if (nkept) /* eager's functions, set when the object is loaded (tn_tier2_load) */
+    out(b, "typedef void (*tn_vm_fn)(int, const float *, float *);\ntn_vm_fn tn_t2_eager[%d];\n", TN_RT_EAGER_OPS);
   t2_start(b, grp);
+  for (uint32_t v = 0; nkept && v < grp->fg_nbufs; v++)
+    if (arr[v])
+      out(b, "  %s V%u[%d];\n", t2_ctype(grp->fg_bdtypes[v]), v, TN_RT_BLOCK);
+  for (uint32_t i = 0; nkept && i < grp->fg_nprog; i++) /* none in this process: tier 1 runs the call */
+    if (t2_eager_call(grp, &grp->fg_prog[i]))
+      out(b, "  if (!tn_t2_eager[%d]) return 1;\n", grp->fg_prog[i].fi_op);
   out(b, "  char *q[%u];\n  i64 s[%u];\n", nops, nops);
   out(b, "  i64 inner = rank ? sizes[rank - 1] : 1, outer = 1;\n");
   out(b, "  for (d = 0; d + 1 < rank; d++) { outer *= sizes[d]; idx[d] = 0; }\n");
@@ -1318,7 +1423,9 @@ static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
   out(b, "  for (o = 0; o < outer; o++) {\n");
   out(b, "    for (k = 0; k < %u; k++) p[k] = q[k];\n", nops);
   t2_broadcasts(b, grp, "inner", "s");
-  t2_pass(b, grp, "inner", "s", NULL, NULL, NULL);
+  t2_pass(b, grp, "inner", "s", NULL, NULL, NULL, nkept ? seg : NULL, arr);
+  free(seg);
+  free(arr);
   cg_odometer(b, nops, 2, "    ");
   out(b, "  }\n  return 0;\n}\n");
 }
@@ -1437,7 +1544,7 @@ static void t2_rows(cg_buf *b, const tn_fgroup *grp)
               fi->fi_op == TN_RT_R_MAX ? "-__builtin_inf()" : fi->fi_op == TN_RT_R_MIN ? "__builtin_inf()" : "0.0",
               fi->fi_dst);
       }
-      t2_pass(b, grp, "cols", "cst", r.cr_need, persist ? kload : NULL, persist ? kstore : NULL);
+      t2_pass(b, grp, "cols", "cst", r.cr_need, persist ? kload : NULL, persist ? kstore : NULL, NULL, NULL);
       for (uint32_t i = 0; i < n; i++) {
         const tn_finst *fi = &grp->fg_prog[i];
         if (!r.cr_need[i] || fi->fi_kind != TN_FI_REDUCE)

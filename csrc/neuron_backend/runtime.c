@@ -343,7 +343,7 @@ static int rt_vmath_unary(int op)
 
 typedef void (*rt_eager_fn)(int n, const void *a, void *r);
 
-#define RT_EAGER_OPS 32
+#define RT_EAGER_OPS TN_RT_EAGER_OPS
 static void *rt_eager[2][RT_EAGER_OPS]; /* [f64][op] */
 
 static int rt_eager_op(int op)
@@ -364,9 +364,14 @@ int tn_rt_set_eager_math(int op, int f64, void *fn)
   return TN_OK;
 }
 
+void *tn_rt_eager_fn(int op)
+{
+  return op >= 0 && op < RT_EAGER_OPS ? __atomic_load_n(&rt_eager[0][op], __ATOMIC_ACQUIRE) : NULL;
+}
+
 int tn_rt_eager_math(int op)
 {
-  return op >= 0 && op < RT_EAGER_OPS && __atomic_load_n(&rt_eager[0][op], __ATOMIC_ACQUIRE) != NULL;
+  return tn_rt_eager_fn(op) != NULL;
 }
 
 int tn_rt_unary_named(const char *name)

@@ -75,6 +75,12 @@ int tn_rt_set_eager_math(int op, int f64, void *fn);
 /* Whether float32 blocks of unary op call eager's own function. */
 int tn_rt_eager_math(int op);
 
+/* Eager's own function of unary op over float32 values, or NULL. */
+void *tn_rt_eager_fn(int op);
+
+/* Ops a table of eager's functions is indexed by: 0 to this, exclusive. */
+#define TN_RT_EAGER_OPS 32
+
 /* The runtime op of an eager unary op's name ("exp", ...), or 0. */
 int tn_rt_unary_named(const char *name);
 

@@ -4,6 +4,7 @@
 */
 #include "tier2.h"
 #include "../tn_yield.h"
+#include "runtime.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -309,6 +310,9 @@ int tn_tier2_load(const uint8_t *so, size_t len, const char *sym, tn_tier2_obj *
     snprintf(err, errlen, "the object has no %s", sym);
     goto done;
   }
+  void **eager = dlsym(h, "tn_t2_eager"); /* eager's math functions its kernel calls (codegen.c t2_pointwise) */
+  for (int op = 0; eager && op < TN_RT_EAGER_OPS; op++)
+    eager[op] = tn_rt_eager_fn(op);
   rc = TN_ENOMEM;
   if (!(o = malloc(sizeof *o)))
     goto done;
