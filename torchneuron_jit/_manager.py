@@ -655,15 +655,23 @@ def _wrap_inline_code(fn):
     return code if _is_wrap_inline(code) else None
 
 
+_MODULE_CHECK = re.compile(r"___check_(?P<kind>type|obj)_id\(L\['(?:fn|self)'\], (?P<id>\d+)\)")
+
+
 def _dynamo_serves(entry, code, module):
-    """Whether Dynamo's cache entry of code may serve module: on the
-    wrap_inline code every compiled torch.nn module shares, only the
-    entries whose guards want module's class (which then serve any module
-    of that class whose tensors have the sizes they check)."""
-    if module is None or not _is_wrap_inline(code):
+    """Whether Dynamo's cache entry of code may serve module: on code that
+    several compiled modules run (the wrap_inline wrapper of every torch.nn
+    module, transformers' decorators around forward), not the entries whose
+    guards want another module (self, or wrap_inline's fn) or another
+    class; on the wrap_inline code, only those that want module's class
+    (which then serve any module of it whose tensors have the sizes they
+    check)."""
+    if module is None:
         return True
-    want = f"___check_type_id(L['fn'], {id(type(module))})"
-    return any(part.startswith(want) for part in getattr(entry.guard_manager, "code_parts", ()))
+    checks = [m for part in getattr(entry.guard_manager, "code_parts", ()) for m in _MODULE_CHECK.finditer(part)]
+    if any(int(m["id"]) != (id(type(module)) if m["kind"] == "type" else id(module)) for m in checks):
+        return False
+    return not _is_wrap_inline(code) or any(m["kind"] == "type" for m in checks)
 
 
 def _dynamo_entries(code, label, depth=0, seen=None):

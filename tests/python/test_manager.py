@@ -548,6 +548,44 @@ def test_explain_of_a_compiled_torch_nn_module_shows_its_entries_and_no_other_cl
     assert [v["hits"] for v in e.variants] == [1], str(e)  # the Linear's own, not the Sequential's
 
 
+def _shared_decorator(fn):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):  # one code for every forward it wraps (transformers' decorators)
+        return fn(self, *args, **kwargs)
+    return wrapper
+
+
+class _DecoratedA(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    @_shared_decorator
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+class _DecoratedB(_DecoratedA):
+    @_shared_decorator
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+def test_explain_lists_no_entry_of_another_model_on_a_decorators_shared_code():
+    """Dynamo's entries sit on the decorator's wrapper, one code for both
+    models' forwards: explain(b) listed a's entries before b ever ran."""
+    torch._dynamo.reset()
+    a, b = _DecoratedA().eval(), _DecoratedB().eval()
+    ca, cb = torch.compile(a, backend="neuron"), torch.compile(b, backend="neuron")
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(ca(x), a(x))
+        assert torchneuron_jit.explain(cb).variants == [], str(torchneuron_jit.explain(cb))
+        torch.testing.assert_close(cb(x), b(x))
+    assert [v["hits"] for v in torchneuron_jit.explain(cb).variants] == [1], str(torchneuron_jit.explain(cb))
+    assert [v["hits"] for v in torchneuron_jit.explain(ca).variants] == [1], str(torchneuron_jit.explain(ca))
+
+
 def test_explain_of_a_torch_compile_function_lists_each_entry_after_two_graph_breaks_once():
     """The function Dynamo resumes in after the second break is reached
     from the function itself and from the one resumed after the first:
