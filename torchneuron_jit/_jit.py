@@ -40,6 +40,7 @@ import collections
 import collections.abc
 import contextlib
 import copy
+import ctypes
 import dataclasses
 import dis
 import enum
@@ -2496,8 +2497,9 @@ class _Builds:
             self._done(build)
             raise
         build.location = _log.user_location()  # its warnings' (the build thread has no line of the user's)
-        threading.Thread(target=self._run, args=(build, threads, child, t0, watch), name="torchneuron_jit build",
-                         daemon=True).start()
+        build.thread = threading.Thread(target=self._run, args=(build, threads, child, t0, watch),
+                                        name="torchneuron_jit build", daemon=True)
+        build.thread.start()
 
     def _done(self, build):
         """build is no longer in flight; idle when none is (wait returns)."""
@@ -2584,6 +2586,8 @@ class _Builds:
             if not _BuildChild.exiting:  # at exit, its child killed (ChildProcessError): nothing the user can do
                 _log.warn_once(f"building a variant of {_where(build.trace.fn)} in the background failed "
                                f"({type(exc).__name__}: {exc}); it runs eagerly")
+        except _BuildStopped:  # at exit (_at_exit): the process ends without it
+            pass
         finally:
             if _gc_hold.release():
                 # what the trace and the build allocated, young (the paused collector promoted none of it), is
@@ -2596,6 +2600,20 @@ class _Builds:
     def wait(self, timeout=None):
         """Waits for the build in flight (if any); True when none is left."""
         return self.idle.wait(timeout)
+
+    def stop(self):
+        """At exit: raises _BuildStopped in each build thread still going,
+        at its next Python instruction."""
+        for build in list(self.pending):
+            thread = getattr(build, "thread", None)
+            if thread is not None and thread.ident is not None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                           ctypes.py_object(_BuildStopped))
+
+
+class _BuildStopped(BaseException):
+    """Raised in a build thread the process's exit stops (a BaseException:
+    no handler of the code it runs, ours or PyTorch's, takes it)."""
 
 
 class _BuildChild:
@@ -2808,7 +2826,27 @@ def _after_fork_in_child():
 
 _forking_build = False  # _BuildChild.start is forking a build's child
 os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_builds.wait, 30)  # a variant being built is stored for the next process
+
+
+_EXIT_WAIT_S = 30  # how long the process's exit waits for a build in flight
+
+
+def _at_exit():
+    """A variant being built is stored for the next process: the exit waits
+    for it, _EXIT_WAIT_S at most. Then it stops the build (its child, or
+    the thread, at its next Python instruction), and waits for its thread
+    to end: a daemon thread still in PyTorch's C++ code when the
+    interpreter finalised aborted the process ("terminate called without
+    an active exception", SIGABRT or SIGSEGV) after a script's last line."""
+    if _builds.wait(_EXIT_WAIT_S):
+        return
+    _log.event("compile", f"exit: a variant still being built after {_EXIT_WAIT_S} s is given up")
+    _BuildChild.kill_all()
+    _builds.stop()
+    _builds.wait(10)
+
+
+atexit.register(_at_exit)
 
 
 def wait(timeout=None):

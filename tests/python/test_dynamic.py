@@ -1241,6 +1241,44 @@ def test_calls_of_several_threads_that_trace_at_once_build_every_variant_before_
         assert r.returncode == 0 and "mismatches []" in r.stdout, (run, r.returncode, r.stdout, r.stderr[-2000:])
 
 
+_SLOW_BUILD_AT_EXIT = """
+import time, torch, torchneuron_jit
+from torchneuron_jit import _jit
+_jit._EXIT_WAIT_S = float(__import__("sys").argv[1])
+torchneuron_jit.config.build_worker = "thread"
+finish = _jit._Build.finish
+
+def slow_finish(self):  # a build that goes on for a minute inside PyTorch's ops (Swin's symbolic one took 190 s)
+    a, end = torch.randn(400, 400), time.time() + 60
+    while time.time() < end:
+        torch.mm(a, a)
+    return finish(self)
+
+_jit._Build.finish = slow_finish
+f = torchneuron_jit.jit(lambda x: x * 2 + 1)
+for _ in range(3):
+    x = torch.randn(8)
+    torch.testing.assert_close(f(x), x * 2 + 1)
+print("last line", flush=True)
+"""
+
+
+def test_a_script_ending_while_a_long_build_is_in_flight_exits_cleanly(tmp_path, run_python):
+    """The exit waits for a build in flight, 30 s at most; a build going
+    on past that was left to the interpreter's finalisation, which ended
+    its thread inside PyTorch's C++ code: the process aborted after the
+    script's last line (SIGABRT or SIGSEGV: a Swin model's dynamic build,
+    found by a helper's probe). The exit stops the build now."""
+    script = tmp_path / "slow_build.py"
+    script.write_text(_SLOW_BUILD_AT_EXIT)
+    import time
+    t = time.perf_counter()
+    r = run_python(str(script), "1", env={"TORCHNEURON_COMPILE_BLOCKING": "0"}, timeout=90)
+    assert r.returncode == 0 and "last line" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "terminate called" not in r.stderr and "Exception in thread" not in r.stderr, r.stderr[-2000:]
+    assert time.perf_counter() - t < 45  # not the build's minute
+
+
 def test_no_call_waits_for_a_build(background):
     import time
 
