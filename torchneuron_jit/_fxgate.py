@@ -77,11 +77,24 @@ def gate_dynamo():
     them: a module Dynamo traced meanwhile saw make_fx's patched
     Module.__call__ (a graph break, or Dynamo's "Guard failed on the same
     frame it was created" AssertionError in the user's call). Done before
-    each background build: torch._dynamo.reset() forgets the callbacks."""
+    each background build; torch._dynamo.reset() clears the callbacks, and
+    registers these again (a reset while a build was in flight left its
+    make_fx unguarded: a compile on another thread saw the patched
+    Module.__call__, and one Dynamo's state restore put back left it
+    patched for the rest of the process)."""
     handler = torch._dynamo.callback_handler
     if fx_gate.dynamo_start not in handler.start_callbacks:
         handler.register_start_callback(fx_gate.dynamo_start)
         handler.register_end_callback(fx_gate.dynamo_end)
+    clear = handler.clear
+    if not getattr(clear, "_tn_gate", False):
+        def clear_but_the_gate():
+            clear()
+            handler.register_start_callback(fx_gate.dynamo_start)
+            handler.register_end_callback(fx_gate.dynamo_end)
+
+        clear_but_the_gate._tn_gate = True
+        handler.clear = clear_but_the_gate
 
 
 def serialise_fx_tracing():

@@ -1865,13 +1865,16 @@ def test_sizes_of_calls_made_while_building_count(background):
     assert traces() == before
 
 
-def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread():
+@pytest.mark.parametrize("reset", [False, True], ids=["", "reset_meanwhile"])
+def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread(reset):
     """make_fx patches torch.nn.Module's __call__ for the whole process
     while it traces: a TorchDynamo compile of a module on another thread
     meanwhile saw the patched method (a graph break, or Dynamo's "Guard
     failed on the same frame it was created" AssertionError raised into the
     user's call). With a background build's gate in place, the compile
-    waits for the trace to end."""
+    waits for the trace to end, after a torch._dynamo.reset() meanwhile too
+    (it cleared the gate: a helper's probe, a notebook's reset between
+    models)."""
     import threading
 
     from torch._dynamo.utils import counters
@@ -1897,6 +1900,8 @@ def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread():
     try:
         assert entered.wait(20)
         assert torch.nn.Module.__call__ is not unpatched  # the trace in flight patched it
+        if reset:
+            torch._dynamo.reset()
         threading.Timer(0.5, release.set).start()
         counters.clear()
         t0 = time.perf_counter()
