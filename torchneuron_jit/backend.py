@@ -196,14 +196,18 @@ def _gemm_available():
 
 
 # The unary ops whose float32/float64 kernels in eager are MKL's VM functions
-# (ATen's vml): their names there.
+# (ATen's vml): their names there, and the mode eager calls them in
+# (VML_HA | VML_ERRMODE_IGNORE | VML_FTZDAZ_OFF; runtime.h TN_RT_VM_MODE).
 _EAGER_MATH = {"exp": "Exp", "log": "Ln", "sin": "Sin", "cos": "Cos", "tanh": "Tanh", "erf": "Erf"}
+_VM_MODE = 0x140102
 
 
 @functools.lru_cache(maxsize=None)
 def _eager_math():
     """Registers eager's own float32 and float64 exp, log, sin, cos, tanh
-    and erf (MKL's VM functions in torch's CPU wheels) for our kernels'
+    and erf (MKL's VM functions in torch's CPU wheels, vmsExp ... in the
+    mode eager passes: in vsExp's default one, every underflow, overflow
+    or log(0) took an error path, 4-10x eager's time) for our kernels'
     blocks of those ops: libmvec's, the runtime's own, differ from eager's
     in the last bit for about one value in 50, which a later cast to half
     precision can turn into a visible difference. Each is registered only
@@ -211,18 +215,18 @@ def _eager_math():
     Returns the (op, dtype) pairs registered."""
     from torch.utils._python_dispatch import _disable_current_modes
     special = [0.0, -0.0, 1e-30, -1e-30, 1.0, -1.0, 88.5, -103.0, 700.0, math.inf, -math.inf, math.nan]
-    signature = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    signature = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong)
     done = []
     with _disable_current_modes():  # real tensors, where a compile's fake or tracing mode is on
         for op, vm in _EAGER_MATH.items():
-            for prefix, dtype, bits in (("vs", torch.float32, torch.int32), ("vd", torch.float64, torch.int64)):
+            for prefix, dtype, bits in (("vms", torch.float32, torch.int32), ("vmd", torch.float64, torch.int64)):
                 address = _torch_symbols("libtorch_cpu.so", prefix + vm)
                 if not address or not address[0]:
                     continue
                 x = torch.cat([torch.linspace(-40.0, 40.0, 1031, dtype=dtype), torch.tensor(special, dtype=dtype)])
                 x = x.abs() if op == "log" else x
                 got = torch.empty_like(x)
-                signature(address[0])(x.numel(), x.data_ptr(), got.data_ptr())
+                signature(address[0])(x.numel(), x.data_ptr(), got.data_ptr(), _VM_MODE)
                 if torch.equal(got.view(bits), getattr(torch, op)(x).view(bits)):
                     _C.set_eager_math(op, dtype == torch.float64, address[0])
                     done.append((op, dtype))

@@ -1340,8 +1340,8 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
     out(b, "      }\n");
     for (uint32_t i = 0; seg && i < grp->fg_nprog; i++) /* eager's function on the block the loop filled */
       if (seg[i] == loop && t2_eager_call(grp, &grp->fg_prog[i]))
-        out(b, "      tn_t2_eager[%d]((int)n, V%d, V%d);\n", grp->fg_prog[i].fi_op, grp->fg_prog[i].fi_a,
-            grp->fg_prog[i].fi_dst);
+        out(b, "      tn_t2_eager[%d]((int)n, V%d, V%d, %#llx);\n", grp->fg_prog[i].fi_op, grp->fg_prog[i].fi_a,
+            grp->fg_prog[i].fi_dst, (unsigned long long)TN_RT_VM_MODE);
   }
   free(made);
   out(b, "      if (m < %d) {\n", T2_LANES);
@@ -1404,7 +1404,7 @@ static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
   }
   int nkept = t2_plan(grp, seg, arr);
   if (nkept) /* eager's functions, set when the object is loaded (tn_tier2_load) */
-    out(b, "typedef void (*tn_vm_fn)(int, const float *, float *);\ntn_vm_fn tn_t2_eager[%d];\n", TN_RT_EAGER_OPS);
+    out(b, "typedef void (*tn_vm_fn)(int, const float *, float *, long long);\ntn_vm_fn tn_t2_eager[%d];\n", TN_RT_EAGER_OPS);
   t2_start(b, grp);
   for (uint32_t v = 0; nkept && v < grp->fg_nbufs; v++)
     if (arr[v])

@@ -341,7 +341,7 @@ static int rt_vmath_unary(int op)
 
 /* -- Eager's math functions (tn_rt_set_eager_math) -------------------------- */
 
-typedef void (*rt_eager_fn)(int n, const void *a, void *r);
+typedef void (*rt_eager_fn)(int n, const void *a, void *r, long long mode);
 
 #define RT_EAGER_OPS TN_RT_EAGER_OPS
 static void *rt_eager[2][RT_EAGER_OPS]; /* [f64][op] */
@@ -392,7 +392,7 @@ static inline int rt_eager_block(int f64, int op, void *dst, const void *a, int6
   rt_eager_fn fn = (rt_eager_fn)__atomic_load_n(&rt_eager[f64][op], __ATOMIC_ACQUIRE);
   if (!fn)
     return 0;
-  fn((int)n, a, dst);
+  fn((int)n, a, dst, TN_RT_VM_MODE);
   return 1;
 }
 

@@ -62,15 +62,20 @@ enum {
 int tn_rt_isa(void);
 
 /* Eager's own math functions for unary op over float32 (f64 = 0) or
-** float64 (f64 = 1) values: fn(n, a, r) sets r[i] = op(a[i]) for i < n
-** (r may be a), as MKL's VM functions vsExp, vdCos, ... do, which eager's
-** float kernels (ATen's vml) call for exp, log, sin, cos, tanh and erf.
+** float64 (f64 = 1) values: fn(n, a, r, mode) sets r[i] = op(a[i]) for
+** i < n (r may be a), as MKL's VM functions vmsExp, vmdCos, ... do, which
+** eager's float kernels (ATen's vml) call for exp, log, sin, cos, tanh and
+** erf, with mode TN_RT_VM_MODE (vsExp's default mode handles every
+** underflow, overflow or log(0) as an error: 4-10x eager's time there).
 ** Registered from torch's own library (backend._eager_math, after checking
 ** that each gives eager's values), the runtime's blocks of that op call it
 ** instead of libmvec's, which differ from eager's in the last bit for about
 ** one value in 50; NULL fn unregisters. Returns TN_EINVAL for an op other
 ** than those. Set before kernels run (it is read without a lock). */
 int tn_rt_set_eager_math(int op, int f64, void *fn);
+
+/* The mode eager passes them: VML_HA | VML_ERRMODE_IGNORE | VML_FTZDAZ_OFF. */
+#define TN_RT_VM_MODE 0x140102LL
 
 /* Whether float32 blocks of unary op call eager's own function. */
 int tn_rt_eager_math(int op);

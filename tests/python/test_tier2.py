@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import torchneuron_jit
-from torchneuron_jit import _C, _tier2, config
+from torchneuron_jit import _C, _tier2, backend, config
 
 pytestmark = [pytest.mark.usefixtures("fresh_backend"),
               pytest.mark.filterwarnings("ignore:var\\(\\).*degrees of freedom:UserWarning")]
@@ -144,6 +144,37 @@ def test_math_functions_give_eagers_bits(name, dtype):
     torch._dynamo.reset()
     got, expected, _ = run(lambda p, q: (q * op(p.abs() + 0.5) + 1.0).half(), p, q)
     assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("tier2", ["off", "sync"])
+def test_eager_math_runs_in_eagers_mode_where_values_overflow(tier2):
+    """MKL's VM functions in their default mode take every underflow,
+    overflow or log(0) as an error, through a slow path (a Gaussian kernel's
+    exp took 4-10x eager's time); eager calls them in a mode that ignores
+    errors, and so do our kernels now: log(0) and exp(100) take about
+    eager's time."""
+    import time
+    if not backend._eager_math():
+        pytest.skip("this torch has no MKL VM functions")
+    config.compile_tier2 = tier2
+    torch._dynamo.reset()
+    f = lambda x: torch.log(x * 1.0) + torch.exp(x * 100.0)
+    errors = torch.zeros(256, 1024)  # log(0); exp(100) where 1
+    errors[:, ::2] = 1.0
+    c = torch.compile(f, backend="neuron")
+
+    def least(fn):
+        times = []
+        for _ in range(7):
+            t = time.perf_counter()
+            fn(errors)
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    with torch.no_grad():
+        torch.testing.assert_close(c(errors), f(errors))
+        ours, eager = least(c), least(f)
+    assert ours < 2.5 * eager, (ours, eager)  # (36x in the default mode)
 
 
 def test_chains_of_eager_math_keep_their_values_across_tier_2s_loops():
