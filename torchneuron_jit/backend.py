@@ -1787,8 +1787,8 @@ def neuron(gm, example_inputs, mode=None, options=None):
                              "path) casts inside itself, which aot_autograd's graph of it would not")
     try:
         return _training(gm) if _needs_gradients(example_inputs) else _aot(gm, example_inputs)
-    except TorchDynamoException:  # Dynamo's own control flow (RestartAnalysis: it traces the frame again)
-        raise
+    except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
+        raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
         first_line = (str(exc).strip().splitlines() or [""])[0]
         return _runs_eagerly(gm, "aot_autograd could not take", f"{type(exc).__name__}: {first_line}")

@@ -129,6 +129,24 @@ def test_an_inference_call_without_no_grad_says_once_that_it_runs_eagerly():
     assert caught[0].filename == __file__, caught[0].filename  # the user's line
 
 
+_TRAIN_UNDER_W_ERROR = r"""
+import torch, torchneuron_jit
+cm = torch.compile(torch.nn.Linear(4, 4), backend="neuron")
+try:
+    cm(torch.randn(2, 4)).sum().backward()
+except Exception as e:
+    print(type(e).__name__, "|", " ".join(str(e).splitlines()))
+"""
+
+
+def test_a_warning_of_ours_under_w_error_raises_as_itself(run_python):
+    """python -W error makes our one warning an exception: neuron() took it
+    for aot_autograd refusing the graph ("aot_autograd could not take a
+    graph, running it eagerly (RuntimeWarning: ...)") while the call raised."""
+    r = run_python("-W", "error", "-c", _TRAIN_UNDER_W_ERROR)
+    assert "needs gradients" in r.stdout and "aot_autograd could not take" not in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
 def test_double_backward_through_a_graph_that_needs_gradients():
     """A gradient penalty: autograd.grad(create_graph=True), then backward
     through the gradient. aot_autograd's joint graph raised "does not
