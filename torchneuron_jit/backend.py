@@ -1779,6 +1779,11 @@ def neuron(gm, example_inputs, mode=None, options=None):
     if options:
         _warn_once(f"torch.compile(backend='neuron') does not read options ({', '.join(map(str, options))}); "
                    f"its settings are torchneuron_jit.config and the TORCHNEURON_* environment variables")
+    if any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in example_inputs):
+        # meta tensors (shape inference before weights exist): PyTorch's ops answer for them; our kernels
+        # would read memory they do not have (a segfault)
+        _log.event("compile", "a graph of tensors not on the CPU runs as Dynamo captured it")
+        return gm
     fused = next((n.target for n in gm.graph.nodes if n.op == "call_function" and n.target in CASTS_INSIDE), None)
     if fused is not None and torch.is_autocast_enabled("cpu"):
         # aot_autograd traces it with autocast's key excluded (its inner linear layers stay float32, where eager

@@ -457,6 +457,13 @@ int tn_py_kernel_read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_
   if (ptr && read_ints(shape, sizes, rank) == 0 && read_ints(stride, strides, &srank) == 0) {
     *data = PyLong_AsVoidPtr(ptr);
     rc = PyErr_Occurred() ? -1 : 0;
+    int64_t numel = 1;
+    for (int d = 0; d < *rank; d++)
+      numel *= sizes[d];
+    if (rc == 0 && !*data && numel > 0) { /* FakeTensorMode's tensors (a meta tensor's graph is not ours) */
+      PyErr_Format(PyExc_RuntimeError, "kernel input %d is a tensor without memory (a fake or meta tensor)", i);
+      rc = -1;
+    }
   }
   Py_XDECREF(shape);
   Py_XDECREF(stride);

@@ -129,6 +129,32 @@ def test_an_inference_call_without_no_grad_says_once_that_it_runs_eagerly():
     assert caught[0].filename == __file__, caught[0].filename  # the user's line
 
 
+_META_AND_FAKE = r"""
+import torch, torchneuron_jit
+from torch._subclasses.fake_tensor import FakeTensorMode
+f = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend="neuron")
+with torch.no_grad():
+    x = torch.randn(8, 16)
+    torch.testing.assert_close(f(x), torch.sin(x) * 2 + 1)  # compiled first, for real tensors
+    r = f(torch.randn(8, 16, device="meta"))
+    print("meta", r.device, tuple(r.shape))
+    with FakeTensorMode() as mode:
+        r = f(mode.from_tensor(torch.randn(8, 16)))
+    print("fake", type(r).__name__, tuple(r.shape))
+"""
+
+
+def test_meta_and_fake_tensors_get_eagers_kind_of_result(run_python):
+    """Shape inference through a compiled function: meta tensors, or fake
+    ones under FakeTensorMode, made our kernels read memory those have not
+    (a segfault; found by a helper's probe). Meta graphs run as Dynamo
+    captured them; a kernel given a tensor without memory fails, and the
+    call runs eagerly."""
+    r = run_python("-c", _META_AND_FAKE)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert "meta meta (8, 16)" in r.stdout and "fake FakeTensor (8, 16)" in r.stdout, r.stdout
+
+
 _TRAIN_UNDER_W_ERROR = r"""
 import torch, torchneuron_jit
 cm = torch.compile(torch.nn.Linear(4, 4), backend="neuron")
