@@ -761,7 +761,7 @@ def dynamo_explanation(fn, ours):
             site_.decisions.extend(s.decisions)
         for label, entry in _dynamo_entries(code, "", seen=seen):
             if not _dynamo_serves(entry, code, module):
-                continue  # another class's entry on the code every torch.nn module shares
+                continue  # an entry of another module or class, on code several modules run
             cid = str(entry.compile_id)
             graphs = [(ref(), w) for ref, w in _dynamo_graphs.get(cid, (None, ()))[1]]
             name = f"compile {cid}" + (f", {label}" if label else "")

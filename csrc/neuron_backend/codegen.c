@@ -1030,8 +1030,6 @@ static const char *t2_bool_binary_op(int op)
   }
 }
 
-/* Whether tier 2 writes grp: float32 and bool values, no gathers, every
-** op one of the tables' (runtime_ops.h). */
 /* A pointwise instruction of eager's own math function (tn_rt_eager_math:
 ** float32 exp, log, sin, cos, tanh, erf): tier 2 calls it on a block of
 ** values between two loops of the pass, as tier 1 does, so the op gives
@@ -1092,6 +1090,8 @@ done:
   return count;
 }
 
+/* Whether tier 2 writes grp: float32 and bool values, no gathers, every
+** op one of the tables' (runtime_ops.h). */
 static int t2_supported(const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;

@@ -1014,9 +1014,9 @@ static PyObject *py_set_eager_math(PyObject *self, PyObject *args)
 
 PyMethodDef tn_py_kernel_methods[] = {
   {"set_eager_math", py_set_eager_math, METH_VARARGS,
-   "set_eager_math(op, f64, address): the function f(n, a, r) computing eager's values of unary op ('exp', 'log', "
-   "'sin', 'cos', 'tanh' or 'erf') over float32 (f64 False) or float64 values, which the runtime's blocks of that "
-   "op call (None: the runtime's own)."},
+   "set_eager_math(op, f64, address): the function f(n, a, r, mode) (MKL's vmsExp ... signature) computing "
+   "eager's values of unary op ('exp', 'log', 'sin', 'cos', 'tanh' or 'erf') over float32 (f64 False) or float64 "
+   "values, which the runtime's blocks of that op call (None: the runtime's own)."},
   {"set_openmp", py_set_openmp, METH_VARARGS,
    "set_openmp(GOMP_parallel, omp_get_thread_num, omp_get_num_threads): addresses of the OpenMP runtime "
    "large launches split across (PyTorch's); 0, 0, 0 for our own pool."},
