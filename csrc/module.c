@@ -12,6 +12,7 @@
 #include "tn_stats.h"
 
 PyObject *tn_py_GraphError;
+PyObject *tn_py_NoMemory;
 PyObject *tn_py_CacheError;
 
 /* -- Config ---------------------------------------------------------------- */
@@ -259,8 +260,12 @@ PyMODINIT_FUNC PyInit__C(void)
   tn_py_CacheError = PyErr_NewExceptionWithDoc(
       "torchneuron_jit._C.CacheError", "A failure of the persistent cache; .code is the TN_E* value.",
       PyExc_OSError, NULL);
-  if (!tn_py_GraphError || !tn_py_CacheError ||
+  tn_py_NoMemory = PyErr_NewExceptionWithDoc(
+      "torchneuron_jit._C.NoMemory", "A kernel was given a tensor without memory (a fake tensor).",
+      PyExc_RuntimeError, NULL);
+  if (!tn_py_GraphError || !tn_py_CacheError || !tn_py_NoMemory ||
       PyModule_AddObjectRef(m, "GraphError", tn_py_GraphError) < 0 ||
+      PyModule_AddObjectRef(m, "NoMemory", tn_py_NoMemory) < 0 ||
       PyModule_AddObjectRef(m, "CacheError", tn_py_CacheError) < 0 ||
       PyModule_AddFunctions(m, tn_py_graph_methods) < 0 ||
       PyModule_AddFunctions(m, tn_py_fuse_methods) < 0 ||

@@ -14,6 +14,11 @@
 extern PyObject *tn_py_GraphError;
 extern PyObject *tn_py_CacheError;
 
+/* torchneuron_jit._C.NoMemory (RuntimeError): a kernel was given a tensor
+** without memory (FakeTensorMode's); a plan runs that call eagerly, and
+** stays compiled for real tensors. Owned by the module. */
+extern PyObject *tn_py_NoMemory;
+
 /* Adds the Graph and Sym types and the graph functions to module m. */
 int tn_py_graph_init(PyObject *m);
 

@@ -461,7 +461,7 @@ int tn_py_kernel_read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_
     for (int d = 0; d < *rank; d++)
       numel *= sizes[d];
     if (rc == 0 && !*data && numel > 0) { /* FakeTensorMode's tensors (a meta tensor's graph is not ours) */
-      PyErr_Format(PyExc_RuntimeError, "kernel input %d is a tensor without memory (a fake or meta tensor)", i);
+      PyErr_Format(tn_py_NoMemory, "kernel input %d is a tensor without memory (a fake or meta tensor)", i);
       rc = -1;
     }
   }

@@ -138,6 +138,10 @@ static PyObject *plan_run(PlanObject *p, PyObject *const *inputs, Py_ssize_t n)
     PyErr_NoMemory();
   if (!PyErr_Occurred() || !PyErr_ExceptionMatches(PyExc_Exception))
     return NULL;  /* KeyboardInterrupt and the like stop the call */
+  if (PyErr_ExceptionMatches(tn_py_NoMemory)) { /* fake tensors (shape inference): PyTorch's ops answer this call */
+    PyErr_Clear();
+    return PyObject_Vectorcall(p->pl_eager, inputs, (size_t)n, NULL);
+  }
   /* a step failed: the eager original on the same inputs decides whose failure it was */
   PyObject *type, *ours, *tb;
   char cause[TN_ERRMSG_LEN];
