@@ -1030,7 +1030,7 @@ static const char *t2_bool_binary_op(int op)
   }
 }
 
-/* A pointwise instruction of eager's own math function (tn_rt_eager_math:
+/* A pointwise instruction of eager's own math function (tn_rt_eager_fn:
 ** float32 exp, log, sin, cos, tanh, erf): tier 2 calls it on a block of
 ** values between two loops of the pass, as tier 1 does, so the op gives
 ** eager's bits at either tier (libmvec's inline versions differ in the
@@ -1038,7 +1038,7 @@ static const char *t2_bool_binary_op(int op)
 static int t2_eager_call(const tn_fgroup *grp, const tn_finst *fi)
 {
   return grp->fg_reduce_dims == 0 && fi->fi_kind == TN_FI_UNARY && fi->fi_dst >= 0 &&
-         grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_FLOAT32 && tn_rt_eager_math(fi->fi_op);
+         grp->fg_bdtypes[fi->fi_dst] == TN_DTYPE_FLOAT32 && tn_rt_eager_fn(fi->fi_op) != NULL;
 }
 
 /* Most blocks of values (4 KiB each, on the stack) a pass of eager calls keeps. */
@@ -1047,13 +1047,15 @@ static int t2_eager_call(const tn_fgroup *grp, const tn_finst *fi)
 /* The loops of a pointwise pass with eager calls: instruction i runs in
 ** loop seg[i] (an eager call after that loop), and a value v that crosses
 ** from one loop to a later one, or that an eager call reads or makes, is
-** kept in the block V<v> (arr[v]); constants and splats are made again in
-** every loop. Returns how many blocks (seg, arr NULL: only counts; arr has
-** fg_nbufs entries, zeroed here). */
-static int t2_plan(const tn_fgroup *grp, int *seg, uint8_t *arr)
+** kept in the block V<v> (arr[v]); made[v] is the loop that makes v (an
+** eager call's value: the loop after which it is called), -1 for constants
+** and splats, made again in every loop. Returns how many blocks (seg, arr,
+** made NULL: only counts; arr and made have fg_nbufs entries, set here). */
+static int t2_plan(const tn_fgroup *grp, int *seg, uint8_t *arr, int *made)
 {
   uint32_t n = grp->fg_nprog, nb = grp->fg_nbufs;
-  int *def = calloc(nb + 1, sizeof *def), *own = seg ? seg : calloc(n + 1, sizeof *own), cur = 0, count = 0;
+  int *def = made ? made : calloc(nb + 1, sizeof *def), *own = seg ? seg : calloc(n + 1, sizeof *own), cur = 0,
+      count = 0;
   uint8_t *keep = arr ? arr : calloc(nb + 1, 1);
   if (!def || !own || !keep) {
     count = T2_ARRAYS + 1; /* no memory: tier 1 */
@@ -1082,7 +1084,8 @@ static int t2_plan(const tn_fgroup *grp, int *seg, uint8_t *arr)
   for (uint32_t v = 0; v < nb; v++)
     count += keep[v];
 done:
-  free(def);
+  if (def != made)
+    free(def);
   if (own != seg)
     free(own);
   if (keep != arr)
@@ -1157,7 +1160,7 @@ static int t2_supported(const tn_fgroup *grp)
     }
   }
   /* eager's own math functions between the loops of a pass (t2_plan): at most T2_ARRAYS blocks of values */
-  return grp->fg_reduce_dims > 0 || t2_plan(grp, NULL, NULL) <= T2_ARRAYS;
+  return grp->fg_reduce_dims > 0 || t2_plan(grp, NULL, NULL, NULL) <= T2_ARRAYS;
 }
 
 /* The C type of a buffer's values, and of an operand's elements. */
@@ -1258,7 +1261,8 @@ static void t2_inst(cg_buf *b, const tn_fgroup *grp, const tn_finst *fi)
 ** (NULL: all). Blocks of up to TN_RT_BLOCK elements, whole chunks of lanes;
 ** the last few through the padded copies T<k>. */
 static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char *sv, const uint8_t *need,
-                    const uint8_t *kload, const uint8_t *kstore, const int *seg, const uint8_t *arr)
+                    const uint8_t *kload, const uint8_t *kstore, const int *seg, const uint8_t *arr,
+                    const int *made)
 {
   uint32_t nin = grp->fg_ninputs, nops = nin + grp->fg_noutputs;
   uint8_t used[TN_LAUNCH_MAX_OPERANDS] = {0};
@@ -1290,22 +1294,10 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
       out(b, "        if (%s[%u] != 0) for (l = 0; l < %d; l++) T%u[l] = l < m ? ((const %s *)p[%u])[j + l] : 0;\n", sv,
           k, T2_LANES, k, t2_optype(grp->fg_odtypes[k]), k);
   out(b, "      }\n");
-  int loops = 1, *made = NULL; /* seg: the loop that makes each kept value (-1: constants, splats) */
-  if (seg) {
-    if (!(made = malloc((grp->fg_nbufs + 1) * sizeof *made))) {
-      b->cb_rc = TN_ENOMEM;
-      return;
-    }
-    for (uint32_t v = 0; v < grp->fg_nbufs; v++)
-      made[v] = -1;
-    for (uint32_t i = 0; i < grp->fg_nprog; i++) {
-      const tn_finst *fi = &grp->fg_prog[i];
-      if (fi->fi_kind != TN_FI_STORE && fi->fi_kind != TN_FI_CONST && fi->fi_kind != TN_FI_SPLAT && fi->fi_dst >= 0)
-        made[fi->fi_dst] = seg[i];
-      if (t2_eager_call(grp, fi))
-        loops = seg[i] + 2;
-    }
-  }
+  int loops = 1; /* seg (t2_plan): a loop after each eager call */
+  for (uint32_t i = 0; seg && i < grp->fg_nprog; i++)
+    if (t2_eager_call(grp, &grp->fg_prog[i]))
+      loops = seg[i] + 2;
   for (int loop = 0; loop < loops; loop++) {
     out(b, "#pragma omp simd");
     for (uint32_t i = 0; i < grp->fg_nprog; i++) {
@@ -1343,7 +1335,6 @@ static void t2_pass(cg_buf *b, const tn_fgroup *grp, const char *len, const char
         out(b, "      tn_t2_eager[%d]((int)n, V%d, V%d, %#llx);\n", grp->fg_prog[i].fi_op, grp->fg_prog[i].fi_a,
             grp->fg_prog[i].fi_dst, (unsigned long long)TN_RT_VM_MODE);
   }
-  free(made);
   out(b, "      if (m < %d) {\n", T2_LANES);
   for (uint32_t k = nin; k < nops; k++)
     if (used[k])
@@ -1394,15 +1385,16 @@ static void t2_broadcasts(cg_buf *b, const tn_fgroup *grp, const char *len, cons
 static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
 {
   uint32_t nops = grp->fg_ninputs + grp->fg_noutputs;
-  int *seg = malloc((grp->fg_nprog + 1) * sizeof *seg);
+  int *seg = malloc((grp->fg_nprog + 1) * sizeof *seg), *made = malloc((grp->fg_nbufs + 1) * sizeof *made);
   uint8_t *arr = malloc(grp->fg_nbufs + 1);
-  if (!seg || !arr) {
+  if (!seg || !arr || !made) {
     free(seg);
     free(arr);
+    free(made);
     b->cb_rc = TN_ENOMEM;
     return;
   }
-  int nkept = t2_plan(grp, seg, arr);
+  int nkept = t2_plan(grp, seg, arr, made);
   if (nkept) /* eager's functions, set when the object is loaded (tn_tier2_load) */
     out(b, "typedef void (*tn_vm_fn)(int, const float *, float *, long long);\ntn_vm_fn tn_t2_eager[%d];\n", TN_RT_EAGER_OPS);
   t2_start(b, grp);
@@ -1423,9 +1415,10 @@ static void t2_pointwise(cg_buf *b, const tn_fgroup *grp)
   out(b, "  for (o = 0; o < outer; o++) {\n");
   out(b, "    for (k = 0; k < %u; k++) p[k] = q[k];\n", nops);
   t2_broadcasts(b, grp, "inner", "s");
-  t2_pass(b, grp, "inner", "s", NULL, NULL, NULL, nkept ? seg : NULL, arr);
+  t2_pass(b, grp, "inner", "s", NULL, NULL, NULL, nkept ? seg : NULL, arr, made);
   free(seg);
   free(arr);
+  free(made);
   cg_odometer(b, nops, 2, "    ");
   out(b, "  }\n  return 0;\n}\n");
 }
@@ -1544,7 +1537,7 @@ static void t2_rows(cg_buf *b, const tn_fgroup *grp)
               fi->fi_op == TN_RT_R_MAX ? "-__builtin_inf()" : fi->fi_op == TN_RT_R_MIN ? "__builtin_inf()" : "0.0",
               fi->fi_dst);
       }
-      t2_pass(b, grp, "cols", "cst", r.cr_need, persist ? kload : NULL, persist ? kstore : NULL, NULL, NULL);
+      t2_pass(b, grp, "cols", "cst", r.cr_need, persist ? kload : NULL, persist ? kstore : NULL, NULL, NULL, NULL);
       for (uint32_t i = 0; i < n; i++) {
         const tn_finst *fi = &grp->fg_prog[i];
         if (!r.cr_need[i] || fi->fi_kind != TN_FI_REDUCE)

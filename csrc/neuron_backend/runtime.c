@@ -343,8 +343,7 @@ static int rt_vmath_unary(int op)
 
 typedef void (*rt_eager_fn)(int n, const void *a, void *r, long long mode);
 
-#define RT_EAGER_OPS TN_RT_EAGER_OPS
-static void *rt_eager[2][RT_EAGER_OPS]; /* [f64][op] */
+static void *rt_eager[2][TN_RT_EAGER_OPS]; /* [f64][op] */
 
 static int rt_eager_op(int op)
 {
@@ -366,12 +365,7 @@ int tn_rt_set_eager_math(int op, int f64, void *fn)
 
 void *tn_rt_eager_fn(int op)
 {
-  return op >= 0 && op < RT_EAGER_OPS ? __atomic_load_n(&rt_eager[0][op], __ATOMIC_ACQUIRE) : NULL;
-}
-
-int tn_rt_eager_math(int op)
-{
-  return tn_rt_eager_fn(op) != NULL;
+  return op >= 0 && op < TN_RT_EAGER_OPS ? __atomic_load_n(&rt_eager[0][op], __ATOMIC_ACQUIRE) : NULL;
 }
 
 int tn_rt_unary_named(const char *name)
@@ -387,7 +381,7 @@ int tn_rt_unary_named(const char *name)
 /* Whether eager's function of op did the whole block (n elements). */
 static inline int rt_eager_block(int f64, int op, void *dst, const void *a, int64_t n)
 {
-  if (op < 0 || op >= RT_EAGER_OPS || n <= 0 || n > INT32_MAX)
+  if (op < 0 || op >= TN_RT_EAGER_OPS || n <= 0 || n > INT32_MAX)
     return 0;
   rt_eager_fn fn = (rt_eager_fn)__atomic_load_n(&rt_eager[f64][op], __ATOMIC_ACQUIRE);
   if (!fn)

@@ -77,10 +77,8 @@ int tn_rt_set_eager_math(int op, int f64, void *fn);
 /* The mode eager passes them: VML_HA | VML_ERRMODE_IGNORE | VML_FTZDAZ_OFF. */
 #define TN_RT_VM_MODE 0x140102LL
 
-/* Whether float32 blocks of unary op call eager's own function. */
-int tn_rt_eager_math(int op);
-
-/* Eager's own function of unary op over float32 values, or NULL. */
+/* Eager's own function of unary op over float32 values (what its float32
+** blocks call), or NULL. */
 void *tn_rt_eager_fn(int op);
 
 /* Ops a table of eager's functions is indexed by: 0 to this, exclusive. */
