@@ -78,7 +78,13 @@ def locate(location):
 
 def warn_once(message):
     """One RuntimeWarning per distinct message for the life of the process,
-    at the user's line that led to it."""
+    at the user's line that led to it. Called while a Warning is handled
+    (a warnings filter made one raise inside what failed), it raises that
+    Warning instead: under -W error the call raises the warning itself, not
+    ours wrapped around it."""
+    handled = sys.exc_info()[1]
+    if isinstance(handled, Warning):
+        raise handled
     if message not in _warned:
         _warned.add(message)
         at = getattr(_located, "at", None)

@@ -228,8 +228,9 @@ int tn_entries_load(_PyInterpreterFrame *f, JitFunctionObject *jf, tn_entries *c
     else
       rc++;
   }
-  if (!loaded)
-    tn_tracer_failed(jf, "loading trace records from the persistent cache failed (the call traces instead)");
+  if (!loaded &&
+      tn_tracer_failed(jf, "loading trace records from the persistent cache failed (the call traces instead)") < 0)
+    rc = -1;
   Py_XDECREF(loaded);
   Py_XDECREF(args);
   return rc;

@@ -83,17 +83,23 @@ PyObject *tn_tracer_call(JitFunctionObject *jf, const char *name, PyObject *args
   return r;
 }
 
-void tn_tracer_failed(JitFunctionObject *jf, const char *what)
+int tn_tracer_failed(JitFunctionObject *jf, const char *what)
 {
+  int rc = 0;
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
+  if (type && PyErr_GivenExceptionMatches(type, PyExc_Warning)) {
+    PyErr_Restore(type, value, tb);  /* a filter's error: the call raises it as it is */
+    return -1;
+  }
   if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "torchneuron_jit: %S: %s (%S: %S)", jf->jf_fn, what,
                        type ? type : Py_None, value ? value : Py_None) < 0)
-    PyErr_WriteUnraisable(jf->jf_fn);
+    rc = -1;
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(tb);
+  return rc;
 }
 
 PyObject *tn_hook_frame_args(_PyInterpreterFrame *f)
@@ -106,17 +112,18 @@ PyObject *tn_hook_frame_args(_PyInterpreterFrame *f)
 }
 
 /* The traced path of a miss: evaluates f under the tracer and adds the entry it makes. */
-/* Evicts jf's entry i (a cold one) to make room, counted and told to the tracer. */
-static void evict(JitFunctionObject *jf, tn_entries *cs, int i)
+/* Evicts jf's entry i (a cold one) to make room, counted and told to the tracer: 0, or -1 with a warning a
+** filter made an error set (tn_tracer_failed). */
+static int evict(JitFunctionObject *jf, tn_entries *cs, int i)
 {
   uint64_t unused, hits;
   tn_entries_evict(cs, i, &unused, &hits);
   tn_stat_add(TN_STAT_variants_evicted, 1);
   PyObject *r = tn_tracer_call(jf, "evicted", Py_BuildValue("(OKK)", (PyObject *)jf, (unsigned long long)unused,
                                                             (unsigned long long)hits));
-  if (!r)
-    tn_tracer_failed(jf, "noting an evicted variant failed");
+  int rc = r ? 0 : tn_tracer_failed(jf, "noting an evicted variant failed");
   Py_XDECREF(r);
+  return rc;
 }
 
 static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_active *a, tn_entries *cs,
@@ -129,33 +136,38 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
     goto done;
   token = tn_tracer_call(a->ac_jf, "begin", PyTuple_Pack(5, a->ac_jf->jf_fn, args, codes, reason, a->ac_jf));
   if (!token || token == Py_None) {  /* None: not now (a build is in flight); the call runs as Python does */
-    if (!token)
-      tn_tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly");
+    if (!token && tn_tracer_failed(a->ac_jf, "tracing failed, the call runs eagerly") < 0)
+      goto done;
     res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;
   }
   int limit = tn_entries_limit(a->ac_jf), cold;
-  if (cs->es_n >= limit && (cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after))) >= 0)
-    evict(a->ac_jf, cs, cold);  /* the miss found one cold (jit_frame), and it traces: the cold one makes room */
-  tn_stat_add(TN_STAT_traces, 1);
-  a->ac_codes = codes;
-  tn_hook_tracing++;
-  res = _PyEval_EvalFrameDefault(ts, f, 0);
-  tn_hook_tracing--;
-  a->ac_codes = NULL;
+  /* the miss found one cold (jit_frame), and it traces: the cold one makes room (a failure that raises ends
+  ** the trace unrun) */
+  if (cs->es_n < limit || (cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after))) < 0 ||
+      evict(a->ac_jf, cs, cold) == 0) {
+    tn_stat_add(TN_STAT_traces, 1);
+    a->ac_codes = codes;
+    tn_hook_tracing++;
+    res = _PyEval_EvalFrameDefault(ts, f, 0);
+    tn_hook_tracing--;
+    a->ac_codes = NULL;
+  }
   if (!res) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyObject *r = tn_tracer_call(a->ac_jf, "abort", PyTuple_Pack(1, token));
-    if (!r)
-      tn_tracer_failed(a->ac_jf, "ending a trace the call aborted failed");
+    if (!r && tn_tracer_failed(a->ac_jf, "ending a trace the call aborted failed") < 0)
+      PyErr_Clear();  /* the call's own exception comes out */
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
     goto done;
   }
   PyObject *entry = tn_tracer_call(a->ac_jf, "end", PyTuple_Pack(2, token, res));
-  if (!entry || (entry != Py_None && tn_entries_add(cs, entry) < 0))
-    tn_tracer_failed(a->ac_jf, "making an entry of a trace failed (the call's eager result stands; no variant added)");
+  if ((!entry || (entry != Py_None && tn_entries_add(cs, entry) < 0)) &&
+      tn_tracer_failed(a->ac_jf, "making an entry of a trace failed (the call's eager result stands; no variant added)") <
+          0)
+    Py_CLEAR(res);
   Py_XDECREF(entry);
 done:
   Py_XDECREF(args);
@@ -235,18 +247,21 @@ retry:
     looked_up = 1;
     if (cs->es_n > 0)
       tn_stat_add(TN_STAT_guard_failures, 1);
+    int loaded = 0;
     if (cs->es_n < limit) {
-      if (tn_entries_load(f, jf, cs, limit) > 0)
+      if ((loaded = tn_entries_load(f, jf, cs, limit)) > 0)
         goto retry;
     } else if (tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after)) >= 0 &&
-               tn_entries_load(f, jf, cs, cs->es_n + 1) > 0) {
+               (loaded = tn_entries_load(f, jf, cs, cs->es_n + 1)) > 0) {
       /* at the limit, a record for this call (a warm process) takes the place of a variant gone cold, as the
       ** call's trace would have: it was traced and stored again in every new process */
       int c = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after));
-      if (c >= 0 && cs->es_n > limit)
-        evict(jf, cs, c);
+      if (c >= 0 && cs->es_n > limit && evict(jf, cs, c) < 0)
+        goto done;
       goto retry;
     }
+    if (loaded < 0)
+      goto done;
   }
   /* at the limit, a variant no call took for a while (a narrower one a dynamic variant superseded) makes room
   ** for this call's, once the tracer traces it */
@@ -279,7 +294,8 @@ retry:
                    : NULL;
     Py_DECREF(args);
     if (!reason) {
-      tn_tracer_failed(jf, "explaining a guard failure failed (traced without a reason)");
+      if (tn_tracer_failed(jf, "explaining a guard failure failed (traced without a reason)") < 0)
+        goto done;
       reason = Py_NewRef(Py_None);
     }
   } else {
@@ -294,8 +310,8 @@ retry:
     PyObject *r = tn_tracer_call(jf, "may_evict", PyTuple_Pack(2, (PyObject *)jf, reason));
     int may = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
-    if (may < 0)
-      tn_tracer_failed(jf, "asking whether to evict a variant failed (none is)");
+    if (may < 0 && tn_tracer_failed(jf, "asking whether to evict a variant failed (none is)") < 0)
+      goto done;
     if (may != 1) {
       /* the cold one counts as used now: the next miss is explained and asked about after the same wait, not
       ** on every call of the storm (Python ran: the entries may have changed, so it is looked up again) */
@@ -309,9 +325,11 @@ retry:
     if (!cs->es_full) {
       cs->es_full = 1;
       PyObject *r = tn_tracer_call(jf, "give_up", PyTuple_Pack(3, jf->jf_fn, reason, (PyObject *)jf));
-      if (!r)
-        tn_tracer_failed(jf, "warning of the entry limit failed (calls no variant takes run eagerly)");
+      int failed = !r && tn_tracer_failed(jf, "warning of the entry limit failed (calls no variant takes run "
+                                               "eagerly)") < 0;
       Py_XDECREF(r);
+      if (failed)
+        goto done;
     }
     res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;

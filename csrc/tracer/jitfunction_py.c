@@ -15,15 +15,16 @@ static atomic_int jf_fork_wanted;
 /* The call's tracer.fork_build(), once per request: a fork between the
 ** PyTorch ops of the thread that calls (no thread of ours is inside MKL,
 ** whose allocator lock a fork elsewhere can catch held). A failure warns;
-** the call goes on. */
-static void jf_fork_if_wanted(JitFunctionObject *jf)
+** the call goes on: 0, or -1 with a warning a filter made an error set. */
+static int jf_fork_if_wanted(JitFunctionObject *jf)
 {
   if (!atomic_load_explicit(&jf_fork_wanted, memory_order_relaxed) || !atomic_exchange(&jf_fork_wanted, 0))
-    return;
+    return 0;
   PyObject *r = tn_tracer_call(jf, "fork_build", PyTuple_New(0));
-  if (!r)
-    tn_tracer_failed(jf, "forking a background build's child failed (the build thread builds the variant)");
+  int rc = r ? 0 : tn_tracer_failed(jf, "forking a background build's child failed (the build thread builds the "
+                                        "variant)");
   Py_XDECREF(r);
+  return rc;
 }
 #endif
 
@@ -46,9 +47,11 @@ static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, s
   if (jf->jf_owner && PyVectorcall_NARGS(nargsf) >= 1 && args[0] != PyWeakref_GET_OBJECT(jf->jf_owner)) {
     /* a copy of the module (copy.deepcopy keeps its bound forward): it gets its own variants */
     PyObject *own = tn_tracer_call(jf, "rebind", PyTuple_Pack(2, self, args[0]));
-    if (!own)
-      tn_tracer_failed(jf, "giving a copy of the module its own variants failed (it shares the original's)");
-    else if (own != self) {
+    if (!own) {
+      if (tn_tracer_failed(jf, "giving a copy of the module its own variants failed (it shares the original's)") <
+          0)
+        return NULL;
+    } else if (own != self) {
       PyObject *res = PyObject_Vectorcall(own, args, nargsf, kwnames);
       Py_DECREF(own);
       return res;
@@ -56,8 +59,8 @@ static PyObject *JitFunction_vectorcall(PyObject *self, PyObject *const *args, s
     Py_XDECREF(own);
   }
   if (tn_hook_tracing == 0) {
-    if (!tn_hook_active)
-      jf_fork_if_wanted(jf);
+    if (!tn_hook_active && jf_fork_if_wanted(jf) < 0)
+      return NULL;
     jf->jf_calls++;
     tn_active a = {tn_hook_active, jf, (PyCodeObject *)PyFunction_GET_CODE(jf->jf_fn), 0, NULL};
     tn_hook_active = &a;

@@ -128,7 +128,8 @@ int tn_entries_limit(const JitFunctionObject *jf);
 #if TN_JIT_SUPPORTED
 /* Asks tracer.load for entries made from the persistent cache's trace
 ** records for f's arguments and adds them while fewer than limit are held.
-** Returns how many it added (0 after a failure of the tracer: a warning). */
+** Returns how many it added (0 after a failure of the tracer: a warning),
+** or -1 with a warning a filter made an error pending (tn_tracer_failed). */
 int tn_entries_load(_PyInterpreterFrame *f, JitFunctionObject *jf, tn_entries *cs, int limit);
 #endif
 
@@ -160,9 +161,12 @@ PyObject *tn_hook_frame_args(_PyInterpreterFrame *f);
 PyObject *tn_tracer_call(JitFunctionObject *jf, const char *name, PyObject *args);
 
 /* A failure of ours in the tracer (the exception set): one RuntimeWarning
-** naming it and what the call does instead; the call goes on. With warnings
-** made errors, the report goes to sys.unraisablehook instead. */
-void tn_tracer_failed(JitFunctionObject *jf, const char *what);
+** naming it and what the call does instead, the exception cleared; 0, and
+** the call goes on. Where a warnings filter makes warnings errors (the
+** exception set is a Warning: one of ours raised inside, or this one
+** raises), the Warning stays set: -1, and the caller's call raises it, as
+** Python raises a warning a filter makes an error where it is warned. */
+int tn_tracer_failed(JitFunctionObject *jf, const char *what);
 #endif
 
 /* build_fork_wanted(on) (jitfunction_py.c): whether the next outermost

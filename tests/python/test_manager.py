@@ -142,6 +142,35 @@ def test_no_storm_words_without_the_detector():
     assert storm_warnings(w) == []
 
 
+def test_under_w_error_a_storm_warning_raises_from_the_call_as_itself(monkeypatch):
+    """python -W error (pytest's filterwarnings = error) makes the storm
+    warning an exception: it was caught as a failure of ours, wrapped twice
+    ("explaining a guard failure failed (... counting a miss of f failed
+    (...)") and, raised once more, printed as "Exception ignored" while the
+    call went on. It comes out of the call that missed, as itself, and the
+    calls after it are eager's."""
+    global STEP
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    jf = torchneuron_jit.jit(_stepping())
+    raised = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for i in range(8):
+                STEP = i
+                x = torch.randn(4)
+                try:
+                    torch.testing.assert_close(jf(x), x * i + 1)
+                except RuntimeWarning as w:
+                    raised.append(str(w))
+    finally:
+        STEP = 0
+    assert unraisable == [], [u.exc_value for u in unraisable]
+    assert len(raised) == 1 and "global STEP changes on every call" in raised[0], raised
+    assert "failed" not in raised[0], raised
+
+
 def test_a_module_attribute_set_between_calls():
     class Scaled(torch.nn.Module):
         def __init__(self):
