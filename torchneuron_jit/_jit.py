@@ -1989,8 +1989,10 @@ def _rebuilt_view(p, inputs):
 
 
 # The value the last side exit on this thread read (_Runner.__call__), for
-# the words of the miss that follows it (_Tracer.explain).
+# the words of the miss that follows it (_Tracer.explain); _SHARED where
+# the call's tensors share memory and the variant writes into one.
 _side_exit = threading.local()
+_SHARED = object()
 
 
 def _namedtuple(value):
@@ -2107,9 +2109,11 @@ class _Runner:
         rng = torch.get_rng_state() if self.checks or self.random else None
         if self.writebacks:
             # inputs that share memory (views of one another): eager's order of reads and writes matters;
-            # a symbolic variant's inputs hold its sizes and numbers too
-            storages = [x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor)]
+            # a symbolic variant's inputs hold its sizes and numbers too. Tensors of no elements share none (every
+            # empty tensor's storage is at address 0: an empty cache layer's keys and values missed every call)
+            storages = [x.untyped_storage().data_ptr() for x in inputs if isinstance(x, torch.Tensor) and x.numel()]
             if len(set(storages)) != len(storages):
+                _side_exit.value = _SHARED
                 return _C.SIDE_EXIT
         try:
             if self.inference or self.grad or self.autocast:
@@ -3257,8 +3261,12 @@ class _Tracer:
             if any(index < 0 for _, index in fails):
                 now = getattr(_side_exit, "value", None)
                 _side_exit.value = None
-                words = (f"{_manager.VALUE_READ} (item(), bool(), tolist(), str()) differs from every traced "
-                         f"variant's" + ("" if now is None else f" (now {now!r})"))
+                if now is _SHARED:
+                    words = ("tensor arguments share memory (views of one another), and the variant writes into "
+                             "an argument (eager's order of reads and writes decides the result)")
+                else:
+                    words = (f"{_manager.VALUE_READ} (item(), bool(), tolist(), str()) differs from every traced "
+                             f"variant's" + ("" if now is None else f" (now {now!r})"))
             else:
                 spec, index = max(fails, key=lambda f: (f[1], -tensor_distance(f[0], args, f[1])))
                 words = explain(spec, args, index)

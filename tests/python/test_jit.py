@@ -1093,6 +1093,39 @@ def test_writes_to_arguments_that_overlap():
     torch.testing.assert_close(x, y)
 
 
+def test_writes_to_arguments_that_overlap_say_so_in_the_miss():
+    @torchneuron_jit.jit
+    def f(a, b):
+        a.add_(1)
+        return a + b
+
+    f(torch.zeros(3), torch.ones(3))
+    x = torch.arange(5.0)
+    _, reason = _recompile_reason(f, x[:3], x[1:4])
+    assert "tensor arguments share memory" in reason and "value read from a tensor" not in reason, reason
+
+
+def test_empty_tensors_next_to_a_written_argument_share_no_memory():
+    """Every empty tensor's storage is at address 0: a variant that writes
+    into an argument took two empty ones (an empty cache layer's keys and
+    values: Phi-3's LongRoPE writes its inv_freq buffer) for views of one
+    another, side-exited on every call, and traced again until its limit
+    (found by a helper's probe)."""
+    @torchneuron_jit.jit
+    def f(buf, x, a, b):
+        buf.add_(1)
+        return x * 2 + torch.cat([a, b]).sum()
+
+    buf, want_buf, x = torch.zeros(3), torch.zeros(3), torch.randn(3)
+    before = torchneuron_jit.stats()["traces"]
+    for _ in range(5):
+        a, b = torch.empty(0), torch.empty(0)
+        torch.testing.assert_close(f(buf, x, a, b), x * 2)
+        want_buf.add_(1)
+    torch.testing.assert_close(buf, want_buf)
+    assert torchneuron_jit.stats()["traces"] - before == 1
+
+
 # -- code and classes --------------------------------------------------------------------
 
 class _WithHelper(torch.nn.Module):
