@@ -312,6 +312,9 @@ class _Trace:
         self.arg_copies = {}  # id of an argument's object or container -> its copy in call_args (begin)
         self.called_codes = None  # the code objects the call ran (called), made when first asked
         self.functions_seen = set()  # ids of the functions guard_function has guarded
+        # identifier strings the arguments, globals and closure variables of user code that reaches globals by
+        # a name held as data hold (globals()[NAME], getattr(settings, key)): names it may read (_held_names)
+        self.held_names = set()
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -320,6 +323,8 @@ class _Trace:
         calls, calls of non-torch sources of values (random, time, os.environ,
         numpy's RNG, ...) made from user code, and the state each user frame
         can reach as it was before the frame ran."""
+        if event == "call" and frame.f_code in self.frames_seen and _reaches_by_name(frame.f_code):
+            _held_names(self.held_names, _argument_values(frame))  # each call's: for k in KEYS: helper(k)
         if event == "call" and frame.f_code not in self.frames_seen:
             self.frames_seen.add(frame.f_code)
             try:
@@ -442,9 +447,12 @@ class _Trace:
         before the frame runs."""
         code, globs = frame.f_code, frame.f_globals
         loads = _global_loads(code)
+        if _reaches_by_name(code):
+            _held_names(self.held_names, itertools.chain(_argument_values(frame), (
+                globs[n] for n in loads if n in globs), (frame.f_locals.get(n) for n in code.co_freevars)))
         # and names written another way (globals()["N"] += 1, setattr(sys.modules[__name__], "N", ...)): any
         # string constant or attribute name of the code that names a global, as guard_globals reads them
-        for name in loads + tuple(n for n in _by_name(code) if n in globs and n not in loads):
+        for name in loads + tuple(n for n in _by_name(code, self.held_names) if n in globs and n not in loads):
             if name in globs and (id(globs), name) not in self.before_seen:
                 self.before_seen.add((id(globs), name))
                 self.remember(f"global {name}", globs[name])
@@ -951,9 +959,12 @@ class _Trace:
             names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
             loads = _global_loads(code)
             # names read another way (getattr(settings, "SCALE"), globals()["SCALE"],
-            # sys.modules[__name__].SCALE): any attribute name or string constant of the code's
-            named = code.co_names + _string_constants(code)
-            for name in loads + tuple(n for n in _by_name(code) if n in globs and n not in loads):
+            # sys.modules[__name__].SCALE): any attribute name or string constant of the code's, and where it
+            # reaches globals by a name held as data (globals()[NAME], getattr(settings, key)), the names its
+            # arguments, globals and closure variables held
+            by_name = _by_name(code, self.held_names)
+            named = code.co_names + _string_constants(code) + (tuple(self.held_names) if by_name else ())
+            for name in loads + tuple(n for n in by_name if n in globs and n not in loads):
                 value = globs.get(name)
                 read = name in loads  # the others may be no read at all: guarded where that costs nothing
                 if _user_module(value):
@@ -965,6 +976,8 @@ class _Trace:
                             seen.add((id(value.__dict__), attr))
                             self.guard_global_value(attrs, attr, value.__dict__[attr], used_constants,
                                                     attr in code.co_names)
+                elif isinstance(value, types.ModuleType) and name in loads:
+                    self.guard_library_names(guarded, seen, value, code.co_names, used_constants)
                 if (id(globs), name) in seen:
                     continue
                 seen.add((id(globs), name))
@@ -992,6 +1005,32 @@ class _Trace:
                                            lenient=(id(names), name) in self.maybe_read)
                     elif self.called(value):
                         self.guard_function(self.spec.add(("key", d, name), words), value, words)
+
+    def guard_library_names(self, guarded, seen, module, names, used_constants, depth=0):
+        """The functions and classes a library's module (import
+        torch.nn.functional as F) holds under the names user code names,
+        by identity, in guard_globals' snapshots (guarded), and so in the
+        modules it holds under those names (torch.nn.functional.gelu): the
+        library's code is taken as its version fixes it, but user code that
+        reads F.gelu after F.gelu = quick_gelu calls the new one. Library
+        values no record can name are left out."""
+        d = module.__dict__
+        attrs = None
+        for attr in names:
+            value = d.get(attr)
+            if (id(d), attr) in seen or not isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
+                                                                types.ModuleType)):
+                continue
+            seen.add((id(d), attr))
+            if isinstance(value, types.ModuleType):
+                if depth < 3 and not _user_module(value):
+                    self.guard_library_names(guarded, seen, value, names, used_constants, depth + 1)
+                continue
+            if attrs is None:
+                attrs = guarded.setdefault(id(d), (d, {}, module.__name__))[1]
+            # the user's function in its place (F.relu = lambda t: ...): guarded though no record can name it
+            users = isinstance(value, types.FunctionType) and not _records.library_code(value.__code__.co_filename)
+            self.guard_global_value(attrs, attr, value, used_constants, users)
 
     def called(self, value):
         """Whether value is a Python function whose code the traced call ran."""
@@ -1596,15 +1635,55 @@ def _string_constants(code):
     return tuple(c for c in code.co_consts if type(c) is str and c.isidentifier())
 
 
-def _by_name(code):
+def _by_name(code, held=()):
     """The names code may read or write a global by without loading it
     (globals()["SCALE"], getattr(sys.modules[__name__], "SCALE")): its
-    attribute names and identifier strings, where it calls or names what
-    reaches globals by name; none where it does not (a result's
+    attribute names and identifier strings, and the names held (a trace's
+    held_names: globals()[NAME], getattr(settings, key)), where it calls or
+    names what reaches globals by name; none where it does not (a result's
     {"logits": y}, a dataclass field's self.loss = loss: a global loss
     the caller rebinds on every call is no read)."""
-    names = code.co_names + _string_constants(code)
-    return names if _REACHES_BY_NAME.intersection(code.co_names) else ()
+    if not _reaches_by_name(code):
+        return ()
+    return code.co_names + _string_constants(code) + tuple(held)
+
+
+_reaches = weakref.WeakKeyDictionary()
+
+
+def _reaches_by_name(code):
+    """Whether code calls or names what reaches globals by a name held as
+    data (_REACHES_BY_NAME); worked out once per code object."""
+    r = _reaches.get(code)
+    if r is None:
+        r = _reaches[code] = bool(_REACHES_BY_NAME.intersection(code.co_names))
+    return r
+
+
+_MAX_HELD_NAMES = 1000  # strings one trace takes from what by-name code holds (a vocabulary is no names)
+
+
+def _held_names(names, values):
+    """Adds to set names the identifier strings among values and the items,
+    keys and values of the containers among them (one level), up to
+    _MAX_HELD_NAMES in all."""
+    for v in values:
+        items = (v,) if type(v) is str else itertools.chain(v, v.values()) if type(v) is dict else \
+            v if type(v) in (list, tuple, set, frozenset) else ()
+        for item in itertools.islice(items, _MAX_HELD_NAMES):
+            if len(names) >= _MAX_HELD_NAMES:
+                return
+            if type(item) is str and item.isidentifier():
+                names.add(item)
+
+
+def _argument_values(frame):
+    """The values of frame's arguments (as the call passed them, at its
+    start)."""
+    code, local = frame.f_code, frame.f_locals
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & inspect.CO_VARARGS) + \
+        bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return [local[name] for name in code.co_varnames[:n] if name in local]
 
 
 # what reads or writes a module's globals by a name held as data

@@ -51,7 +51,7 @@ from . import _C, cache
 from .graph import fake_tensor
 from ._spec import Spec, entry_name, explain, same_value, shadowed, state_in_dict
 
-FORMAT = 12  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 13  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
@@ -69,6 +69,9 @@ FORMAT = 12  # 2: the contents of containers and objects that globals and closur
 #               (encode_template)
 #           12: a tensor two globals, or a global and a module, hold is guarded to be one ("same"): a record of 11
 #               traced where B = W read W for B where they were two
+#           13: the functions and classes user code names in a library's module are guarded (F.gelu replaced),
+#               and the globals code reaches by a name its arguments, globals or closure variables hold
+#               (globals()[NAME]): a record of 12 answered with the traced ones
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -394,7 +397,9 @@ def _name_ref(obj):
     """[module, qualname] of a class, a builtin, a Python module or a
     function; [module, qualname, k] of a function a decorator wrapped (its
     name finds the wrapper, k steps up its __wrapped__ chain: HF models'
-    forward under merge_with_config_defaults)."""
+    forward under merge_with_config_defaults); [module, name] of a builtin
+    its module holds under another qualname's name (torch.tanh, whose
+    qualname is _VariableFunctionsClass.tanh)."""
     if isinstance(obj, types.ModuleType):
         return [obj.__name__, ""]
     modname, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
@@ -406,6 +411,10 @@ def _name_ref(obj):
             found = getattr(found, "__wrapped__", None)
             if found is None:
                 break
+        name = getattr(obj, "__name__", None)
+        if isinstance(obj, types.BuiltinFunctionType) and isinstance(name, str) and name != qualname and \
+                _lookup(modname, name) is obj:
+            return [modname, name]
     raise Unportable(f"{obj!r} cannot be found by name")
 
 

@@ -554,6 +554,71 @@ def test_globals_read_by_name_at_run_time_are_guarded(monkeypatch):
         assert _same_as_eager(f, set_state, lambda: None) == [], name
 
 
+_BY_HELD_NAME = (
+    "KEYS = ['SCALE']\n"
+    "NAME = 'SCALE'\n"
+    "def by_globals_name(x):\n    return x * globals()[NAME]\n"
+    "def by_keys(x):\n"
+    "    for k in KEYS:\n"
+    "        x = x * getattr(settings, k)\n"
+    "    return x\n"
+    "def by_argument(x, key='SCALE'):\n    return x * getattr(settings, key)\n"
+    "def read(key):\n    return vars(settings)[key]\n"
+    "def by_helper(x):\n"
+    "    for k in KEYS:\n"
+    "        x = x * read(k)\n"
+    "    return x\n")
+
+
+@pytest.mark.parametrize("name", ["by_globals_name", "by_keys", "by_argument", "by_helper"])
+def test_globals_read_by_a_name_held_as_data_are_guarded(monkeypatch, name):
+    """globals()[NAME], getattr(settings, k) for k in KEYS, getattr(settings,
+    key) with key an argument, vars(settings)[k] in a helper: the name is no
+    constant of the code, and the first value's graph kept answering after
+    the program set another (found by a helper's probe). The names the
+    arguments, globals and closure variables of such code hold are guarded
+    as the code's string constants are."""
+    settings = types.ModuleType("tn_settings_held_name")
+    settings.SCALE = 1.0
+    monkeypatch.setitem(sys.modules, settings.__name__, settings)
+    scope = {"torch": torch, "settings": settings, "SCALE": 1.0, "__name__": "tn_scope_held_name"}
+    exec(_BY_HELD_NAME, scope)
+
+    def set_state(i):
+        settings.SCALE = scope["SCALE"] = float(i + 1)
+
+    assert _same_as_eager(scope[name], set_state, lambda: None) == []
+
+
+_PATCHED_F = torch.nn.functional
+
+
+def _reads_library_functions(x):
+    return _PATCHED_F.gelu(x) + torch.tanh(x) + torch.nn.functional.relu(x)
+
+
+@pytest.mark.parametrize("patch", ["F.gelu", "torch.tanh", "torch.nn.functional.relu"])
+def test_a_librarys_function_the_code_calls_replaced_after_the_trace(monkeypatch, patch):
+    """F.gelu = quick_gelu, torch.tanh = torch.sigmoid: user code that calls
+    F.gelu calls the new one, and the compiled call kept the traced one
+    (library modules went unguarded). The functions the code names in a
+    library's module are guarded by identity; back to the original, the
+    first variant answers again."""
+    module, attr = {"F.gelu": (torch.nn.functional, "gelu"), "torch.tanh": (torch, "tanh"),
+                    "torch.nn.functional.relu": (torch.nn.functional, "relu")}[patch]
+    original = getattr(module, attr)
+    replacement = {"gelu": lambda t, approximate="none": t * torch.sigmoid(1.702 * t), "tanh": torch.sigmoid,
+                   "relu": lambda t, inplace=False: t * 0 - 1}[attr]
+
+    def set_state(i):
+        setattr(module, attr, replacement if i in (2, 3) else original)
+
+    try:
+        assert _same_as_eager(_reads_library_functions, set_state, lambda: None, calls=6) == []
+    finally:
+        setattr(module, attr, original)
+
+
 def test_a_global_named_like_an_attribute_or_key_of_the_result_is_no_read():
     """A training loop's loss = out.loss.item() (a dataclass field named
     loss) or logits = ... (a result's {"logits": y}) at module level: jit
