@@ -344,7 +344,7 @@ static int stamp_text(const char *path, char *buf, size_t n)
 /* Whether path's stamp vouches for its file as it is now. */
 static int stamp_matches(const char *path)
 {
-  char want[160], have[160], sp[PATH_MAX + 16];
+  char want[160], have[160], sp[PATH_MAX + 48];
   if (stamp_text(path, want, sizeof want) != 0)
     return 0;
   snprintf(sp, sizeof sp, "%s.verified", path);
@@ -363,7 +363,7 @@ static int stamp_matches(const char *path)
 ** into place: a reader never sees half a stamp). */
 static void stamp_write(const char *path)
 {
-  char text[160], sp[PATH_MAX + 16], tmp[PATH_MAX + 64];
+  char text[160], sp[PATH_MAX + 48], tmp[PATH_MAX + 96];
   if (stamp_text(path, text, sizeof text) != 0)
     return;
   snprintf(sp, sizeof sp, "%s.verified", path);
@@ -569,7 +569,15 @@ static int env_open(tn_cache *c, char *err, size_t errlen)
     mrc = env_open_once(c, why, sizeof why);
   }
   if (mrc != 0) {
-    snprintf(err, errlen, "cannot open cache %s: %s", c->ca_path, why);
+    /* LMDB names neither file: a directory where its lock file goes (EISDIR) is named as what failed */
+    struct stat st;
+    char lock[sizeof c->ca_path + 8];
+    snprintf(lock, sizeof lock, "%s-lock", c->ca_path);
+    if (mrc == EISDIR && stat(lock, &st) == 0 && S_ISDIR(st.st_mode))
+      snprintf(err, errlen, "cannot open cache %s: where its lock file goes, %s is a directory (remove it, or use "
+               "another TORCHNEURON_CACHE_DIR)", c->ca_path, lock);
+    else
+      snprintf(err, errlen, "cannot open cache %s: %s", c->ca_path, why);
     return mrc == ENOMEM ? TN_ENOMEM : (mrc > 0 ? TN_EIO : TN_ESTORE);
   }
   files_note(c);
@@ -993,12 +1001,13 @@ int tn_cache_open(const char *dir, const tn_cache_options *opt, tn_cache **out,
     return TN_EIO;
   }
   if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    /* what fixes it: a chmod can make a directory of ours private, not one of someone else's */
+    int foreign = st.st_uid != geteuid();
     snprintf(err, errlen,
-             "refusing cache directory %s: it is %s (mode %03o); a cache there could be "
-             "made to load code from someone else. Use 'chmod 700 %s' or another "
-             "TORCHNEURON_CACHE_DIR",
-             real, st.st_uid != geteuid() ? "owned by another user" : "writable by other users",
-             (unsigned)(st.st_mode & 0777), real);
+             "refusing cache directory %s: it is %s (mode %04o); a cache there could be "
+             "made to load code from someone else. Use %s%s%s another TORCHNEURON_CACHE_DIR",
+             real, foreign ? "owned by another user" : "writable by other users", (unsigned)(st.st_mode & 07777),
+             foreign ? "" : "'chmod 700 ", foreign ? "" : real, foreign ? "" : "' or");
     return TN_EPERM;
   }
 

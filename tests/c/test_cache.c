@@ -169,9 +169,49 @@ START_TEST(test_refuses_group_writable_directory)
   ck_assert_ptr_null(c);
   ck_assert_ptr_nonnull(strstr(err, "writable by other users"));
   ck_assert_ptr_nonnull(strstr(err, dir));
+  ck_assert_ptr_nonnull(strstr(err, "chmod 700"));
+  ck_assert_int_eq(chmod(dir, 01777), 0); /* sticky, as /tmp: its mode as ls shows it */
+  ck_assert_int_eq(tn_cache_open(dir, &opt, &c, err, sizeof err), TN_EPERM);
+  ck_assert_ptr_nonnull(strstr(err, "mode 1777"));
   ck_assert_int_eq(chmod(dir, 0700), 0);
   ck_assert_int_eq(tn_cache_open(dir, &opt, &c, err, sizeof err), TN_OK);
   tn_cache_close(c);
+}
+END_TEST
+
+/* A directory where LMDB's lock file goes: the words named the data file, which was fine ("cannot open cache
+** .../cache.mdb: Is a directory"). They name the lock file's path. */
+START_TEST(test_a_directory_at_the_lock_files_path_is_named)
+{
+  tn_cache_options opt = {0, 0, 1};
+  tn_cache *c;
+  char err[8192], lock[300];
+  snprintf(lock, sizeof lock, "%s/cache.mdb-lock", dir);
+  ck_assert_int_eq(mkdir(lock, 0700), 0);
+  ck_assert_int_ne(tn_cache_open(dir, &opt, &c, err, sizeof err), TN_OK);
+  ck_assert_ptr_null(c);
+  ck_assert_msg(strstr(err, lock) && strstr(err, "is a directory"), "%s", err);
+  ck_assert_int_eq(rmdir(lock), 0);
+  ck_assert_int_eq(tn_cache_open(dir, &opt, &c, err, sizeof err), TN_OK);
+  tn_cache_close(c);
+}
+END_TEST
+
+/* A directory of another user's: a chmod of ours cannot fix it, and the words advise none (root only: a
+** test run by another user cannot give its directory away). */
+START_TEST(test_refuses_another_users_directory_without_advising_chmod)
+{
+  if (geteuid() != 0)
+    return;
+  tn_cache_options opt = {0, 0, 1};
+  tn_cache *c;
+  char err[8192];
+  ck_assert_int_eq(chown(dir, 65534, (gid_t)-1), 0);
+  ck_assert_int_eq(tn_cache_open(dir, &opt, &c, err, sizeof err), TN_EPERM);
+  ck_assert_ptr_null(c);
+  ck_assert_ptr_nonnull(strstr(err, "owned by another user"));
+  ck_assert_ptr_null(strstr(err, "chmod"));
+  ck_assert_int_eq(chown(dir, 0, (gid_t)-1), 0);
 }
 END_TEST
 
@@ -604,6 +644,8 @@ static Suite *cache_suite(void)
   tcase_add_test(tc, test_put_get_round_trip);
   tcase_add_test(tc, test_persists_and_directory_mode);
   tcase_add_test(tc, test_refuses_group_writable_directory);
+  tcase_add_test(tc, test_refuses_another_users_directory_without_advising_chmod);
+  tcase_add_test(tc, test_a_directory_at_the_lock_files_path_is_named);
   tcase_add_test(tc, test_same_path_shares_handle);
   tcase_add_test(tc, test_corrupted_payload_detected);
   tcase_add_test(tc, test_map_growth_many_puts);
