@@ -25,7 +25,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-
 ASAN_TESTS := $(addprefix build/asan/test_,$(C_SUITES))
 
 # libFuzzer targets (tests/fuzz/README.md), built with clang and ASan/UBSan:
-# make fuzz-c SECONDS=N runs each for N seconds (both at once); make test runs 20 s each.
+# make fuzz-c SECONDS=N runs each for N seconds (both at once); make test runs 10 s each.
 FUZZ_CC := clang-14
 FUZZ_TARGETS := graph cache
 FUZZ_BINS := $(addprefix build/fuzz/fuzz_,$(FUZZ_TARGETS))
@@ -126,7 +126,7 @@ test-python: build
 # the two fuzz targets build at once (each compiles the core with the
 # sanitizers: 52 s one after the other on 2 cores, 26 s at once)
 test: build test-c test-python
-	$(MAKE) -j2 --no-print-directory fuzz-c SECONDS=20
+	$(MAKE) -j2 --no-print-directory fuzz-c SECONDS=10
 
 # The long sweeps make test slices: the tests marked long (more zoo rows and
 # processes of what CI's tests cover), the OpInfo tests in every dtype, then

@@ -204,21 +204,24 @@ EMPTY_ATTENTION = '''
 import sys, torch, torchneuron_jit
 def attn(q, k, v):
     return torch.softmax(q @ k.transpose(-1, -2) / 8.0, dim=-1) @ v
-lq, lk, heads = (int(a) for a in sys.argv[1:4])
-q, k, v = torch.randn(2, heads, lq, 8), torch.randn(2, heads, lk, 8), torch.randn(2, heads, lk, 8)
-with torch.no_grad():
-    torch.testing.assert_close(torch.compile(attn, backend="neuron")(q, k, v), attn(q, k, v))
-    torch.testing.assert_close(torchneuron_jit.jit(attn)(q, k, v), attn(q, k, v))
+for case in sys.argv[1:]:
+    print(case, flush=True)  # the case a crash was in
+    lq, lk, heads = (int(a) for a in case.split(","))
+    q, k, v = torch.randn(2, heads, lq, 8), torch.randn(2, heads, lk, 8), torch.randn(2, heads, lk, 8)
+    torch._dynamo.reset()  # each case's own static graph
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(attn, backend="neuron")(q, k, v), attn(q, k, v))
+        torch.testing.assert_close(torchneuron_jit.jit(attn)(q, k, v), attn(q, k, v))
 print("ok")
 '''
 
 
-@pytest.mark.parametrize("lq,lk,heads", [(0, 0, 4), (0, 5, 4), (5, 0, 4), (5, 5, 0)])
-def test_attention_over_an_empty_sequence_stays_matmul_and_softmax(lq, lk, heads, run_python, tmp_path):
+def test_attention_over_an_empty_sequence_stays_matmul_and_softmax(run_python, tmp_path):
     """PyTorch's CPU flash kernel divides by zero on an empty q, k or v (the
     process died of SIGFPE), where eager's matmul and softmax give an empty
     or zero result: such attention is not rewritten. In a child process,
-    so that a crash is this test's failure only."""
+    so that a crash is this test's failure only (its last line names the
+    case, as lq,lk,heads)."""
     (tmp_path / "empty.py").write_text(EMPTY_ATTENTION)
-    r = run_python("empty.py", str(lq), str(lk), str(heads), timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+    r = run_python("empty.py", "0,0,4", "0,5,4", "5,0,4", "5,5,0", timeout=240)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (r.returncode, r.stdout, r.stderr[-2000:])
