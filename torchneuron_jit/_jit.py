@@ -920,6 +920,17 @@ class _Trace:
                                 "not guard")
             elif t is set:
                 spec.add(("eq", slot, set(value)), words)
+        elif t is functools.partial:
+            # act = partial(F.leaky_relu, negative_slope=0.2): its function, arguments and keywords (its own
+            # attributes, which no code of torch's reads, aside)
+            spec.add(("type", slot, t), words)
+            func = spec.add(("func", slot, "partial_func"), f"{words}.func")
+            self.guard_held(func, value.func, f"{words}.func")
+            if self.called(value.func):
+                self.guard_function(func, value.func, f"{words}.func")
+            self.guard_held(spec.add(("func", slot, "partial_args"), f"{words}.args"), value.args, f"{words}.args")
+            self.guard_held(spec.add(("func", slot, "partial_keywords"), f"{words}.keywords"), value.keywords,
+                            f"{words}.keywords")
         elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED) and \
                 state_in_dict(t):
             spec.add(("type", slot, t), words)

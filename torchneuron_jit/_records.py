@@ -49,7 +49,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
 from .graph import fake_tensor
-from ._spec import Spec, entry_name, explain, same_value, shadowed, state_in_dict
+from ._spec import NO_FIELD, Spec, entry_name, explain, func_field, same_value, shadowed, state_in_dict
 
 FORMAT = 13  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
@@ -756,9 +756,9 @@ def _live_spec(pspec, names, fn, args):
             elif kind == "attrs":
                 value = vars(live[inst[1]])
             elif kind == "func":
-                if type(live[inst[1]]) is not types.FunctionType:
+                value = func_field(live[inst[1]], inst[2])
+                if value is NO_FIELD:
                     raise Mismatch(f"{name}: no function")
-                value = getattr(live[inst[1]], f"__{inst[2]}__")
             elif kind == "const":
                 value = _resolve(inst[1], fn, live)
                 inst = ("const", value)

@@ -3,6 +3,7 @@ one program with the words for each slot), and the sentence that says why
 one failed (explain). Shared by the jit door (_jit.py) and its trace
 records (_records.py), which import this and not each other.
 """
+import functools
 import math
 import struct
 import types
@@ -75,6 +76,19 @@ class Spec(list):
 
 
 
+NO_FIELD = object()  # func_field's answer for a value of another kind
+
+
+def func_field(value, field):
+    """What a "func" load (csrc/guards/guards.h) of field loads from value:
+    a function's __code__, __defaults__, __kwdefaults__ or __closure__, a
+    functools.partial's func, args or keywords (partial_*); NO_FIELD where
+    value is not of the field's kind."""
+    if field.startswith("partial_"):
+        return getattr(value, field[len("partial_"):]) if type(value) is functools.partial else NO_FIELD
+    return getattr(value, f"__{field}__") if type(value) is types.FunctionType else NO_FIELD
+
+
 def load(spec, args, slot):
     inst = spec[slot]
     kind = inst[0]
@@ -87,7 +101,10 @@ def load(spec, args, slot):
     if kind == "attrs":
         return vars(load(spec, args, inst[1]))
     if kind == "func":
-        return getattr(load(spec, args, inst[1]), f"__{inst[2]}__")
+        value = func_field(load(spec, args, inst[1]), inst[2])
+        if value is NO_FIELD:
+            raise TypeError(f"{spec.names[slot]}: no function")
+        return value
     parent = load(spec, args, inst[1])
     return parent[inst[2]]
 

@@ -21,7 +21,10 @@
 **                                  fails when it has none
 **   ("func", s, field)             load field "code", "defaults", "kwdefaults" or
 **                                  "closure" of Python function slot s (None where
-**                                  it has none); fails unless s is a function
+**                                  it has none); fails unless s is a function;
+**                                  "partial_func", "partial_args" or
+**                                  "partial_keywords": the func, args or keywords
+**                                  of slot s, a functools.partial (exactly)
 **   ("type", s, type)              Py_TYPE(slot s) is type, exactly
 **   ("is", s, obj)                 slot s is obj
 **   ("same", s, t)                 slot s is the object slot t loaded (the

@@ -19,9 +19,14 @@ enum {
   G__COUNT
 };
 
-/* The fields of a function a "func" load reads (guards.h). */
-enum { FUNC_CODE, FUNC_DEFAULTS, FUNC_KWDEFAULTS, FUNC_CLOSURE, FUNC__COUNT };
-static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefaults", "closure"};
+/* The fields of a function, or of a functools.partial, a "func" load reads (guards.h). */
+enum {
+  FUNC_CODE, FUNC_DEFAULTS, FUNC_KWDEFAULTS, FUNC_CLOSURE, /* of a function */
+  FUNC_PARTIAL_FUNC, FUNC_PARTIAL_ARGS, FUNC_PARTIAL_KEYWORDS, /* of a partial */
+  FUNC__COUNT
+};
+static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefaults", "closure",
+                                                     "partial_func", "partial_args", "partial_keywords"};
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
@@ -56,11 +61,23 @@ struct tn_gset {
 };
 
 static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu, *s_is_conj, *s_is_neg;
+static PyObject *s_partial_fields[3]; /* "func", "args", "keywords" */
+static PyTypeObject *partial_type;   /* functools.partial */
 
 static int strings_init(void)
 {
   if (s_dtype)
     return 0;
+  PyObject *functools = PyImport_ImportModule("functools");
+  partial_type = functools ? (PyTypeObject *)PyObject_GetAttrString(functools, "partial") : NULL; /* kept */
+  Py_XDECREF(functools);
+  if (!partial_type || !PyType_Check(partial_type))
+    return -1;
+  s_partial_fields[0] = PyUnicode_InternFromString("func");
+  s_partial_fields[1] = PyUnicode_InternFromString("args");
+  s_partial_fields[2] = PyUnicode_InternFromString("keywords");
+  if (!s_partial_fields[0] || !s_partial_fields[1] || !s_partial_fields[2])
+    return -1;
   s_dtype = PyUnicode_InternFromString("dtype");
   s_shape = PyUnicode_InternFromString("shape");
   s_stride = PyUnicode_InternFromString("stride");
@@ -282,7 +299,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
     for (g->gi_n = 0; g->gi_n < FUNC__COUNT; g->gi_n++)
       if (PyUnicode_Check(a) && PyUnicode_CompareWithASCIIString(a, func_fields[g->gi_n]) == 0)
         return 0;
-    return bad(i, "func reads code, defaults, kwdefaults or closure");
+    return bad(i, "func reads code, defaults, kwdefaults, closure, partial_func, partial_args or partial_keywords");
   case G_ITEM:
   case G_LEN:
     g->gi_n = PyLong_AsSsize_t(a);
@@ -544,6 +561,16 @@ static PyObject *function_field(PyObject *f, Py_ssize_t k)
     : k == FUNC_DEFAULTS ? PyFunction_GET_DEFAULTS(f)
     : k == FUNC_KWDEFAULTS ? PyFunction_GET_KW_DEFAULTS(f) : PyFunction_GET_CLOSURE(f);
   return o ? o : Py_None;
+}
+
+/* Field k (FUNC_PARTIAL_*) of functools.partial p (its exact type: no
+** descriptor of a subclass runs), borrowed (p holds it: its fields are
+** read-only); NULL with an exception set on error. */
+static PyObject *partial_field(PyObject *p, Py_ssize_t k)
+{
+  PyObject *o = PyObject_GetAttr(p, s_partial_fields[k - FUNC_PARTIAL_FUNC]);
+  Py_XDECREF(o);
+  return o;
 }
 
 /* 1 when tensor v is marked neither conjugate nor negative (a lazy view
@@ -816,8 +843,11 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       r = slots[i] != NULL;
       break;
     case G_FUNC:
-      slots[i] = PyFunction_Check(v) ? function_field(v, g->gi_n) : NULL;
-      r = slots[i] != NULL;
+      if (g->gi_n >= FUNC_PARTIAL_FUNC)
+        slots[i] = Py_TYPE(v) == partial_type ? partial_field(v, g->gi_n) : NULL;
+      else
+        slots[i] = PyFunction_Check(v) ? function_field(v, g->gi_n) : NULL;
+      r = slots[i] != NULL ? 1 : PyErr_Occurred() ? -1 : 0;
       break;
     case G_TYPE:
       r = (PyObject *)Py_TYPE(v) == g->gi_obj;

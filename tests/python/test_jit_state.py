@@ -7,6 +7,7 @@ same state, results and state both."""
 import collections
 import contextlib
 import copy
+import functools
 import enum
 import io
 import os
@@ -617,6 +618,48 @@ def test_a_librarys_function_the_code_calls_replaced_after_the_trace(monkeypatch
         assert _same_as_eager(_reads_library_functions, set_state, lambda: None, calls=6) == []
     finally:
         setattr(module, attr, original)
+
+
+ACT = None
+
+
+def _reads_a_partial(x):
+    return ACT(x) * 2
+
+
+def _scale_then_relu(scale, x):
+    return torch.relu(x * scale)
+
+
+@pytest.mark.parametrize("change", ["keywords in place", "another partial", "its function", "its arguments"])
+def test_a_partial_global_compiles_and_what_it_holds_is_guarded(change):
+    """act = functools.partial(F.leaky_relu, negative_slope=0.2): the
+    function ran eagerly ("global act is a partial, whose contents jit
+    cannot guard"; found by a helper's probe). Its function, arguments and
+    keywords are guarded; the calls compile."""
+    global ACT
+    first = functools.partial(torch.nn.functional.leaky_relu, negative_slope=0.2)
+    second = {"keywords in place": first, "another partial": functools.partial(torch.nn.functional.leaky_relu,
+                                                                               negative_slope=0.7),
+              "its function": functools.partial(torch.nn.functional.elu, alpha=0.2),
+              "its arguments": functools.partial(_scale_then_relu, 3.0)}[change]
+    if change == "its arguments":
+        first = functools.partial(_scale_then_relu, 1.0)
+
+    def set_state(i):
+        global ACT
+        if change == "keywords in place":
+            ACT = first
+            first.keywords["negative_slope"] = 0.2 if i < 2 else 0.9
+        else:
+            ACT = first if i < 2 else second
+
+    compiled = torchneuron_jit.stats()["graphs_compiled"]
+    try:
+        assert _same_as_eager(_reads_a_partial, set_state, lambda: None) == []
+    finally:
+        ACT = None
+    assert torchneuron_jit.stats()["graphs_compiled"] > compiled
 
 
 def test_a_global_named_like_an_attribute_or_key_of_the_result_is_no_read():
