@@ -70,7 +70,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
-from ._spec import PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
+from ._spec import NUMPY_SCALARS, PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
 from .graph import CASTS_INSIDE, FAST_PATHS, draws, marked
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -1207,7 +1207,7 @@ _MAX_HELD = 20000       # values one argument's object holds, at most, to be gua
 # values that never change in place: held by value or identity, never followed
 _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
                             torch.memory_format, torch.Size, frozenset,
-                            torch.torch_version.TorchVersion)  # torch.__version__ (sentence-transformers keeps it)
+                            torch.torch_version.TorchVersion) + NUMPY_SCALARS  # torch.__version__: sentence-transformers
 
 
 # what torch itself notes on a tensor for TorchDynamo (a transformers StaticCache's tensors are marked static

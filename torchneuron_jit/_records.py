@@ -49,7 +49,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
 from .graph import fake_tensor
-from ._spec import NO_FIELD, Spec, entry_name, explain, func_field, same_value, shadowed, state_in_dict
+from ._spec import NO_FIELD, NUMPY_SCALARS, Spec, entry_name, explain, func_field, same_value, shadowed, state_in_dict
 
 FORMAT = 13  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
@@ -452,6 +452,8 @@ class _Describer:
             return ["p", v]
         if t is torch.torch_version.TorchVersion:  # torch.__version__: a str that compares as a version
             return ["torchversion", str(v)]
+        if t in NUMPY_SCALARS:  # scale = 1 / np.sqrt(d): by its type's name and value
+            return ["npscalar", t.__name__, v.item()]
         if t is torch.dtype:
             return ["dtype", _torch_name(v)]
         if t is torch.device:
@@ -541,6 +543,8 @@ def _matches(desc, v, live):
         return same_value(v, want)
     if kind == "torchversion":
         return type(v) is torch.torch_version.TorchVersion and str(v) == desc[1]
+    if kind == "npscalar":
+        return type(v) in NUMPY_SCALARS and type(v).__name__ == desc[1] and same_value(v.item(), desc[2])
     if kind == "dtype":
         return v is getattr(torch, desc[1], None)
     if kind == "device":

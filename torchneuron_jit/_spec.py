@@ -15,6 +15,24 @@ from . import _C
 PRIMITIVES = (bool, int, float, str, type(None))
 
 
+def _numpy_scalar_types():
+    """numpy's bool, integer and float scalar types (scale = 1 / np.sqrt(d)
+    is an np.float64): immutable, guarded by type and value as floats are,
+    described in records by their Python value (item()); none without
+    numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return ()
+    return tuple(t for t in set(np.sctypeDict.values()) if isinstance(t, type) and
+                 issubclass(t, (np.integer, np.floating, np.bool_)) and not issubclass(t, np.timedelta64) and
+                 t is not np.longdouble)
+
+
+NUMPY_SCALARS = _numpy_scalar_types()
+_C.guard_value_types(NUMPY_SCALARS)  # a globals snapshot's too: a new np.float64 of the same value passes
+
+
 def state_in_dict(t, base=()):
     """Whether instances of class t keep all their state in __dict__ (and,
     for a subclass of a class in base, in what that class holds): every
@@ -43,7 +61,7 @@ _POINTER = struct.calcsize("P")
 
 def same_value(a, b):
     """Whether a and b are the same guarded value: one object, or of one
-    type and equal; floats (and complex numbers' parts) of one sign too
+    type and equal; floats (numpy's scalars, complex numbers' parts) of one sign too
     (-0.0 is not 0.0: x / z differs), any NaN the same (the C guards'
     same_value)."""
     if a is b:
@@ -52,8 +70,9 @@ def same_value(a, b):
         return False
     if type(a) is complex:
         return same_value(a.real, b.real) and same_value(a.imag, b.imag)
-    if type(a) is float:
-        return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (a != a and b != b)
+    if isinstance(a, float) or type(a) in NUMPY_SCALARS:  # an np.float64's sign and NaN too
+        return (bool(a == b) and math.copysign(1.0, float(a)) == math.copysign(1.0, float(b))) or \
+            bool(a != a and b != b)
     return a == b
 
 

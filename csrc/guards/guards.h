@@ -102,6 +102,13 @@ tn_gset *tn_guards_build(PyObject *spec);
 ** with an exception set when it cannot be made. Borrowed. */
 PyObject *tn_guard_absent(void);
 
+/* Sets the types (a tuple of types, kept) whose values a "dict" guard
+** compares by type and value, as exact ints, floats and strings, rather
+** than by identity: numpy's scalars (_spec.NUMPY_SCALARS), a new object
+** of which a notebook's cell makes each time it runs. 0, or -1 with
+** TypeError set. */
+int tn_guards_set_value_types(PyObject *types);
+
 /* Frees gs and the references it holds. NULL is fine. */
 void tn_guards_free(tn_gset *gs);
 

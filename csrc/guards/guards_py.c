@@ -89,6 +89,34 @@ static int strings_init(void)
 }
 
 static PyObject *g_absent;
+static PyObject *value_types; /* tn_guards_set_value_types's tuple */
+
+int tn_guards_set_value_types(PyObject *types)
+{
+  if (!PyTuple_Check(types)) {
+    PyErr_Format(PyExc_TypeError, "value types must be a tuple of types, not %s", Py_TYPE(types)->tp_name);
+    return -1;
+  }
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(types); k++)
+    if (!PyType_Check(PyTuple_GET_ITEM(types, k))) {
+      PyErr_Format(PyExc_TypeError, "value types must be types, not %s",
+                   Py_TYPE(PyTuple_GET_ITEM(types, k))->tp_name);
+      return -1;
+    }
+  Py_XSETREF(value_types, Py_NewRef(types));
+  return 0;
+}
+
+/* Whether a dict guard compares v by type and value. */
+static int by_value(PyObject *v)
+{
+  if (PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyUnicode_CheckExact(v))
+    return 1;
+  for (Py_ssize_t k = 0; value_types && k < PyTuple_GET_SIZE(value_types); k++)
+    if ((PyObject *)Py_TYPE(v) == PyTuple_GET_ITEM(value_types, k))
+      return 1;
+  return 0;
+}
 
 PyObject *tn_guard_absent(void)
 {
@@ -412,7 +440,7 @@ static int same_value(PyObject *v, PyObject *want)
     return 1;
   if (Py_TYPE(v) != Py_TYPE(want))
     return 0;
-  if (PyFloat_CheckExact(v))
+  if (PyFloat_Check(v)) /* of one type: a float, or a subclass's (numpy's float64) */
     return same_double(PyFloat_AS_DOUBLE(v), PyFloat_AS_DOUBLE(want));
   if (PyComplex_CheckExact(v)) {
     Py_complex a = PyComplex_AsCComplex(v), b = PyComplex_AsCComplex(want);
@@ -678,8 +706,7 @@ static int dict_ok(PyObject *d, tn_ginst *g)
     }
     if (!v)
       return PyErr_Occurred() ? -1 : 0;
-    int r = v == want ? 1 : (PyLong_CheckExact(want) || PyFloat_CheckExact(want) || PyUnicode_CheckExact(want))
-                                 ? same_value(v, want) : 0;
+    int r = v == want ? 1 : by_value(want) ? same_value(v, want) : 0;
     if (r <= 0)
       return r;
   }

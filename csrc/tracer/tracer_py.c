@@ -82,7 +82,17 @@ static PyObject *py_class_dict(PyObject *self, PyObject *arg)
   return Py_NewRef(((PyTypeObject *)arg)->tp_dict);
 }
 
+static PyObject *py_guard_value_types(PyObject *self, PyObject *arg)
+{
+  (void)self;
+  if (tn_guards_set_value_types(arg) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef tn_py_tracer_methods[] = {
+  {"guard_value_types", py_guard_value_types, METH_O,
+   "guard_value_types(types): the types a dict guard compares by value (numpy's scalars), besides int, float, str"},
   {"class_dict", py_class_dict, METH_O, "class_dict(type) -> the dict behind type.__dict__, for a guard to snapshot"},
   {"jit_disable", py_jit_disable, METH_VARARGS, "jit_disable(fn_or_code, on=True): never trace it"},
   {"jit_disabled", py_jit_disabled, METH_O, "jit_disabled(fn_or_code) -> whether jit_disable marked it"},

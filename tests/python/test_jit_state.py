@@ -662,6 +662,42 @@ def test_a_partial_global_compiles_and_what_it_holds_is_guarded(change):
     assert torchneuron_jit.stats()["graphs_compiled"] > compiled
 
 
+NP_VALUE = None
+
+
+def _reads_a_numpy_scalar(x, arg=None):
+    v = NP_VALUE if arg is None else arg
+    return x * float(v) + x.sum() if v.dtype.kind == "b" else x * v
+
+
+@pytest.mark.parametrize("kind", ["float64", "float32", "int64", "bool"])
+@pytest.mark.parametrize("where", ["global", "argument"])
+def test_a_numpy_scalar_compiles_and_is_guarded_by_its_value(kind, where):
+    """scale = 1 / np.sqrt(d) is an np.float64: the function ran eagerly
+    ("global scale is a float64, whose contents jit cannot guard"; found by
+    a helper's probe). numpy's scalars are guarded by type and value, as
+    floats are (-0.0 and 0.0 apart); the calls compile."""
+    import numpy as np
+    global NP_VALUE
+    values = {"float64": [0.125, 0.125, -0.0, 0.0, 2.5], "float32": [0.5, 0.5, 1.5, 1.5, -2.0],
+              "int64": [2, 2, 3, 3, 5], "bool": [True, True, False, False, True]}[kind]
+    make = getattr(np, kind if kind != "bool" else "bool_")
+    jf = torchneuron_jit.jit(_reads_a_numpy_scalar)
+    compiled = torchneuron_jit.stats()["graphs_compiled"]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i, value in enumerate(values):
+                x = torch.randn(4) - 0.5
+                NP_VALUE = make(value)  # a new object each call, as a notebook's cell makes
+                args = (x,) if where == "global" else (x, make(value))
+                torch.testing.assert_close(jf(*args), _reads_a_numpy_scalar(*args), msg=lambda m: f"call {i}: {m}")
+    finally:
+        NP_VALUE = None
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert torchneuron_jit.stats()["graphs_compiled"] > compiled
+
+
 def test_a_global_named_like_an_attribute_or_key_of_the_result_is_no_read():
     """A training loop's loss = out.loss.item() (a dataclass field named
     loss) or logits = ... (a result's {"logits": y}) at module level: jit
