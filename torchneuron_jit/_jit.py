@@ -71,6 +71,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
 from ._spec import NUMPY_SCALARS, PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
+from ._spec import namedtuple_value as _namedtuple
 from .graph import CASTS_INSIDE, FAST_PATHS, draws, marked
 
 SUPPORTED_PYTHON = ((3, 11),)
@@ -909,7 +910,7 @@ class _Trace:
                     spec.add(("is", s, item), f"{words}[{k}]")
                     if _content_guarded(item):
                         self.guard_content(s, item, f"{words}[{k}]", depth + 1, lenient, key)
-        elif t is tuple:
+        elif t is tuple or _namedtuple(value):  # HP = Hparams(2.0, 1.0): its items, as a tuple's
             for k, item in enumerate(value):
                 if _content_guarded(item):
                     self.guard_content(spec.add(("item", slot, k), f"{words}[{k}]"), item, f"{words}[{k}]", depth + 1,
@@ -1183,8 +1184,8 @@ class _Trace:
                 self.guard_grad(f"global {name}.grad", _grad_of(value), used_constants)
             return
         # immutable values other than numbers and strings by identity (dtypes, enum members)
-        if not (t in _IMMUTABLE or t in _CONTAINERS or isinstance(value, (enum.Enum,) + _NAMED) or
-                _content_guarded(value)):
+        if not (t in _IMMUTABLE or t in _CONTAINERS or _namedtuple(value) or
+                isinstance(value, (enum.Enum,) + _NAMED) or _content_guarded(value)):
             if read:
                 self.opaque.append(f"global {name} holds a {t.__qualname__}")
             return
@@ -1259,7 +1260,7 @@ def _content_guarded(value):
     t = type(value)
     if t in _IMMUTABLE or t in _TENSOR_TYPES or isinstance(value, enum.Enum):
         return False
-    if t is tuple:
+    if t is tuple or _namedtuple(value):
         return any(_content_guarded(v) for v in value)
     if isinstance(value, type):
         return not _library_class(value)
@@ -2083,13 +2084,6 @@ def _rebuilt_view(p, inputs):
 # the call's tensors share memory and the variant writes into one.
 _side_exit = threading.local()
 _SHARED = object()
-
-
-def _namedtuple(value):
-    """Whether value is a NamedTuple's (typing.NamedTuple, collections.namedtuple:
-    torch's PackedSequence): a tuple subclass with _fields, its items its
-    fields."""
-    return isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple)
 
 
 @contextlib.contextmanager

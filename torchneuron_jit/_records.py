@@ -49,7 +49,8 @@ from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from . import _C, cache
 from .graph import fake_tensor
-from ._spec import NO_FIELD, NUMPY_SCALARS, Spec, entry_name, explain, func_field, same_value, shadowed, state_in_dict
+from ._spec import NO_FIELD, NUMPY_SCALARS, Spec, entry_name, explain, func_field, namedtuple_value, same_value
+from ._spec import shadowed, state_in_dict
 
 FORMAT = 13  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
@@ -460,6 +461,8 @@ class _Describer:
             return ["device", str(v)]
         if t in (tuple, list, torch.Size):
             return ["seq", t.__name__, [self.value(x) for x in v]]
+        if namedtuple_value(v):  # HP = Hparams(2.0, 1.0): its class and items
+            return ["ntuple", _name_ref(t), [self.value(x) for x in v]]
         if t in (set, frozenset):
             return ["seq", t.__name__, sorted((self.value(x) for x in v), key=json.dumps)]
         if isinstance(v, dict) and t.__module__ in ("builtins", "collections"):
@@ -558,6 +561,9 @@ def _matches(desc, v, live):
         except Unportable:
             return False
         return all(_matches(d, x, live) for d, x in zip(desc[2], items))
+    if kind == "ntuple":
+        return type(v) is _lookup(*desc[1]) and len(v) == len(desc[2]) and \
+            all(_matches(d, x, live) for d, x in zip(desc[2], v))
     if kind == "map":
         return type(v) is _lookup(*desc[1]) and len(v) == len(desc[2]) and \
             all(k in v and _matches(d, v[k], live) for k, d in desc[2])

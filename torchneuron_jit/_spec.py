@@ -59,6 +59,13 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python (or made by
 _POINTER = struct.calcsize("P")
 
 
+def namedtuple_value(value):
+    """Whether value is a NamedTuple's (typing.NamedTuple, collections.namedtuple:
+    torch's PackedSequence): a tuple subclass with _fields, its items its
+    fields."""
+    return isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple)
+
+
 def same_value(a, b):
     """Whether a and b are the same guarded value: one object, or of one
     type and equal; floats (numpy's scalars, complex numbers' parts) of one sign too

@@ -698,6 +698,35 @@ def test_a_numpy_scalar_compiles_and_is_guarded_by_its_value(kind, where):
     assert torchneuron_jit.stats()["graphs_compiled"] > compiled
 
 
+HPARAMS = collections.namedtuple("HPARAMS", "scale shift")
+
+
+def _reads_a_namedtuple(x):
+    return x * HP.scale + HP.shift
+
+
+HP = None
+
+
+def test_a_namedtuple_global_compiles_and_is_guarded():
+    """HP = Hparams(2.0, 1.0) read as HP.scale: the function ran eagerly
+    ("global HP is a Hparams, whose contents jit cannot guard"; found by a
+    helper's notebook probe), where a plain tuple compiled. A namedtuple is
+    guarded as a tuple is."""
+    global HP
+
+    def set_state(i):
+        global HP
+        HP = HPARAMS(*[(2.0, 1.0), (2.0, 1.0), (3.0, 1.0), (3.0, -1.0)][i])
+
+    compiled = torchneuron_jit.stats()["graphs_compiled"]
+    try:
+        assert _same_as_eager(_reads_a_namedtuple, set_state, lambda: None) == []
+    finally:
+        HP = None
+    assert torchneuron_jit.stats()["graphs_compiled"] > compiled
+
+
 def test_a_global_named_like_an_attribute_or_key_of_the_result_is_no_read():
     """A training loop's loss = out.loss.item() (a dataclass field named
     loss) or logits = ... (a result's {"logits": y}) at module level: jit
