@@ -1351,6 +1351,10 @@ def _state_of(value, budget=None, depth=0, inside=None, opaque=frozenset()):
     t = type(value)
     if t in _IMMUTABLE:
         return ("v", t, value)
+    if t is types.MethodType and isinstance(getattr(value.__func__, "_tn_jit", None), _C.JitFunction):
+        # jit(module)'s forward, by its module: the one jit installs in its place when the class's forward is
+        # replaced is no write of the call's (a jitted function over it ran eagerly after IPython's autoreload)
+        return ("id", ("jit forward", id(value.__self__)))
     if budget[0] < 0 or depth > _MAX_DEPTH or id(value) in inside or id(value) in opaque or not _mutable(value):
         return ("id", id(value))
     inside.add(id(value))

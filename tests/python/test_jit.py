@@ -1177,6 +1177,37 @@ def test_a_forward_the_class_gets_after_jit_is_the_one_called():
     torch.testing.assert_close(m(x), x * 2)
 
 
+class _Tripler(torch.nn.Module):
+    def forward(self, x):
+        return x * 3
+
+
+def test_a_jitted_function_over_a_jitted_module_compiles_after_the_class_forward_is_replaced():
+    """pipeline(x) calls jblk(x), a jitted module, and Block.forward is
+    replaced (IPython's autoreload of the class): jit installing the new
+    forward on the module inside pipeline's trace was taken for a write of
+    pipeline's ("it writes global jblk.forward"), which then ran eagerly
+    (found by a helper's notebook probe)."""
+    jblk = torchneuron_jit.jit(_Tripler())
+    scope = {"jblk": jblk}
+    exec("def pipeline(x):\n    return jblk(x) + 1\n", scope)
+    pipeline = torchneuron_jit.jit(scope["pipeline"])
+    x = torch.randn(4)
+    original = _Tripler.forward
+    try:
+        for _ in range(2):
+            torch.testing.assert_close(pipeline(x), x * 3 + 1)
+        _Tripler.forward = lambda self, x: x * 7
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(4):
+                torch.testing.assert_close(pipeline(x), x * 7 + 1)
+    finally:
+        _Tripler.forward = original
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert not any(v["kind"].startswith("eager") and v["hits"] for v in torchneuron_jit.explain(pipeline).variants)
+
+
 def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
     def f(x):
         return x + 1
