@@ -316,6 +316,7 @@ class _Trace:
         # identifier strings the arguments, globals and closure variables of user code that reaches globals by
         # a name held as data hold (globals()[NAME], getattr(settings, key)): names it may read (_held_names)
         self.held_names = set()
+        self.by_name_codes = set()  # the user codes that reach globals by name (remember_frame)
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -324,8 +325,8 @@ class _Trace:
         calls, calls of non-torch sources of values (random, time, os.environ,
         numpy's RNG, ...) made from user code, and the state each user frame
         can reach as it was before the frame ran."""
-        if event == "call" and frame.f_code in self.frames_seen and _reaches_by_name(frame.f_code):
-            _held_names(self.held_names, _argument_values(frame))  # each call's: for k in KEYS: helper(k)
+        if event == "call" and frame.f_code in self.by_name_codes:  # each call's: for k in KEYS: helper(k)
+            _held_names(self.held_names, _argument_values(frame))
         if event == "call" and frame.f_code not in self.frames_seen:
             self.frames_seen.add(frame.f_code)
             try:
@@ -449,6 +450,7 @@ class _Trace:
         code, globs = frame.f_code, frame.f_globals
         loads = _global_loads(code)
         if _reaches_by_name(code):
+            self.by_name_codes.add(code)
             _held_names(self.held_names, itertools.chain(_argument_values(frame), (
                 globs[n] for n in loads if n in globs), (frame.f_locals.get(n) for n in code.co_freevars)))
         # and names written another way (globals()["N"] += 1, setattr(sys.modules[__name__], "N", ...)): any
