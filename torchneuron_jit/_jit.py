@@ -3307,7 +3307,7 @@ class _Tracer:
                 continue
             runner.record = v["id"]
             entries.append((spec, tuple(v["slots"]), runner.direct()))
-            for filename, line, what in v["effects"]:
+            for filename, line, what in _records.effects(v, fn):
                 _warn_skipped_call(fn, filename, line, what)
         # another thread may have added the same records while these compiled
         held = {getattr(runner, "record", None) for _, runner in jf.entries()}

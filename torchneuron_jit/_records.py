@@ -1188,7 +1188,8 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
               "objects": objects, "random": random, "inference": inference,
               "bindings": describe_bindings(bindings),
               "dense": [[i, None if order is None else list(order)] for i, order in dense],
-              "effects": [[f, line, what] for (f, line), what in trace.side_effects.items()]}
+              "effects": [["" if f == _filename(trace.fn) else f, line, what]
+                          for (f, line), what in trace.side_effects.items()]}
     record["id"] = record_id(record)
     return record
 
@@ -1243,6 +1244,18 @@ def set_entry(desc):
     if desc[0] == "setitems":
         return ("setitems", [(key, set_entry(e)) for key, e in desc[1]])
     return tuple(desc)
+
+
+def _filename(fn):
+    """The file of function fn's code, or None."""
+    return getattr(getattr(fn, "__code__", None), "co_filename", None)
+
+
+def effects(record, fn):
+    """(file, line, what) of the print and logging calls of record's trace
+    that a compiled call skips; "" stands for fn's own file (a notebook
+    cell's is another file in each kernel: the words named the old one)."""
+    return [(f or _filename(fn), line, what) for f, line, what in record["effects"]]
 
 
 def record_id(record):

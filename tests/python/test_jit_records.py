@@ -508,6 +508,32 @@ def program(tmp_path, run_python):
     return run
 
 
+_PRINTS = """
+import torch, torchneuron_jit
+@torchneuron_jit.jit
+def p(x):
+    y = x * 2
+    print("debug", tuple(y.shape))
+    return y + 1
+with torch.no_grad():
+    for _ in range(2):
+        torch.testing.assert_close(p(torch.ones(3)), torch.full((3,), 3.0))
+print("loaded", torchneuron_jit.stats()["traces_loaded"])
+"""
+
+
+def test_a_loaded_records_skipped_print_is_named_at_the_file_that_runs(run_python, tmp_path):
+    """A notebook's cell is another file in each kernel (ipykernel_<pid>/...):
+    the warning that a compiled call skips a print named the file of the
+    process that stored the record (found by a helper's notebook probe)."""
+    for run, name in enumerate(("cell_a.py", "cell_b.py")):
+        (tmp_path / name).write_text(_PRINTS)
+        r = run_python("-W", "always", name)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert f"loaded {run}" in r.stdout, r.stdout
+        assert f"print call at {tmp_path / name}:" in r.stderr, r.stderr[-2000:]
+
+
 def test_fresh_process_with_a_warm_cache_does_not_trace(program):
     cold = program()
     assert cold["traces"] == 3 and cold["trace_records_stored"] == 3, cold  # the model, both branches
