@@ -2509,15 +2509,29 @@ class _GcHold:
             self.holds += 1
 
     def release(self):
-        """One hold less; True when this one resumed the collector."""
+        """One hold less; True when this one resumed the collector. A hold
+        taken before this process forked (after_fork dropped it) releases
+        nothing."""
         with self.lock:
-            assert self.holds > 0
+            if self.holds == 0:
+                return False
             self.holds -= 1
             if self.holds == 0 and self.resume:
                 self.resume = False
                 gc.enable()
                 return True
             return False
+
+    def after_fork(self):
+        """In a forked child: the holds of its parent's builds, which no
+        thread of the child will release, are dropped, and the collector
+        resumes where they paused it (a server's worker forked while a build
+        ran kept it off for good: its cycles were never collected)."""
+        self.lock = threading.Lock()
+        self.holds = 0
+        if self.resume:
+            self.resume = False
+            gc.enable()
 
 
 _gc_hold = _GcHold()
@@ -2916,6 +2930,7 @@ def _after_fork_in_child():
     _builds.__init__()
     _BuildChild.live = set()
     _compile_lock = threading.Lock()
+    _gc_hold.after_fork()
 
 
 _forking_build = False  # _BuildChild.start is forking a build's child

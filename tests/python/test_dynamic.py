@@ -1583,6 +1583,39 @@ def test_calls_that_never_stop_lend_a_starved_child_a_thread():
         torch.set_num_threads(threads)
 
 
+_FORK_DURING_A_BUILD = """
+import gc, os, time, torch, torchneuron_jit
+from torchneuron_jit import _jit
+torchneuron_jit.config.build_worker = "thread"
+finish = _jit._Build.finish
+
+def slow_finish(self):  # the build is still in flight when the process forks
+    time.sleep(2)
+    return finish(self)
+
+_jit._Build.finish = slow_finish
+f = torchneuron_jit.jit(lambda x: torch.relu(x) + 1)
+f(torch.randn(8))
+assert not gc.isenabled()  # the build holds the collector off
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if gc.isenabled() else 3)
+print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+_jit.wait(30)
+print("parent", gc.isenabled())
+"""
+
+
+def test_a_process_forked_while_a_build_runs_collects_its_garbage(run_python, tmp_path):
+    """A build pauses Python's cyclic collector (build_gc_off) until it
+    ends: a server's worker forked meanwhile (gunicorn --preload, a
+    DataLoader) inherited the pause, which no build of its own would end,
+    and never collected a cycle (found by a helper's probe)."""
+    (tmp_path / "fork.py").write_text(_FORK_DURING_A_BUILD)
+    r = run_python("fork.py", env={"TORCHNEURON_COMPILE_BLOCKING": "0"})
+    assert r.returncode == 0 and "child 0" in r.stdout and "parent True" in r.stdout, (r.stdout, r.stderr[-2000:])
+
+
 def test_torch_compile_on_another_thread_while_a_build_traces():
     """FX keeps its tracing state in module globals: a build's make_fx on
     the build thread must not make a function compiled by TorchDynamo,
