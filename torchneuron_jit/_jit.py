@@ -2363,12 +2363,18 @@ def _eager_entry(trace, spec, reason):
     reason is the call's modes' (_Recorder.any_size), it takes calls of
     every size: with grad mode on over parameters that require grad,
     each new sequence length traced again, failed, and the backoff ended
-    in running every call eagerly for good, no_grad ones too."""
+    in running every call eagerly for good, no_grad ones too. Such an
+    entry is no failed trace of the function's: calls in grad mode from
+    several threads at once each traced one before any entry was there,
+    and four of them ran the function eagerly for good."""
     _log.warn_once(f"{_where(trace.fn)} runs eagerly: {reason}")
     jf = _jf_of(trace)
-    if jf is not None:
+    modes = trace.recorder.any_size and reason == trace.recorder.problem
+    if jf is not None and modes:
+        _manager.decided(jf, f"calls in the traced call's modes run eagerly: {reason}")
+    elif jf is not None:
         _manager.traced(jf, False, reason)
-    if trace.recorder.any_size and reason == trace.recorder.problem:
+    if modes:
         sized, spec = spec, Spec()
         for inst, name in zip(sized, sized.names):
             if inst[0] == "tensor":  # any sizes, row-major (an eager entry answers any call right)

@@ -171,6 +171,35 @@ def test_under_w_error_a_storm_warning_raises_from_the_call_as_itself(monkeypatc
     assert "failed" not in raised[0], raised
 
 
+def test_calls_in_grad_mode_from_several_threads_at_once_leave_no_grad_calls_compiled():
+    """Four threads calling at once in grad mode, over parameters that
+    require grad, each traced before any entry was there: each eager entry
+    counted as a failed trace, four reached config.blacklist_after, and the
+    model ran eagerly for good, no_grad calls too (found by a helper's
+    probe). Such an entry is the call's modes' decision, not a failure."""
+    model = torchneuron_jit.jit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()))
+    barrier = threading.Barrier(4)
+
+    def grad_call(i):
+        barrier.wait()
+        return model(torch.randn(i + 1, 8)).shape
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one "runs eagerly: grad mode is on" warning
+        threads = [threading.Thread(target=grad_call, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    jf = model.forward._tn_jit
+    assert not jf.gave_up
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(model(x), torch.relu(model[0](x)))
+    assert any(v["kind"] == "compiled" and v["hits"] for v in torchneuron_jit.explain(model).variants)
+
+
 def test_a_module_attribute_set_between_calls():
     class Scaled(torch.nn.Module):
         def __init__(self):
