@@ -22,6 +22,7 @@ tier 1 with one warning; no compiler on the machine is said once under
 """
 import concurrent.futures
 import functools
+import os
 import platform
 import shutil
 import threading
@@ -35,7 +36,7 @@ _lock = threading.Lock()
 _pool = None
 _compilers = {}    # config.tier2_cc -> (path, version line), or None: there is none
 _failed_once = False
-_pending = set()   # futures of background compiles not yet finished
+_pending = {}      # future of a background request not yet finished -> its kernel
 _waiting = {}      # key -> kernels waiting for the compile of that key's source
 _objects = {}      # key -> shared object made or loaded by this process (insertion order: oldest first)
 _MAX_OBJECTS = 512
@@ -195,7 +196,7 @@ def request(kernel):
             return
         fut = _executor().submit(_serve, kernel, source, True)
         with _lock:
-            _pending.add(fut)
+            _pending[fut] = kernel
         fut.add_done_callback(_done)
     except Exception as exc:
         _fail("request", exc)
@@ -233,7 +234,26 @@ def _serve(kernel, source, background):
 
 def _done(fut):
     with _lock:
-        _pending.discard(fut)
+        _pending.pop(fut, None)
+
+
+def _after_fork_in_child():
+    """A forked process (a server's worker) holds none of its parent's
+    threads: the pool's worker is gone though the pool counts it, and the
+    requests and compiles in flight never end. A new pool is made when
+    asked, and their kernels ask again at their next launch here (each
+    request waited forever, and the worker's kernels stayed at tier 1)."""
+    global _pool, _lock
+    orphans = list(_pending.values()) + [kernel for kernels in _waiting.values() for kernel in kernels]
+    _lock = threading.Lock()
+    _pool = None
+    _pending.clear()
+    _waiting.clear()
+    for kernel in orphans:
+        kernel.tier2_asked = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def wait(timeout=None):

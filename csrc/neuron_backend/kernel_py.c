@@ -943,6 +943,22 @@ static PyObject *Kernel_get_tier(PyObject *o, void *closure)
   return PyLong_FromLong(((KernelObject *)o)->ke_fn2 ? 2 : 1);
 }
 
+static PyObject *Kernel_get_tier2_asked(PyObject *o, void *closure)
+{
+  (void)closure;
+  return PyBool_FromLong(((KernelObject *)o)->ke_t2_asked);
+}
+
+static int Kernel_set_tier2_asked(PyObject *o, PyObject *value, void *closure)
+{
+  (void)closure;
+  int on = value ? PyObject_IsTrue(value) : 0;
+  if (on < 0)
+    return -1;
+  ((KernelObject *)o)->ke_t2_asked = on;
+  return 0;
+}
+
 static PyObject *Kernel_get_calls(PyObject *o, void *closure)
 {
   (void)closure;
@@ -963,6 +979,8 @@ static PyGetSetDef Kernel_getset[] = {
   {"source", Kernel_get_source, NULL, "the generated C", NULL},
   {"tier2_source", Kernel_get_tier2_source, NULL, "the generated C of its tier 2, or None", NULL},
   {"tier", Kernel_get_tier, NULL, "2 once its tier 2 is loaded, else 1", NULL},
+  {"tier2_asked", Kernel_get_tier2_asked, Kernel_set_tier2_asked,
+   "whether it asked the tier-2 hook already (it asks once); False: it asks again at its next launch", NULL},
   {"calls", Kernel_get_calls, NULL, "launches prepared so far", NULL},
   {"__name__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},
   {"__qualname__", Kernel_get_name, NULL, "name in FX graphs and tracebacks", NULL},

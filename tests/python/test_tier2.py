@@ -603,3 +603,51 @@ def test_auto_row_fusion_takes_rows_of_row_fusion_min_row_and_more(cols, fused):
     x = torch.randn(8, 4, 16, cols)
     f = lambda a: torch.softmax(a * 0.125 + 1, -1)  # noqa: E731
     assert _row_fused(f, x, ("aten::_softmax",)) == {"auto": fused, "on": True}
+
+
+_FORK_AFTER_TIER_2 = """
+import os, time, torch, torchneuron_jit
+from torchneuron_jit import _tier2
+torch.set_num_threads(1)  # OpenMP's threads do not survive a fork
+build = _tier2._build
+
+def slow_build(*args):  # f's compile is in flight when the process forks
+    time.sleep(1)
+    return build(*args)
+
+@torchneuron_jit.jit
+def f(x, y):
+    return torch.tanh(x * y + 1).sigmoid() * x
+
+@torchneuron_jit.jit
+def g(x, y):
+    return torch.exp(x - y) * 0.5 + x.abs()
+
+x, y = torch.randn(64, 128), torch.randn(64, 128)
+for _ in range(3):
+    g(x, y)
+assert _tier2.wait(60)  # the pool's worker ran
+_tier2._build = slow_build
+for _ in range(3):
+    f(x, y)
+pid = os.fork()
+if pid == 0:
+    _tier2._build = build
+    for _ in range(3):
+        torch.testing.assert_close(f(x, y), torch.tanh(x * y + 1).sigmoid() * x)
+    done = _tier2.wait(60)
+    os._exit(0 if done and torchneuron_jit.stats()["tier2_compiled"] >= 2 else 3)
+print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_forked_worker_compiles_tier_2(run_python, tmp_path):
+    """A server's worker forked after the parent's first tier-2 compile
+    inherited its pool, whose worker thread is gone but counted idle: every
+    request of the child waited forever, and a compile in flight at the fork
+    never ended (found by a helper's probe). The child makes its own pool,
+    and kernels whose request was in flight ask again."""
+    (tmp_path / "fork.py").write_text(_FORK_AFTER_TIER_2)
+    r = run_python("fork.py", env={"TORCHNEURON_COMPILE_TIER2": "background", "TORCHNEURON_TIER2_AFTER_CALLS": "1",
+                                   "TORCHNEURON_CACHE": "0"}, timeout=180)
+    assert r.returncode == 0 and "child 0" in r.stdout, (r.stdout, r.stderr[-2000:])
