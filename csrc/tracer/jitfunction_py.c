@@ -300,11 +300,20 @@ static PyGetSetDef JitFunction_getset[] = {
   {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* <torchneuron_jit.jit of <function f at 0x...>>: what a notebook shows of a jitted function (the type's
+** default named no function). */
+static PyObject *JitFunction_repr(PyObject *o)
+{
+  PyObject *fn = ((JitFunctionObject *)o)->jf_fn;
+  return fn ? PyUnicode_FromFormat("<torchneuron_jit.jit of %R>", fn) : PyUnicode_FromString("<torchneuron_jit.jit>");
+}
+
 PyTypeObject tn_py_JitFunctionType = {
   PyVarObject_HEAD_INIT(NULL, 0)
   .tp_name = "torchneuron_jit._C.JitFunction",
   .tp_basicsize = sizeof(JitFunctionObject),
   .tp_dealloc = JitFunction_dealloc,
+  .tp_repr = JitFunction_repr,
   .tp_vectorcall_offset = offsetof(JitFunctionObject, jf_vectorcall),
   .tp_call = JitFunction_call,
   .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |

@@ -1208,6 +1208,15 @@ def test_a_jitted_function_over_a_jitted_module_compiles_after_the_class_forward
     assert not any(v["kind"].startswith("eager") and v["hits"] for v in torchneuron_jit.explain(pipeline).variants)
 
 
+def test_a_jitted_functions_repr_names_its_function():
+    """A notebook shows a cell's last value by its repr: it was
+    <torchneuron_jit._C.JitFunction at 0x...>, naming no function."""
+    def scaled(x):
+        return x * 2
+
+    assert repr(torchneuron_jit.jit(scaled)) == f"<torchneuron_jit.jit of {scaled!r}>"
+
+
 def test_replacing_the_code_of_a_jitted_function_drops_its_variants():
     def f(x):
         return x + 1
