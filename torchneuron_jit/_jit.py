@@ -1210,7 +1210,8 @@ _MAX_HELD = 20000       # values one argument's object holds, at most, to be gua
 # values that never change in place: held by value or identity, never followed
 _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.dtype, torch.device, torch.layout,
                             torch.memory_format, torch.Size, frozenset,
-                            torch.torch_version.TorchVersion) + NUMPY_SCALARS  # torch.__version__: sentence-transformers
+                            torch.torch_version.TorchVersion,  # torch.__version__ (sentence-transformers keeps it)
+                            ) + NUMPY_SCALARS
 
 
 # what torch itself notes on a tensor for TorchDynamo (a transformers StaticCache's tensors are marked static
@@ -2503,6 +2504,7 @@ class _GcHold:
     def __init__(self):
         self.lock = threading.Lock()
         self.holds = 0
+        self.dropped = 0  # holds after_fork dropped, whose releases release nothing
         self.resume = False
 
     def hold(self):
@@ -2520,6 +2522,8 @@ class _GcHold:
         nothing."""
         with self.lock:
             if self.holds == 0:
+                assert self.dropped > 0
+                self.dropped -= 1
                 return False
             self.holds -= 1
             if self.holds == 0 and self.resume:
@@ -2534,7 +2538,7 @@ class _GcHold:
         resumes where they paused it (a server's worker forked while a build
         ran kept it off for good: its cycles were never collected)."""
         self.lock = threading.Lock()
-        self.holds = 0
+        self.dropped, self.holds = self.dropped + self.holds, 0
         if self.resume:
             self.resume = False
             gc.enable()
