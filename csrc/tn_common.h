@@ -29,7 +29,8 @@
   _(TN_EFULL,     -11, "store full") \
   _(TN_ETOOBIG,   -12, "value larger than the store's size limit") \
   _(TN_ECOMPILE,  -13, "compilation failed") \
-  _(TN_ESTORE,    -14, "store error")
+  _(TN_ESTORE,    -14, "store error") \
+  _(TN_ECHANGED,  -15, "changed since it was read")
 
 enum {
   TN_OK = 0,

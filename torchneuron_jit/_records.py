@@ -1144,7 +1144,11 @@ def has_records(fn):
 
 def read(key):
     """The variants stored under key, newest first ([] when none or unreadable)."""
-    payload = cache.get(cache.TRACES, key)
+    return _variants(cache.get(cache.TRACES, key))
+
+
+def _variants(payload):
+    """The variants of a stored payload (None: none), newest first."""
     if payload is None:
         return []
     try:
@@ -1265,10 +1269,13 @@ def record_id(record):
 
 def store(fn, key, record, limit):
     """Adds variant record of fn under key, newest first, keeping limit of
-    them, and fn's mark (function_key); returns whether it was stored."""
-    variants = [record] + [v for v in read(key) if v.get("id") != record["id"]][:max(0, limit - 1)]
-    if cache.put(cache.TRACES, key, json.dumps({"format": FORMAT, "variants": variants}).encode()) and \
-            cache.put(cache.TRACES, function_key(fn), b"{}"):
+    them, and fn's mark (function_key); returns whether it was stored.
+    Processes and threads storing variants of one key at once keep each
+    other's (cache.update)."""
+    def add(payload):
+        others = [v for v in _variants(payload) if v.get("id") != record["id"]]
+        return json.dumps({"format": FORMAT, "variants": [record] + others[:max(0, limit - 1)]}).encode()
+    if cache.update(cache.TRACES, key, add) and cache.put(cache.TRACES, function_key(fn), b"{}"):
         _C.stat_add("trace_records_stored")
         return True
     return False

@@ -16,6 +16,9 @@ CacheError = _C.CacheError
 ARTIFACTS = _C.CACHE_ARTIFACTS
 TRACES = _C.CACHE_TRACES
 
+UPDATE_ATTEMPTS = 16  # update(): reads of a key other writers keep changing
+_TABLES = {ARTIFACTS: "artifact", TRACES: "trace"}
+
 _lock = threading.RLock()
 _handle = None
 _handle_key = None
@@ -92,6 +95,28 @@ def put(table, key, value):
     try:
         handle.put(table, key, value)
         return True
+    except CacheError as exc:
+        _failed(handle, exc)
+        return False
+
+
+def update(table, key, change):
+    """Stores change(payload) under key, payload being what key holds (None:
+    nothing), without losing an update another thread or process stores
+    in between: the store compares in its write transaction, and when key
+    changed, reads it again and calls change again (at most UPDATE_ATTEMPTS
+    times). Returns whether it was stored (ValueError as get())."""
+    handle = _open()
+    if handle is None:
+        return False
+    try:
+        for _ in range(UPDATE_ATTEMPTS):
+            old = handle.get(table, key)
+            if handle.replace(table, key, old, change(old)):
+                return True
+        _log.event("cache", f"an update of a {_TABLES[table]} record gave up after {UPDATE_ATTEMPTS} "
+                          "writers changed it in between")
+        return False
     except CacheError as exc:
         _failed(handle, exc)
         return False

@@ -31,6 +31,8 @@
 #define LOW_NUM 6
 /* put_fn's "over the soft limit" (outside LMDB's and errno's ranges) */
 #define CACHE_OVER_SOFT (-31999)
+/* put_fn's "the record is not the one the caller read" (tn_cache_replace) */
+#define CACHE_CHANGED (-31998)
 #define MIN_MAP_BYTES (256u << 10)
 #define DEFAULT_INITIAL_MAP (UINT64_C(32) << 20)
 #define DEFAULT_MAX_BYTES (UINT64_C(1) << 30)
@@ -852,6 +854,8 @@ static int cache_write(tn_cache *c, write_fn fn, void *ctx, int may_evict, uint6
         return TN_EFULL;
       }
     }
+    if (mrc == CACHE_CHANGED)
+      return TN_ECHANGED;
     return cache_mdb_fail(c, mrc, what);
   }
   cache_set_err(c, "cache %s: %s did not complete after %d attempts", c->ca_path, what,
@@ -1177,22 +1181,43 @@ typedef struct put_ctx {
   const uint8_t *pc_key;
   const uint8_t *pc_rec;
   size_t pc_len;
+  int pc_compare;          /* replace only if the payload is pc_old */
+  const uint8_t *pc_old;   /* NULL: only if there is none */
+  size_t pc_old_len;
 } put_ctx;
+
+/* Whether the record v (NULL: none) holds payload old (NULL: none); a
+** damaged record counts as none, as get() reads it. */
+static int payload_is(const MDB_val *v, const uint8_t *old, size_t old_len)
+{
+  int64_t plen = v ? tn_cache_record_check(v->mv_data, v->mv_size) : -1;
+  if (plen < 0)
+    return old == NULL;
+  return old && (size_t)plen == old_len &&
+         memcmp((const uint8_t *)v->mv_data + TN_CACHE_HEADER_LEN, old, old_len) == 0;
+}
 
 static int put_fn(tn_cache *c, MDB_txn *txn, void *vctx)
 {
   put_ctx *p = vctx;
-  MDB_val k = {TN_CACHE_KEY_LEN, (void *)p->pc_key}, v = {p->pc_len, (void *)p->pc_rec};
+  MDB_val k = {TN_CACHE_KEY_LEN, (void *)p->pc_key}, v = {p->pc_len, (void *)p->pc_rec}, cur;
+  if (p->pc_compare) {
+    int mrc = mdb_get(txn, c->ca_dbi[p->pc_table], &k, &cur);
+    if (mrc != 0 && mrc != MDB_NOTFOUND)
+      return mrc;
+    if (!payload_is(mrc == 0 ? &cur : NULL, p->pc_old, p->pc_old_len))
+      return CACHE_CHANGED;
+  }
   int mrc = mdb_put(txn, c->ca_dbi[p->pc_table], &k, &v, 0);
   if (mrc == 0 && txn_used_bytes(c, txn) > c->ca_max / 8 * SOFT_NUM)
     mrc = CACHE_OVER_SOFT;
   return mrc;
 }
 
-int tn_cache_put(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
-                 const void *val, size_t len)
+/* tn_cache_put and tn_cache_replace: p names the table, key and comparison. */
+static int cache_put(tn_cache *c, put_ctx *p, const void *val, size_t len)
 {
-  if (!table_ok(c, table, key) || (len && !val))
+  if (!table_ok(c, p->pc_table, p->pc_key) || (len && !val))
     return TN_EINVAL;
   if (len > c->ca_max / 8) {
     cache_set_err(c, "cache %s: a %zu-byte record exceeds 1/8 of the size limit %" PRIu64,
@@ -1213,12 +1238,30 @@ int tn_cache_put(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
   put_le(rec + H_HITS, 0, 8);
   if (len)
     memcpy(rec + TN_CACHE_HEADER_LEN, val, len);
-  put_ctx p = {table, key, rec, TN_CACHE_HEADER_LEN + len};
-  int rc = cache_write(c, put_fn, &p, 1, p.pc_len + TN_CACHE_KEY_LEN, "put");
+  p->pc_rec = rec;
+  p->pc_len = TN_CACHE_HEADER_LEN + len;
+  int rc = cache_write(c, put_fn, p, 1, p->pc_len + TN_CACHE_KEY_LEN, "put");
   free(rec);
   if (rc == TN_OK)
     STAT_ADD(c, ca_puts, 1);
   return rc;
+}
+
+int tn_cache_put(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
+                 const void *val, size_t len)
+{
+  put_ctx p = {.pc_table = table, .pc_key = key};
+  return cache_put(c, &p, val, len);
+}
+
+int tn_cache_replace(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
+                     const void *old, size_t old_len, const void *val, size_t len)
+{
+  if (old_len && !old)
+    return TN_EINVAL;
+  put_ctx p = {.pc_table = table, .pc_key = key, .pc_compare = 1, .pc_old = old,
+               .pc_old_len = old_len};
+  return cache_put(c, &p, val, len);
 }
 
 int tn_cache_delete(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN])

@@ -111,6 +111,15 @@ int tn_cache_get(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
 int tn_cache_put(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
                  const void *val, size_t len);
 
+/* Stores val under key in table, as tn_cache_put does, only if the payload
+** stored there now is old (old_len bytes; NULL: only if there is none, a
+** damaged record counting as none), compared in the write transaction: a
+** read-modify-write that loses no concurrent writer's update. TN_ECHANGED
+** when it is not (nothing stored, the handle stays usable: read again and
+** retry); otherwise as tn_cache_put. */
+int tn_cache_replace(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN],
+                     const void *old, size_t old_len, const void *val, size_t len);
+
 /* Deletes key from table; TN_ENOTFOUND if absent. */
 int tn_cache_delete(tn_cache *c, int table, const uint8_t key[TN_CACHE_KEY_LEN]);
 

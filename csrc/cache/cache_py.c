@@ -173,6 +173,42 @@ static PyObject *Cache_put(PyObject *o, PyObject *args)
   return res;
 }
 
+static PyObject *Cache_replace(PyObject *o, PyObject *args)
+{
+  CacheObject *self = (CacheObject *)o;
+  int table, rc;
+  Py_buffer key, old = {0}, val;
+  PyObject *oldobj;
+  tn_cache *c;
+  if (!PyArg_ParseTuple(args, "iy*Oy*:replace", &table, &key, &oldobj, &val))
+    return NULL;
+  if (oldobj != Py_None && PyObject_GetBuffer(oldobj, &old, PyBUF_SIMPLE) < 0) {
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&val);
+    PyErr_Format(PyExc_TypeError, "old must be bytes or None, not %.100s", Py_TYPE(oldobj)->tp_name);
+    return NULL;
+  }
+  if (parse_key(table, &key) < 0 || !(c = cache_begin(self))) {
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&val);
+    if (old.obj)
+      PyBuffer_Release(&old);
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  rc = tn_cache_replace(c, table, key.buf, old.obj ? old.buf : NULL, old.obj ? (size_t)old.len : 0,
+                        val.buf, (size_t)val.len);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&key);
+  PyBuffer_Release(&val);
+  if (old.obj)
+    PyBuffer_Release(&old);
+  PyObject *res = rc == TN_OK ? Py_NewRef(Py_True)
+                  : rc == TN_ECHANGED ? Py_NewRef(Py_False) : cache_raise_handle(self, rc);
+  cache_end(self);
+  return res;
+}
+
 static PyObject *Cache_delete(PyObject *o, PyObject *args)
 {
   CacheObject *self = (CacheObject *)o;
@@ -292,6 +328,9 @@ static PyObject *Cache_get_closed(PyObject *o, void *closure)
 static PyMethodDef Cache_methods[] = {
   {"get", Cache_get, METH_VARARGS, "get(table, key) -> bytes or None."},
   {"put", Cache_put, METH_VARARGS, "put(table, key, value): store (replace)."},
+  {"replace", Cache_replace, METH_VARARGS,
+   "replace(table, key, old, value) -> whether value was stored: only if the payload there is "
+   "old (None: none), compared in the write transaction."},
   {"delete", Cache_delete, METH_VARARGS, "delete(table, key) -> whether it was there."},
   {"clear", Cache_clear, METH_NOARGS, "Delete every record."},
   {"flush", Cache_flush, METH_NOARGS, "Write pending last-used times and hit counts."},

@@ -228,31 +228,42 @@ END_TEST
 
 /* Flips one byte of a payload inside the data file: the checksum catches it,
 ** the record is dropped and reads as a miss. */
-START_TEST(test_corrupted_payload_detected)
+/* Flips a byte inside the first copy of payload (n bytes, at least 1200)
+** in the closed store's data file. */
+static void damage_payload(const uint8_t *payload, size_t n)
 {
-  static const char pattern[] = "TN-PAYLOAD-PATTERN-";
-  uint8_t payload[4000], key[16];
-  for (size_t i = 0; i < sizeof payload; i++)
-    payload[i] = (uint8_t)pattern[i % (sizeof pattern - 1)];
-  tn_cache *c = open_cache(0, 0);
-  make_key(key, 4, 4);
-  ck_assert_int_eq(tn_cache_put(c, TN_CACHE_ARTIFACTS, key, payload, sizeof payload), TN_OK);
-  put_n(c, 4, 5, 100); /* a healthy neighbour */
-  tn_cache_close(c);
-
   int fd = open(data_path(), O_RDWR);
   ck_assert_int_ge(fd, 0);
   struct stat st;
   fstat(fd, &st);
   uint8_t *file = malloc((size_t)st.st_size);
   ck_assert_int_eq(pread(fd, file, (size_t)st.st_size, 0), st.st_size);
-  uint8_t *hit = memmem(file, (size_t)st.st_size, payload, 200);
+  uint8_t *hit = memmem(file, (size_t)st.st_size, payload, n < 200 ? n : 200);
   ck_assert_ptr_nonnull(hit);
   off_t at = (hit - file) + 1000;
   uint8_t b = file[at] ^ 0x5a;
   ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
   close(fd);
   free(file);
+}
+
+static void pattern_payload(uint8_t *payload, size_t n)
+{
+  static const char pattern[] = "TN-PAYLOAD-PATTERN-";
+  for (size_t i = 0; i < n; i++)
+    payload[i] = (uint8_t)pattern[i % (sizeof pattern - 1)];
+}
+
+START_TEST(test_corrupted_payload_detected)
+{
+  uint8_t payload[4000], key[16];
+  pattern_payload(payload, sizeof payload);
+  tn_cache *c = open_cache(0, 0);
+  make_key(key, 4, 4);
+  ck_assert_int_eq(tn_cache_put(c, TN_CACHE_ARTIFACTS, key, payload, sizeof payload), TN_OK);
+  put_n(c, 4, 5, 100); /* a healthy neighbour */
+  tn_cache_close(c);
+  damage_payload(payload, sizeof payload);
 
   c = open_cache(0, 0);
   void *v;
@@ -264,6 +275,63 @@ START_TEST(test_corrupted_payload_detected)
   ck_assert_uint_eq(info.cs_corrupt, 1);
   ck_assert_uint_eq(info.cs_entries, 1); /* dropped */
   ck_assert(has(c, 4, 5));
+  tn_cache_close(c);
+}
+END_TEST
+
+static char *get_text(tn_cache *c, const uint8_t key[16])
+{
+  void *v;
+  size_t len;
+  int rc = tn_cache_get(c, TN_CACHE_TRACES, key, &v, &len);
+  ck_assert_msg(rc == TN_OK || rc == TN_ENOTFOUND, "get rc %d: %s", rc, tn_cache_errmsg(c));
+  if (rc == TN_ENOTFOUND)
+    return NULL;
+  char *s = malloc(len + 1);
+  memcpy(s, v, len);
+  s[len] = 0;
+  free(v);
+  return s;
+}
+
+START_TEST(test_replace_stores_only_over_the_payload_read)
+{
+  tn_cache *c = open_cache(0, 0);
+  uint8_t key[16];
+  char *s;
+  make_key(key, 5, 1);
+  /* NULL old: only where there is none; "" is a record, not none */
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, NULL, 0, "", 0), TN_OK);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, NULL, 0, "a", 1), TN_ECHANGED);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, "", 0, "ab", 2), TN_OK);
+  /* another payload, a longer one, a prefix: nothing stored, and the handle works on */
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, "ax", 2, "zz", 2), TN_ECHANGED);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, "abc", 3, "zz", 2), TN_ECHANGED);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, "a", 1, "zz", 2), TN_ECHANGED);
+  ck_assert_str_eq(s = get_text(c, key), "ab");
+  free(s);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, "ab", 2, "abc", 3), TN_OK);
+  ck_assert_str_eq(s = get_text(c, key), "abc");
+  free(s);
+  ck_assert_int_eq(tn_cache_replace(c, 9, key, NULL, 0, "a", 1), TN_EINVAL);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key, NULL, 3, "a", 1), TN_EINVAL);
+  tn_cache_info st;
+  ck_assert_int_eq(tn_cache_stats(c, &st), TN_OK);
+  ck_assert_uint_eq(st.cs_puts, 3);
+
+  /* a damaged record counts as none, as get() reads it */
+  uint8_t payload[4000], key2[16];
+  pattern_payload(payload, sizeof payload);
+  make_key(key2, 5, 2);
+  ck_assert_int_eq(tn_cache_put(c, TN_CACHE_TRACES, key2, payload, sizeof payload), TN_OK);
+  tn_cache_close(c);
+  damage_payload(payload, sizeof payload);
+  c = open_cache(0, 0);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key2, payload, sizeof payload, "x", 1),
+                   TN_ECHANGED);
+  ck_assert_int_eq(tn_cache_replace(c, TN_CACHE_TRACES, key2, NULL, 0, "x", 1), TN_OK);
+  ck_assert_str_eq(s = get_text(c, key2), "x");
+  free(s);
   tn_cache_close(c);
 }
 END_TEST
@@ -629,6 +697,63 @@ START_TEST(test_concurrent_processes_no_loss)
 }
 END_TEST
 
+/* Read, add one, replace: processes counting at once lose no increment. */
+START_TEST(test_replace_loses_no_concurrent_update)
+{
+  enum { PROCS = 4, EACH = 150 };
+  uint8_t key[16];
+  make_key(key, 6, 0);
+  pid_t pids[PROCS];
+  for (int p = 0; p < PROCS; p++) {
+    pids[p] = fork();
+    ck_assert_int_ge(pids[p], 0);
+    if (pids[p] == 0) {
+      tn_cache_options opt = {256 << 10, 64 << 20, 1};
+      tn_cache *c;
+      char err[8192];
+      int ok = tn_cache_open(dir, &opt, &c, err, sizeof err) == TN_OK;
+      for (int i = 0; ok && i < EACH;) {
+        void *v;
+        size_t len;
+        uint32_t n = 0;
+        int rc = tn_cache_get(c, TN_CACHE_TRACES, key, &v, &len);
+        ok = rc == TN_OK || rc == TN_ENOTFOUND;
+        if (rc == TN_OK) {
+          ok = len == sizeof n;
+          memcpy(&n, v, sizeof n);
+          free(v);
+        }
+        uint32_t next = n + 1;
+        rc = ok ? tn_cache_replace(c, TN_CACHE_TRACES, key, rc == TN_OK ? &n : NULL,
+                                   rc == TN_OK ? sizeof n : 0, &next, sizeof next) : TN_EINVAL;
+        ok = rc == TN_OK || rc == TN_ECHANGED;
+        i += rc == TN_OK;
+        if (!ok)
+          fprintf(stderr, "child %d: %d %s\n", p, rc, tn_cache_errmsg(c));
+      }
+      if (ok)
+        tn_cache_close(c);
+      _exit(ok ? 0 : 1);
+    }
+  }
+  for (int p = 0; p < PROCS; p++) {
+    int status;
+    ck_assert_int_eq(waitpid(pids[p], &status, 0), pids[p]);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "counter %d failed", p);
+  }
+  tn_cache *c = open_cache(0, 64 << 20);
+  void *v;
+  size_t len;
+  uint32_t n;
+  ck_assert_int_eq(tn_cache_get(c, TN_CACHE_TRACES, key, &v, &len), TN_OK);
+  ck_assert_uint_eq(len, sizeof n);
+  memcpy(&n, v, sizeof n);
+  free(v);
+  ck_assert_uint_eq(n, PROCS * EACH);
+  tn_cache_close(c);
+}
+END_TEST
+
 START_TEST(test_malloc_not_overridden)
 {
   ck_assert(tn_malloc_is_libc());
@@ -648,6 +773,7 @@ static Suite *cache_suite(void)
   tcase_add_test(tc, test_a_directory_at_the_lock_files_path_is_named);
   tcase_add_test(tc, test_same_path_shares_handle);
   tcase_add_test(tc, test_corrupted_payload_detected);
+  tcase_add_test(tc, test_replace_stores_only_over_the_payload_read);
   tcase_add_test(tc, test_map_growth_many_puts);
   tcase_add_test(tc, test_lru_eviction_at_limit);
   tcase_add_test(tc, test_garbage_file_moved_aside);
@@ -658,6 +784,7 @@ static Suite *cache_suite(void)
   tcase_add_test(tc, test_fork_child_reopens);
   tcase_add_test(tc, test_removed_lock_or_data_file_poisons_the_handle);
   tcase_add_test(tc, test_concurrent_processes_no_loss);
+  tcase_add_test(tc, test_replace_loses_no_concurrent_update);
   tcase_add_test(tc, test_malloc_not_overridden);
   suite_add_tcase(s, tc);
   return s;

@@ -1128,3 +1128,33 @@ def test_a_second_instance_loads_each_sizes_record_at_its_own_miss():
             torch.testing.assert_close(b(x), torch.nn.functional.linear(x, a.weight, a.bias))
     d = delta(before)
     assert d["traces"] == 0 and d["traces_loaded"] == 2, d
+
+
+
+def test_threads_storing_records_of_one_key_at_once_keep_each_others(monkeypatch):
+    """Workers that trace one function for different calls and store at the
+    same moment: each read the key's variants, added its own and put the
+    list back, so the last writer's list was all a fresh process found
+    (found by a helper's cache probe with 3 processes: 1 record of 3).
+    Threads here, each encoding its list only once both have read theirs."""
+    import threading
+
+    both_read = threading.Barrier(2, timeout=30)
+    waited = set()
+
+    def dumps(obj, **kw):
+        if threading.get_ident() not in waited:
+            waited.add(threading.get_ident())
+            both_read.wait()
+        return json.dumps(obj, **kw)
+
+    monkeypatch.setattr(_records, "json", type("Json", (), {"dumps": staticmethod(dumps), "loads": json.loads}))
+    key, stored = os.urandom(16), []
+    writers = [threading.Thread(target=lambda n=n: stored.append(_records.store(_twin, key, {"id": n}, 4)))
+               for n in ("a", "b")]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    assert stored == [True, True]
+    assert sorted(v["id"] for v in _records.read(key)) == ["a", "b"]
