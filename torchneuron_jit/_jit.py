@@ -819,11 +819,16 @@ class _Trace:
                     self.remember(f"argument {name}[{k!r}]", item)
             else:
                 self.remember(f"argument {name}", value)
+        tensors = len(self.tensor_slot)
         for k, name, cell, value in _closure_cells(self.fn):
             if isinstance(value, PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES or \
                     _by_value(value) or type(value) is torch.Size:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
+        # as many different tensors as in the trace (code may ask `q is kv`; one passed twice is "same")
+        slots = list(self.tensor_slot.values())[:tensors]
+        if len(slots) > 1:
+            self.spec.add(("distinct", tuple(slots)), "the tensor arguments (one passed where the trace had two)")
         self.argument_guards = len(self.spec)
 
     def name_varargs(self, first, name, parameters):
@@ -1551,6 +1556,10 @@ def _outside_source(fn):
     torch (random.random(), time.time(), ...), or None."""
     mod = getattr(fn, "__module__", None)
     owner = getattr(fn, "__self__", None)
+    if fn is id:  # PACKED[id(w)]: another object of the same sizes takes another entry
+        return "id()"
+    if getattr(fn, "__name__", None) == "data_ptr" and isinstance(owner, (torch.Tensor, torch.UntypedStorage)):
+        return f"{type(owner).__name__}.data_ptr()"
     if not mod and owner is not None:
         mod = owner.__module__ if isinstance(owner, type) else type(owner).__module__
     if not isinstance(mod, str) or not (mod in _OUTSIDE_MODULES or mod.startswith("numpy.random")):

@@ -2089,3 +2089,53 @@ def test_a_frame_that_fills_its_own_kwargs_is_no_write():
     assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     e = torchneuron_jit.explain(jf)
     assert e.variants[0]["kind"] == "compiled" and e.variants[0]["hits"] == 2, str(e)
+
+
+def _is_tied(a, b):
+    if a is b:  # q is kv, tied weights: another computation for one tensor passed twice
+        return a * 2
+    return a + b * 10
+
+
+def test_one_tensor_passed_where_the_trace_had_two_is_a_miss():
+    """Traced with two tensors, called with one twice: the variant's `a is
+    b` was False (found by a helper's probe: 11 where eager gives 2). The
+    tensor arguments are guarded to be as many different ones as in the
+    trace, as one passed twice was already guarded to be one."""
+    jf = torchneuron_jit.jit(_is_tied)
+    a, b = torch.ones(2), torch.full((2,), 3.0)
+    for args in [(a, b), (a, b), (b, b), (a, a), (a, b), (b, a)]:
+        torch.testing.assert_close(jf(*args), _is_tied(*args))
+    assert len(torchneuron_jit.explain(jf).variants) == 2
+
+
+_BY_ID = {}
+
+
+def _reads_by_identity(x, w):
+    return x * _BY_ID[id(w)]
+
+
+def _reads_by_address(x, w):
+    return x * _BY_ID[w.data_ptr()]
+
+
+@pytest.mark.parametrize("f, words", [(_reads_by_identity, "id()"), (_reads_by_address, "Tensor.data_ptr()")])
+def test_a_lookup_by_a_tensors_identity_or_address_runs_eagerly_with_a_warning(f, words):
+    """PACKED[id(w)], SCALE[w.data_ptr()]: a compiled call kept the entry
+    of the traced call's tensor for another tensor of its sizes (found by a
+    helper's probe). The value of id() or data_ptr() is no guard's: the
+    function runs eagerly and says why."""
+    ws = [torch.full((3,), float(i)) for i in range(3)]
+    _BY_ID.clear()
+    _BY_ID.update({id(w): i + 1.0 for i, w in enumerate(ws)})
+    _BY_ID.update({w.data_ptr(): i + 1.0 for i, w in enumerate(ws)})
+    jf = torchneuron_jit.jit(f)
+    x = torch.ones(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for w in (ws[0], ws[0], ws[0], ws[1], ws[2]):
+            torch.testing.assert_close(jf(x, w), f(x, w))
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert ours and f"it calls {words} at {__file__}:" in ours[0], ours
+
