@@ -99,12 +99,25 @@ _LOGGING_CODES = _logging_codes()
 _PRINT = print
 
 
+# torch's settings of the process a call may set and set back (a scope of float64 around a RoPE table's
+# arange): a compiled call skips the calls, and its graph's ops run under the caller's settings
+_SETTERS = tuple(f for f in (getattr(torch, n, None) for n in (
+    "set_default_dtype", "set_default_tensor_type", "set_default_device", "set_flush_denormal", "set_num_threads",
+    "set_float32_matmul_precision", "use_deterministic_algorithms", "set_printoptions")) if f is not None)
+_SETTER_CODES = {f.__code__: f"torch.{f.__name__}" for f in _SETTERS if hasattr(f, "__code__")}
+# what a compiled call would skip that makes the call run eagerly (print and logging only warn)
+_SKIPPED_WRITES = frozenset(("warnings.warn", "a write to a file", *(f"torch.{f.__name__}" for f in _SETTERS)))
+
+
 def _skipped_effect(fn):
     """What C function fn, called from traced user code, does that a
     compiled call would skip, as print is: warnings.warn, a write to a file
-    (sys.stderr.write, a log's StringIO); None for others."""
+    (sys.stderr.write, a log's StringIO), one of torch's settings
+    (_SETTERS); None for others."""
     if fn is warnings.warn or fn is warnings.warn_explicit:
         return "warnings.warn"
+    if any(fn is f for f in _SETTERS):
+        return f"torch.{fn.__name__}"
     if getattr(fn, "__name__", None) in ("write", "writelines") and isinstance(getattr(fn, "__self__", None),
                                                                                io.IOBase):
         return "a write to a file"
@@ -357,7 +370,8 @@ class _Trace:
             what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame
         elif event == "call" and frame.f_back is not None:
-            what = "logging" if frame.f_code in _LOGGING_CODES else _outside_code(frame.f_code)
+            what = "logging" if frame.f_code in _LOGGING_CODES else \
+                _SETTER_CODES.get(frame.f_code) or _outside_code(frame.f_code)
             caller = frame.f_back
             # through the standard library (os.environ.get is Mapping.get, in _collections_abc)
             while what not in (None, "logging") and caller.f_back is not None and \
@@ -372,7 +386,7 @@ class _Trace:
             return
         if what in ("print", "logging"):
             self.side_effects.setdefault((filename, caller.f_lineno), what)
-        elif what in ("warnings.warn", "a write to a file"):  # an error filter, a log the user reads: eager
+        elif what in _SKIPPED_WRITES:  # an error filter, a log the user reads, torch's settings: eager
             self.writes.append(f"it calls {what} at {filename}:{caller.f_lineno}, which a compiled call would skip")
         else:
             self.outside.setdefault((filename, caller.f_lineno), what)

@@ -2139,3 +2139,39 @@ def test_a_lookup_by_a_tensors_identity_or_address_runs_eagerly_with_a_warning(f
     ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert ours and f"it calls {words} at {__file__}:" in ours[0], ours
 
+
+def _float64_scope(pos):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return pos[:, None] / (10000 ** (torch.arange(0, 8, 2) / 8)), torch.ones(2)
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _flushes_denormals(x):
+    torch.set_flush_denormal(True)
+    return x * 2
+
+
+@pytest.mark.parametrize("f", [_float64_scope, _flushes_denormals])
+def test_torchs_settings_set_inside_the_call_run_it_eagerly_with_a_warning(f):
+    """A float64 scope around a RoPE table: compiled calls skipped the
+    set_default_dtype calls, and their arange and division gave float32
+    (found by a helper's probe); set_flush_denormal inside was skipped."""
+    jf = torchneuron_jit.jit(f)
+    pos = torch.arange(6)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                torch.set_flush_denormal(False)
+                got = jf(pos)
+                assert torch.get_default_dtype() is torch.float32
+                flushed = (torch.tensor([1e-39]) * 1.0).item() == 0.0  # a denormal result
+                assert flushed == (f is _flushes_denormals)
+                torch.testing.assert_close(got, f(pos))
+    finally:
+        torch.set_flush_denormal(False)
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(ours) == 1 and "it calls torch.set_" in ours[0] and "which a compiled call would skip" in ours[0], ours
