@@ -1730,8 +1730,9 @@ def _training(gm, example_inputs=None):
     it captured it (neuron), under eager's autograd (aot_autograd's joint
     graph refused double backward: a gradient penalty's
     autograd.grad(create_graph=True) and backward through it), or a forward
-    or backward graph aot_autograd made of a graph it found to need them
-    (boxed, as its compilers return them)."""
+    or backward graph aot_autograd made of a graph it found to need them,
+    or of one that checkpoints (_checkpoints), boxed, as its compilers
+    return them."""
     _C.stat_add("training_graphs")
     _log.event("compile", "graph needs gradients: running it eagerly")
     # once: a model called without torch.no_grad() ran wholly eagerly and said nothing
@@ -1750,6 +1751,15 @@ def _needs_gradients(example_inputs):
     """Whether aot_autograd makes a graph of these inputs a training one:
     grad mode on, and an input (a parameter, lifted) that requires grad."""
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+
+def _checkpoints(gm):
+    """Whether Dynamo's graph gm calls torch.utils.checkpoint: run as
+    captured, its recompute in the backward drew other random numbers
+    than its forward (dropout: wrong gradients, as backend="eager" gives
+    them); aot_autograd's forward and backward graphs draw the same."""
+    hop = getattr(torch.ops.higher_order, "tag_activation_checkpoint", None)
+    return hop is not None and any(n.op == "call_function" and n.target is hop for n in gm.graph.nodes)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1791,7 +1801,9 @@ def neuron(gm, example_inputs, mode=None, options=None):
         return _runs_eagerly(gm, "CPU autocast around", f"torch.{fused.__name__} (nn.TransformerEncoderLayer's fast "
                              "path) casts inside itself, which aot_autograd's graph of it would not")
     try:
-        return _training(gm) if _needs_gradients(example_inputs) else _aot(gm, example_inputs)
+        if _needs_gradients(example_inputs) and not _checkpoints(gm):
+            return _training(gm)
+        return _aot(gm, example_inputs)
     except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
         raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
