@@ -2998,6 +2998,15 @@ def wait(timeout=None):
     return _builds.wait(timeout)
 
 
+def _under_transform():
+    """Whether a torch.func transform (vmap, grad, jacrev) is running: its
+    tensors are wrappers without memory of their own, which a guard cannot
+    describe and a kernel cannot read; such calls run eagerly, and count
+    as no failed trace (per-sample gradients made the model eager for
+    good, its plain no_grad calls too)."""
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
 class _Tracer:
     """The Python side of csrc/tracer (tracer.h lists the protocol)."""
 
@@ -3012,6 +3021,9 @@ class _Tracer:
             return None
         if jf is not None and not _manager.may_trace(jf):
             self._note_sizes(fn, args)
+            return None
+        if _under_transform():  # no trace, no failed one: the function's calls outside the transform compile
+            _log.event("recompiles", f"{_where(fn)}: runs eagerly inside a torch.func transform")
             return None
         if reason is not None:
             _log.event("recompiles", f"{_where(fn)}: {reason}")
@@ -3301,7 +3313,7 @@ class _Tracer:
         cache: each record whose guards and code hold for args and that
         JitFunction jf does not hold already, compiled from its stored graph
         (the lowered artifacts come from the cache too)."""
-        if not _records_on() or _builds.busy():
+        if not _records_on() or _builds.busy() or _under_transform():
             # rebuilding a record takes the compile lock the build in flight holds (and pauses it): the
             # call runs eagerly, a miss after the build loads them (the build's own were looked up already)
             return []

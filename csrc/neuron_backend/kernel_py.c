@@ -454,6 +454,11 @@ int tn_py_kernel_read_tensor(KernelObject *k, PyObject *t, int i, int op, int64_
   PyObject *stride = shape ? PyObject_CallMethodNoArgs(t, str_stride) : NULL;
   PyObject *ptr = stride ? PyObject_CallMethodNoArgs(t, tn_py_str_data_ptr) : NULL;
   int rc = -1, srank;
+  if (stride && !ptr && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+    /* a torch.func transform's (vmap, grad): a wrapper "that doesn't have storage" */
+    PyErr_Clear();
+    PyErr_Format(tn_py_NoMemory, "kernel input %d is a tensor without memory (a torch.func transform's)", i);
+  }
   if (ptr && read_ints(shape, sizes, rank) == 0 && read_ints(stride, strides, &srank) == 0) {
     *data = PyLong_AsVoidPtr(ptr);
     rc = PyErr_Occurred() ? -1 : 0;

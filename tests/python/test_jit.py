@@ -1688,3 +1688,71 @@ def test_a_process_forked_while_a_build_is_in_flight_inherits_no_build(monkeypat
 def _scaled_sum(x):
     return torch.tanh(x @ x.T) * 2 + x.sum()
 
+
+
+def test_calls_inside_torch_func_transforms_run_eagerly_and_leave_the_module_compiled():
+    """Per-sample gradients (vmap(grad(functional_call))), jacrev and vmap
+    over a jitted module: guarding their wrapper tensors failed, each call
+    counted as a failed trace, and after four the module ran eagerly for
+    good, its no_grad calls too; a vmap of the compiled sizes ran the plan,
+    whose kernel could not read the wrapper, and the graph went eager for
+    good (found by a helper's probe). Calls inside a transform run eagerly
+    and count as nothing."""
+    from torch.func import functional_call, grad, jacrev, vmap
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).eval()
+    ref = copy.deepcopy(model)
+    jm = torchneuron_jit.jit(model)
+    x, y = torch.randn(5, 8), torch.randn(5, 1)
+    params = {k: v.detach() for k, v in ref.named_parameters()}
+
+    def loss(door, p, xb, yb):
+        return (functional_call(door, p, (xb.unsqueeze(0),)) - yb).square().sum()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            torch.testing.assert_close(jm(x), ref(x))
+            torch.testing.assert_close(jm(x[0]), ref(x[0]))
+        for _ in range(3):
+            torch.testing.assert_close(vmap(grad(lambda *a: loss(jm, *a)), in_dims=(None, 0, 0))(params, x, y),
+                                       vmap(grad(lambda *a: loss(ref, *a)), in_dims=(None, 0, 0))(params, x, y))
+            torch.testing.assert_close(jacrev(jm)(x[:2]), jacrev(ref)(x[:2]))
+            with torch.no_grad():
+                torch.testing.assert_close(vmap(jm)(x), vmap(ref)(x))  # each row the compiled (8,)
+        with torch.no_grad():
+            before = _compiled_hits(jm)
+            for _ in range(4):
+                torch.testing.assert_close(jm(x), ref(x))
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert not [w for w in ours if "eagerly" in w or "failed" in w], ours
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+    assert _compiled_hits(jm) == before + 4
+
+
+def _tanh_affine(x):
+    return torch.tanh(x) * 2 + 1
+
+
+def test_a_vmap_over_a_compiled_variants_sizes_runs_eagerly_and_leaves_the_graph_compiled():
+    """vmap of a jitted function whose compiled variant's sizes are a row's:
+    its guards pass, and the plan's kernel could not read the batched
+    wrapper ("Cannot access data pointer of Tensor that doesn't have
+    storage"): the graph ran eagerly from then on, with a warning."""
+    jf = torchneuron_jit.jit(_tanh_affine)
+    x = torch.randn(5, 8)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(2):
+            torch.testing.assert_close(jf(x[0]), _tanh_affine(x[0]))
+        torch.testing.assert_close(torch.vmap(jf)(x), torch.vmap(_tanh_affine)(x))
+        before = _compiled_hits(jf)
+        for _ in range(3):
+            torch.testing.assert_close(jf(x[0]), _tanh_affine(x[0]))
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+    assert _compiled_hits(jf) == before + 3
+
+
+def _compiled_hits(jf):
+    return sum(v["hits"] for v in torchneuron_jit.explain(jf).variants if v["kind"] != "eager")
