@@ -1783,6 +1783,10 @@ def _graph_of(trace, result):
             return node
         if isinstance(a, (list, tuple)):
             return type(a)(arg(x) for x in a)
+        if isinstance(a, (torch.ScriptObject, torch.Generator)):  # no literal of the graph's code can hold it
+            what = "packed weights (torch.ao.quantization's dynamic quantization)" if \
+                isinstance(a, torch.ScriptObject) else "a torch.Generator (generator=)"
+            raise _NotCompilable(f"it calls {func} with {what}, which jit does not compile")
         return a
 
     leaves, treespec = _dynamic.result_leaves(result)

@@ -1756,3 +1756,29 @@ def test_a_vmap_over_a_compiled_variants_sizes_runs_eagerly_and_leaves_the_graph
 
 def _compiled_hits(jf):
     return sum(v["hits"] for v in torchneuron_jit.explain(jf).variants if v["kind"] != "eager")
+
+
+def _seeded_noise(x):
+    return x + torch.randn(x.shape, generator=torch.Generator().manual_seed(0))
+
+
+def test_ops_given_objects_no_graph_can_hold_run_eagerly_in_words_that_name_them():
+    """quantize_dynamic's packed weights, a torch.Generator made in the call:
+    the graph's generated code held them as text and the function ran
+    eagerly with "compiling the trace failed (SyntaxError: invalid syntax
+    (<eval_with_key>.0, line 5))" (found by a helper's probe)."""
+    torch.manual_seed(0)
+    quantized = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval(),
+        {torch.nn.Linear}, dtype=torch.qint8)
+    x = torch.randn(3, 8)
+    want = [quantized(x), _seeded_noise(x)]
+    for f, expected, words in [(quantized, want[0], "with packed weights (torch.ao.quantization's"),
+                               (_seeded_noise, want[1], "aten.randn.generator with a torch.Generator")]:
+        jf = torchneuron_jit.jit(f)
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            for _ in range(2):
+                torch.testing.assert_close(jf(x), expected)
+        ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+        assert len(ours) == 1 and words in ours[0] and "SyntaxError" not in ours[0], ours
