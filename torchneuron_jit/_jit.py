@@ -2255,6 +2255,10 @@ class _Runner:
                 _side_exit.value = got  # what the miss's words say it read now
                 return _C.SIDE_EXIT
         if self.writebacks:
+            if not torch.is_inference_mode_enabled() and any(inputs[i].is_inference() for i, _ in self.writebacks):
+                # eager's write lands, then its version counter raises: the frame runs as eager runs it (a
+                # write-back that raised after its write would have been made twice)
+                raise RuntimeError("a write into an inference tensor outside inference mode")
             with torch.no_grad():
                 for i, k in self.writebacks:
                     inputs[i].copy_(outs[k])

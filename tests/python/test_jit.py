@@ -1782,3 +1782,28 @@ def test_ops_given_objects_no_graph_can_hold_run_eagerly_in_words_that_name_them
                 torch.testing.assert_close(jf(x), expected)
         ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
         assert len(ours) == 1 and words in ours[0] and "SyntaxError" not in ours[0], ours
+
+
+def _increments(x):
+    x.add_(1)
+    return x * 2
+
+
+def test_a_write_into_an_inference_tensor_outside_inference_mode_is_made_once():
+    """Eager's x.add_(1) on an inference tensor outside inference mode writes,
+    then its version counter raises; the compiled write-back did the same,
+    and the eager run of the frame after it wrote again (found by a
+    helper's probe: 3 where eager leaves 2)."""
+    jf = torchneuron_jit.jit(_increments)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(jf(torch.ones(2)), torch.full((2,), 4.0))
+        with torch.inference_mode():
+            want, got = torch.ones(2), torch.ones(2)
+        errors = []
+        for f, x in ((_increments, want), (jf, got)):
+            with pytest.raises(RuntimeError) as caught:
+                f(x)
+            errors.append(str(caught.value))
+    torch.testing.assert_close(got, want)
+    assert errors[0] == errors[1]
