@@ -953,6 +953,15 @@ class _Trace:
             self.guard_held(spec.add(("func", slot, "partial_args"), f"{words}.args"), value.args, f"{words}.args")
             self.guard_held(spec.add(("func", slot, "partial_keywords"), f"{words}.keywords"), value.keywords,
                             f"{words}.keywords")
+        elif t is functools._lru_cache_wrapper:
+            # @lru_cache def alibi_slopes(n): it answers from its cache, as eagerly, or runs the function it
+            # wraps (its __dict__'s __wrapped__: guarded as a function the call ran, where it ran)
+            spec.add(("type", slot, t), words)
+            self.guard_attributes(slot, value, words, depth, lenient)
+            if self.called(value.__wrapped__):
+                d = spec.add(("const", value.__dict__), f"{words}.__dict__", ("objdict", slot))
+                self.guard_function(spec.add(("key", d, "__wrapped__"), f"{words}.__wrapped__"), value.__wrapped__,
+                                    f"{words}.__wrapped__")
         elif isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, _NAMED) and \
                 state_in_dict(t):
             spec.add(("type", slot, t), words)

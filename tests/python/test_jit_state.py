@@ -2175,3 +2175,40 @@ def test_torchs_settings_set_inside_the_call_run_it_eagerly_with_a_warning(f):
         torch.set_flush_denormal(False)
     ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(ours) == 1 and "it calls torch.set_" in ours[0] and "which a compiled call would skip" in ours[0], ours
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_slopes(n):
+    return torch.tensor([2.0 ** -(i + 1) for i in range(n)]) * SLOPE_SCALE
+
+
+SLOPE_SCALE = 1.0
+
+
+def _scaled_by_cached_slopes(x):
+    return x * _cached_slopes(x.shape[-1]) + 1
+
+
+def test_an_lru_cache_helper_compiles_and_answers_from_its_cache_as_eager():
+    """@lru_cache def alibi_slopes(n) called in the function: it ran eagerly
+    ("a _lru_cache_wrapper, whose contents jit cannot guard"; found by a
+    helper's probe). The wrapper is guarded by identity and its attributes,
+    the function it wraps as a function the call ran; a cached answer stays
+    the answer, as eagerly (SLOPE_SCALE changed after it was cached)."""
+    global SLOPE_SCALE, _cached_slopes
+    jf = torchneuron_jit.jit(_scaled_by_cached_slopes)
+    compiled = torchneuron_jit.stats()["graphs_compiled"]
+    original = _cached_slopes
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for n, scale in [(4, 1.0), (4, 1.0), (4, 3.0), (8, 3.0), (8, 3.0)]:
+                SLOPE_SCALE = scale
+                x = torch.randn(2, n)
+                torch.testing.assert_close(jf(x), _scaled_by_cached_slopes(x))
+            _cached_slopes = functools.lru_cache(lambda n: torch.full((n,), 5.0))  # another helper: a miss
+            torch.testing.assert_close(jf(x), _scaled_by_cached_slopes(x))
+    finally:
+        _cached_slopes, SLOPE_SCALE = original, 1.0
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert torchneuron_jit.stats()["graphs_compiled"] > compiled
