@@ -1730,14 +1730,16 @@ def _training(gm, example_inputs=None):
     it captured it (neuron), under eager's autograd (aot_autograd's joint
     graph refused double backward: a gradient penalty's
     autograd.grad(create_graph=True) and backward through it), or a forward
-    or backward graph aot_autograd made of a graph it found to need them,
-    or of one that checkpoints (_checkpoints), boxed, as its compilers
-    return them."""
+    or backward graph aot_autograd made of a graph it found to need them
+    (boxed, as its compilers return them). Dynamo's graph's checkpoints run
+    eager's checkpoint (_eager_checkpoints)."""
     _C.stat_add("training_graphs")
     _log.event("compile", "graph needs gradients: running it eagerly")
     # once: a model called without torch.no_grad() ran wholly eagerly and said nothing
     _warn_once(f"torch.compile(backend='neuron'): a graph that needs gradients (grad mode on, and parameters or "
                f"inputs that require grad) runs eagerly: {_log.NO_TRAINING}")
+    if example_inputs is None:
+        gm = _eager_checkpoints(gm)
     fallback = gm if example_inputs is None else make_boxed_func(gm)  # gm: what Dynamo holds (explain's weakref)
     _manager.dynamo_graph(fallback, "runs eagerly: the graph needs gradients (compiled training is not built yet)")
     return fallback
@@ -1753,13 +1755,31 @@ def _needs_gradients(example_inputs):
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
-def _checkpoints(gm):
-    """Whether Dynamo's graph gm calls torch.utils.checkpoint: run as
-    captured, its recompute in the backward drew other random numbers
-    than its forward (dropout: wrong gradients, as backend="eager" gives
-    them); aot_autograd's forward and backward graphs draw the same."""
+def _eager_checkpoint(gmod, *args, **kwargs):
+    """What a torch.utils.checkpoint node of Dynamo's graph runs in a graph
+    that runs eagerly (_training): eager's non-reentrant checkpoint, which
+    gives the recompute the forward's random numbers. The higher-order op's
+    own eager form turns preserve_rng_state off (a compiler's graph draws the
+    same numbers its own way): the recompute drew other dropout masks, and
+    the gradients were off."""
+    from torch._higher_order_ops.wrap import TagActivationCheckpoint
+    ckpt, fn_kwargs = TagActivationCheckpoint.divide_kwargs(kwargs)
+    ckpt["use_reentrant"] = False
+    if "_checkpoint_context_fn" in getattr(gmod, "meta", {}):  # selective checkpointing's policy
+        ckpt["context_fn"] = gmod.meta["_checkpoint_context_fn"]
+    return torch.utils.checkpoint.checkpoint(gmod, *args, **ckpt, **fn_kwargs)
+
+
+def _eager_checkpoints(gm):
+    """gm with its torch.utils.checkpoint nodes calling _eager_checkpoint
+    (in place: the graph Dynamo holds runs so)."""
     hop = getattr(torch.ops.higher_order, "tag_activation_checkpoint", None)
-    return hop is not None and any(n.op == "call_function" and n.target is hop for n in gm.graph.nodes)
+    found = [n for n in gm.graph.nodes if hop is not None and n.op == "call_function" and n.target is hop]
+    for node in found:
+        node.target = _eager_checkpoint
+    if found:
+        gm.recompile()
+    return gm
 
 
 @functools.lru_cache(maxsize=None)
@@ -1801,9 +1821,7 @@ def neuron(gm, example_inputs, mode=None, options=None):
         return _runs_eagerly(gm, "CPU autocast around", f"torch.{fused.__name__} (nn.TransformerEncoderLayer's fast "
                              "path) casts inside itself, which aot_autograd's graph of it would not")
     try:
-        if _needs_gradients(example_inputs) and not _checkpoints(gm):
-            return _training(gm)
-        return _aot(gm, example_inputs)
+        return _training(gm) if _needs_gradients(example_inputs) else _aot(gm, example_inputs)
     except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
         raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer
