@@ -973,6 +973,26 @@ class _Trace:
             problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
                             "function needs from it as an argument)")
 
+    def guard_tensor_attributes(self, tensors):
+        """The Python attributes of the tensors among tensors that guards
+        load (parameters, buffers, globals), where user code names one
+        (self.w.scale, a flag on a buffer): a snapshot of the tensor's
+        __dict__. An argument's make the call eager (guard_value)."""
+        names = None
+        for t in {id(t): t for t in tensors}.values():
+            slot = self.tensor_slot.get(id(t))
+            if slot is None or not _user_attributes(t):
+                continue
+            if names is None:
+                names = _names_in([c for c, _ in self.codes if not _records.library_code(c.co_filename)])
+            if names.isdisjoint(_user_attributes(t)) or id(t.__dict__) in self.content_seen:
+                continue
+            self.content_seen.add(id(t.__dict__))
+            attrs, words = t.__dict__, self.spec.names[slot]
+            d = self.spec.add(("const", attrs), f"{words}.__dict__", ("objdict", slot))
+            keys = tuple(attrs)
+            self.spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), f"{words}'s attributes")
+
     def guard_attributes(self, slot, value, words, depth, lenient):
         """guard_content's part for an object's __dict__ (its type guarded)."""
         spec, t = self.spec, type(value)
@@ -1039,6 +1059,7 @@ class _Trace:
                         slot = self.spec.add(("key", d, name), words)
                         if id(value) not in self.tensor_slot:
                             self.tensor_slot[id(value)] = self.tensor_guard(slot, value, words)
+                            self.guard_tensor_attributes([value])
                         else:  # B = W, or W = model.embed.weight: the graph reads one input for both, which a
                             # process where they are two (a trace record's) must not take
                             self.spec.add(("same", slot, self.tensor_slot[id(value)]), words)
@@ -3183,6 +3204,7 @@ class _Tracer:
             trace.guard_grad("the .grad of a tensor that a container, an object or a closure holds", _grad_of(t),
                              constants)
         trace.guard_globals(constants)
+        trace.guard_tensor_attributes(list(trace.tensors) + list(constants.values()))
         trace.guard_closure()
         trace.guard_named_held()
         trace.guard_library_held()

@@ -2212,3 +2212,45 @@ def test_an_lru_cache_helper_compiles_and_answers_from_its_cache_as_eager():
         _cached_slopes, SLOPE_SCALE = original, 1.0
     assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
     assert torchneuron_jit.stats()["graphs_compiled"] > compiled
+
+
+class _TaggedParameters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
+        self.w.scale = 2.0  # a per-parameter scale tagged on the parameter
+        self.register_buffer("b", torch.ones(2))
+        self.b.on = True
+
+    def forward(self, x):
+        y = x * self.w * self.w.scale
+        return y + self.b if self.b.on else y
+
+
+TAGGED = torch.ones(2)
+TAGGED.k = 1.0
+
+
+def _reads_a_tagged_global(x):
+    return x * TAGGED.k
+
+
+def test_python_attributes_of_parameters_buffers_and_global_tensors_are_guarded():
+    """self.w.scale, self.b.on, a global tensor's T.k read in the code:
+    changed after the trace, jit kept the traced values (found by a
+    helper's probe: 3 where eager gives 6). The tensors' attributes the
+    code names are guarded as a snapshot of their __dict__."""
+    ref, m = _TaggedParameters().eval(), _TaggedParameters().eval()
+    jm, jg = torchneuron_jit.jit(m), torchneuron_jit.jit(_reads_a_tagged_global)
+    x = torch.ones(2)
+    try:
+        with torch.no_grad():
+            for scale, on, k in [(2.0, True, 1.0)] * 2 + [(5.0, True, 1.0), (5.0, False, 1.0), (5.0, False, 3.0)]:
+                ref.w.scale = m.w.scale = scale
+                ref.b.on = m.b.on = on
+                TAGGED.k = k
+                torch.testing.assert_close(jm(x), ref(x))
+                torch.testing.assert_close(jg(x), _reads_a_tagged_global(x))
+    finally:
+        TAGGED.k = 1.0
+    assert "self.w's attributes" in str(torchneuron_jit.explain(jm))
