@@ -148,6 +148,7 @@ def _known_shape(func, args, kwargs):
 
 
 # The Python methods of torch.Tensor that read its values without an ATen op, by code
+_TENSOR_HASH = torch.Tensor.__hash__.__code__  # id(self): a dict keyed by tensors finds its entry by identity
 _VALUE_READERS = {torch.Tensor.__repr__.__code__: "__repr__", torch.Tensor.__format__.__code__: "__format__",
                   torch.Tensor.__array__.__code__: "__array__"}
 # torch's RNG seeded or reset by the traced code: a compiled call's random ops draw on from the caller's state
@@ -329,6 +330,7 @@ class _Trace:
         # identifier strings the arguments, globals and closure variables of user code that reaches globals by
         # a name held as data hold (globals()[NAME], getattr(settings, key)): names it may read (_held_names)
         self.held_names = set()
+        self.hashed = {}  # id -> a tensor user code hashed (SCALE[w], w in seen): its identity decides
         self.by_name_codes = set()  # the user codes that reach globals by name (remember_frame)
 
     # -- calls that only tracing runs ---------------------------------------------
@@ -348,6 +350,10 @@ class _Trace:
             except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
                 self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
                                      f"({type(exc).__name__}: {exc})")
+        if event == "call" and frame.f_code is _TENSOR_HASH and frame.f_back is not None and \
+                not _records.library_code(frame.f_back.f_code.co_filename):
+            t = frame.f_locals.get("self")
+            self.hashed.setdefault(id(t), t)
         if event == "call" and frame.f_code is _AUTOCAST_ENTER:  # with torch.autocast(...) inside the call
             self.recorder.autocast = True
         if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
@@ -972,6 +978,16 @@ class _Trace:
             # held by identity
             problems.append(f"{words} is a {t.__qualname__}, whose contents jit cannot guard (pass what the "
                             "function needs from it as an argument)")
+
+    def guard_hashed(self):
+        """The tensors user code hashed (SCALE[w] with SCALE a dict keyed by
+        tensors, w in seen) that guards load, by identity, weakly: what it
+        found depends on which object it was (a tensor's hash is its id)."""
+        for t in self.hashed.values():
+            slot = self.tensor_slot.get(id(t))
+            if slot is not None:
+                self.spec.add(("isweak", slot, weakref.ref(t)), f"{self.spec.names[slot]} (hashed: a dict or set "
+                              "keyed by tensors looks it up by identity)")
 
     def guard_tensor_attributes(self, tensors):
         """The Python attributes of the tensors among tensors that guards
@@ -3205,6 +3221,7 @@ class _Tracer:
                              constants)
         trace.guard_globals(constants)
         trace.guard_tensor_attributes(list(trace.tensors) + list(constants.values()))
+        trace.guard_hashed()
         trace.guard_closure()
         trace.guard_named_held()
         trace.guard_library_held()

@@ -2254,3 +2254,29 @@ def test_python_attributes_of_parameters_buffers_and_global_tensors_are_guarded(
     finally:
         TAGGED.k = 1.0
     assert "self.w's attributes" in str(torchneuron_jit.explain(jm))
+
+
+_BY_TENSOR = {}
+
+
+def _reads_by_tensor_key(x, w):
+    return (x @ w) * _BY_TENSOR[w]
+
+
+def test_a_lookup_in_a_dict_keyed_by_tensors_is_guarded_by_the_tensors_identity():
+    """SCALE[w] with SCALE = {w1: 1.0, w2: 100.0}: a tensor's hash is its
+    id(), taken in torch's own code, so the id() check did not see it, and
+    w2's call got w1's entry (found by a helper's probe). A tensor user code
+    hashes is guarded by identity (weakly)."""
+    ws = [torch.randn(3, 3) for _ in range(3)]
+    _BY_TENSOR.clear()
+    _BY_TENSOR.update({w: 10.0 ** i for i, w in enumerate(ws)})
+    jf = torchneuron_jit.jit(_reads_by_tensor_key)
+    x = torch.randn(2, 3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in (0, 0, 1, 2, 1, 0):
+            torch.testing.assert_close(jf(x, ws[i]), _reads_by_tensor_key(x, ws[i]))
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert len(torchneuron_jit.explain(jf).variants) == 3
+    assert "hashed: a dict or set keyed by tensors" in str(torchneuron_jit.explain(jf))
