@@ -103,7 +103,8 @@ _PRINT = print
 # arange): a compiled call skips the calls, and its graph's ops run under the caller's settings
 _SETTERS = tuple(f for f in (getattr(torch, n, None) for n in (
     "set_default_dtype", "set_default_tensor_type", "set_default_device", "set_flush_denormal", "set_num_threads",
-    "set_float32_matmul_precision", "use_deterministic_algorithms", "set_printoptions")) if f is not None)
+    "set_float32_matmul_precision", "use_deterministic_algorithms", "set_deterministic_debug_mode",
+    "set_warn_always", "set_printoptions")) if f is not None)
 _SETTER_CODES = {f.__code__: f"torch.{f.__name__}" for f in _SETTERS if hasattr(f, "__code__")}
 # what a compiled call would skip that makes the call run eagerly (print and logging only warn)
 _SKIPPED_WRITES = frozenset(("warnings.warn", "a write to a file", *(f"torch.{f.__name__}" for f in _SETTERS)))

@@ -2154,7 +2154,12 @@ def _flushes_denormals(x):
     return x * 2
 
 
-@pytest.mark.parametrize("f", [_float64_scope, _flushes_denormals])
+def _warns_always(x):
+    torch.set_warn_always(False)
+    return x * 2
+
+
+@pytest.mark.parametrize("f", [_float64_scope, _flushes_denormals, _warns_always])
 def test_torchs_settings_set_inside_the_call_run_it_eagerly_with_a_warning(f):
     """A float64 scope around a RoPE table: compiled calls skipped the
     set_default_dtype calls, and their arange and division gave float32
