@@ -130,6 +130,7 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
                              PyObject *reason)
 {
   PyObject *args = tn_hook_frame_args(f), *codes = PyList_New(0), *token = NULL, *res = NULL;
+  int again = cs->es_n > 0;  /* a recompile: the function had a variant (one evicted below included) */
   if (!args || !codes)
     goto done;
   if (note_frame_into(codes, f) < 0)
@@ -147,6 +148,8 @@ static PyObject *trace_frame(PyThreadState *ts, _PyInterpreterFrame *f, tn_activ
   if (cs->es_n < limit || (cold = tn_entries_cold(cs, limit, tn_config_int(TN_CFG_jit_evict_after))) < 0 ||
       evict(a->ac_jf, cs, cold) == 0) {
     tn_stat_add(TN_STAT_traces, 1);
+    if (again)  /* not a call that ran eagerly untraced (a build in flight, a backoff) */
+      tn_stat_add(TN_STAT_recompiles, 1);
     a->ac_codes = codes;
     tn_hook_tracing++;
     res = _PyEval_EvalFrameDefault(ts, f, 0);
@@ -334,8 +337,6 @@ retry:
     res = _PyEval_EvalFrameDefault(ts, f, 0);
     goto done;
   }
-  if (cs->es_n > 0)
-    tn_stat_add(TN_STAT_recompiles, 1);
   res = trace_frame(ts, f, a, cs, reason);
 done:
   if (slots != small)

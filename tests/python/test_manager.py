@@ -814,3 +814,35 @@ def test_a_relation_of_sizes_is_named_whole():
     words = "sizes: Ne(Mod(8 - (Mod(s0, 8)), 8), 0) fails (input_ids.size(1) is 15)"
     assert _subject(words) == "sizes: Ne(Mod(8 - (Mod(s0, 8)), 8), 0)"
     assert _subject("sizes: x.size(1) >= 2 fails (x.size(1) is 1)") == "sizes: x.size(1) >= 2"
+
+
+def _doubled(x):
+    return x * 2 + 1
+
+
+def test_calls_that_run_eagerly_while_a_build_is_in_flight_count_no_recompile(monkeypatch):
+    """Back-to-back calls of new sizes while the first variant builds in
+    the background run eagerly untraced: each was counted in recompiles
+    (a serving loop showed 796 recompiles for 2 traces: a storm that was
+    not there; found by a helper's serving probe)."""
+    import time
+
+    from torchneuron_jit import backend
+    inner = backend.compile_inference
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", slow)
+    jf = torchneuron_jit.jit(_doubled)
+    before = torchneuron_jit.stats()
+    with torchneuron_jit.config.patch(compile_blocking=False, build_worker="thread"):
+        torch.testing.assert_close(jf(torch.ones(3)), _doubled(torch.ones(3)))
+        for n in range(4, 12):  # while it builds: eagerly, untraced
+            torch.testing.assert_close(jf(torch.ones(n)), _doubled(torch.ones(n)))
+        assert _jit.wait(60)
+    after = torchneuron_jit.stats()
+    assert after["calls_while_building"] > before["calls_while_building"]
+    traces, recompiles = (after[k] - before[k] for k in ("traces", "recompiles"))
+    assert recompiles <= max(traces - 1, 0), (traces, recompiles)
