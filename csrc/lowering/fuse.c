@@ -7,6 +7,7 @@
 #include <mimalloc.h>
 #include <string.h>
 
+#include "../neuron_backend/launch.h"
 #include "../neuron_backend/runtime.h"
 
 struct tn_fusion {
@@ -1533,6 +1534,54 @@ static int32_t *heap_ids(tn_fusion *f, uint32_t n)
   return mi_heap_calloc(f->fu_heap, n ? n : 1, sizeof(int32_t));
 }
 
+/* needed[v] = whether value v must be written: read outside the group
+** that makes it, or a graph output. */
+static void mark_needed(fuse_state *s, uint8_t *needed)
+{
+  const tn_graph *g = s->fs_g;
+  memset(needed, 0, tn_graph_num_values(g));
+  for (uint32_t i = 0; i < tn_graph_num_nodes(g); i++) {
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    uint32_t a = 0, e = 0;
+    for (int32_t v; (v = tn_graph_node_input(n, &a, &e)) >= 0;) {
+      int32_t p = producer(g, v);
+      if (p >= 0 && s->fs_group_of[p] >= 0 && s->fs_group_of[p] != s->fs_group_of[i])
+        needed[v] = 1;
+    }
+  }
+  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
+    needed[tn_graph_outputs(g)[o]] = 1;
+}
+
+/* At least the operands group k's kernel takes (build_group): the values
+** it reads from outside (counted once; a gather's table and index once
+** more, as they are operands of their own), a GEMM's product, and the
+** values it must write (needed). vmark: per value, the stamp of the last
+** count that took it (stamp: this count's, never 0). */
+static uint32_t group_operands(fuse_state *s, int32_t k, const uint8_t *needed, uint32_t *vmark, uint32_t stamp)
+{
+  const tn_graph *g = s->fs_g;
+  uint32_t count = s->fs_anchor[k] >= 0 && s->fs_rdims[k] < 0 ? 1 : 0;
+  for (uint32_t i = (uint32_t)s->fs_first[k]; i < tn_graph_num_nodes(g); i++) {
+    if (s->fs_group_of[i] != k)
+      continue;
+    const tn_node *n = tn_graph_node(g, (int32_t)i);
+    if (fuse_rule_of(n->no_op).fr_kind == FK_GATHER)
+      count += 2;
+    uint32_t a = 0, e = 0;
+    for (int32_t v; (v = tn_graph_node_input(n, &a, &e)) >= 0;) {
+      int32_t p = producer(g, v);
+      if ((p < 0 || s->fs_group_of[p] != k) && vmark[v] != stamp) {
+        vmark[v] = stamp;
+        count++;
+      }
+    }
+    for (uint32_t o = 0; o < n->no_nout; o++)
+      count += needed[n->no_out[o]];
+  }
+  return count;
+}
+
 /* Builds group k's node list, operands and program. */
 static int build_group(fuse_state *s, int32_t k, tn_fgroup *grp, int32_t *bufof, int32_t *sof, uint8_t *needed)
 {
@@ -1756,8 +1805,9 @@ int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out
   int32_t *bufof = heap_ids(f, nv), *sof = heap_ids(f, nv);
   int32_t *renum = heap_ids(f, nn);
   uint8_t *needed = mi_heap_zalloc(heap, nv ? nv : 1);
+  uint32_t *vmark = mi_heap_calloc(heap, nv ? nv : 1, sizeof(uint32_t)), stamp = 0;
   if (!s.fs_group_of || !s.fs_first || !s.fs_count || !s.fs_anchor || !s.fs_rdims || !s.fs_seen || !s.fs_stack ||
-      !bufof || !sof || !renum || !needed) {
+      !bufof || !sof || !renum || !needed || !vmark) {
     mi_heap_destroy(heap);
     return TN_ENOMEM;
   }
@@ -1818,18 +1868,24 @@ int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out
   for (uint32_t i = 0; i < nn; i++)
     absorb_factory(&s, i);
 
-  /* values a group must write: read outside it, or graph outputs */
-  for (uint32_t i = 0; i < nn; i++) {
-    const tn_node *n = tn_graph_node(g, (int32_t)i);
-    uint32_t a = 0, e = 0;
-    for (int32_t v; (v = tn_graph_node_input(n, &a, &e)) >= 0;) {
-      int32_t p = producer(g, v);
-      if (p >= 0 && s.fs_group_of[p] >= 0 && s.fs_group_of[p] != s.fs_group_of[i])
-        needed[v] = 1;
-    }
+  /* a kernel takes at most TN_LAUNCH_MAX_OPERANDS tensors: a group that would take more (a sum of 64 cached
+  ** tensors) leaves its nodes to PyTorch, and what the other groups must write is counted again */
+  for (int dissolved = 1; dissolved;) {
+    mark_needed(&s, needed);
+    dissolved = 0;
+    for (uint32_t k = 0; k < s.fs_ngroups; k++)
+      if (renum[k] >= 0 && group_operands(&s, (int32_t)k, needed, vmark, ++stamp) > TN_LAUNCH_MAX_OPERANDS) {
+        for (uint32_t i = 0; i < nn; i++)
+          if (s.fs_group_of[i] == (int32_t)k)
+            s.fs_group_of[i] = -1;
+        renum[k] = -1;
+        dissolved = 1;
+      }
   }
-  for (uint32_t o = 0; o < tn_graph_num_outputs(g); o++)
-    needed[tn_graph_outputs(g)[o]] = 1;
+  kept = 0;
+  for (uint32_t k = 0; k < s.fs_ngroups; k++)
+    if (renum[k] >= 0)
+      renum[k] = (int32_t)kept++;
 
   f->fu_groups = mi_heap_calloc(heap, kept ? kept : 1, sizeof(tn_fgroup));
   if (!f->fu_groups)

@@ -99,6 +99,47 @@ START_TEST(test_groups_and_outputs)
 }
 END_TEST
 
+/* out = q + k0 + k1 + ... over n inputs: one chain of adds. */
+static tn_graph *sum_of(int n)
+{
+  tn_graph *g;
+  tn_meta f2 = {TN_DTYPE_FLOAT32, 2, S2, ST2};
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  int32_t in[70], acc;
+  ck_assert_int_le(n, 70);
+  for (int i = 0; i < n; i++) { /* inputs before the first node */
+    tn_input_desc ix = {TN_VALUE_ARG, i, NULL, f2};
+    ck_assert_int_eq(tn_graph_add_input(g, &ix, &in[i]), TN_OK);
+  }
+  acc = in[0];
+  for (int i = 1; i < n; i++) {
+    tn_arg aa[3] = {T(acc), T(in[i]), I(1)};
+    ck_assert_int_eq(tn_graph_add_node(g, TN_OP_add_Tensor, NULL, aa, 3, &f2, 1, &acc), TN_OK);
+  }
+  ck_assert_int_eq(tn_graph_set_outputs(g, &acc, 1), TN_OK);
+  return g;
+}
+
+/* A kernel takes at most TN_LAUNCH_MAX_OPERANDS tensors: a group of 65
+** inputs and its result made the kernel's construction fail, and the whole
+** graph ran eagerly. It is left to PyTorch, node by node; 63 inputs fuse. */
+START_TEST(test_a_group_of_more_operands_than_a_kernel_takes_is_not_made)
+{
+  for (int n = 63; n <= 65; n++) {
+    tn_graph *g = sum_of(n);
+    tn_fusion *f;
+    ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 0, &f), TN_OK);
+    for (uint32_t k = 0; k < tn_fusion_count(f); k++) {
+      const tn_fgroup *grp = tn_fusion_group(f, k);
+      ck_assert_uint_le(grp->fg_ninputs + grp->fg_noutputs, 64);
+    }
+    ck_assert_uint_eq(tn_fusion_count(f), n <= 63 ? 1 : 0);
+    tn_fusion_free(f);
+    tn_graph_free(g);
+  }
+}
+END_TEST
+
 START_TEST(test_kernel_matches_reference_with_broadcast_and_strides)
 {
   int32_t a, c;
@@ -2014,6 +2055,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, NULL, reset_isa);
   tcase_add_test(tc, test_groups_and_outputs);
+  tcase_add_test(tc, test_a_group_of_more_operands_than_a_kernel_takes_is_not_made);
   tcase_add_test(tc, test_kernel_matches_reference_with_broadcast_and_strides);
   tcase_add_test(tc, test_kernel_tiles_and_rows);
   tcase_add_loop_test(tc, test_runtime_nan_rules, 0, 4);

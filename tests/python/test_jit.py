@@ -1807,3 +1807,25 @@ def test_a_write_into_an_inference_tensor_outside_inference_mode_is_made_once():
             errors.append(str(caught.value))
     torch.testing.assert_close(got, want)
     assert errors[0] == errors[1]
+
+
+def _sums(q, kv):
+    out = q
+    for k in kv:
+        out = out + k
+    return out
+
+
+def test_a_chain_over_more_tensors_than_a_kernel_takes_compiles():
+    """A sum over 64 cached tensors: its one group would take 65 operands,
+    the kernel refused it, and the whole graph ran eagerly with "could not
+    compile a graph ... a kernel takes 1..64 operands" (found by a
+    helper's probe). The group's nodes run through PyTorch instead."""
+    kv, q = [torch.randn(4, 4) for _ in range(64)], torch.randn(4, 4)
+    jf = torchneuron_jit.jit(_sums)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(2):
+            torch.testing.assert_close(jf(q, kv), _sums(q, kv))
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
