@@ -3531,20 +3531,23 @@ def _records_kind(args):
     identity, other values by type and (small immutable ones) by value;
     None when it cannot be told. Two calls of one kind have the same key
     while the modules' structure stays as it is (the key holds every size's
-    records: which of them apply depends on the sizes)."""
+    records: which of them apply depends on the sizes), and which tensors
+    are one."""
     from . import backend, cache
     try:
         leaves = pytree.tree_leaves(args)
     except Exception:  # ours: look the records up
         return None
     kind = [tuple(read() for read in _records.STATE.values()), backend._key_context(), cache.directory()]
+    first = {}  # id -> place of the first leaf that is that tensor: one passed twice is another key ("same")
     for leaf in leaves:
         if _dynamic.plain_object(leaf):  # by what it holds (a cache before its first step, and after)
             held = list(_dynamic.held_values(leaf))
             kind.append((type(leaf), tuple(path for path, _ in held)))
             leaves.extend(v for _, v in held)
         elif isinstance(leaf, torch.Tensor):
-            kind.append(("tensor", leaf.dtype, leaf.dim(), leaf.layout, leaf.device, leaf.requires_grad))
+            kind.append(("tensor", leaf.dtype, leaf.dim(), leaf.layout, leaf.device, leaf.requires_grad,
+                         first.setdefault(id(leaf), len(kind))))
         elif isinstance(leaf, torch.nn.Module):
             kind.append(("module", id(leaf)))
         elif leaf is None or type(leaf) in (bool, int, float, str, torch.device, torch.dtype):

@@ -1158,3 +1158,13 @@ def test_threads_storing_records_of_one_key_at_once_keep_each_others(monkeypatch
         w.join()
     assert stored == [True, True]
     assert sorted(v["id"] for v in _records.read(key)) == ["a", "b"]
+
+
+def test_calls_passing_one_tensor_twice_or_two_are_records_of_other_kinds():
+    """A call passing x twice has another record key ("same" guard) than
+    one passing x and y: the memo of kinds that held no record took them
+    for one kind, and after f(x, x) found none, f(x, y) did not look for
+    the record another process had stored (found by a helper's probe)."""
+    x, y = torch.randn(5), torch.randn(5)
+    assert _jit._records_kind((x, x)) != _jit._records_kind((x, y))
+    assert _jit._records_kind((x, y)) == _jit._records_kind((y, x)) == _jit._records_kind((torch.randn(5), y))
