@@ -2637,6 +2637,9 @@ class _Builds:
         self.lock = threading.Lock()
         # the _Builds in flight: one, but for calls of several threads that traced at once (each saw none)
         self.pending = []
+        # build threads that may not have ended: idle is set before a thread drops what it holds (its
+        # arguments, the build's tensors), which the exit waits for too (join)
+        self.threads = []
         self.since = None         # _C.build_busy() when the last build began
         self.idle = threading.Event()
         self.idle.set()
@@ -2696,6 +2699,16 @@ class _Builds:
         build.thread = threading.Thread(target=self._run, args=(build, threads, child, t0, watch),
                                         name="torchneuron_jit build", daemon=True)
         build.thread.start()
+        with self.lock:
+            self.threads = [t for t in self.threads if t.is_alive()] + [build.thread]
+
+    def join(self, timeout):
+        """Waits, timeout seconds at most in all, for the build threads to
+        end; True when none is left."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self.threads):
+            thread.join(max(deadline - time.monotonic(), 0))
+        return not any(t.is_alive() for t in self.threads)
 
     def _done(self, build):
         """build is no longer in flight; idle when none is (wait returns)."""
@@ -3034,13 +3047,18 @@ def _at_exit():
     the thread, at its next Python instruction), and waits for its thread
     to end: a daemon thread still in PyTorch's C++ code when the
     interpreter finalised aborted the process ("terminate called without
-    an active exception", SIGABRT or SIGSEGV) after a script's last line."""
+    an active exception", SIGABRT or SIGSEGV) after a script's last line:
+    a build is done before its thread has dropped its arguments (the
+    build's tensors, freed in finalisation, took the GIL back), so the exit
+    joins the threads too."""
     if _builds.wait(_EXIT_WAIT_S):
+        _builds.join(10)
         return
     _log.event("compile", f"exit: a variant still being built after {_EXIT_WAIT_S} s is given up")
     _BuildChild.kill_all()
     _builds.stop()
     _builds.wait(10)
+    _builds.join(10)
 
 
 atexit.register(_at_exit)

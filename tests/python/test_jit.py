@@ -1829,3 +1829,28 @@ def test_a_chain_over_more_tensors_than_a_kernel_takes_compiles():
             torch.testing.assert_close(jf(q, kv), _sums(q, kv))
     assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
     assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
+def test_the_exit_waits_for_the_build_threads_to_end(monkeypatch):
+    """A build is done (wait() returns) before its thread has dropped its
+    arguments, the build's tensors: at exit, their release in Python's
+    finalisation took the GIL back and aborted the process ("terminate
+    called without an active exception", SIGABRT after the script's last
+    line; found by a helper's probe, Whisper's generate). _at_exit joins
+    the build threads too. Here the thread lingers 0.5 s after its build."""
+    import time
+    done = _jit._Builds._done
+
+    def lingering(self, build):
+        done(self, build)
+        time.sleep(0.5)
+
+    monkeypatch.setattr(_jit._Builds, "_done", lingering)
+    jf = torchneuron_jit.jit(lambda x: x * 3 + 1)
+    with config.patch(compile_blocking=False, build_worker="thread"), torch.no_grad():
+        jf(torch.ones(3))
+        assert _jit.wait(60)
+        threads = [t for t in threading.enumerate() if t.name == "torchneuron_jit build"]
+        assert threads
+        _jit._at_exit()
+        assert not any(t.is_alive() for t in threads)
