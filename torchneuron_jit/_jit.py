@@ -331,6 +331,7 @@ class _Trace:
         # identifier strings the arguments, globals and closure variables of user code that reaches globals by
         # a name held as data hold (globals()[NAME], getattr(settings, key)): names it may read (_held_names)
         self.held_names = set()
+        self.own_tensor_slots = []  # the first slot of each tensor argument not inside an argument object
         self.hashed = {}  # id -> a tensor user code hashed (SCALE[w], w in seen): its identity decides
         self.by_name_codes = set()  # the user codes that reach globals by name (remember_frame)
 
@@ -564,6 +565,8 @@ class _Trace:
             first = self.tensor_slot.setdefault(id(value), slot)
             if first != slot:  # one tensor passed twice: the graph reads it once, for both
                 spec.add(("same", slot, first), name)
+            elif not self.inside_object:  # one of an argument object is its object's (guard_distinct)
+                self.own_tensor_slots.append(slot)
             self.tensors.append(value)
             self.grads.setdefault(id(value), _grad_of(value))
         elif t is bool or value is None:
@@ -840,14 +843,13 @@ class _Trace:
                     self.remember(f"argument {name}[{k!r}]", item)
             else:
                 self.remember(f"argument {name}", value)
-        tensors = len(self.tensor_slot)
+        slots = list(self.own_tensor_slots)
         for k, name, cell, value in _closure_cells(self.fn):
             if isinstance(value, PRIMITIVES + _NAMED + (torch.nn.Module,)) or type(value) in _TENSOR_TYPES or \
                     _by_value(value) or type(value) is torch.Size:
                 c = self.spec.add(("const", cell), name, ("closure", k))
                 self.guard_value(self.spec.add(("cell", c), name), value, name)
         # as many different tensors as in the trace (code may ask `q is kv`; one passed twice is "same")
-        slots = list(self.tensor_slot.values())[:tensors]
         if len(slots) > 1:
             self.spec.add(("distinct", tuple(slots)), "the tensor arguments (one passed where the trace had two)")
         self.argument_guards = len(self.spec)
