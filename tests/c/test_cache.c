@@ -654,11 +654,14 @@ START_TEST(test_removed_lock_or_data_file_poisons_the_handle)
 }
 END_TEST
 
-START_TEST(test_concurrent_processes_no_loss)
+/* Runs work(c, p) in procs forked children at once, each with a handle of
+** its own on the store; fails the test when one fails (what names their
+** role in the message). */
+static void run_children(int procs, int (*work)(tn_cache *c, int p), const char *what)
 {
-  enum { PROCS = 4, EACH = 600 };
-  pid_t pids[PROCS];
-  for (int p = 0; p < PROCS; p++) {
+  pid_t pids[8];
+  ck_assert_int_le(procs, 8);
+  for (int p = 0; p < procs; p++) {
     pids[p] = fork();
     ck_assert_int_ge(pids[p], 0);
     if (pids[p] == 0) {
@@ -667,89 +670,98 @@ START_TEST(test_concurrent_processes_no_loss)
       char err[8192];
       int ok = tn_cache_open(dir, &opt, &c, err, sizeof err) == TN_OK;
       if (!ok)
-        fprintf(stderr, "child %d open: %s\n", p, err);
-      for (uint32_t i = 0; ok && i < EACH; i++) {
-        uint8_t key[16], buf[700];
-        make_key(key, 100 + (uint32_t)p, i);
-        fill(buf, sizeof buf, i);
-        ok = tn_cache_put(c, TN_CACHE_ARTIFACTS, key, buf, sizeof buf) == TN_OK;
-        if (!ok)
-          fprintf(stderr, "child %d put %u: %s\n", p, i, tn_cache_errmsg(c));
-      }
+        fprintf(stderr, "%s %d open: %s\n", what, p, err);
+      if (ok && !(ok = work(c, p)))
+        fprintf(stderr, "%s %d: %s\n", what, p, tn_cache_errmsg(c));
       if (ok)
         tn_cache_close(c);
       _exit(ok ? 0 : 1);
     }
   }
-  for (int p = 0; p < PROCS; p++) {
+  for (int p = 0; p < procs; p++) {
     int status;
     ck_assert_int_eq(waitpid(pids[p], &status, 0), pids[p]);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d failed", p);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s %d failed", what, p);
   }
+}
+
+enum { WRITERS = 4, WRITES = 600 };
+
+/* Writer p's records: keys (100 + p, i). */
+static int write_records(tn_cache *c, int p)
+{
+  for (uint32_t i = 0; i < WRITES; i++) {
+    uint8_t key[16], buf[700];
+    make_key(key, 100 + (uint32_t)p, i);
+    fill(buf, sizeof buf, i);
+    if (tn_cache_put(c, TN_CACHE_ARTIFACTS, key, buf, sizeof buf) != TN_OK)
+      return 0;
+  }
+  return 1;
+}
+
+START_TEST(test_concurrent_processes_no_loss)
+{
+  run_children(WRITERS, write_records, "writer");
   tn_cache *c = open_cache(0, 64 << 20);
   tn_cache_info st;
   ck_assert_int_eq(tn_cache_stats(c, &st), TN_OK);
-  ck_assert_uint_eq(st.cs_entries, PROCS * EACH);
-  for (int p = 0; p < PROCS; p++)
-    for (uint32_t i = 0; i < EACH; i += 13)
+  ck_assert_uint_eq(st.cs_entries, WRITERS * WRITES);
+  for (int p = 0; p < WRITERS; p++)
+    for (uint32_t i = 0; i < WRITES; i += 13)
       ck_assert(has(c, 100 + (uint32_t)p, i));
   tn_cache_close(c);
 }
 END_TEST
 
+enum { COUNTERS = 4, INCREMENTS = 150 };
+
+/* Adds INCREMENTS to the counter under key (6, 0): read, add one, replace,
+** again where another counter came first. */
+static int count_up(tn_cache *c, int p)
+{
+  (void)p;
+  uint8_t key[16];
+  make_key(key, 6, 0);
+  for (int i = 0; i < INCREMENTS;) {
+    void *v;
+    size_t len;
+    uint32_t n = 0;
+    int rc = tn_cache_get(c, TN_CACHE_TRACES, key, &v, &len);
+    if (rc != TN_OK && rc != TN_ENOTFOUND)
+      return 0;
+    if (rc == TN_OK) {
+      int ok = len == sizeof n;
+      memcpy(&n, v, ok ? sizeof n : 0);
+      free(v);
+      if (!ok)
+        return 0;
+    }
+    uint32_t next = n + 1;
+    int put = tn_cache_replace(c, TN_CACHE_TRACES, key, rc == TN_OK ? &n : NULL, rc == TN_OK ? sizeof n : 0,
+                               &next, sizeof next);
+    if (put != TN_OK && put != TN_ECHANGED)
+      return 0;
+    i += put == TN_OK;
+  }
+  return 1;
+}
+
 /* Read, add one, replace: processes counting at once lose no increment. */
 START_TEST(test_replace_loses_no_concurrent_update)
 {
-  enum { PROCS = 4, EACH = 150 };
-  uint8_t key[16];
-  make_key(key, 6, 0);
-  pid_t pids[PROCS];
-  for (int p = 0; p < PROCS; p++) {
-    pids[p] = fork();
-    ck_assert_int_ge(pids[p], 0);
-    if (pids[p] == 0) {
-      tn_cache_options opt = {256 << 10, 64 << 20, 1};
-      tn_cache *c;
-      char err[8192];
-      int ok = tn_cache_open(dir, &opt, &c, err, sizeof err) == TN_OK;
-      for (int i = 0; ok && i < EACH;) {
-        void *v;
-        size_t len;
-        uint32_t n = 0;
-        int rc = tn_cache_get(c, TN_CACHE_TRACES, key, &v, &len);
-        ok = rc == TN_OK || rc == TN_ENOTFOUND;
-        if (rc == TN_OK) {
-          ok = len == sizeof n;
-          memcpy(&n, v, sizeof n);
-          free(v);
-        }
-        uint32_t next = n + 1;
-        rc = ok ? tn_cache_replace(c, TN_CACHE_TRACES, key, rc == TN_OK ? &n : NULL,
-                                   rc == TN_OK ? sizeof n : 0, &next, sizeof next) : TN_EINVAL;
-        ok = rc == TN_OK || rc == TN_ECHANGED;
-        i += rc == TN_OK;
-        if (!ok)
-          fprintf(stderr, "child %d: %d %s\n", p, rc, tn_cache_errmsg(c));
-      }
-      if (ok)
-        tn_cache_close(c);
-      _exit(ok ? 0 : 1);
-    }
-  }
-  for (int p = 0; p < PROCS; p++) {
-    int status;
-    ck_assert_int_eq(waitpid(pids[p], &status, 0), pids[p]);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "counter %d failed", p);
-  }
+  run_children(COUNTERS, count_up, "counter");
   tn_cache *c = open_cache(0, 64 << 20);
+  uint8_t key[16];
   void *v;
   size_t len;
   uint32_t n;
+  make_key(key, 6, 0);
   ck_assert_int_eq(tn_cache_get(c, TN_CACHE_TRACES, key, &v, &len), TN_OK);
   ck_assert_uint_eq(len, sizeof n);
   memcpy(&n, v, sizeof n);
   free(v);
-  ck_assert_uint_eq(n, PROCS * EACH);
+  ck_assert_uint_eq(n, COUNTERS * INCREMENTS);
   tn_cache_close(c);
 }
 END_TEST
