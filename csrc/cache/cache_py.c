@@ -178,34 +178,27 @@ static PyObject *Cache_replace(PyObject *o, PyObject *args)
   CacheObject *self = (CacheObject *)o;
   int table, rc;
   Py_buffer key, old = {0}, val;
-  PyObject *oldobj;
+  PyObject *oldobj, *res = NULL;
   tn_cache *c;
   if (!PyArg_ParseTuple(args, "iy*Oy*:replace", &table, &key, &oldobj, &val))
     return NULL;
   if (oldobj != Py_None && PyObject_GetBuffer(oldobj, &old, PyBUF_SIMPLE) < 0) {
-    PyBuffer_Release(&key);
-    PyBuffer_Release(&val);
     PyErr_Format(PyExc_TypeError, "old must be bytes or None, not %.100s", Py_TYPE(oldobj)->tp_name);
-    return NULL;
+    goto done;
   }
-  if (parse_key(table, &key) < 0 || !(c = cache_begin(self))) {
-    PyBuffer_Release(&key);
-    PyBuffer_Release(&val);
-    if (old.obj)
-      PyBuffer_Release(&old);
-    return NULL;
-  }
+  if (parse_key(table, &key) < 0 || !(c = cache_begin(self)))
+    goto done;
   Py_BEGIN_ALLOW_THREADS
   rc = tn_cache_replace(c, table, key.buf, old.obj ? old.buf : NULL, old.obj ? (size_t)old.len : 0,
                         val.buf, (size_t)val.len);
   Py_END_ALLOW_THREADS
+  res = rc == TN_OK ? Py_NewRef(Py_True) : rc == TN_ECHANGED ? Py_NewRef(Py_False) : cache_raise_handle(self, rc);
+  cache_end(self);
+done:
   PyBuffer_Release(&key);
   PyBuffer_Release(&val);
   if (old.obj)
     PyBuffer_Release(&old);
-  PyObject *res = rc == TN_OK ? Py_NewRef(Py_True)
-                  : rc == TN_ECHANGED ? Py_NewRef(Py_False) : cache_raise_handle(self, rc);
-  cache_end(self);
   return res;
 }
 
