@@ -1857,11 +1857,10 @@ int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out
     }
   }
 
-  /* single-node pointwise groups stay with eager (but those feeding a cat); number the rest */
-  uint32_t kept = 0;
-  for (uint32_t k = 0; k < s.fs_ngroups; k++)
+  /* single-node pointwise groups stay with eager (but those feeding a cat) */
+  for (uint32_t k = 0; k < s.fs_ngroups; k++) /* kept (0: numbered below) or not (-1) */
     renum[k] = s.fs_count[k] >= 2 || (s.fs_anchor[k] >= 0 && s.fs_count[k] >= 1) ||
-               (s.fs_count[k] == 1 && feeds_cat(&s, (int32_t)k)) ? (int32_t)kept++ : -1;
+               (s.fs_count[k] == 1 && feeds_cat(&s, (int32_t)k)) ? 0 : -1;
   for (uint32_t i = 0; i < nn; i++)
     if (s.fs_group_of[i] >= 0 && renum[s.fs_group_of[i]] < 0)
       s.fs_group_of[i] = -1;
@@ -1882,7 +1881,7 @@ int tn_fuse_graph(const tn_graph *g, int flags, int64_t min_row, tn_fusion **out
         dissolved = 1;
       }
   }
-  kept = 0;
+  uint32_t kept = 0; /* the groups kept, numbered */
   for (uint32_t k = 0; k < s.fs_ngroups; k++)
     if (renum[k] >= 0)
       renum[k] = (int32_t)kept++;
