@@ -100,14 +100,15 @@ _PRINT = print
 
 
 # torch's settings of the process a call may set and set back (a scope of float64 around a RoPE table's
-# arange): a compiled call skips the calls, and its graph's ops run under the caller's settings
-_SETTERS = tuple(f for f in (getattr(torch, n, None) for n in (
-    "set_default_dtype", "set_default_tensor_type", "set_default_device", "set_flush_denormal", "set_num_threads",
-    "set_float32_matmul_precision", "use_deterministic_algorithms", "set_deterministic_debug_mode",
-    "set_warn_always", "set_printoptions")) if f is not None)
-_SETTER_CODES = {f.__code__: f"torch.{f.__name__}" for f in _SETTERS if hasattr(f, "__code__")}
+# arange): a compiled call skips the calls, and its graph's ops run under the caller's settings. Each by
+# what the profile hook sees of it: a Python function's code (a call event), a C function itself (c_call)
+_SETTERS = {getattr(f, "__code__", f): f"torch.{name}" for name, f in (
+    (n, getattr(torch, n, None)) for n in (
+        "set_default_dtype", "set_default_tensor_type", "set_default_device", "set_flush_denormal", "set_num_threads",
+        "set_float32_matmul_precision", "use_deterministic_algorithms", "set_deterministic_debug_mode",
+        "set_warn_always", "set_printoptions")) if f is not None}
 # what a compiled call would skip that makes the call run eagerly (print and logging only warn)
-_SKIPPED_WRITES = frozenset(("warnings.warn", "a write to a file", *(f"torch.{f.__name__}" for f in _SETTERS)))
+_SKIPPED_WRITES = frozenset(("warnings.warn", "a write to a file", *_SETTERS.values()))
 
 
 def _skipped_effect(fn):
@@ -117,8 +118,8 @@ def _skipped_effect(fn):
     (_SETTERS); None for others."""
     if fn is warnings.warn or fn is warnings.warn_explicit:
         return "warnings.warn"
-    if any(fn is f for f in _SETTERS):
-        return f"torch.{fn.__name__}"
+    if fn in _SETTERS:
+        return _SETTERS[fn]
     if getattr(fn, "__name__", None) in ("write", "writelines") and isinstance(getattr(fn, "__self__", None),
                                                                                io.IOBase):
         return "a write to a file"
@@ -379,7 +380,7 @@ class _Trace:
             caller = frame
         elif event == "call" and frame.f_back is not None:
             what = "logging" if frame.f_code in _LOGGING_CODES else \
-                _SETTER_CODES.get(frame.f_code) or _outside_code(frame.f_code)
+                _SETTERS.get(frame.f_code) or _outside_code(frame.f_code)
             caller = frame.f_back
             # through the standard library (os.environ.get is Mapping.get, in _collections_abc)
             while what not in (None, "logging") and caller.f_back is not None and \
