@@ -1749,10 +1749,20 @@ _aot = aot_autograd(fw_compiler=_training, bw_compiler=_training,
                     inference_compiler=compile_inference, decompositions=decompositions())
 
 
-def _needs_gradients(example_inputs):
-    """Whether aot_autograd makes a graph of these inputs a training one:
-    grad mode on, and an input (a parameter, lifted) that requires grad."""
-    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+def _needs_gradients(gm, example_inputs):
+    """Whether Dynamo's graph gm of these inputs needs gradients: grad mode
+    on, an input (a parameter, lifted) that requires grad, and an output
+    that requires grad as Dynamo traced it (its example value; unknown:
+    needs them). A function that turns grad mode off itself
+    (@torch.no_grad() under torch.compile, a with-block around its body)
+    makes none: aot_autograd gives it the inference compiler."""
+    if not (torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)):
+        return False
+    outputs = []
+    for node in gm.graph.find_nodes(op="output"):
+        torch.fx.node.map_arg(node.args, outputs.append)
+    values = [n.meta.get("example_value") for n in outputs]
+    return any(v is None or (isinstance(v, torch.Tensor) and v.requires_grad) for v in values)
 
 
 def _eager_checkpoint(gmod, *args, **kwargs):
@@ -1821,7 +1831,7 @@ def neuron(gm, example_inputs, mode=None, options=None):
         return _runs_eagerly(gm, "CPU autocast around", f"torch.{fused.__name__} (nn.TransformerEncoderLayer's fast "
                              "path) casts inside itself, which aot_autograd's graph of it would not")
     try:
-        return _training(gm) if _needs_gradients(example_inputs) else _aot(gm, example_inputs)
+        return _training(gm) if _needs_gradients(gm, example_inputs) else _aot(gm, example_inputs)
     except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
         raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer

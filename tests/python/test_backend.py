@@ -111,6 +111,55 @@ def test_training_graphs_stay_correct():
     assert torchneuron_jit.stats()["training_graphs"] >= 1
 
 
+def test_a_function_that_turns_grad_off_itself_is_compiled_for_inference():
+    """@torch.no_grad() under torch.compile, or a with-block around the
+    body, called with grad mode on: no output needs gradients, and the
+    graph is compiled (it ran wholly eagerly, counted as a training graph,
+    with a warning to use torch.no_grad()). A graph whose output still
+    needs them stays a training graph, with eager's gradients."""
+    m = _mlp()
+
+    @torch.compile(backend="neuron")
+    @torch.no_grad()
+    def predict(x):
+        return m(x).softmax(-1)
+
+    def inside(x):
+        with torch.no_grad():
+            return m(x).relu()
+
+    def partly(x):
+        with torch.no_grad():
+            h = m[0](x)
+        return m[3](m[2](m[1](h)))
+
+    x = torch.randn(8, 16)
+    before = torchneuron_jit.stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = predict(x)
+        got_inside = torch.compile(inside, backend="neuron")(x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, m(x).softmax(-1))
+        torch.testing.assert_close(got_inside, m(x).relu())
+    assert not got.requires_grad and not got_inside.requires_grad
+    after = torchneuron_jit.stats()
+    assert after["graphs_compiled"] - before["graphs_compiled"] == 2
+    assert after["training_graphs"] == before["training_graphs"]
+    assert not [w for w in caught if "needs gradients" in str(w.message)]
+    ref = copy.deepcopy(m)
+    torch.compile(partly, backend="neuron")(x).sum().backward()
+    with torch.no_grad():
+        h = ref[0](x)
+    ref[3](ref[2](ref[1](h))).sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        if q.grad is None:
+            assert p.grad is None
+        else:
+            torch.testing.assert_close(p.grad, q.grad)
+    assert torchneuron_jit.stats()["training_graphs"] == after["training_graphs"] + 1
+
+
 def test_an_inference_call_without_no_grad_says_once_that_it_runs_eagerly():
     """model.eval(); torch.compile(model)(x) with grad mode on: the graph
     needs gradients (the parameters require them) and ran wholly eagerly
