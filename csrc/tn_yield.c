@@ -83,6 +83,9 @@ int tn_yield_omp_threads(int n)
     return -1;
   int before = get();
   set(n);
+  int (*mkl)(int) = yield_mkl_local;
+  if (mkl)
+    (void)mkl(n);
   return before;
 }
 
@@ -226,12 +229,19 @@ static int yield_reaped(pid_t pid, int *st)
   return r < 0 && errno != EINTR ? -1 : 0;
 }
 
-/* Time process pid and its descendants have run, in ns; -1 unknown. Each
-** live process counts its own time (/proc/P/schedstat) and that of the
-** children it has reaped (cutime and cstime of /proc/P/stat: a compiler
-** driver's finished cc1 and as); live children are followed through
-** /proc/P/task/P/children, depth levels down. */
-static int64_t yield_tree_cpu_ns(pid_t pid, int depth)
+/* What a background process and its descendants got of the CPUs. */
+typedef struct {
+  int64_t ran;  /* ns on a CPU; -1 unknown */
+  int runnable; /* one of them is running or waits for a CPU now (state R), not asleep */
+} yield_cpu;
+
+/* Adds the time of process pid and its descendants to *c: 0, or -1 when
+** pid's own is unknown (it exited). Each live process counts its own
+** (/proc/P/schedstat) and that of the children it has reaped (cutime and
+** cstime of /proc/P/stat: a compiler driver's finished cc1 and as); live
+** children are followed through /proc/P/task/P/children, depth levels
+** down (one that just exited: its parent's reaped time soon). */
+static int yield_tree_cpu(pid_t pid, int depth, yield_cpu *c)
 {
   char path[64];
   snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
@@ -244,7 +254,7 @@ static int64_t yield_tree_cpu_ns(pid_t pid, int depth)
   fclose(f);
   if (ns < 0)
     return -1;
-  int64_t total = ns;
+  c->ran += ns;
   char buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   if ((f = fopen(path, "r")) != NULL) {
@@ -252,55 +262,130 @@ static int64_t yield_tree_cpu_ns(pid_t pid, int depth)
     fclose(f);
     buf[n] = '\0';
     char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+    char state = 0;
     long long cutime = 0, cstime = 0;
-    /* fields 3.. follow: cutime and cstime are the 14th and 15th of them */
-    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %lld %lld", &cutime, &cstime) == 2) {
+    /* fields 3.. follow: the state, then cutime and cstime are the 14th and 15th */
+    if (p && sscanf(p + 1, " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %lld %lld", &state, &cutime,
+                    &cstime) == 3) {
       long tick = sysconf(_SC_CLK_TCK);
       if (tick > 0)
-        total += (cutime + cstime) * (1000000000 / tick);
+        c->ran += (cutime + cstime) * (1000000000 / tick);
     }
+    c->runnable |= state == 'R';
   }
   snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
   if (depth > 0 && (f = fopen(path, "r")) != NULL) {
     int child;
-    while (fscanf(f, "%d", &child) == 1) {
-      int64_t c = yield_tree_cpu_ns((pid_t)child, depth - 1);
-      total += c > 0 ? c : 0; /* one that just exited: its parent's reaped time soon */
-    }
+    while (fscanf(f, "%d", &child) == 1)
+      (void)yield_tree_cpu((pid_t)child, depth - 1, c);
     fclose(f);
   }
-  return total;
+  return 0;
 }
 
 /* The tree of a background process: a compiler driver, its cc1, as,
-** collect2 and ld. */
-static int64_t yield_cpu_ns(pid_t pid) { return yield_tree_cpu_ns(pid, 3); }
+** collect2 and ld; a build's child and its worker. */
+static yield_cpu yield_cpu_of(pid_t pid)
+{
+  yield_cpu c = {0, 0};
+  if (yield_tree_cpu(pid, 3, &c) != 0)
+    c.ran = -1;
+  return c;
+}
 
-/* Whether background work that ran ran_ns (yield_cpu_ns) over a window of
-** window_ns starved: less than a quarter of it. */
-static int yield_starved(int64_t ran_ns, int64_t window_ns) { return ran_ns >= 0 && ran_ns < window_ns / 4; }
+/* Whether background work that got from (yield_cpu_of) to to over
+** window_ns of the time it was not stopped starved: it ran less than a
+** quarter of it, and wants a CPU now (asleep, waiting for its disk or a
+** lock, it does not starve). */
+static int yield_starved(yield_cpu from, yield_cpu to, int64_t window_ns)
+{
+  return from.ran >= 0 && to.ran >= 0 && to.ran - from.ran < window_ns / 4 && to.runnable;
+}
 
-int tn_yield_wait_group(pid_t pid, int *st)
+/* Kills pid's children (SIGKILL): a build's worker (tn_yield_wait_child). */
+static void yield_kill_children(pid_t pid)
+{
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  int child;
+  while (fscanf(f, "%d", &child) == 1)
+    (void)kill((pid_t)child, SIGKILL);
+  fclose(f);
+}
+
+/* How yield_wait treats the process it waits for. */
+enum {
+  YIELD_STOPS = 1,  /* its group is stopped while calls are in flight (build_pause_ms, build_resume_us) */
+  YIELD_IDLE = 2,   /* its work runs in the idle class: starved while lent a thread, it is given up */
+  YIELD_WORKER = 4, /* with YIELD_IDLE: that work is pid's worker (its child), given up alone: pid goes on in
+                       its place at its own priority, stopped for calls */
+};
+
+/* Waits for pid, the leader of its own process group, as how says
+** (tn_yield_wait_group, tn_yield_wait_child). Over each build_pause_ms of
+** the time it was not stopped, the group's processes must run a quarter
+** of it, or they starved: the calls lend it a thread and it is not stopped
+** any more; starved again while lent (the calls run on one thread, or
+** other processes take the core lent), work in the idle class is given
+** up. 0 once pid exited (*st), 1 when it was killed at deadline_ns (0:
+** none), 2 when it was killed for starving (YIELD_IDLE without
+** YIELD_WORKER), -1 with errno on a failed wait. The group is never left
+** stopped. */
+static int yield_wait(pid_t pid, int64_t deadline_ns, int how, int *st)
 {
   int64_t pause_ns, resume_ns;
   tn_yield_policy(&pause_ns, &resume_ns);
   const int64_t poll_ns = 5000000; /* how soon a running group's exit is seen */
   int64_t waited_end = tn_yield_last_end(), stopped_at = 0, free_until = 0;
-  int64_t ran_before = -1; /* its time when a pause ran out with a call in flight (-1: none did) */
+  int64_t run_from = tn_yield_now(), run_ns = 0; /* its time not stopped since ran_from was read */
+  yield_cpu ran_from = yield_cpu_of(pid);
   int rc = 0, stopped = 0, lending = 0;
   for (;;) {
     uint64_t epoch = tn_yield_epoch();
     int64_t now = tn_yield_now();
-    if (ran_before >= 0 && now >= free_until) {
-      /* the run after a pause that ran out is over: starved, it is lent a thread and never stopped again */
-      int64_t ran = yield_cpu_ns(pid);
-      if (ran >= 0 && yield_starved(ran - ran_before, pause_ns)) {
-        lending = 1;
-        atomic_fetch_add(&yield_lent, 1);
-      }
-      ran_before = -1;
+    if (!stopped) {
+      run_ns += now - run_from;
+      run_from = now;
     }
-    int64_t until = !lending && pause_ns > 0 && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
+    if (deadline_ns > 0 && now >= deadline_ns) {
+      (void)kill(-pid, SIGKILL);
+      (void)kill(pid, SIGKILL); /* where it has no group (yet) */
+      while (waitpid(pid, st, 0) < 0 && errno == EINTR)
+        ;
+      stopped = 0;
+      rc = 1;
+      break;
+    }
+    if (pause_ns > 0 && run_ns >= pause_ns) {
+      yield_cpu ran = yield_cpu_of(pid);
+      if (yield_starved(ran_from, ran, run_ns)) {
+        if (!lending) {
+          lending = 1;
+          atomic_fetch_add(&yield_lent, 1);
+        } else if ((how & (YIELD_IDLE | YIELD_WORKER)) == YIELD_IDLE) {
+          (void)kill(-pid, SIGKILL);
+          while (waitpid(pid, st, 0) < 0 && errno == EINTR)
+            ;
+          stopped = 0;
+          rc = 2;
+          break;
+        } else if (how & YIELD_IDLE) {
+          /* its worker starved in the idle class: pid builds in its place, stopped for calls */
+          yield_kill_children(pid);
+          how = YIELD_STOPS;
+          lending = 0;
+          atomic_fetch_sub(&yield_lent, 1);
+          ran = yield_cpu_of(pid);
+        }
+      }
+      ran_from = ran;
+      run_ns = 0;
+    }
+    int64_t until = (how & YIELD_STOPS) && !lending && pause_ns > 0 && now >= free_until
+                      ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
     if (!stopped) {
       int reaped = yield_reaped(pid, st);
       if (reaped != 0) {
@@ -312,7 +397,7 @@ int tn_yield_wait_group(pid_t pid, int *st)
         stopped_at = now;
         continue;
       }
-      if (lending) { /* no waiter: the calls' ends wake no one */
+      if (until == 0 && !((how & YIELD_STOPS) && !lending)) { /* no stop to make: the calls' ends wake no one */
         struct timespec ts = {0, poll_ns};
         nanosleep(&ts, NULL);
       } else {
@@ -321,10 +406,9 @@ int tn_yield_wait_group(pid_t pid, int *st)
     } else if (until == 0 || now >= stopped_at + pause_ns) {
       (void)kill(-pid, SIGCONT);
       stopped = 0;
-      if (until != 0) {
+      run_from = now;
+      if (until != 0)
         free_until = now + pause_ns; /* the pause ran out: it runs as long */
-        ran_before = yield_cpu_ns(pid);
-      }
     } else {
       tn_yield_wait(epoch, until < stopped_at + pause_ns ? until : stopped_at + pause_ns);
     }
@@ -338,43 +422,12 @@ int tn_yield_wait_group(pid_t pid, int *st)
   return rc;
 }
 
+int tn_yield_wait_group(pid_t pid, int idle, int *st)
+{
+  return yield_wait(pid, 0, YIELD_STOPS | (idle ? YIELD_IDLE : 0), st);
+}
+
 int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st)
 {
-  int64_t window_ns, resume_ns;
-  tn_yield_policy(&window_ns, &resume_ns);
-  const int64_t poll_ns = 5000000; /* how soon its exit is seen */
-  int64_t window_start = tn_yield_now(), ran_before = yield_cpu_ns(pid);
-  int rc = 0, lending = 0;
-  for (;;) {
-    int reaped = yield_reaped(pid, st);
-    if (reaped != 0) {
-      rc = reaped < 0 ? -1 : 0;
-      break;
-    }
-    int64_t now = tn_yield_now();
-    if (deadline_ns > 0 && now >= deadline_ns) {
-      (void)kill(pid, SIGKILL);
-      while (waitpid(pid, st, 0) < 0 && errno == EINTR)
-        ;
-      rc = 1;
-      break;
-    }
-    if (!lending && window_ns > 0 && now - window_start >= window_ns) {
-      /* starved: it ran less than a quarter of the window (a call in flight on every core, back to back) */
-      int64_t ran = yield_cpu_ns(pid);
-      if (ran >= 0 && ran_before >= 0 && yield_starved(ran - ran_before, window_ns)) {
-        lending = 1;
-        atomic_fetch_add(&yield_lent, 1);
-      }
-      window_start = now;
-      ran_before = ran;
-    }
-    struct timespec ts = {0, poll_ns};
-    nanosleep(&ts, NULL);
-  }
-  int saved = errno;
-  if (lending)
-    atomic_fetch_sub(&yield_lent, 1);
-  errno = saved;
-  return rc;
+  return yield_wait(pid, deadline_ns, YIELD_IDLE | YIELD_WORKER, st);
 }

@@ -66,23 +66,34 @@ void tn_yield_wait(uint64_t epoch, int64_t deadline);
 ** compiler), to exit, giving way to served calls: the group is stopped
 ** (SIGSTOP) while a call is in flight and until build_resume_us after the
 ** last one ended, at most build_pause_ms at a time, after which it runs as
-** long. Where it starves in that run, having run less than a quarter of it
-** (calls in flight on every core back to back: the idle class gets no
-** core), the calls lend it a thread until it exits, as tn_yield_wait_child
-** does, and it is not stopped any more.
-** Returns 0 with *st (waitpid's status) once it exited, -1 with errno on a
-** failed wait. The group is never left stopped. Call without the GIL. */
-int tn_yield_wait_group(pid_t pid, int *st);
+** long. Over each build_pause_ms of the time it was not stopped, it must
+** run a quarter of it, or it starved (calls in flight on every core back
+** to back, or other processes' work: the idle class gets no core): the
+** calls lend it a thread until it exits, as tn_yield_wait_child does, and
+** it is not stopped any more. idle: it runs in the idle class, where a
+** thread lent may not help (calls on one thread; other processes take the
+** core): starved again while lent, the group is killed and 2 returned, for
+** the caller to run it again at its own priority.
+** Returns 0 with *st (waitpid's status) once it exited, 2 (idle) when it
+** was killed for starving (waited for, *st), -1 with errno on a failed
+** wait. The group is never left stopped. Call without the GIL. */
+int tn_yield_wait_group(pid_t pid, int idle, int *st);
 
-/* Waits for process pid (a jit build's child, in the idle scheduling
-** class) to exit. Where it starves, having run less than a quarter of a
-** build_pause_ms window (calls in flight on every core back to back: their
-** OpenMP threads spin between ops, and the idle class gets no core), the
-** calls lend it a thread until it exits: each outermost call then runs its
-** OpenMP regions, MKL and our kernel launches on one thread fewer.
-** deadline_ns (tn_yield_now's clock; 0: none): past it pid is killed.
-** Returns 0 with *st (waitpid's status) once it exited, 1 when it was
-** killed at the deadline (and waited for), -1 with errno on a failed
+/* Waits for process pid (a jit build's child, the leader of its own
+** process group) to exit. pid builds in a child of its own in the idle
+** class (its worker), which runs where the calls leave a core free; where
+** the worker is killed (SIGKILL), pid builds in its place at its own
+** priority. Where the worker starves (it ran less than a quarter of a
+** build_pause_ms window: calls in flight on every core back to back, their
+** OpenMP threads spinning between ops), the calls lend it a thread: each
+** outermost call then runs its OpenMP regions, MKL and our kernel launches
+** on one thread fewer. Starved again while lent (calls on one thread, or
+** other processes take the core lent), the worker is killed, and pid goes
+** on as tn_yield_wait_group waits for a group at our priority: stopped
+** while calls are in flight, at most build_pause_ms at a time.
+** deadline_ns (tn_yield_now's clock; 0: none): past it pid's group is
+** killed. Returns 0 with *st (waitpid's status) once it exited, 1 when it
+** was killed at the deadline (and waited for), -1 with errno on a failed
 ** wait. Call without the GIL. */
 int tn_yield_wait_child(pid_t pid, int64_t deadline_ns, int *st);
 
@@ -95,9 +106,14 @@ void tn_yield_lend_with(void (*omp_set)(int), int (*omp_get)(void), int (*mkl_lo
 /* Threads this thread's call lends to a build's child now (0: none). */
 int tn_yield_lending(void);
 
-/* Sets this thread's OpenMP thread count to n (>= 1; other threads keep
-** theirs) through the runtime tn_yield_lend_with registered: the count
-** before, or -1 where none is registered. */
+/* Sets this thread's OpenMP thread count, and MKL's count for this
+** thread, to n (>= 1; other threads keep theirs) through the runtime
+** tn_yield_lend_with registered: the OpenMP count before, or -1 where none
+** is registered. MKL's too: its count is process-wide otherwise
+** (torch.set_num_threads'), and its VML functions (torch.exp) opened a
+** parallel region of that many threads on a forked child's main thread,
+** whose team in the parent the child does not have: it waited for it
+** forever. */
 int tn_yield_omp_threads(int n);
 
 #endif

@@ -2851,8 +2851,12 @@ class _BuildChild:
         the wait for it, or one stuck)."""
         cls.exiting = True
         for pid in list(cls.live):
+            for kill in (os.killpg, os.kill):  # its group: its worker too
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             try:
-                os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except OSError:
                 pass
@@ -2910,19 +2914,58 @@ class _BuildChild:
             return None
         if pid == 0:  # never returns; where calls keep every core busy, it measures on the one they lend it
             cls._child(build, threads, 1 if never_idle else None, report.fileno())
+        try:
+            os.setpgid(pid, pid)  # as the child does: its group exists before either goes on
+        except OSError:
+            pass
         cls.live.add(pid)
         return cls(build, threads, pid, report)
 
     @staticmethod
     def _child(build, threads, run_on, fd):
-        """The child's whole life: build (its GEMM measurements on run_on
-        threads, gemm.measured_with), report on fd, exit."""
+        """The child's whole life, in a process group of its own: a worker
+        forked from it builds in the idle class, on a core the calls leave
+        idle or one they lend it; where the worker starves there even so
+        (calls on one thread, other processes' work), the parent kills it
+        (_C.build_wait_child) and this process builds in its place, at its
+        own priority, stopped while calls are in flight (an unprivileged
+        process cannot leave the idle class). Then it exits as the build
+        did."""
         status = 1
         try:
-            try:  # a core the calls leave idle, or one they lend it (build_wait_child)
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            try:
+                os.setpgid(0, 0)  # the parent stops it for calls and kills it whole
             except OSError:
-                os.nice(19)
+                pass
+            try:
+                worker = os.fork()
+            except OSError:
+                worker = 0  # no worker: this process builds in the idle class
+            if worker == 0:
+                try:
+                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                except OSError:
+                    os.nice(19)
+                status = _BuildChild._build(build, threads, run_on, fd, False)
+            else:
+                _, worker_status = os.waitpid(worker, 0)
+                if os.WIFSIGNALED(worker_status) and os.WTERMSIG(worker_status) == signal.SIGKILL:
+                    os.ftruncate(fd, 0)  # what the worker wrote before it was killed
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    status = _BuildChild._build(build, threads, run_on, fd, True)
+                else:
+                    status = os.WEXITSTATUS(worker_status) if os.WIFEXITED(worker_status) else 1
+        except BaseException:  # the parent builds on its thread instead
+            pass
+        finally:
+            os._exit(status)
+
+    @staticmethod
+    def _build(build, threads, run_on, fd, starved):
+        """In the child: build (its GEMM measurements on run_on threads,
+        gemm.measured_with) and report on fd; 0 when reported. starved:
+        its worker in the idle class starved, and this process built it."""
+        try:
             gemm.own_threads(1)
             journal = []
             decided, traced = _manager.decided, _manager.traced
@@ -2950,15 +2993,13 @@ class _BuildChild:
                       else "what the trace read changed",
                       "journal": journal, "static": dict(site.static) if site is not None else {},
                       "stats": {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)},
-                      "warnings": [(str(c.message), c.category) for c in caught]}
+                      "warnings": [(str(c.message), c.category) for c in caught], "starved": starved}
             data = pickle.dumps(report)
             while data:
                 data = data[os.write(fd, data):]
-            status = 0
+            return 0
         except BaseException:  # the parent builds on its thread instead
-            pass
-        finally:
-            os._exit(status)
+            return 1
 
     def _wait(self):
         """The child's report (a dict), or the reason there is none."""
@@ -2988,6 +3029,9 @@ class _BuildChild:
                 report = f"loading its record failed ({type(exc).__name__}: {exc})"
             else:
                 if entries:
+                    if report.get("starved"):
+                        _log.event("compile", f"{_where(trace.fn)}: the build's child starved in the idle class "
+                                              f"(every core busy); it built at our priority, paused for calls")
                     self._replay(report, jf)
                     self.used = True
                     return entries[0]

@@ -103,10 +103,15 @@ static void *t2_spawn_low(void *arg)
 ** (tn_yield_wait_group). In the idle class alone, a compiler still took
 ** one core from a call on two: the kernel ran the call's two threads in
 ** turns on the other (a TransformerEncoder call at 53 instead of 27 ms).
-** TN_EIO on a failed wait (the cause in err). */
-static int t2_wait_giving_way(pid_t pid, int *st, char *err, size_t errlen)
+** low: it runs in the idle class; *starved is set when it was killed for
+** starving there (calls on one thread or other processes kept every core
+** busy). TN_EIO on a
+** failed wait (the cause in err). */
+static int t2_wait_giving_way(pid_t pid, int low, int *st, int *starved, char *err, size_t errlen)
 {
-  if (tn_yield_wait_group(pid, st) == 0)
+  int r = tn_yield_wait_group(pid, low, st);
+  *starved = r == 2;
+  if (r >= 0)
     return TN_OK;
   snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
   return TN_EIO;
@@ -116,9 +121,10 @@ static int t2_wait_giving_way(pid_t pid, int *st, char *err, size_t errlen)
 ** and stderr into the file log; *status is its exit status (-1: killed).
 ** idle: started at the lowest priority, in the idle scheduling class
 ** (t2_spawn_low), where a thread can be made, in a process group of its
-** own that is stopped while served calls run (t2_wait_giving_way); else it
-** runs as we do. TN_ECOMPILE when it cannot start (the cause in err),
-** TN_EIO. */
+** own that is stopped while served calls run (t2_wait_giving_way); where
+** it starves there, it runs again from the start at our priority, still
+** stopped for calls. Else it runs as we do. TN_ECOMPILE when it cannot
+** start (the cause in err), TN_EIO. */
 static int t2_run(const char *const *argv, const char *log, int idle, int *status, char *err, size_t errlen)
 {
   int rc = TN_EIO, attr_made = 0;
@@ -136,29 +142,34 @@ static int t2_run(const char *const *argv, const char *log, int idle, int *statu
   if (idle && (posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP) != 0 ||
                posix_spawnattr_setpgroup(&attr, 0) != 0))
     goto done;
-  t2_spawn s = {argv, &fa, &attr, 0, 0};
-  pthread_t th;
-  if (idle && pthread_create(&th, NULL, t2_spawn_low, &s) == 0)
-    pthread_join(th, NULL);
-  else
-    s.sp_err = posix_spawnp(&s.sp_pid, argv[0], &fa, &attr, (char *const *)argv, environ);
-  if (s.sp_err != 0) {
-    snprintf(err, errlen, "cannot run the C compiler %s: %s", argv[0], strerror(s.sp_err));
-    rc = TN_ECOMPILE;
-    goto done;
-  }
-  int st = 0;
-  if (idle) {
-    if ((rc = t2_wait_giving_way(s.sp_pid, &st, err, errlen)) != TN_OK)
+  int st = 0, starved = 0;
+  for (int low = idle;; low = 0) {
+    t2_spawn s = {argv, &fa, &attr, 0, 0};
+    pthread_t th;
+    if (low && pthread_create(&th, NULL, t2_spawn_low, &s) == 0)
+      pthread_join(th, NULL);
+    else
+      s.sp_err = posix_spawnp(&s.sp_pid, argv[0], &fa, &attr, (char *const *)argv, environ);
+    if (s.sp_err != 0) {
+      snprintf(err, errlen, "cannot run the C compiler %s: %s", argv[0], strerror(s.sp_err));
+      rc = TN_ECOMPILE;
       goto done;
-  } else {
-    while (waitpid(s.sp_pid, &st, 0) < 0) {
-      if (errno != EINTR) {
-        snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
-        rc = TN_EIO;
+    }
+    if (idle) {
+      if ((rc = t2_wait_giving_way(s.sp_pid, low, &st, &starved, err, errlen)) != TN_OK)
         goto done;
+      if (starved)
+        continue;
+    } else {
+      while (waitpid(s.sp_pid, &st, 0) < 0) {
+        if (errno != EINTR) {
+          snprintf(err, errlen, "waiting for the C compiler: %s", strerror(errno));
+          rc = TN_EIO;
+          goto done;
+        }
       }
     }
+    break;
   }
   *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   rc = TN_OK;

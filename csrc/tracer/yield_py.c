@@ -144,8 +144,8 @@ static PyObject *py_build_calls(PyObject *self, PyObject *unused)
 
 /* build_omp_threads(n) -> the calling thread's OpenMP threads before, or
 ** None where torch's OpenMP runtime is not registered (build_lend_with):
-** sets this thread's count (the OpenMP ICV is per thread: other threads
-** keep theirs). n >= 1. */
+** sets this thread's count, and MKL's for this thread (the OpenMP ICV is
+** per thread: other threads keep theirs; tn_yield_omp_threads). n >= 1. */
 static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
 {
   (void)self;
@@ -164,8 +164,10 @@ static PyObject *py_build_omp_threads(PyObject *self, PyObject *arg)
 
 /* build_wait_child(pid, timeout_s) -> waitpid's status, or None when the
 ** child was killed at timeout_s: waits, without the GIL, for a build's
-** child process; where the child starves, calls lend it a thread
-** (tn_yield_wait_child). ValueError for a pid
+** child process (the leader of its group); where its worker starves in
+** the idle class, calls lend it a thread, and where it starves still, the
+** worker is killed and the child builds at its own priority, stopped for
+** calls (tn_yield_wait_child). ValueError for a pid
 ** below 1 or a negative timeout_s (0: none); OSError on a failed wait. */
 static PyObject *py_build_wait_child(PyObject *self, PyObject *args)
 {
@@ -222,9 +224,10 @@ PyMethodDef tn_py_yield_methods[] = {
    "through which calls lend a thread to a starved build's child"},
   {"build_wait_child", py_build_wait_child, METH_VARARGS,
    "build_wait_child(pid, timeout_s) -> waitpid status, None when killed at timeout_s (0: none); a starved "
-   "child is lent a thread of the calls"},
+   "worker of the child is lent a thread of the calls, then killed: the child builds at our priority"},
   {"build_omp_threads", py_build_omp_threads, METH_O,
-   "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime registered); sets them to n"},
+   "build_omp_threads(n) -> this thread's OpenMP threads before (None: no OpenMP runtime registered); sets them, "
+   "and MKL's for this thread, to n"},
   {"build_yield", py_build_yield, METH_VARARGS,
    "build_yield(max_ms=build_pause_ms, resume_us=build_resume_us): this thread (a build) pauses while a jitted "
    "call is in flight and until resume_us after the last one ended, at most max_ms at a time; max_ms 0 ends it"},

@@ -3,6 +3,8 @@ one variant serves every size of a dimension that keeps changing, guarded
 by the relations the trace needs, with eager's answer on every call."""
 import copy
 import os
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -1581,6 +1583,74 @@ def test_calls_that_never_stop_lend_a_starved_child_a_thread():
         assert seen == [cores] and torch.get_num_threads() == cores  # all back after the child
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_child_runs_its_ops_after_this_thread_ran_them_on_several_threads(monkeypatch):
+    """GNU OpenMP's team of a thread does not survive fork: a child's main
+    thread whose copy in the parent had run parallel regions must run its
+    own ops on one thread. MKL's count is process-wide (torch.set_num_threads'),
+    and its VML functions (torch.exp) opened a region of two threads there
+    and waited for the parent's team until build_worker_timeout_s; then the
+    thread built the variant."""
+    from torchneuron_jit import _log
+    events = []
+    event = _log.event
+    monkeypatch.setattr(_log, "event", lambda kind, message: (events.append(message), event(kind, message)))
+    finish = _jit._Build.finish
+
+    def exp_first(self):  # in the child: MKL's VML, on as many threads as it may use
+        torch.exp(torch.randn(1 << 20))
+        return finish(self)
+
+    monkeypatch.setattr(_jit._Build, "finish", exp_first)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        big = torch.randn(1 << 20)
+        for _ in range(3):
+            torch.exp(big)  # this thread's team of two, in MKL's regions
+        jf = torchneuron_jit.jit(_sin_plus)
+        x = torch.randn(4, 3)
+        t = time.perf_counter()
+        with config.patch(compile_blocking=False, build_worker="process", build_worker_timeout_s=20):
+            torch.testing.assert_close(jf(x), _sin_plus(x))
+            assert _jit.wait(60)
+        assert time.perf_counter() - t < 15
+    finally:
+        torch.set_num_threads(threads)
+    assert any("built by a child process" in m for m in events), events
+    torch.testing.assert_close(jf(x), _sin_plus(x))
+
+
+def test_a_child_starved_by_other_processes_builds_at_our_priority(monkeypatch):
+    """Other processes keep every core busy: a build's worker in the idle
+    class gets none, lent a thread or not (another process takes the core
+    lent). Starved again while lent, the worker is killed and its parent,
+    the child, builds the variant at our priority, stopped while calls are
+    in flight; before, the build never ended while the load lasted (the
+    calls ran eagerly meanwhile)."""
+    from torchneuron_jit import _log
+    cores = len(os.sched_getaffinity(0))
+    if cores > 8:
+        pytest.skip("a spinner on every core would cost too much here")
+    events = []
+    event = _log.event
+    monkeypatch.setattr(_log, "event", lambda kind, message: (events.append(message), event(kind, message)))
+    jf = torchneuron_jit.jit(_sin_plus)
+    x = torch.randn(4, 3)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        with config.patch(compile_blocking=False, build_worker="process", build_pause_ms=100):
+            torch.testing.assert_close(jf(x), _sin_plus(x))
+            assert _jit.wait(60)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert any("starved in the idle class" in m for m in events), events
+    (_, runner), = jf.entries()
+    assert runner is not None
+    torch.testing.assert_close(jf(x), _sin_plus(x))
 
 
 _FORK_DURING_A_BUILD = """
