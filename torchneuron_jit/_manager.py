@@ -481,11 +481,17 @@ _dynamo_sites = {}
 def _dynamo_site_key(code, frame_locals):
     """Where Dynamo's recompiles of a frame count: its code, and for the
     frame every torch.compile'd module runs through (Dynamo's wrap_inline,
-    calling its module fn) that module too: five models compiled once each
-    are no recompile storm of that shared code."""
+    calling its module fn) that module too, and for a module's own method
+    its self: five models compiled once each, or six layers of one class
+    (each with its own layer index), are no recompile storm of the code
+    they share."""
     import torch
-    fn = frame_locals.get("fn") if frame_locals is not None else None
-    return (code, id(fn)) if isinstance(fn, torch.nn.Module) else code
+    frame_locals = frame_locals if frame_locals is not None else {}
+    for name in ("fn", "self"):
+        module = frame_locals.get(name)
+        if isinstance(module, torch.nn.Module):
+            return code, id(module)
+    return code
 
 
 def _dynamo_subject(reason):

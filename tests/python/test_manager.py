@@ -514,6 +514,44 @@ def test_models_compiled_once_each_are_no_storm_of_the_code_they_share():
     assert not [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
 
 
+class _Block(torch.nn.Module):
+    """A layer of a user's class with a constant of its own (a name; an int
+    Dynamo makes dynamic after one change)."""
+
+    def __init__(self, idx):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 8)
+        self.name = "b" * (idx + 1)
+
+    def forward(self, x):
+        return torch.relu(self.l(x)) * len(self.name)
+
+
+def test_instances_of_a_users_class_compiled_once_each_are_no_storm():
+    """Six layers of one class, each torch.compile'd once (the per-layer
+    recipe): Dynamo's frame is the class's forward, self a different layer
+    each time, and its recompiles for self.name were one storm ("self.name
+    changed 4 times ... an attribute the code reads is set between calls").
+    An attribute of one layer that does change is still one."""
+    blocks = [_Block(i).eval() for i in range(6)]
+    compiled = [torch.compile(b, backend="neuron") for b in blocks]
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings(record=True) as w, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(3):
+            for b, c in zip(blocks, compiled):
+                torch.testing.assert_close(c(x), b(x))
+    assert not [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
+    # the six layers' entries and these, under Dynamo's recompile_limit (8) for the code they share
+    with warnings.catch_warnings(record=True) as w, torch.no_grad(), torch._dynamo.config.patch(recompile_limit=64):
+        warnings.simplefilter("always")
+        for i in range(6):
+            blocks[0].name = "c" * (10 + i)
+            torch.testing.assert_close(compiled[0](x), blocks[0](x))
+    words = [str(m.message) for m in w if "torchneuron_jit" in str(m.message)]
+    assert len(words) == 1 and "self.name changed" in words[0], words
+
+
 class _Breaking(torch.nn.Module):
     """A linear layer, a graph break (print), then a cumsum: two code objects' entries in Dynamo."""
 
