@@ -1036,7 +1036,11 @@ class _Trace:
         guarded, and keep the trace out of the persistent cache."""
         guarded, seen = {}, set()  # id(globals) -> (globals, {name: value})
         for code, globs in self.codes:
-            if _records.library_code(code.co_filename) or _records.namedtuple_code(code, globs):
+            if _records.namedtuple_code(code, globs):
+                continue
+            if _records.library_code(code.co_filename):
+                if _records.distribution_code(code.co_filename):
+                    self.guard_distribution_globals(guarded, seen, code, globs)
                 continue
             names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
             loads = _global_loads(code)
@@ -1242,6 +1246,19 @@ class _Trace:
         if grad is not None and id(grad) in used_constants and not self.problems:
             self.problems.append(f"it reads {words}, which a compiled call would take from the traced call "
                                  "(training steps go through torch.compile for now)")
+
+    def guard_distribution_globals(self, guarded, seen, code, globs):
+        """The numbers, strings, flags and Nones among the globals an
+        installed distribution's code loads (guard_globals), by value: a
+        team's own package installed with pip is such code, and a flag of
+        its read from the environment at import, or a constant edited and
+        reinstalled under the same version, changed the answer with no
+        retrace, warm starts too. Its other globals are its own objects."""
+        names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
+        for name in _global_loads(code):
+            if name in globs and type(globs[name]) in PRIMITIVES and (id(globs), name) not in seen:
+                seen.add((id(globs), name))
+                names[name] = globs[name]
 
     def guard_global_value(self, names, name, value, used_constants, read=True):
         """Adds global name (value) to names, the entries of its module's

@@ -170,6 +170,13 @@ def library_code(filename):
     return _versioned(filename) or _installed_file(filename)
 
 
+def distribution_code(filename):
+    """Whether code of this file is an installed distribution's other than
+    torch's: a team's own package installed with pip as much as
+    transformers (library_code, but not versioned with torch)."""
+    return _installed_file(filename) and not _versioned(filename)
+
+
 def code_hash(code):
     """A hash of what code does, stable across processes: its bytecode,
     names, flags and constants, nested code included; not its file name or

@@ -1168,3 +1168,66 @@ def test_calls_passing_one_tensor_twice_or_two_are_records_of_other_kinds():
     x, y = torch.randn(5), torch.randn(5)
     assert _jit._records_kind((x, x)) != _jit._records_kind((x, y))
     assert _jit._records_kind((x, y)) == _jit._records_kind((y, x)) == _jit._records_kind((torch.randn(5), y))
+
+
+_TEAM_PACKAGE = '''
+import os
+import torch
+
+ACT = os.environ.get("TEAM_ACT", "relu")
+
+
+def head(x):
+    return torch.relu(x * 2) if ACT == "relu" else torch.tanh(x * 2)
+'''
+
+_TEAM_CHILD = '''
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch, torchneuron_jit, teamflag
+f = torchneuron_jit.jit(teamflag.head)
+x = torch.linspace(-2, 2, 12).reshape(3, 4)
+torch.testing.assert_close(f(x), teamflag.head(x))
+print(torchneuron_jit.stats()["traces_loaded"])
+'''
+
+
+def _installed_package(tmp_path):
+    """A team's package as pip installs it: under a site-packages directory."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages"
+    (site / "teamflag").mkdir(parents=True)
+    (site / "teamflag" / "__init__.py").write_text(_TEAM_PACKAGE)
+    (site / "teamflag-0.1.0.dist-info").mkdir()
+    (site / "teamflag-0.1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: teamflag\nVersion: 0.1.0\n")
+    return site
+
+
+def test_the_globals_an_installed_package_reads_are_guarded(tmp_path, monkeypatch):
+    """A team's own package installed with pip is under site-packages, as
+    transformers is: the numbers, strings and flags among the globals its
+    code reads are guarded by value (they were not guarded at all: a flag
+    changed, the answer did not)."""
+    monkeypatch.syspath_prepend(str(_installed_package(tmp_path)))
+    monkeypatch.delitem(sys.modules, "teamflag", raising=False)
+    import teamflag
+    assert _records.library_code(teamflag.__file__)  # as transformers is
+    f = torchneuron_jit.jit(teamflag.head)
+    x = torch.linspace(-2, 2, 12).reshape(3, 4)
+    torch.testing.assert_close(f(x), torch.relu(x * 2))
+    monkeypatch.setattr(teamflag, "ACT", "tanh")
+    torch.testing.assert_close(f(x), torch.tanh(x * 2))
+
+
+def test_a_warm_start_checks_an_installed_packages_flag(tmp_path, run_python):
+    """A flag an installed package reads from the environment at import: a
+    process with another value does not load the record the first one
+    stored (it answered relu where eager gives tanh); one with the same
+    value does."""
+    site = _installed_package(tmp_path)
+    (tmp_path / "child.py").write_text(_TEAM_CHILD)
+    loaded = []
+    for act in ("relu", "tanh", "tanh"):
+        r = run_python("child.py", str(site), env={"TEAM_ACT": act}, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        loaded.append(int(r.stdout.split()[-1]))
+    assert loaded == [0, 0, 1]
