@@ -112,7 +112,8 @@
     "forked child in the idle scheduling class, which makes the symbolic trace, the lowering and the kernels " \
     "and stores them as a trace record that the build thread loads (~20-30 ms of the GIL instead of ~1 s " \
     "of make_fx); where calls keep every core busy, so that it starves, each call lends it one of its " \
-    "OpenMP threads until it is done. auto: process where jitted calls were in flight build_child_busy_pct " \
+    "OpenMP threads until it is done, and where it starves still (calls on one thread, other processes), " \
+    "it builds at our priority, stopped while calls are in flight (build_pause_ms). auto: process where jitted calls were in flight build_child_busy_pct " \
     "of the time or more since the last build began (a server calling back to back, whose gaps a thread " \
     "never gets: 400 such calls of a TransformerEncoder left its dynamic variant unbuilt), or, where they " \
     "were not (or there was no build before: a process's first), in the build's first 0.1 s (the child is " \
@@ -142,7 +143,8 @@
     "it still took a core from a call on two (a TransformerEncoder call at 53 instead of 27 ms). A " \
     "compiler that ran less than a quarter of the run after a pause that ran out (calls back to back on " \
     "every core: the idle class gets none) is lent a thread of the calls until it exits, as a build's " \
-    "child is (build_worker), and not stopped again. 0: builds and compilers never pause.") \
+    "child is (build_worker), and not stopped again; starved again while lent, it runs again from the " \
+    "start at our priority, stopped for calls. 0: builds and compilers never pause.") \
   _(build_resume_us, TN_CFG_INT, 1000, "0..", \
     "A background build or tier-2 compiler that paused for served calls (build_pause_ms) goes on this " \
     "many microseconds after the last one ended, not at once: the caller's own Python after a call (taking its result, " \

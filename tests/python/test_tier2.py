@@ -3,6 +3,7 @@ tier2.c, torchneuron_jit/_tier2.py): fused loops compiled by the system C
 compiler, swapped in while calls go on, cached across processes; every
 result compared with eager.
 """
+import collections
 import math
 import os
 import stat
@@ -336,14 +337,15 @@ def test_a_background_compile_runs_idle_and_its_thread_keeps_its_priority(tmp_pa
     """The compiler starts in the idle scheduling class at nice 19 (a
     thread of its own spawns it), and the worker thread that waits for it
     keeps the priority it had: at nice 19 it took the GIL and kept served
-    calls waiting while other work had the cores."""
+    calls waiting while other work had the cores. (Starved there, by
+    another test worker's load, it runs again at our priority.)"""
     fresh()
     config.compile_tier2 = "background"
     seen = tmp_path / "seen"
     script = tmp_path / "reportcc"
     # fields 19 (nice) and 41 (policy) of the script's own /proc/PID/stat, after the command name
     script.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then exec cc --version; fi\n"
-                      f"sed 's/.*) //' /proc/$$/stat | cut -d' ' -f17,39 > {seen}\nexec cc \"$@\"\n")
+                      f"sed 's/.*) //' /proc/$$/stat | cut -d' ' -f17,39 >> {seen}\nexec cc \"$@\"\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     config.tier2_cc = str(script)
     x, y = torch.randn(64, 64), torch.randn(64, 64)
@@ -352,8 +354,9 @@ def test_a_background_compile_runs_idle_and_its_thread_keeps_its_priority(tmp_pa
         torch.testing.assert_close(c(x, y), gelu_chain(x, y))
     assert _tier2.wait(60)
     assert stats()["tier2_compiled"] == 1
-    nice, policy = map(int, seen.read_text().split())
-    assert (nice, policy) == (19, os.SCHED_IDLE)
+    runs = [tuple(map(int, line.split())) for line in seen.read_text().splitlines()]
+    assert runs[0] == (19, os.SCHED_IDLE), runs
+    assert all(run == (os.nice(0), os.SCHED_OTHER) for run in runs[1:]), runs
     worker = _tier2._executor().submit(
         lambda: (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0))).result()
     assert worker == (os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(0))
@@ -364,13 +367,15 @@ def test_a_background_compiler_is_stopped_while_a_jitted_call_is_in_flight(tmp_p
     build_resume_us after), at most build_pause_ms at a time: in the idle
     class alone it still took a core from a call on two (the kernel ran the
     call's two threads in turns on the other; a TransformerEncoder call at
-    53 instead of 27 ms). Here the compiler writes a tick every 10 ms."""
+    53 instead of 27 ms). Here the compiler writes a tick every 10 ms (its
+    process's id with each: starved in the idle class by another test
+    worker's load, it runs again from the start at our priority)."""
     fresh()
     config.compile_tier2 = "background"
     ticks = tmp_path / "ticks"
     script = tmp_path / "tickcc"
     script.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then exec cc --version; fi\n"
-                      f"i=0; while [ $i -lt 150 ]; do date +%s%N >> {ticks}; sleep 0.01; i=$((i+1)); done\n"
+                      f"i=0; while [ $i -lt 150 ]; do echo $$ $(date +%s%N) >> {ticks}; sleep 0.01; i=$((i+1)); done\n"
                       'exec cc "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     config.tier2_cc = str(script)
@@ -397,8 +402,12 @@ def test_a_background_compiler_is_stopped_while_a_jitted_call_is_in_flight(tmp_p
             time.sleep(0.1)
         assert _tier2.wait(60)
     assert stats()["tier2_compiled"] == 1
-    stamps = [int(t) for t in ticks.read_text().split()]
-    assert len(stamps) == 150
+    runs = collections.defaultdict(list)
+    for line in ticks.read_text().splitlines():
+        pid, t = line.split()
+        runs[pid].append(int(t))
+    assert len(list(runs.values())[-1]) == 150  # the run that finished
+    stamps = [t for run in runs.values() for t in run]
     (a0, a1), (b0, b1) = windows
     # none while the short call ran (a tick begun before it may land in its first 20 ms)
     assert not [t for t in stamps if a0 + 20e6 < t < a1], (a0, a1, stamps)
