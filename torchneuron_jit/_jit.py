@@ -2851,9 +2851,10 @@ class _BuildChild:
     record, which the build thread then loads. A build on the thread is
     ~1 s of Python that needs the GIL, and a server calling back to back
     never lets go of it long enough (build_pause_ms); the child needs none
-    of the parent's, and runs in the idle scheduling class, on a core the
-    calls leave free, or, where they leave none, one they lend it
-    (_C.build_wait_child). It is forked on the thread whose call traced,
+    of the parent's, and builds in the idle scheduling class, on a core the
+    calls leave free, or, where they leave none, one they lend it, or, where
+    it starves even so, at our priority, stopped while calls are in flight
+    (_child, _C.build_wait_child). It is forked on the thread whose call traced,
     between its PyTorch ops. What the child learnt besides its record (the
     manager's decisions, counters, warnings) comes back in a file. Where
     the child cannot build the variant, the thread does."""

@@ -1585,6 +1585,14 @@ def test_calls_that_never_stop_lend_a_starved_child_a_thread():
         torch.set_num_threads(threads)
 
 
+def _events(monkeypatch):
+    """The messages of the log's events from now on (selected or not)."""
+    from torchneuron_jit import _log
+    events, event = [], _log.event
+    monkeypatch.setattr(_log, "event", lambda kind, message: (events.append(message), event(kind, message)))
+    return events
+
+
 def test_a_child_runs_its_ops_after_this_thread_ran_them_on_several_threads(monkeypatch):
     """GNU OpenMP's team of a thread does not survive fork: a child's main
     thread whose copy in the parent had run parallel regions must run its
@@ -1592,10 +1600,7 @@ def test_a_child_runs_its_ops_after_this_thread_ran_them_on_several_threads(monk
     and its VML functions (torch.exp) opened a region of two threads there
     and waited for the parent's team until build_worker_timeout_s; then the
     thread built the variant."""
-    from torchneuron_jit import _log
-    events = []
-    event = _log.event
-    monkeypatch.setattr(_log, "event", lambda kind, message: (events.append(message), event(kind, message)))
+    events = _events(monkeypatch)
     finish = _jit._Build.finish
 
     def exp_first(self):  # in the child: MKL's VML, on as many threads as it may use
@@ -1629,13 +1634,10 @@ def test_a_child_starved_by_other_processes_builds_at_our_priority(monkeypatch):
     the child, builds the variant at our priority, stopped while calls are
     in flight; before, the build never ended while the load lasted (the
     calls ran eagerly meanwhile)."""
-    from torchneuron_jit import _log
     cores = len(os.sched_getaffinity(0))
     if cores > 8:
         pytest.skip("a spinner on every core would cost too much here")
-    events = []
-    event = _log.event
-    monkeypatch.setattr(_log, "event", lambda kind, message: (events.append(message), event(kind, message)))
+    events = _events(monkeypatch)
     jf = torchneuron_jit.jit(_sin_plus)
     x = torch.randn(4, 3)
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
