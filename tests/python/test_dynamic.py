@@ -1628,27 +1628,35 @@ def test_a_child_runs_its_ops_after_this_thread_ran_them_on_several_threads(monk
 
 
 def test_a_child_starved_by_other_processes_builds_at_our_priority(monkeypatch):
-    """Other processes keep every core busy: a build's worker in the idle
-    class gets none, lent a thread or not (another process takes the core
-    lent). Starved again while lent, the worker is killed and its parent,
-    the child, builds the variant at our priority, stopped while calls are
-    in flight; before, the build never ended while the load lasted (the
-    calls ran eagerly meanwhile)."""
-    cores = len(os.sched_getaffinity(0))
-    if cores > 8:
-        pytest.skip("a spinner on every core would cost too much here")
+    """Another process keeps the core busy: a build's worker in the idle
+    class gets none of it, lent a thread or not (another process takes the
+    core lent). Starved again while lent, the worker is killed and its
+    parent, the child, builds the variant at our priority, stopped while
+    calls are in flight; before, the build never ended while the load
+    lasted (the calls ran eagerly meanwhile; 40 s here). Here the child is forked from
+    this thread pinned to one CPU, beside a process spinning there (the
+    other CPUs stay free for other tests)."""
     events = _events(monkeypatch)
     jf = torchneuron_jit.jit(_sin_plus)
     x = torch.randn(4, 3)
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    mask = os.sched_getaffinity(0)
+    cpu = min(mask)
+    spinner = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{cpu}}})\n"
+                                "print(flush=True)\nwhile True: pass"], stdout=subprocess.PIPE)
     try:
-        with config.patch(compile_blocking=False, build_worker="process", build_pause_ms=100):
-            torch.testing.assert_close(jf(x), _sin_plus(x))
-            assert _jit.wait(60)
+        spinner.stdout.readline()  # it spins on cpu
+        t = time.perf_counter()
+        os.sched_setaffinity(0, {cpu})  # this thread only: the child forked from it, and its worker, run there
+        try:
+            with config.patch(compile_blocking=False, build_worker="process", build_pause_ms=100):
+                torch.testing.assert_close(jf(x), _sin_plus(x))
+        finally:
+            os.sched_setaffinity(0, mask)
+        assert _jit.wait(60)
+        assert time.perf_counter() - t < 30  # in the idle class, beside the spinner: 40 s
     finally:
-        for spinner in spinners:
-            spinner.kill()
-            spinner.wait()
+        spinner.kill()
+        spinner.wait()
     assert any("starved in the idle class" in m for m in events), events
     (_, runner), = jf.entries()
     assert runner is not None
