@@ -784,7 +784,11 @@ class _Trace:
         full comparison once it has put the attribute back."""
         meta = type(cls)  # Registry.scale may be its metaclass's attribute
         for c in cls.__mro__[:-1] + (meta.__mro__[:-2] if meta is not type else ()):
-            if c not in self.classes_seen and not _library_class(c):
+            if c not in self.classes_seen and _library_class(c):
+                self.classes_seen.add(c)
+                if _records.distribution_code(_defined_in(c)):
+                    self.guard_distribution_class(c)
+            elif c not in self.classes_seen:
                 self.classes_seen.add(c)
                 d = _C.class_dict(c)
                 slot = self.guard_dict(d, f"class {c.__qualname__}", ("classdict", c))
@@ -793,6 +797,18 @@ class _Trace:
                             (type(v) in (list, dict, set) or _dynamic.plain_object(v)):
                         words = f"{c.__qualname__}.{k}"
                         self.guard_content(self.spec.add(("key", slot, k), words), v, words, lenient=True, key=k)
+
+    def guard_distribution_class(self, c):
+        """The numbers, strings, flags and Nones among the attributes of
+        class c of an installed distribution (not torch's), by value, as
+        guard_distribution_globals does its globals: a team's package
+        installed with pip had Head.temperature = 0.1 set at run time and
+        answered with 1.0. Its other attributes are its own objects."""
+        d = _C.class_dict(c)
+        keys = tuple(k for k, v in d.items() if type(k) is str and not k.startswith("__") and type(v) in PRIMITIVES)
+        if keys:
+            slot = self.spec.add(("const", d), f"class {c.__qualname__}", ("classdict", c))
+            self.spec.add(("dict", slot, keys, tuple(d[k] for k in keys), False), f"class {c.__qualname__}")
 
     def guard_dict(self, d, name, path=None):
         """A snapshot of dict d (found by path in another process): every

@@ -1179,6 +1179,17 @@ ACT = os.environ.get("TEAM_ACT", "relu")
 
 def head(x):
     return torch.relu(x * 2) if ACT == "relu" else torch.tanh(x * 2)
+
+
+class Head(torch.nn.Module):
+    temperature = 1.0
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.softmax(self.lin(x) / self.temperature, -1)
 '''
 
 _TEAM_CHILD = '''
@@ -1216,6 +1227,24 @@ def test_the_globals_an_installed_package_reads_are_guarded(tmp_path, monkeypatc
     torch.testing.assert_close(f(x), torch.relu(x * 2))
     monkeypatch.setattr(teamflag, "ACT", "tanh")
     torch.testing.assert_close(f(x), torch.tanh(x * 2))
+
+
+def test_the_class_attributes_of_an_installed_packages_class_are_guarded(tmp_path, monkeypatch):
+    """The numbers, strings and flags among an installed package's class
+    attributes, by value, as its globals: Head.temperature = 0.1 set at run
+    time answered with 1.0."""
+    monkeypatch.syspath_prepend(str(_installed_package(tmp_path)))
+    monkeypatch.delitem(sys.modules, "teamflag", raising=False)
+    import teamflag
+    torch.manual_seed(0)
+    m = teamflag.Head().eval()
+    jm = torchneuron_jit.jit(m)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(jm(x), m(x))
+        monkeypatch.setattr(teamflag.Head, "temperature", 0.1)
+        torch.testing.assert_close(jm(x), m(x))
+    assert "temperature" in str(torchneuron_jit.explain(jm))
 
 
 def test_a_warm_start_checks_an_installed_packages_flag(tmp_path, run_python):
