@@ -778,8 +778,9 @@ class _Trace:
 
     def guard_classes(self, cls):
         """Snapshots of the dicts of cls and its bases (but object), and of
-        its metaclass's if the user's: a method or class attribute replaced
-        after the trace is a miss. A tool that
+        its metaclass's if the user's (an installed distribution's: its
+        primitives, guard_distribution_class): a method or class attribute
+        replaced after the trace is a miss. A tool that
         patches a class for a while (make_fx patches nn.Module) costs one
         full comparison once it has put the attribute back."""
         meta = type(cls)  # Registry.scale may be its metaclass's attribute

@@ -164,10 +164,10 @@ def _installed_file(filename):
 def library_code(filename):
     """Whether code of this file belongs to a library rather than to the
     user: torch, this package, the standard library, an installed
-    distribution. jit does not guard the globals library code reads (but
-    for distribution_code's primitives), nor snapshot library classes (tools
-    patch nn.Module for a while); records identify library code by
-    version, not by hash."""
+    distribution. jit does not guard the globals library code reads, nor
+    snapshot library classes (tools patch nn.Module for a while), but for
+    the primitives among distribution_code's globals and class attributes;
+    records identify library code by version, not by hash."""
     return _versioned(filename) or _installed_file(filename)
 
 
