@@ -319,6 +319,10 @@ def from_fx(gm, roles=None):
         value = node.meta.get("val")
         if value is None and hasattr(gm, "graph"):
             value = _fetch_attr(gm, node.target)
+        if isinstance(value, torch.nn.Module):  # a subgraph of a higher-order op (torch.cond's branches)
+            ops = sorted({getattr(u.target, "__name__", str(u.target)) for u in node.users})
+            raise Unsupported(f"higher-order op {', '.join(ops)}: its subgraphs ({node.target}) are not lowered, "
+                              f"and it has no eager fallback node")
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"{where}: a {type(value).__name__}, not a tensor")
         dtype, sizes, strides = imp.meta(value, where)
