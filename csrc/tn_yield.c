@@ -384,8 +384,8 @@ static int yield_wait(pid_t pid, int64_t deadline_ns, int how, int *st)
       ran_from = ran;
       run_ns = 0;
     }
-    int64_t until = (how & YIELD_STOPS) && !lending && pause_ns > 0 && now >= free_until
-                      ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
+    int stops = (how & YIELD_STOPS) && !lending && pause_ns > 0; /* calls stop it (a lent thread: no more) */
+    int64_t until = stops && now >= free_until ? tn_yield_resume_at(resume_ns, &waited_end) : 0;
     if (!stopped) {
       int reaped = yield_reaped(pid, st);
       if (reaped != 0) {
@@ -397,7 +397,7 @@ static int yield_wait(pid_t pid, int64_t deadline_ns, int how, int *st)
         stopped_at = now;
         continue;
       }
-      if (until == 0 && !((how & YIELD_STOPS) && !lending)) { /* no stop to make: the calls' ends wake no one */
+      if (!stops) { /* no stop to make: the calls' beginnings wake no one */
         struct timespec ts = {0, poll_ns};
         nanosleep(&ts, NULL);
       } else {

@@ -785,12 +785,13 @@ class _Trace:
         full comparison once it has put the attribute back."""
         meta = type(cls)  # Registry.scale may be its metaclass's attribute
         for c in cls.__mro__[:-1] + (meta.__mro__[:-2] if meta is not type else ()):
-            if c not in self.classes_seen and _library_class(c):
-                self.classes_seen.add(c)
+            if c in self.classes_seen:
+                continue
+            self.classes_seen.add(c)
+            if _library_class(c):
                 if _records.distribution_code(_defined_in(c)):
                     self.guard_distribution_class(c)
-            elif c not in self.classes_seen:
-                self.classes_seen.add(c)
+            else:
                 d = _C.class_dict(c)
                 slot = self.guard_dict(d, f"class {c.__qualname__}", ("classdict", c))
                 for k, v in list(d.items()):  # a list or dict a class attribute holds, changed in place
