@@ -181,6 +181,10 @@ _CASTS_INSIDE = frozenset(CASTS_INSIDE.values())
 class _Recorder(TorchDispatchMode):
     """Records each ATen op run under it, with its real arguments and results."""
 
+    # torch.cond and the other higher-order ops come here too (else they raise NotImplementedError in the user's
+    # call): their Python subgraphs run eagerly, unseen, and the trace says why it cannot be compiled
+    supports_higher_order_operators = True
+
     def __init__(self):
         super().__init__()
         self.ops = []
@@ -194,9 +198,32 @@ class _Recorder(TorchDispatchMode):
         # eager variant takes calls of every size (_eager_entry)
         self.any_size = False
         self.fast_half = None  # a fused fast path it ran in float16 or bfloat16 (what a symbolic trace cannot)
+        self.skipped_codes = set()  # torch's code a higher-order op ran under this mode (Dynamo skipped it)
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            for code in self.skipped_codes:
+                torch._C._dynamo.eval_frame.reset_code(code)  # Dynamo decides afresh (frames of none run now)
+            self.skipped_codes.clear()
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            # what its subgraphs run is no op of this recording (the mode is off while it runs): the graph would
+            # lack them. Whatever the sizes (any_size), as eager runs it
+            self.any_size = self.any_size or self.problem is None
+            self.problem = self.problem or (f"it calls the higher-order op torch.ops.higher_order.{func.name()}, "
+                                            "which jit does not compile (torch.compile(backend='neuron') does)")
+            # eager torch.cond runs itself through torch.compile, which skipped its frames for this mode, and marks
+            # their code to be skipped for good: every torch.cond after, with no mode, failed in Dynamo
+            # ("Unsupported: torch.* op returned non-Tensor"). __exit__ clears the marks
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(_TORCH_DIR):
+                self.skipped_codes.add(frame.f_code)
+                frame = frame.f_back
+            return func(*args, **kwargs)
         inference = torch.is_inference_mode_enabled()
         if inference:
             # is_nonzero of a mask check went into the graph, and its replay failed: every such call ran eagerly

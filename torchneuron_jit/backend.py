@@ -1598,6 +1598,40 @@ def _propagate_meta(gm):
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
 
 
+def _inline_subgraphs(gm):
+    """Each call of a torch.compiler.nested_compile_region function (the
+    higher-order op invoke_subgraph: Dynamo traced its body once) with the
+    body's nodes in its place, so that they are lowered and fused with the
+    graph around them: as a fallback node, the whole region ran eagerly.
+    A body that reads attributes of its own (tensor constants, nested
+    subgraphs) stays a call. Returns how many were inlined."""
+    hop = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+    graph, inlined = gm.graph, 0
+    for node in list(graph.nodes):
+        if hop is None or node.op != "call_function" or node.target is not hop:
+            continue
+        holder, operands = node.args[0], node.args[2:]
+        body = _fetch_attr(gm, holder.target) if isinstance(holder, torch.fx.Node) and holder.op == "get_attr" else None
+        if not isinstance(body, torch.fx.GraphModule) or any(n.op == "get_attr" for n in body.graph.nodes) or \
+                sum(n.op == "placeholder" for n in body.graph.nodes) != len(operands) or \
+                any(u.target is not operator.getitem for u in node.users):
+            continue
+        env = dict(zip([n for n in body.graph.nodes if n.op == "placeholder"], operands))
+        with graph.inserting_before(node):
+            results = graph.graph_copy(body.graph, env)
+        results = results if isinstance(results, (list, tuple)) else (results,)
+        for user in list(node.users):
+            user.replace_all_uses_with(results[user.args[1]])
+            graph.erase_node(user)
+        graph.erase_node(node)
+        if not holder.users:
+            graph.erase_node(holder)
+        inlined += 1
+    if inlined:
+        _log.event("compile", f"inlined {inlined} calls of nested_compile_region functions")
+    return inlined
+
+
 def _build(gm, example_inputs, eager=None):
     """The compiled plan of an inference graph (raises on any failure); gm
     is rewritten in place when eager (its original) is given."""
@@ -1610,6 +1644,7 @@ def _build(gm, example_inputs, eager=None):
         # the caller keeps the eager original; the copy is the plan's input, never run, so its
         # Python code is never generated (a lazy graph module makes it on a first call only)
         gm = _LazyGraphModule(gm, copy.deepcopy(gm.graph))
+    _inline_subgraphs(gm)
     _drop_copies(gm.graph)
     _sizes_from_inputs(gm.graph)
     _flash_attention(gm.graph)
@@ -1661,7 +1696,8 @@ def _fallback_report_of(graph, imported):
                 or node.meta.get("neuron_cat") or node.target is torch.empty:
             continue
         targets[str(node.target)] += 1
-        if node.meta.get("neuron_gemm") or not isinstance(node.target, torch._ops.OpOverload) or _is_size(node):
+        if node.meta.get("neuron_gemm") or _is_size(node) or \
+                not isinstance(node.target, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
             continue  # our own calls (the linear units oneDNN runs), size arithmetic
         here[(op_name(node.target), NO_LOWERING if node in unlowered else NOT_FUSED)] += 1
     return {"lowered": max(0, len(imported.fx_nodes) - sum(here.values())),

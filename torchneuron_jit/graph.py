@@ -117,7 +117,10 @@ def static_val(node):
 
 
 def op_name(target):
-    """Qualified name of an OpOverload: 'aten::add.Tensor', 'aten::mm'."""
+    """Qualified name of an OpOverload: 'aten::add.Tensor', 'aten::mm'; of
+    a higher-order op (torch.cond's): 'higher_order::cond'."""
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order::{target.name()}"
     schema = target._schema
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
@@ -182,7 +185,7 @@ class _Importer:
     # -- arguments ----------------------------------------------------------
 
     def tensor_ref(self, v, where):
-        if not isinstance(v, torch.fx.Node) or v not in self.ids or isinstance(self.ids[v], tuple):
+        if not isinstance(v, torch.fx.Node) or not isinstance(self.ids.get(v), int):
             raise Unsupported(f"{where}: expected a tensor value, got {v!r}")
         return self.ids[v]
 
@@ -262,6 +265,38 @@ class _Importer:
             out.append(self.arg(a.type, value, f"{where} argument '{a.name}'"))
         return out
 
+    def higher_order(self, node, gm, where):
+        """A fallback node for a higher-order op's call (torch.cond,
+        torch.library custom ops that write their arguments, flex_attention,
+        map): PyTorch runs it, with its subgraphs as they are. Its arguments
+        are the tensors it reads, and one string of everything else, the
+        subgraphs by their code's hash: graphs that differ only inside a
+        subgraph get different keys."""
+        def described(n):
+            if isinstance(self.ids.get(n), int):
+                return "%tensor"
+            value = n.meta.get("val")
+            if value is None and n.op == "get_attr" and gm is not None:
+                value = _fetch_attr(gm, n.target)
+            if isinstance(value, torch.nn.Module):
+                return f"%subgraph {_C.content_key(_module_code(value).encode()).hex()}"
+            return f"%{type(value).__name__}"
+        text = repr(torch.fx.node.map_arg((node.args, node.kwargs), described))
+        args = [(_C.ARG_TENSOR, self.ids[n]) for n in node.all_input_nodes if isinstance(self.ids.get(n), int)]
+        args.append((_C.ARG_STRING, text))
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        ids = iter(self.g.add_node("fallback", args, [self.meta(v, where) for v in vals if v is not None],
+                                   target=op_name(node.target)))
+        out = tuple(None if v is None else next(ids) for v in vals)
+        return out if isinstance(val, (list, tuple)) else out[0]
+
+
+def _module_code(module):
+    """The Python code of a subgraph module and of the modules inside it."""
+    code = getattr(module, "code", "") if isinstance(module, torch.fx.GraphModule) else repr(module)
+    return code + "".join(f"\n{name}: {_module_code(m)}" for name, m in module.named_children())
+
 
 def _fetch_attr(gm, target):
     """The attribute of gm that a get_attr node names (a dotted path)."""
@@ -319,10 +354,8 @@ def from_fx(gm, roles=None):
         value = node.meta.get("val")
         if value is None and hasattr(gm, "graph"):
             value = _fetch_attr(gm, node.target)
-        if isinstance(value, torch.nn.Module):  # a subgraph of a higher-order op (torch.cond's branches)
-            ops = sorted({getattr(u.target, "__name__", str(u.target)) for u in node.users})
-            raise Unsupported(f"higher-order op {', '.join(ops)}: its subgraphs ({node.target}) are not lowered, "
-                              f"and it has no eager fallback node")
+        if isinstance(value, torch.nn.Module):  # a subgraph of a higher-order op (torch.cond's branches):
+            continue  # a constant of the op's fallback node
         if not isinstance(value, torch.Tensor):
             raise Unsupported(f"{where}: a {type(value).__name__}, not a tensor")
         dtype, sizes, strides = imp.meta(value, where)
@@ -350,6 +383,12 @@ def from_fx(gm, roles=None):
             if not isinstance(ids, tuple):
                 raise Unsupported(f"{where}: getitem of a non-tuple value")
             imp.ids[node] = ids[idx]
+            continue
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            imp.ids[node] = imp.higher_order(node, gm if hasattr(gm, "graph") else None, where)
+            result.fallback_ops.append(op_name(node.target))
+            result.node_ops.append("fallback")
+            result.fx_nodes.append(node)
             continue
         if not isinstance(node.target, torch._ops.OpOverload):
             raise Unsupported(f"{where}: only ATen operators are supported")

@@ -160,26 +160,6 @@ def test_a_function_that_turns_grad_off_itself_is_compiled_for_inference():
     assert torchneuron_jit.stats()["training_graphs"] == after["training_graphs"] + 1
 
 
-def test_a_graph_with_torch_cond_runs_eagerly_and_the_warning_names_it():
-    """A higher-order op (torch.cond) has subgraphs as arguments, which the
-    importer does not lower: the graph runs eagerly, with eager's answer,
-    and the one warning names the op (it read "constant true_graph_0 ...
-    a <lambda>, not a tensor")."""
-    lin = torch.nn.Linear(8, 8).eval()
-
-    def f(x):
-        h = lin(x).relu()
-        return torch.cond(h.mean() > 0, lambda y: y * 2, lambda y: y - 1, (h,))
-
-    x = torch.randn(4, 8)
-    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
-        warnings.simplefilter("always")
-        got = torch.compile(f, backend="neuron")(x)
-        torch.testing.assert_close(got, f(x))
-    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
-    assert len(words) == 1 and "higher-order op cond" in words[0], words
-
-
 def test_an_inference_call_without_no_grad_says_once_that_it_runs_eagerly():
     """model.eval(); torch.compile(model)(x) with grad mode on: the graph
     needs gradients (the parameters require them) and ran wholly eagerly

@@ -123,3 +123,133 @@ def test_a_complex_number_operand_is_a_fallback_nodes_argument(dtype):
 
     st = _compiled_cleanly(f, (torch.randn(4, 5, dtype=dtype),))
     assert st["kernels_compiled"] >= 1
+
+
+# -- higher-order ops: torch.cond, custom ops that write their arguments, flex_attention, map -------------
+
+def test_torch_cond_is_a_fallback_node_and_the_graph_around_it_compiles():
+    """torch.cond's subgraphs are arguments no kernel of ours takes: the
+    whole graph ran eagerly, with a warning. The op is a fallback node,
+    which PyTorch runs (either branch, as the predicate says on each
+    call), and the chains before and after it are kernels."""
+    w = torch.randn(16, 16)
+
+    def f(x):
+        y = torch.sin(x @ w) * 2.0
+        z = torch.cond(y.sum() > 0, lambda t: t.cos() + 1, lambda t: t.exp() - 1, (y,))
+        return torch.relu(z) * 3.0 + 1.0
+
+    x = torch.randn(8, 16)
+    preds = {bool((torch.sin(a @ w) * 2.0).sum() > 0) for a in (x, -x)}
+    assert preds == {True, False}  # both branches run
+    st = _compiled_cleanly(f, (x,), (-x,), (x * 0.5,), (-x * 0.5,))
+    assert st["kernels_compiled"] >= 2
+    assert st["fallback_ops"]["higher_order::cond"] == {"no lowering": 1}
+
+
+def test_a_custom_op_that_writes_its_argument_is_a_fallback_node():
+    """A torch.library custom op with mutates_args comes as
+    auto_functionalized_v2, which the importer refused ("only ATen
+    operators"): the graph ran eagerly. It is a fallback node now, and its
+    write reaches the caller's tensor as it does eagerly."""
+    @torch.library.custom_op("tn_test::scale_", mutates_args=("x",))
+    def scale_(x: torch.Tensor, k: float) -> None:
+        x.mul_(k)
+
+    @scale_.register_fake
+    def _(x, k):
+        return None
+
+    def f(x, y):
+        h = torch.sin(y) + 1.0
+        scale_(h, 3.0)
+        scale_(x, 2.0)  # the caller's tensor
+        return torch.relu(h) * x
+
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    c = torch.compile(f, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(3):
+            xc, xe = x.clone(), x.clone()
+            torch.testing.assert_close(c(xc, y), f(xe, y))
+            torch.testing.assert_close(xc, xe)
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    st = torchneuron_jit.stats()
+    assert ours == [] and st["eager_fallbacks"] == 0 and st["graphs_compiled"] == 1, ours
+    assert "higher_order::auto_functionalized_v2" in st["fallback_ops"]
+
+
+def test_flex_attention_and_map_are_fallback_nodes():
+    from functorch.experimental.control_flow import map as control_map
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def causal(score, b, h, q, kv):
+        return torch.where(q >= kv, score, -float("inf"))
+
+    def attend(q, k, v):
+        return torch.relu(flex_attention(torch.sin(q), k, v, score_mod=causal)) + 1.0
+
+    def mapped(xs, y):
+        return torch.relu(control_map(lambda x, y: x.sin() + y, xs * 2.0, y)) - 1.0
+
+    q = torch.randn(1, 2, 16, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flex_attention's eager "without torch.compile()" note
+        st = _compiled_cleanly(attend, (q, q.cos(), q.exp()), (q * 2, q.sin(), q))
+    assert "higher_order::flex_attention" in st["fallback_ops"]
+    torch._dynamo.reset()
+    st = _compiled_cleanly(mapped, (torch.randn(3, 4), torch.randn(4)), (torch.randn(3, 4), torch.randn(4)))
+    assert "higher_order::map_impl" in st["fallback_ops"]
+
+
+def test_graphs_that_differ_inside_a_subgraph_have_different_keys():
+    """The fallback node of a higher-order op names its subgraphs by their
+    code: the graph's key (what the persistent cache keys its lowering by)
+    tells two branches apart."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    keys = set()
+    for branch in (torch.cos, torch.sin):
+        def f(x):
+            return torch.cond(x.sum() > 0, lambda t: branch(t) + 1, lambda t: t - 1, (x * 2,))
+        with torch.no_grad():
+            gm = make_fx(f, tracing_mode="fake")(torch.randn(4))
+        keys.add(from_fx(gm).graph.key(b""))
+    assert len(keys) == 2
+
+
+def test_nested_compile_region_calls_are_inlined_and_fused():
+    """torch.compiler.nested_compile_region (the recipe for compiling a
+    repeated layer once) makes invoke_subgraph calls: as fallback nodes each
+    layer would run eagerly. Their bodies are inlined into the graph."""
+    layer = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU()).eval()
+
+    @torch.compiler.nested_compile_region
+    def block(x):
+        return torch.sin(layer(x)) * 2.0 + x
+
+    def f(x):
+        return block(block(x)).relu()
+
+    st = _compiled_cleanly(f, (torch.randn(4, 16),), (torch.randn(4, 16),))
+    assert not any(op.startswith("higher_order::") for op in st["fallback_ops"]), st["fallback_ops"]
+    assert st["kernels_compiled"] >= 2
+
+
+def test_jit_runs_a_function_with_torch_cond_eagerly_and_eager_cond_still_works_after():
+    """jit's recorder is a dispatch mode, which refused higher-order ops:
+    torch.cond inside a jitted function raised NotImplementedError in the
+    user's call. It runs eagerly with one warning naming the op. Eager
+    torch.cond compiles itself with Dynamo, which marked its frames skipped
+    for good under the mode: every torch.cond after it, jitted or not,
+    raised Unsupported."""
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda t: t.cos() + 1, lambda t: t.exp() - 1, (x * 2,))
+
+    j = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in (torch.randn(8), -torch.randn(8).abs(), torch.randn(8).abs(), torch.randn(5)):
+            torch.testing.assert_close(j(x), f(x))
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(ours) == 1 and "torch.ops.higher_order.cond" in ours[0], ours
