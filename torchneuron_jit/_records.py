@@ -111,6 +111,10 @@ READ_STATE = {f"torch.{read.__name__}()": read for read in (
     torch.get_num_threads, torch.get_num_interop_threads, torch.are_deterministic_algorithms_enabled,
     torch.is_deterministic_algorithms_warn_only_enabled, torch.is_anomaly_enabled, torch.is_anomaly_check_nan_enabled,
     torch.get_float32_matmul_precision, torch.initial_seed, torch.is_inference_mode_enabled)}
+# switches torch's own Python code reads: nn.MultiheadAttention's and nn.TransformerEncoder's fast path (it zeroes
+# padded positions where the layers' ops would not), and torch.backends.mkldnn.enabled (its property calls the getter)
+READ_STATE["torch.backends.mha.get_fastpath_enabled()"] = torch.backends.mha.get_fastpath_enabled
+READ_STATE["torch.backends.mkldnn.enabled"] = torch._C._get_mkldnn_enabled
 
 
 def print_options():

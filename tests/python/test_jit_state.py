@@ -1275,6 +1275,14 @@ def _precision_scale(x):
     return x * len(torch.get_float32_matmul_precision())
 
 
+def _mkldnn_scale(x):
+    return x * (2 if torch.backends.mkldnn.enabled else 3)
+
+
+def _fastpath_scale(x):
+    return x * (2 if torch.backends.mha.get_fastpath_enabled() else 3)
+
+
 @pytest.mark.parametrize("f, set_state, words", [
     (_threads_scale, lambda i: torch.set_num_threads(1 + i % 2), "torch.get_num_threads()"),
     (_deterministic_scale, lambda i: torch.use_deterministic_algorithms(bool(i % 2)),
@@ -1283,7 +1291,10 @@ def _precision_scale(x):
     (_anomaly_scale, lambda i: torch.autograd.set_detect_anomaly(bool(i % 2)), "torch.is_anomaly_enabled()"),
     (_precision_scale, lambda i: torch.set_float32_matmul_precision("high" if i % 2 else "highest"),
      "torch.get_float32_matmul_precision()"),
-], ids=["threads", "deterministic", "seed", "anomaly", "matmul precision"])
+    (_mkldnn_scale, lambda i: torch._C._set_mkldnn_enabled(not i % 2), "torch.backends.mkldnn.enabled"),
+    (_fastpath_scale, lambda i: torch.backends.mha.set_fastpath_enabled(not i % 2),
+     "torch.backends.mha.get_fastpath_enabled()"),
+], ids=["threads", "deterministic", "seed", "anomaly", "matmul precision", "mkldnn", "mha fast path"])
 def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, words):
     """A trace that called torch.get_num_threads() (or another reader of
     torch's process state) kept its value: a compiled call answered it
@@ -1300,6 +1311,29 @@ def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, word
         torch.use_deterministic_algorithms(False)
         torch.autograd.set_detect_anomaly(False)
         torch.set_float32_matmul_precision("highest")
+        torch._C._set_mkldnn_enabled(True)
+        torch.backends.mha.set_fastpath_enabled(True)
+
+
+def test_a_transformer_encoder_traced_without_its_fast_path_misses_when_it_is_switched_on():
+    """nn.TransformerEncoder in eval mode with a padding mask reads
+    torch.backends.mha.get_fastpath_enabled(): with it on, eager takes the
+    nested-tensor fast path and zeroes the padded positions. A variant
+    traced with it off answered with the layers' values there."""
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2).eval()
+    jf = torchneuron_jit.jit(copy.deepcopy(enc))  # jit(module) compiles the module's own calls
+    x, mask = torch.randn(2, 6, 32), torch.zeros(2, 6, dtype=torch.bool)
+    mask[1, 4:] = True
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the fast path's nested tensor: that variant runs eagerly, and says so
+            for fast in (False, False, True, True, False):
+                torch.backends.mha.set_fastpath_enabled(fast)
+                torch.testing.assert_close(jf(x, src_key_padding_mask=mask), enc(x, src_key_padding_mask=mask),
+                                           msg=lambda m: f"fast path {fast}: {m}")
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
 
 
 def _autocast_off_inside(x, w):
