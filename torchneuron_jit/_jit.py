@@ -2467,12 +2467,24 @@ def _dead_after(trace):
         return False
 
 
-def _types_spec(trace):
+def _types_spec(trace, hooks=False):
     """Guards that take every call with the types of trace's arguments (an
-    eager entry whose reason holds whatever the sizes and values)."""
+    eager entry whose reason holds whatever the sizes and values); with
+    hooks, and with the modules' hooks the trace found: a write a hook
+    makes on every call (the old weight_norm's, prune's) ends when the hook
+    is removed (remove_weight_norm before serving), and the next call
+    traces again (the entry took every call, eagerly, for good)."""
     spec = Spec()
     for i, a in enumerate(trace.args):
         spec.add(("type", spec.add(("arg", i), f"argument {i}"), type(a)), f"argument {i}")
+    moved = {}
+    for s, (inst, name) in enumerate(zip(trace.spec, trace.spec.names)):
+        path = trace.spec.paths.get(s)
+        if hooks and inst[0] == "const" and isinstance(path, tuple) and path[0] == "module" and \
+                path[-1] in _HOOK_DICTS:
+            moved[s] = spec.add(inst, name)
+        elif inst[0] == "dict" and inst[1] in moved:
+            spec.add((inst[0], moved[inst[1]], *inst[2:]), name)
     return spec
 
 
@@ -3300,7 +3312,7 @@ class _Tracer:
             # first one's guards what the trace read: a write made once (a library's set-up on a first call:
             # transformers installs its output hooks in the first call with output_hidden_states) lets the
             # next call trace again, and compile
-            spec = _types_spec(trace)
+            spec = _types_spec(trace, hooks=True)
         elif trace.writes and trace.problems == trace.writes[:1] and _dead_after(trace):
             # the first trace that writes it, and its own guards fail on what the call left (a library's set-up
             # on a first call): its eager entry would take no call, and its warning would say the function runs

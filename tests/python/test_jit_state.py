@@ -2101,6 +2101,17 @@ def test_a_pre_hook_that_sets_the_weight_on_each_call_runs_eagerly_in_words_that
     words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(words) == 1 and "self.0.weight" in words[0] and "pre-hook" in words[0], words
     assert "while its variant was built" not in words[0], words
+    # prune.remove before serving (remove_weight_norm likewise): the model is plain again, and compiles (the
+    # eager variant took every call with these argument types, for good)
+    prune.remove(f[0], "weight")  # jit(module) is the module, compiled
+    prune.remove(ref[0], "weight")
+    traces, graphs = torchneuron_jit.stats()["traces"], torchneuron_jit.stats()["graphs_compiled"]
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        for _ in range(4):
+            x = torch.randn(4, 6)
+            torch.testing.assert_close(f(x), ref(x))
+    assert torchneuron_jit.stats()["traces"] - traces == 1
+    assert torchneuron_jit.stats()["graphs_compiled"] - graphs == 1
 
 
 def test_a_frame_that_fills_its_own_kwargs_is_no_write():
