@@ -100,7 +100,8 @@
     "traces (a narrower variant a dynamic one superseded; a region of a generate loop's branches no longer " \
     "reached). The wait doubles each time jit_cache_limit variants of the function were evicted, so a " \
     "working set larger than the limit does not trace on every call. A miss of a guard the manager warned " \
-    "of as a storm (storm_misses: a global that changes on every call) evicts nothing. 0: never evict.") \
+    "of as a storm (storm_misses: a global that changes on every call) evicts nothing until its value has " \
+    "stayed the same at two such misses in a row (a storm that settled). 0: never evict.") \
   _(compile_blocking, TN_CFG_BOOL, 0, NULL, \
     "A call of a function under torchneuron_jit.jit that no variant takes answers with its eager result " \
     "(the traced run) and its variant is built (symbolic trace, lowering, kernels) on a background thread, " \

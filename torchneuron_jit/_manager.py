@@ -51,6 +51,7 @@ class Site:
         self.failures = 0                       # traces that failed or whose builds were dropped
         self.skip = 0                           # misses left to run untraced (backoff)
         self.warned = set()
+        self.settling = {}                      # warned guard -> (its value at the last may_evict, asks in a row)
         self.static = {}                        # (argument, dimension) -> why it stays static
         self.dynamic = set()                    # (argument, dimension) made dynamic
         self.pinned = set()                     # (argument, dimension) the code needs the value of
@@ -215,8 +216,9 @@ def storm_words(jf, s, key):
                 "chosen by it, so every value is a variant of its own; keep what the function carries from one "
                 "call to the next in a tensor, or an int (a size, made dynamic), not in a value it branches on")
     if "." in key.split(":")[0]:
-        return (f"{s.where}: {key} changes {often}, set from outside between calls ({seen}); pass it as an "
-                "argument, or keep it fixed while serving")
+        return (f"{s.where}: {key} changes {often}, set between calls by the caller or code around the call "
+                f"({seen}); pass it as an argument, or keep it fixed while serving (a value that stays put gets a "
+                "variant again)")
     return f"{s.where}: {key} changes {often} ({seen}); each value is a variant of its own"
 
 
@@ -253,9 +255,24 @@ def may_evict(jf, words):
     variant that has gone unused and trace: not for a guard it warned of
     as a storm (a global that changes on every call: its variants take
     one call each, and evicting would trace on every call the wait
-    allows)."""
+    allows), until the storm has settled: the guard's value the same at
+    two asks in a row (jit_evict_after calls apart, at least). A value that
+    grew for a while and then stayed (transformers' generate() sets
+    model._previous_max_cache_length to the longest prompt so far) had
+    every variant spent on its past values, and its calls ran eagerly for
+    good."""
     s = site(jf)
-    return words is None or _subject(words) not in s.warned
+    key = None if words is None else _subject(words)
+    if key not in s.warned:
+        return True
+    value = words.rsplit(" → ", 1)[1] if " → " in words else None
+    last, asks = s.settling.get(key, (None, 0))
+    asks = asks + 1 if value is not None and value == last else 1
+    s.settling[key] = (value, asks)
+    if asks < 2:
+        return False
+    s.decisions.append((jf.calls, f"{key} has stayed {value}: a variant unused long enough is evicted for it"))
+    return True
 
 
 def may_trace(jf):

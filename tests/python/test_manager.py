@@ -2,6 +2,7 @@
 blacklist, explain(), and the same words for torch.compile(backend="neuron")."""
 import threading
 import contextlib
+import copy
 import functools
 import io
 import re
@@ -72,6 +73,38 @@ def test_a_storm_evicts_no_variant_and_warns_of_the_limit_once():
     assert after["traces"] - before["traces"] == config.jit_cache_limit
     assert after["variants_evicted"] == before["variants_evicted"]
     assert len([m for m in w if "limit of traced variants" in str(m.message)]) == 1
+
+
+def test_a_storm_that_settles_gets_a_variant_again():
+    """transformers' generate() with a static cache sets the model's
+    _previous_max_cache_length to the longest prompt so far: it takes a
+    value per new length, then stays. The storm's variants filled the limit
+    with its past values, and no miss of it evicted one: every call after
+    ran eagerly for good. A value that stays put at two asks in a row
+    evicts a variant unused long enough, and is compiled."""
+    class Longest(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+            self.longest = 0  # forward never reads it; its guard is the module's
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    torch.manual_seed(0)
+    m = Longest().eval()
+    jf = torchneuron_jit.jit(copy.deepcopy(m))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as w, \
+            config.patch(jit_evict_after=4, compile_blocking=True):
+        warnings.simplefilter("always")
+        for i in range(1, 31):
+            jf.longest = min(i, config.jit_cache_limit + 2)
+            x = torch.randn(4, 8)
+            torch.testing.assert_close(jf(x), m(x))
+    assert len(storm_warnings(w)) == 1, storm_warnings(w)
+    e = torchneuron_jit.explain(jf)
+    assert max(v["hits"] for v in e.variants) >= 10, str(e)
+    assert "self.longest has stayed 10" in str(e), str(e)
 
 
 def test_a_global_that_changes_while_background_builds_run_gets_the_storm_words_at_the_users_line():
@@ -218,7 +251,7 @@ def test_a_module_attribute_set_between_calls():
             torch.testing.assert_close(m(x), x * float(i))
     words = storm_warnings(w)
     assert len(words) == 1 and "Scaled.forward" in words[0], words
-    assert "self.scale changes on every call, set from outside between calls" in words[0], words
+    assert "self.scale changes on every call, set between calls by the caller or code around" in words[0], words
 
 
 class _Named:
