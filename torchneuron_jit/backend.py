@@ -1632,6 +1632,29 @@ def _inline_subgraphs(gm):
     return inlined
 
 
+def _compile_branches(gm):
+    """torch.cond's branches, each compiled to a plan of its own: the op, a
+    fallback node, calls them as functions (its own eager form runs the
+    branch the predicate picks). A branch that does not compile runs as
+    traced. Done after the import: the graph's key names the branches by
+    their code."""
+    hop = getattr(torch.ops.higher_order, "cond", None)
+    for node in gm.graph.nodes:
+        if hop is None or node.op != "call_function" or node.target is not hop:
+            continue
+        args = list(node.args)
+        for i in (1, 2):
+            a = args[i]
+            body = _fetch_attr(gm, a.target) if isinstance(a, torch.fx.Node) and a.op == "get_attr" else None
+            if not isinstance(body, torch.fx.GraphModule):
+                continue
+            try:
+                args[i] = _build(body, None).call  # the branch's operands one by one
+            except Exception as exc:  # ours: this branch runs as Dynamo traced it
+                _log.event("compile", f"a branch of {node.name} runs as traced ({type(exc).__name__}: {exc})")
+        node.args = tuple(args)
+
+
 def _build(gm, example_inputs, eager=None):
     """The compiled plan of an inference graph (raises on any failure); gm
     is rewritten in place when eager (its original) is given."""
@@ -1664,6 +1687,7 @@ def _build(gm, example_inputs, eager=None):
         gemm.rewrite(gm.graph, head, kind)
     artifact.store()
     gm.graph.lint()
+    _compile_branches(gm)
     compiled = plan_of(gm, eager)
     _C.stat_add("graphs_compiled")
     if artifact.lowered:
