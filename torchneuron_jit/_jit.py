@@ -464,8 +464,7 @@ class _Trace:
             if ("data", id(value)) not in self.before_seen:  # x.data = y, x.set_(...): no graph rebinds an argument
                 self.before_seen.add(("data", id(value)))
                 describe = functools.partial(_tensor_binding, value)
-                self.before.append((f"{words}'s memory or sizes (x.data = y, an out= or resize_ that grows it)",
-                                    describe, describe()))
+                self.before.append((words, describe, describe()))
             words, value = f"{words}'s attributes", value.__dict__
         elif type(value) in (list, tuple, dict):  # the tensors it holds, as above
             for k, item in (value.items() if type(value) is dict else enumerate(value)):
@@ -580,8 +579,8 @@ class _Trace:
         t = type(value)
         if t in _TENSOR_TYPES:
             if not value.is_cpu or value.layout != torch.strided or value.is_quantized:
-                self.problems.append(f"{name} is a {value.device} {value.layout} tensor; only dense CPU tensors "
-                                     "are compiled")
+                what = f"a quantized ({value.dtype})" if value.is_quantized else f"a {value.device} {value.layout}"
+                self.problems.append(f"{name} is {what} tensor; only dense CPU tensors of plain dtypes are compiled")
             if _user_attributes(value):  # x.scale = ... set by the caller, which the code may read
                 self.problems.append(f"{name} has Python attributes ({', '.join(_user_attributes(value))}), "
                                      "which jit does not guard")
@@ -1452,9 +1451,14 @@ def _library_class(cls):
     return _records.library_code(_defined_in(cls))
 
 
+_BINDING = ("memory", "sizes", "strides", "storage offset", "dtype")
+
+
 def _tensor_binding(t):
-    """What tensor t is bound to, as _state_of describes values: its memory, sizes, strides, offset and dtype."""
-    return ("v", tuple, (t.untyped_storage().data_ptr(), tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype))
+    """What tensor t is bound to, in _state_of's form: its memory, sizes,
+    strides, offset and dtype (_BINDING, compared by _state_change)."""
+    return ("binding", None, (t.untyped_storage().data_ptr(), tuple(t.shape), tuple(t.stride()), t.storage_offset(),
+                              t.dtype))
 
 
 def _made_by_code(value):
@@ -1565,6 +1569,11 @@ def _state_change(words, was, now):
     if was[0] != now[0] or (was[0] != "v" and was[1] != now[1]):
         return f"{words} (another object)"
     kind = was[0]
+    if kind == "binding":  # a tensor's: what of it changed, and the ways code changes it
+        changed = [part for part, a, b in zip(_BINDING, was[2], now[2]) if a != b]
+        return None if not changed else (
+            f"{words}'s {' and '.join(changed)} (an in-place view op: x.unsqueeze_(0), x.t_(); x.data = y, "
+            "x.set_(), an out= or resize_ that grows it)")
     if kind == "v":
         return None if same_value(was[2], now[2]) else f"{words} ({'an' if type(was[2]).__name__[0] in 'aeiou' else 'a'} {type(was[2]).__name__})"
     if kind == "id":

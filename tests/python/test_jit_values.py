@@ -269,6 +269,36 @@ def test_python_attributes_and_data_of_tensors_are_eagers():
             torch.testing.assert_close(xj, y)
 
 
+def test_the_words_for_an_in_place_view_op_and_a_quantized_argument_name_them():
+    """x.unsqueeze_(0) on an argument said it "writes argument x's memory or
+    sizes (x.data = y, an out= or resize_ that grows it) (a tuple)"; a
+    quantized argument was "a cpu torch.strided tensor; only dense CPU
+    tensors are compiled". The words name what changed and the dtype."""
+    def grows(x):
+        x.unsqueeze_(0)
+        return x * 2
+
+    def dequantized(x):
+        return x.dequantize() * 2
+
+    def words_of(f, make):
+        jf = torchneuron_jit.jit(f)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                a, b = make(), make()
+                torch.testing.assert_close(jf(a), f(b))
+                torch.testing.assert_close(a, b)
+        return [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+
+    words = words_of(grows, lambda: torch.ones(3))
+    assert len(words) == 1 and "argument x's sizes and strides (an in-place view op" in words[0], words
+    assert "(a tuple)" not in words[0], words
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8)
+    words = words_of(dequantized, lambda: q)
+    assert len(words) == 1 and "x is a quantized (torch.quint8) tensor" in words[0], words
+
+
 def test_inference_mode_switched_inside_the_call_makes_eagers_tensors():
     def inside(x):
         with torch.inference_mode():
