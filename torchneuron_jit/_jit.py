@@ -828,12 +828,15 @@ class _Trace:
 
     def guard_distribution_class(self, c):
         """The numbers, strings, flags and Nones among the attributes of
-        class c of an installed distribution (not torch's), by value, as
-        guard_distribution_globals does its globals: a team's package
-        installed with pip had Head.temperature = 0.1 set at run time and
-        answered with 1.0. Its other attributes are its own objects."""
+        class c of an installed distribution (not torch's), by value, and
+        its functions by identity, as guard_distribution_globals does its
+        globals: a team's package installed with pip had Head.temperature =
+        0.1 set at run time and answered with 1.0; LlamaMLP.forward patched
+        in a notebook cell kept the old method's answer. Its other
+        attributes are its own objects."""
         d = _C.class_dict(c)
-        keys = tuple(k for k, v in d.items() if type(k) is str and not k.startswith("__") and type(v) in PRIMITIVES)
+        keys = tuple(k for k, v in d.items() if type(k) is str and (
+            (not k.startswith("__") and type(v) in PRIMITIVES) or _function_or_class(v)))
         if keys:
             slot = self.spec.add(("const", d), f"class {c.__qualname__}", ("classdict", c))
             self.spec.add(("dict", slot, keys, tuple(d[k] for k in keys), False), f"class {c.__qualname__}")
@@ -1293,14 +1296,18 @@ class _Trace:
 
     def guard_distribution_globals(self, guarded, seen, code, globs):
         """The numbers, strings, flags and Nones among the globals an
-        installed distribution's code loads (guard_globals), by value: a
-        team's own package installed with pip is such code, and a flag of
-        its read from the environment at import, or a constant edited and
-        reinstalled under the same version, changed the answer with no
-        retrace, warm starts too. Its other globals are its own objects."""
+        installed distribution's code loads (guard_globals), by value, and
+        its functions and classes by identity: a team's own package
+        installed with pip is such code, and a flag of its read from the
+        environment at import, or a constant edited and reinstalled under
+        the same version, changed the answer with no retrace, warm starts
+        too; transformers' apply_rotary_pos_emb patched in a notebook cell
+        kept the old function's answer. Its other globals are its own
+        objects."""
         names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
         for name in _global_loads(code):
-            if name in globs and type(globs[name]) in PRIMITIVES and (id(globs), name) not in seen:
+            if name in globs and (id(globs), name) not in seen and (
+                    type(globs[name]) in PRIMITIVES or _function_or_class(globs[name])):
                 seen.add((id(globs), name))
                 names[name] = globs[name]
 
@@ -1452,6 +1459,13 @@ def _library_class(cls):
 
 
 _BINDING = ("memory", "sizes", "strides", "storage offset", "dtype")
+
+
+def _function_or_class(value):
+    """Whether value is a function or class, which guards hold by identity
+    (a trace record names it by module and qualified name; one no name
+    finds, a lambda patched in, keeps the trace out of the cache)."""
+    return isinstance(value, (types.FunctionType, type))
 
 
 def _tensor_binding(t):

@@ -1181,6 +1181,14 @@ def head(x):
     return torch.relu(x * 2) if ACT == "relu" else torch.tanh(x * 2)
 
 
+def scale(x):
+    return x * 2
+
+
+def scaled(x):
+    return torch.relu(scale(x)) + 1
+
+
 class Head(torch.nn.Module):
     temperature = 1.0
 
@@ -1245,6 +1253,44 @@ def test_the_class_attributes_of_an_installed_packages_class_are_guarded(tmp_pat
         monkeypatch.setattr(teamflag.Head, "temperature", 0.1)
         torch.testing.assert_close(jm(x), m(x))
     assert "temperature" in str(torchneuron_jit.explain(jm))
+
+
+def test_an_installed_packages_function_or_method_patched_and_restored_is_a_miss(tmp_path, monkeypatch):
+    """A notebook cell patches transformers' apply_rotary_pos_emb (a global
+    of its module) or LlamaMLP.forward (a method of its class), then undoes
+    it: library code's functions were not guarded, and jit kept the first
+    answer; a variant traced under the patch kept the patched answer once
+    it was undone. Its functions and classes are guarded by identity."""
+    monkeypatch.syspath_prepend(str(_installed_package(tmp_path)))
+    monkeypatch.delitem(sys.modules, "teamflag", raising=False)
+    import teamflag
+    f = torchneuron_jit.jit(teamflag.scaled)
+    x = torch.linspace(-2, 2, 12).reshape(3, 4)
+    original = teamflag.scale
+    for patched in (None, lambda t: t * 3, None):
+        monkeypatch.setattr(teamflag, "scale", patched or original)
+        for _ in range(2):
+            torch.testing.assert_close(f(x), teamflag.scaled(x))
+
+
+    class Outer(torch.nn.Module):  # the user's model around the library's layer (LlamaModel around LlamaMLP)
+        def __init__(self):
+            super().__init__()
+            self.head = teamflag.Head()
+
+        def forward(self, t):
+            return self.head(t) + 1
+
+    torch.manual_seed(0)
+    m = Outer().eval()
+    jm = torchneuron_jit.jit(Outer().eval())
+    jm.load_state_dict(m.state_dict())
+    forward = teamflag.Head.forward
+    with torch.no_grad():
+        for patched in (None, lambda self, t: forward(self, t) * 2, None):
+            monkeypatch.setattr(teamflag.Head, "forward", patched or forward)
+            for _ in range(2):
+                torch.testing.assert_close(jm(x), m(x))
 
 
 def test_a_warm_start_checks_an_installed_packages_flag(tmp_path, run_python):
