@@ -149,6 +149,13 @@ def _known_shape(func, args, kwargs):
                              and i.dtype not in (torch.bool, torch.uint8)) for i in indices)
 
 
+# Ops whose results' sizes their tensor arguments' values fix, though no tag says so: packing reads its lengths
+_VALUE_SHAPED = (torch.ops.aten._pack_padded_sequence.default,)
+# torch's functions that read a tensor argument's values in C++, with no ATen op to record (by name): tensor_split
+# of a tensor of indices cuts with plain slices, _pad_packed_sequence fills the lengths it returns in place
+_VALUE_READING_CALLS = frozenset(("tensor_split", "_pad_packed_sequence"))
+
+
 # The Python methods of torch.Tensor that read its values without an ATen op, by code
 _TENSOR_HASH = torch.Tensor.__hash__.__code__  # id(self): a dict keyed by tensors finds its entry by identity
 _VALUE_READERS = {torch.Tensor.__repr__.__code__: "__repr__", torch.Tensor.__format__.__code__: "__format__",
@@ -259,8 +266,8 @@ class _Recorder(TorchDispatchMode):
         # item() and friends become value guards; other data-dependent ops cannot be replayed
         tags = getattr(func, "tags", ())
         if self.problem is None and func is not torch.ops.aten._local_scalar_dense.default and \
-                (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags) and \
-                not _known_shape(func, args, kwargs):
+                (torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags or
+                 func in _VALUE_SHAPED) and not _known_shape(func, args, kwargs):
             self.problem = f"{func} has a data-dependent result"
         if self.inside is None:
             self.inside = inference
@@ -402,6 +409,13 @@ class _Trace:
         if (event == "call" and frame.f_code in _VALUE_READERS) or \
                 (event == "c_call" and type(getattr(arg, "__self__", None)) in _TENSOR_TYPES):
             self.note_value_read(frame, event, arg)
+        if event == "c_call" and self.recorder.problem is None and getattr(arg, "__name__", None) in \
+                _VALUE_READING_CALLS and (isinstance(getattr(arg, "__self__", None), torch.Tensor) or (
+                    getattr(arg, "__self__", None) is None and getattr(arg, "__module__", None) == "torch")):
+            # torch.tensor_split, x.tensor_split, torch._VF._pad_packed_sequence: no op of the recording reads
+            # the values, which the graph would replay from this call
+            self.recorder.problem = (f"torch.{arg.__name__} reads a tensor argument's values in C++, which a "
+                                     "compiled call would replay from the traced call (a data-dependent result)")
         if event == "c_call":
             what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame

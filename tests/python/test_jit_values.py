@@ -299,6 +299,37 @@ def test_the_words_for_an_in_place_view_op_and_a_quantized_argument_name_them():
     assert len(words) == 1 and "x is a quantized (torch.quint8) tensor" in words[0], words
 
 
+def _split_sums(x, idx):
+    return [p.sum(0) for p in torch.tensor_split(x, idx)]
+
+
+def _packed(x, lengths):
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    out, got = pad_packed_sequence(packed, batch_first=True)
+    return out * 2, got
+
+
+@pytest.mark.parametrize("f, values", [
+    (_split_sums, ([3, 7], [2, 5], [1, 9])),
+    (_packed, ([5, 4, 4], [5, 2, 3], [5, 5, 1])),
+], ids=["tensor_split", "packed sequence"])
+def test_ops_that_read_a_tensors_values_in_cpp_are_no_stale_graph(f, values):
+    """torch.tensor_split by a tensor of indices cuts with plain slices, and
+    packing reads its lengths, in C++, with no op the recording sees read
+    them: the graph replayed the first call's cuts (pieces of 2/3/5 where
+    eager gives 3/4/3), and pad_packed_sequence's lengths, filled in place,
+    came back as uninitialised memory. Such a call runs eagerly."""
+    jf = torchneuron_jit.jit(f)
+    x = torch.randn(3, 5, 2) if f is _packed else torch.randn(10, 3)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for v in values * 2:
+            torch.testing.assert_close(jf(x, torch.tensor(v)), f(x, torch.tensor(v)))
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "data-dependent" in words[0], words
+
+
 def test_inference_mode_switched_inside_the_call_makes_eagers_tensors():
     def inside(x):
         with torch.inference_mode():
