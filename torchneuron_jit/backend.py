@@ -47,7 +47,16 @@ KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gel
               # eager raises for an index out of range; the decompositions' index_put wraps a negative one
               # (a wrong row written) and raises IndexError for one too large; a bool index_add with alpha
               # promotes the source to int64 and raises
-              aten.index_add, aten.index_copy, aten.max_unpool2d, aten.max_unpool3d)
+              aten.index_add, aten.index_copy, aten.max_unpool2d, aten.max_unpool3d,
+              # eager's kernels: decomposed, F.interpolate became index and arithmetic chains 5-13x slower
+              # (nearest: an index.Tensor gather), and istft's unfold_backward 512 index_add nodes (13-22x).
+              # (The .vec overloads F.interpolate calls have Python decompositions that tracing with the
+              # Python dispatcher on runs before any table: Dynamo's graphs and jit's symbolic traces still
+              # get the chains)
+              aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
+              aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
+              aten.upsample_linear1d, aten.upsample_bilinear2d, aten.upsample_bicubic2d, aten.upsample_trilinear3d,
+              aten._upsample_bilinear2d_aa, aten._upsample_bicubic2d_aa, aten.unfold_backward)
 
 # Test hook: when set to a string, the next graph's compilation fails with
 # that reason (tests of the degrade-to-eager path).

@@ -254,3 +254,30 @@ def test_jit_runs_a_function_with_torch_cond_eagerly_and_eager_cond_still_works_
             torch.testing.assert_close(j(x), f(x))
     ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
     assert len(ours) == 1 and "torch.ops.higher_order.cond" in ours[0], ours
+
+
+def test_istft_and_a_static_interpolate_keep_eagers_kernels():
+    """Decomposed, istft's unfold_backward became 512 index_add, select and
+    slice nodes (13-22x eager's time), and F.interpolate's nearest mode an
+    index.Tensor gather (5x): both stay whole, eager's kernels as fallback
+    nodes, with eager's answers."""
+    window = torch.hann_window(64)
+
+    def denoise(wave):
+        spec = torch.stft(wave, 64, 16, window=window, return_complex=True)
+        return torch.istft(spec * torch.sigmoid(spec.abs()), 64, 16, window=window, length=wave.shape[-1])
+
+    st = _compiled_cleanly(denoise, (torch.randn(2, 4000),), (torch.randn(2, 4000),))
+    assert "aten::unfold_backward" in st["fallback_ops"] and "aten::index_add" not in st["fallback_ops"], st
+    torchneuron_jit.reset_stats()
+
+    def upsample(x):
+        return torch.nn.functional.interpolate(x * 2.0, scale_factor=2, mode="nearest") + 1.0
+
+    jf = torchneuron_jit.jit(upsample)
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(2, 3, 16, 16)
+            torch.testing.assert_close(jf(x), upsample(x))
+    ops = torchneuron_jit.stats()["fallback_ops"]
+    assert "aten::upsample_nearest2d" in ops and "aten::index.Tensor" not in ops, ops
