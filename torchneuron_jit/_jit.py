@@ -3813,9 +3813,26 @@ def jit(fn=None, *, cache_limit=None):
         jitted_partial.__wrapped__ = fn  # inspect.signature: the partial's
         jitted_partial._tn_jit = _jit_function_of(inner)
         return jitted_partial
+    if isinstance(fn, types.BuiltinFunctionType):  # torch.sin, torch.add, x.add (its tensor held)
+        return _jit_builtin(fn, cache_limit)
+    if not isinstance(fn, types.FunctionType) and callable(fn) and isinstance(
+            getattr(fn, "__call__", None), types.MethodType):  # an object with a Python __call__: its method
+        return jit(fn.__call__, cache_limit=cache_limit)
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"jit: expected a Python function or an nn.Module, not {type(fn).__name__}")
     return _named_as(_C.JitFunction(fn, _tracer, limit), fn)
+
+
+def _jit_builtin(builtin, cache_limit):
+    """jit of a builtin (torch.sin, torch.add in functools.partial(torch.add,
+    other=1.0)), as torch.compile takes one: a Python function of its own
+    that calls it, jitted (it holds nothing but the builtin)."""
+    def call_builtin(*args, **kwargs):
+        return builtin(*args, **kwargs)
+
+    call_builtin.__name__ = call_builtin.__qualname__ = getattr(builtin, "__name__", "builtin")
+    call_builtin.__doc__ = getattr(builtin, "__doc__", None)
+    return jit(call_builtin, cache_limit=cache_limit)
 
 
 def _named_as(wrapped, fn):

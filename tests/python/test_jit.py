@@ -1,6 +1,7 @@
 """torchneuron_jit.jit: the frame hook, C guards, the recorder, entries."""
 import contextlib
 import copy
+import functools
 import gc
 import inspect
 import io
@@ -1854,3 +1855,28 @@ def test_the_exit_waits_for_the_build_threads_to_end(monkeypatch):
         assert threads
         _jit._at_exit()
         assert not any(t.is_alive() for t in threads)
+
+
+def test_jit_takes_a_builtin_a_partial_of_one_and_a_callable_object():
+    """torch.compile takes torch.sin, functools.partial(torch.add,
+    other=1.0) and an object with a __call__; jit raised TypeError ("expected
+    a Python function"). A builtin is called from a function of its own, an
+    object through its bound __call__ (its attributes guarded)."""
+    class Scale:
+        def __init__(self):
+            self.k = 2.0
+
+        def __call__(self, x):
+            return torch.relu(x) * self.k
+
+    scale = Scale()
+    for obj in (torch.sin, functools.partial(torch.add, other=1.0), scale):
+        jf = torchneuron_jit.jit(obj)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for i in range(3):
+                scale.k = float(i)
+                x = torch.randn(5)
+                torch.testing.assert_close(jf(x), obj(x))
+        assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == [], obj
+    assert torchneuron_jit.jit(torch.sin).__name__ == "sin"
