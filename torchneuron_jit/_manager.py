@@ -506,8 +506,8 @@ def _dynamo_site_key(code, frame_locals):
     frame_locals = frame_locals if frame_locals is not None else {}
     for name in ("fn", "self"):
         module = frame_locals.get(name)
-        if isinstance(module, torch.nn.Module):
-            return code, id(module)
+        if isinstance(module, torch.nn.Module) or (name == "fn" and module is not None and _is_wrap_inline(code)):
+            return code, id(module)  # a module, or what else wrap_inline calls (a compiled functools.partial)
     return code
 
 
@@ -534,6 +534,10 @@ def _dynamo_name(source):
     return re.sub(r"[LG]\['([^']+)'\]", r"\1", source)
 
 
+# a reason of a recompile of wrap_inline's code that names what it calls (fn): another compiled callable's entry
+_OTHER_CALLABLE = re.compile(r"___check_(?:type|obj)_id\((?:L\['fn'\]|fn), ")
+
+
 def dynamo_recompile(code, reasons, frame_locals=None):
     """Counts a recompile of code (its frame's locals frame_locals) through
     torch.compile(backend="neuron"), for Dynamo's reasons; one warning per
@@ -542,6 +546,8 @@ def dynamo_recompile(code, reasons, frame_locals=None):
         return
     # the guard, without Dynamo's comment and its "frame/entry:" prefix
     reasons = [re.sub(r"^\d+/\d+: ", "", r.splitlines()[0].split("  #")[0].strip()) for r in reasons]
+    if _is_wrap_inline(code) and _OTHER_CALLABLE.match(reasons[0]):
+        return  # the entries of another module or partial torch.compile runs through the same wrapper: no miss of this one's
     key = _dynamo_site_key(code, frame_locals)
     s = _dynamo_sites.get(key)
     if s is None:
@@ -651,6 +657,11 @@ def dynamo_codes(fn):
         target = fn.forward  # compiled in place: model.compile(backend="neuron")
     elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
         target = fn._torchdynamo_orig_callable
+        inline = _wrap_inline_code(target)
+        if inline is not None and inline.co_freevars == ("fn",):  # a functools.partial: the entries sit on the
+            codes.append(inline)  # wrapper's code, and its function names it
+            target = target.__closure__[0].cell_contents
+            target = getattr(target, "func", target)
         if isinstance(target, torch.nn.Module):
             target = target.forward
     else:
@@ -776,6 +787,10 @@ def dynamo_explanation(fn, ours):
     codes = dynamo_codes(fn)
     variants, site_, seen = [], Site(where(codes[-1]) if codes else repr(fn)), set()
     module = getattr(fn, "_orig_mod", None)
+    inline = _wrap_inline_code(getattr(fn, "_torchdynamo_orig_callable", None))
+    if module is None and inline is not None and inline.co_freevars == ("fn",):
+        # a callable torch.compile runs through wrap_inline (a functools.partial): the entries that want it
+        module = fn._torchdynamo_orig_callable.__closure__[0].cell_contents
     for code in codes:
         s = _dynamo_sites.get(code) or _dynamo_sites.get(_dynamo_site_key(code, {"fn": module}))
         if s is not None:  # the recompiles counted for it (dynamo_recompile)

@@ -917,3 +917,27 @@ def test_calls_that_run_eagerly_while_a_build_is_in_flight_count_no_recompile(mo
     assert after["calls_while_building"] > before["calls_while_building"]
     traces, recompiles = (after[k] - before[k] for k in ("traces", "recompiles"))
     assert recompiles <= max(traces - 1, 0), (traces, recompiles)
+
+
+def test_explain_of_a_compiled_partial_and_a_compiled_module_shows_each_its_own_entries():
+    """torch.compile runs a module of torch.nn's own class and a
+    functools.partial through one wrapper code (Dynamo's wrap_inline):
+    explain() of the partial listed the Linear's graph, named the wrapper,
+    and each listed a "miss" that was the other's first compile."""
+    lin = torch.nn.Linear(8, 8).eval()
+
+    def addf(x, other):
+        return x + other
+
+    cm = torch.compile(lin, backend="neuron")
+    cp = torch.compile(functools.partial(addf, other=1.0), backend="neuron")
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(cm(x), lin(x))
+            torch.testing.assert_close(cp(x), x + 1.0)
+    ep, em = str(torchneuron_jit.explain(cp)), str(torchneuron_jit.explain(cm))
+    assert ep.startswith("test_explain_of_a_compiled_partial_") and ".<locals>.addf (" in ep.splitlines()[0]
+    assert "aten::linear" not in ep and "aten::add" in ep, ep
+    assert "aten::linear" in em and "aten::add" not in em, em
+    assert "misses" not in ep and "misses" not in em, (ep, em)
