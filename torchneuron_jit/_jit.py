@@ -592,7 +592,9 @@ class _Trace:
         spec = self.spec
         t = type(value)
         if t in _TENSOR_TYPES:
-            if not value.is_cpu or value.layout != torch.strided or value.is_quantized:
+            if value.is_nested:  # the words of its eager variant (guarding its sizes fails after, as before)
+                self.problems.append(f"{name} is a nested tensor; only dense CPU tensors of plain dtypes are compiled")
+            elif not value.is_cpu or value.layout != torch.strided or value.is_quantized:
                 what = f"a quantized ({value.dtype})" if value.is_quantized else f"a {value.device} {value.layout}"
                 self.problems.append(f"{name} is {what} tensor; only dense CPU tensors of plain dtypes are compiled")
             if _user_attributes(value):  # x.scale = ... set by the caller, which the code may read

@@ -273,7 +273,8 @@ def test_the_words_for_an_in_place_view_op_and_a_quantized_argument_name_them():
     """x.unsqueeze_(0) on an argument said it "writes argument x's memory or
     sizes (x.data = y, an out= or resize_ that grows it) (a tuple)"; a
     quantized argument was "a cpu torch.strided tensor; only dense CPU
-    tensors are compiled". The words name what changed and the dtype."""
+    tensors are compiled", a nested one an internal error of torch's. The
+    words name what changed, the dtype, the nested tensor."""
     def grows(x):
         x.unsqueeze_(0)
         return x * 2
@@ -297,6 +298,15 @@ def test_the_words_for_an_in_place_view_op_and_a_quantized_argument_name_them():
     q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.quint8)
     words = words_of(dequantized, lambda: q)
     assert len(words) == 1 and "x is a quantized (torch.quint8) tensor" in words[0], words
+    # a nested tensor said "guarding the arguments failed (RuntimeError: Internal error: NestedTensorImpl ...)"
+    jf = torchneuron_jit.jit(lambda x: x * 2)
+    nested = torch.nested.nested_tensor([torch.ones(2, 3), torch.ones(4, 3)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = jf(nested)
+    assert [torch.equal(a, b * 2) for a, b in zip(got.unbind(), nested.unbind())] == [True, True]
+    words = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(words) == 1 and "x is a nested tensor" in words[0], words
 
 
 def _split_sums(x, idx):
