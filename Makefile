@@ -117,10 +117,10 @@ fuzz-c: $(FUZZ_BINS) build/fuzz/seeds/.done
 
 # The tests on TEST_WORKERS processes (pytest-xdist; a file's tests in one, so a module's fixtures run
 # once): 451 s instead of 750 s on 2 cores. Then the row kernel tests again with every kernel at tier 2
-# from its first launch (test_tier2.py covers pointwise).
+# from its first launch (test_tier2.py covers pointwise). The slowest tests are listed: CI has 15 minutes.
 TEST_WORKERS ?= 2
 test-python: build
-	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/python
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 tests/python
 	TN_TEST_TIER2=sync $(PYTHON) -m pytest -q tests/python/test_reductions.py
 
 # the two fuzz targets build at once (each compiles the core with the
