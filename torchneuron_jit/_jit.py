@@ -1706,6 +1706,8 @@ def _rebindings(codes):
 
 # the READ_STATE readers by what the profile hook sees of them: a Python function's code, a C function itself
 _STATE_READS = {getattr(read, "__code__", read): name for name, read in _records.READ_STATE.items()}
+# autocast's dtype, which STATE guards only while autocast is on: read by the code (its own call of the reader)
+_STATE_READS[torch.get_autocast_dtype] = _STATE_READS[torch.get_autocast_cpu_dtype] = "CPU autocast dtype"
 
 # non-torch sources of values: the files of their Python code, and the modules of their C functions
 _OUTSIDE_FILES = {os._Environ.__getitem__.__code__.co_filename: "os", random.Random.randint.__code__.co_filename:

@@ -1283,6 +1283,10 @@ def _fastpath_scale(x):
     return x * (2 if torch.backends.mha.get_fastpath_enabled() else 3)
 
 
+def _autocast_dtype_scale(x):  # read with autocast off, where only a read guards it
+    return x * (2 if torch.get_autocast_dtype("cpu") == torch.bfloat16 else 3)
+
+
 @pytest.mark.parametrize("f, set_state, words", [
     (_threads_scale, lambda i: torch.set_num_threads(1 + i % 2), "torch.get_num_threads()"),
     (_deterministic_scale, lambda i: torch.use_deterministic_algorithms(bool(i % 2)),
@@ -1294,7 +1298,10 @@ def _fastpath_scale(x):
     (_mkldnn_scale, lambda i: torch._C._set_mkldnn_enabled(not i % 2), "torch.backends.mkldnn.enabled"),
     (_fastpath_scale, lambda i: torch.backends.mha.set_fastpath_enabled(not i % 2),
      "torch.backends.mha.get_fastpath_enabled()"),
-], ids=["threads", "deterministic", "seed", "anomaly", "matmul precision", "mkldnn", "mha fast path"])
+    (_autocast_dtype_scale, lambda i: torch.set_autocast_dtype("cpu", (torch.float16, torch.bfloat16)[i % 2]),
+     "CPU autocast dtype"),
+], ids=["threads", "deterministic", "seed", "anomaly", "matmul precision", "mkldnn", "mha fast path",
+        "autocast dtype"])
 def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, words):
     """A trace that called torch.get_num_threads() (or another reader of
     torch's process state) kept its value: a compiled call answered it
@@ -1313,6 +1320,7 @@ def test_torch_state_read_through_torchs_functions_is_guarded(f, set_state, word
         torch.set_float32_matmul_precision("highest")
         torch._C._set_mkldnn_enabled(True)
         torch.backends.mha.set_fastpath_enabled(True)
+        torch.set_autocast_dtype("cpu", torch.bfloat16)
 
 
 def test_a_transformer_encoder_traced_without_its_fast_path_misses_when_it_is_switched_on():
