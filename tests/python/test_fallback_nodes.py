@@ -281,3 +281,21 @@ def test_istft_and_a_static_interpolate_keep_eagers_kernels():
             torch.testing.assert_close(jf(x), upsample(x))
     ops = torchneuron_jit.stats()["fallback_ops"]
     assert "aten::upsample_nearest2d" in ops and "aten::index.Tensor" not in ops, ops
+
+
+def test_std_of_a_row_whose_variance_overflows_float32_is_eagers():
+    """torch.std decomposed to sqrt(var) held its variance in float32: a
+    standard deviation above ~1.8e19 was inf where eager, which keeps the
+    variance in double, gives 5.77e28. std stays whole (eager's kernel)."""
+    x = torch.randn(2, 300)
+    x[1, 9] = 1e30
+
+    def f(t):
+        return t.std(-1) * 1.0, torch.std_mean(t, -1)[0] + 0.0
+
+    _compiled_cleanly(f, (x,), (x * 0.5,))
+    jf = torchneuron_jit.jit(f)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(jf(x), f(x))
+    assert torch.isfinite(f(x)[0]).all()
