@@ -1610,6 +1610,15 @@ def _propagate_meta(gm):
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*args)
 
 
+def _subgraph(gm, node):
+    """The graph module a get_attr node of gm names (a higher-order op's
+    subgraph: torch.cond's branch, a nested_compile_region's body), else None."""
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        body = _fetch_attr(gm, node.target)
+        return body if isinstance(body, torch.fx.GraphModule) else None
+    return None
+
+
 def _inline_subgraphs(gm):
     """Each call of a torch.compiler.nested_compile_region function (the
     higher-order op invoke_subgraph: Dynamo traced its body once) with the
@@ -1623,8 +1632,8 @@ def _inline_subgraphs(gm):
         if hop is None or node.op != "call_function" or node.target is not hop:
             continue
         holder, operands = node.args[0], node.args[2:]
-        body = _fetch_attr(gm, holder.target) if isinstance(holder, torch.fx.Node) and holder.op == "get_attr" else None
-        if not isinstance(body, torch.fx.GraphModule) or any(n.op == "get_attr" for n in body.graph.nodes) or \
+        body = _subgraph(gm, holder)
+        if body is None or any(n.op == "get_attr" for n in body.graph.nodes) or \
                 sum(n.op == "placeholder" for n in body.graph.nodes) != len(operands) or \
                 any(u.target is not operator.getitem for u in node.users):
             continue
@@ -1656,9 +1665,8 @@ def _compile_branches(gm):
             continue
         args = list(node.args)
         for i in (1, 2):
-            a = args[i]
-            body = _fetch_attr(gm, a.target) if isinstance(a, torch.fx.Node) and a.op == "get_attr" else None
-            if not isinstance(body, torch.fx.GraphModule):
+            body = _subgraph(gm, args[i])
+            if body is None:
                 continue
             try:
                 args[i] = _build(body, None).call  # the branch's operands one by one
