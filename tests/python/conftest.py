@@ -7,6 +7,7 @@ variables of the calling environment are removed, and every tunable is put
 back afterwards. Nothing here (or in any test) touches ~/.cache.
 """
 import collections
+import json
 import os
 import re
 import signal
@@ -85,13 +86,91 @@ def subprocess_env(cache_directory, **extra):
     return env
 
 
-@pytest.fixture
-def run_python(cache_dir, tmp_path):
-    """run_python(*args, env=None, **kw) -> CompletedProcess of sys.executable
-    with args, run in tmp_path with subprocess_env(cache_dir, **env)."""
+class _Zygote:
+    """A zygote.py process: forks a fresh interpreter's equivalent per run
+    without its imports (torch, Dynamo, transformers: 3-8 s a child here)."""
 
-    def run(*args, env=None, timeout=60):
-        return subprocess.run([sys.executable, *args], cwd=str(tmp_path), env=subprocess_env(cache_dir, **(env or {})),
+    def __init__(self, env):
+        self.env = env
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("zygote.py"))], env=env,
+                                     cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.buffer = b""
+
+    def _answer(self, deadline):
+        import select
+        while b"\n" not in self.buffer:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self.proc.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError("the zygote ended")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, args, env, cwd, timeout, out, err):
+        """CompletedProcess of args run in a child, as subprocess.run would
+        return it (TimeoutExpired after timeout seconds, the child killed);
+        the child's output goes through the files out and err."""
+        self.proc.stdin.write((json.dumps({"argv": list(args), "env": env, "cwd": cwd, "out": str(out),
+                                           "err": str(err)}) + "\n").encode())
+        self.proc.stdin.flush()
+        pid = self._answer(None)["pid"]
+        done = self._answer(time.monotonic() + timeout)
+        if done is None:
+            os.kill(pid, signal.SIGKILL)
+            self._answer(None)
+            raise subprocess.TimeoutExpired([sys.executable, *args], timeout, out.read_text(), err.read_text())
+        return subprocess.CompletedProcess([sys.executable, *args], done["rc"], out.read_text(), err.read_text())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+# What a child's environment may set apart from its zygote's: anything but what torch, its thread
+# libraries, transformers or the interpreter read as they are imported (those need an interpreter of their own).
+_READ_AT_IMPORT = ("TORCH", "PYTORCH", "ATEN_", "ONEDNN", "DNNL", "OMP_", "KMP_", "GOMP", "MKL", "PYTHON", "LD_",
+                   "HF_", "TRANSFORMERS", "TOKENIZERS", "CUDA", "MALLOC")
+
+
+@pytest.fixture(scope="session")
+def _zygotes(tmp_path_factory):
+    """Two zygotes, started at the first fresh process a test runs and used
+    in turn: one test's consecutive processes then differ in hash seed and
+    address layout, as two interpreters do."""
+    pool = {"next": 0, "zygotes": [], "runs": 0, "dir": tmp_path_factory.mktemp("zygote")}
+    yield pool
+    for z in pool["zygotes"]:
+        z.close()
+
+
+@pytest.fixture
+def run_python(cache_dir, tmp_path, _zygotes):
+    """run_python(*args, env=None, timeout=60, real=False) -> CompletedProcess
+    of sys.executable with args (a script, -c code or -m module, then its
+    arguments), run in tmp_path with subprocess_env(cache_dir, **env): a
+    fresh process, forked by a zygote (zygote.py) unless interpreter
+    options (-W) or the environment (_READ_AT_IMPORT) need a real
+    interpreter, or real=True asks for one (a test of how it ends: a
+    zygote's child skips the module teardown)."""
+
+    def run(*args, env=None, timeout=60, real=False):
+        full = subprocess_env(cache_dir, **(env or {}))
+        if not real and args and (args[0] in ("-c", "-m") or not args[0].startswith("-")):
+            if not _zygotes["zygotes"]:
+                _zygotes["zygotes"] = [_Zygote(subprocess_env(cache_dir)) for _ in range(2)]
+            z = _zygotes["zygotes"][_zygotes["next"]]
+            differ = {k for k in set(full) | set(z.env) if full.get(k) != z.env.get(k)}
+            if not any(k.startswith(_READ_AT_IMPORT) and not k.startswith("TORCHNEURON_") for k in differ) \
+                    and z.proc.poll() is None:
+                _zygotes["next"] ^= 1
+                _zygotes["runs"] += 1
+                out = _zygotes["dir"] / f"{_zygotes['runs']}"
+                return z.run(args, full, str(tmp_path), timeout, out.with_suffix(".out"), out.with_suffix(".err"))
+        return subprocess.run([sys.executable, *args], cwd=str(tmp_path), env=full,
                               capture_output=True, text=True, timeout=timeout)
 
     return run

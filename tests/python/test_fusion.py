@@ -226,15 +226,11 @@ print(json.dumps(torchneuron_jit.stats()))
 
 
 @pytest.mark.isa_independent
-def test_second_process_uses_the_cached_artifact(tmp_path):
+def test_second_process_uses_the_cached_artifact(run_python):
     import json
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, TORCHNEURON_CACHE_DIR=str(tmp_path / "shared"))
     runs = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", CACHE_CHILD], env=env, capture_output=True, text=True)
+        out = run_python("-c", CACHE_CHILD)
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     first, second = runs

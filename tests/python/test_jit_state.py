@@ -12,7 +12,6 @@ import enum
 import io
 import os
 import random
-import subprocess
 import sys
 import time
 import types
@@ -23,7 +22,6 @@ import pytest
 import torch
 
 import torchneuron_jit
-from conftest import subprocess_env
 from test_jit import _recompile_reason
 
 pytestmark = pytest.mark.usefixtures("fresh_backend")
@@ -1859,16 +1857,14 @@ print(json.dumps([out.tolist(), torchneuron_jit.stats()["traces_loaded"]]))
 """
 
 
-def test_a_record_applies_only_to_the_same_contents(cache_dir, tmp_path):
+def test_a_record_applies_only_to_the_same_contents(run_python, tmp_path):
     """A fresh process whose global dict holds another value does not take
     the record made with the first (its content guards are in it)."""
     import json
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
+    (tmp_path / "child.py").write_text(CHILD)
 
     def run(scale):
-        proc = subprocess.run([sys.executable, str(script), scale], env=subprocess_env(cache_dir),
-                              capture_output=True, text=True, timeout=120)
+        proc = run_python("child.py", scale, timeout=120)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
