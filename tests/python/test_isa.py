@@ -9,14 +9,15 @@ setting is read once per process, so the isa_parity tests (the pointwise,
 half-precision and special-value ones) run again here in a child
 interpreter per profile (conftest.isa_profiles), as a machine with only
 that ISA would run them; a developer on an AVX-512 machine sees what an
-AVX2 machine computes."""
+AVX2 machine computes (make test: under the next narrower profile; make
+test-long: under each)."""
 import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ISA_CHILD_VAR, REPO, isa_profiles, subprocess_env
+from conftest import ISA_CHILD_VAR, LONG, REPO, isa_profiles, subprocess_env
 
 IN_CHILD = os.environ.get(ISA_CHILD_VAR)
 
@@ -32,7 +33,22 @@ def _own_profile():
 
 
 OWN = _own_profile()
-PROFILES = {isa: settings for isa, settings in isa_profiles().items() if isa != OWN}
+ORDER = ["default", "avx2", "avx512"]  # narrowest first
+
+
+def _profiles():
+    """The profiles to rerun under: make test (CI's 15 minutes) the one
+    next narrower than this run's own, the other machine a user most
+    likely has (an AVX-512 machine's AVX2 one: a child run takes a core
+    for 70-90 s); make test-long every other one the CPU can give."""
+    others = {isa: s for isa, s in isa_profiles().items() if isa != OWN}
+    if LONG or OWN not in ORDER:
+        return others
+    narrower = [isa for isa in ORDER[:ORDER.index(OWN)] if isa in others]
+    return {isa: others[isa] for isa in narrower[-1:]}
+
+
+PROFILES = _profiles()
 
 
 # the files that hold isa_parity tests: a child collects those only (collecting every file took ~10 s of a core)
@@ -66,8 +82,10 @@ def child_runs(tmp_path_factory):
 def test_parity_tests_pass_under(isa, child_runs):
     if isa == OWN:
         pytest.skip(f"this run is the {isa} profile: its isa_parity tests ran here")
-    if isa not in PROFILES:
+    if isa not in isa_profiles():
         pytest.skip(f"this CPU has no {isa}")
+    if isa not in PROFILES:
+        pytest.skip(f"make test reruns under {', '.join(PROFILES)} only: make test-long (TN_TEST_LONG=1) under {isa}")
     proc, out = child_runs[isa]
     try:
         proc.wait(timeout=900)
