@@ -9,6 +9,7 @@ compiler finds them wherever the package is installed.
 import glob
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -32,6 +33,31 @@ class BuildExt(build_ext):
         for h in glob.glob(os.path.join(TCC, "include", "tcc", "*.h")):
             shutil.copy2(h, os.path.join(dest, "include"))
         super().run()
+
+    def build_extension(self, ext):
+        # pip's editable install (make build runs it after build_ext --inplace) builds in an empty
+        # temporary directory: the extension just built in place is copied instead of compiled again
+        built = os.path.join(ROOT, self.get_ext_filename(ext.name))
+        inputs = [os.path.join(ROOT, f) for f in ext.sources + ext.depends]
+        if getattr(self, "editable_mode", False) and os.path.exists(built) and \
+                max(map(os.path.getmtime, inputs)) < os.path.getmtime(built):
+            target = self.get_ext_fullpath(ext.name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(built, target)
+            return
+        # one compiler process per source and core (distutils runs them one after the other)
+        one_by_one = self.compiler.compile
+
+        def compile_all(sources, *args, **kwargs):
+            with ThreadPoolExecutor(os.cpu_count()) as pool:
+                objects = pool.map(lambda source: one_by_one([source], *args, **kwargs), sources)
+                return [obj for objs in objects for obj in objs]
+
+        self.compiler.compile = compile_all
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = one_by_one
 
 
 sources = sorted(glob.glob("csrc/*.c") + glob.glob("csrc/*/*.c"))
