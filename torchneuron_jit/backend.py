@@ -12,6 +12,7 @@ warning naming the cause (``stats()["eager_fallbacks"]`` counts them).
 Graphs that need gradients run eagerly for now (``training_graphs``).
 """
 import collections
+import contextlib
 import copy
 import ctypes
 import functools
@@ -19,6 +20,7 @@ import json
 import math
 import operator
 import os
+import threading
 import time
 
 import torch
@@ -49,10 +51,8 @@ KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gel
               # promotes the source to int64 and raises
               aten.index_add, aten.index_copy, aten.max_unpool2d, aten.max_unpool3d,
               # eager's kernels: decomposed, F.interpolate became index and arithmetic chains 5-13x slower
-              # (nearest: an index.Tensor gather), and istft's unfold_backward 512 index_add nodes (13-22x).
-              # (The .vec overloads F.interpolate calls have Python decompositions that tracing with the
-              # Python dispatcher on runs before any table: Dynamo's graphs and jit's symbolic traces still
-              # get the chains)
+              # (nearest: an index.Tensor gather), and istft's unfold_backward 512 index_add nodes (13-22x)
+              # (a trace with the Python dispatcher on needs upsampling_whole too)
               aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
               aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
               aten.upsample_linear1d, aten.upsample_bilinear2d, aten.upsample_bicubic2d, aten.upsample_trilinear3d,
@@ -90,6 +90,69 @@ def decompositions():
 
 
 _decompositions = [None, None]  # [operators registered when it was made, the table]
+
+# F.interpolate's ops, (packet, takes align_corners): KEEP_WHOLE keeps them out of our table, but each
+# overload also has Python kernels at the CompositeImplicitAutograd and Autograd keys, which a trace with
+# the Python dispatcher on (aot_autograd's, jit's symbolic ones) runs before any table: gathers and
+# arithmetic 5-13x slower than eager's kernel
+_UPSAMPLING = ((aten.upsample_nearest1d, False), (aten.upsample_nearest2d, False), (aten.upsample_nearest3d, False),
+               (aten._upsample_nearest_exact1d, False), (aten._upsample_nearest_exact2d, False),
+               (aten._upsample_nearest_exact3d, False), (aten.upsample_linear1d, True),
+               (aten.upsample_bilinear2d, True), (aten.upsample_bicubic2d, True), (aten.upsample_trilinear3d, True),
+               (aten._upsample_bilinear2d_aa, True), (aten._upsample_bicubic2d_aa, True))
+_UPSAMPLING_KEYS = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
+_upsampling_lock = threading.Lock()
+_upsampling_swap = [0, []]  # [traces inside upsampling_whole, the Python kernels they took out]
+
+
+def _upsampling_vec(packet, align):
+    """The .vec overload F.interpolate calls, as the op's .default with the
+    output size computed in Python (SymInts stay symbolic; the C++ kernel
+    would want ints) and the scale factors eager's kernel reads."""
+    from torch._decomp.decompositions import upsample_compute_output_size
+
+    def vec(input, output_size, *rest):
+        scale_factors = rest[-1]
+        osize = upsample_compute_output_size(input.size(), output_size, scale_factors)
+        scales = list(scale_factors) if scale_factors else [None] * len(osize)
+        return packet.default(input, osize, *rest[:-1], *scales) if align else packet.default(input, osize, *scales)
+
+    return vec
+
+
+@contextlib.contextmanager
+def upsampling_whole():
+    """Within: a trace with the Python dispatcher on records F.interpolate's
+    ops whole (aten.upsample_*.default, run by eager's kernel as fallback
+    nodes), where torch's Python kernels made index and arithmetic chains
+    of them. Process-wide while any trace is inside (nested and concurrent
+    traces share one swap); an op recorded whole is the op eager runs, so
+    another thread's trace meanwhile gets it whole too."""
+    with _upsampling_lock:
+        _upsampling_swap[0] += 1
+        if _upsampling_swap[0] == 1:
+            for packet, align in _UPSAMPLING:
+                for overload, kernel in ((packet.vec, _upsampling_vec(packet, align)), (packet.default, None)):
+                    for key in _UPSAMPLING_KEYS:
+                        _upsampling_swap[1].append((overload, key, overload.py_kernels.get(key)))
+                        if kernel is None:
+                            overload.py_kernels.pop(key, None)
+                        else:
+                            overload.py_kernels[key] = kernel
+                    overload._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        with _upsampling_lock:
+            _upsampling_swap[0] -= 1
+            if _upsampling_swap[0] == 0:
+                for overload, key, kernel in reversed(_upsampling_swap[1]):
+                    if kernel is None:
+                        overload.py_kernels.pop(key, None)
+                    else:
+                        overload.py_kernels[key] = kernel
+                    overload._dispatch_cache.clear()
+                _upsampling_swap[1].clear()
 
 
 @torch.library.custom_op("torchneuron::grouped_mm", mutates_args=(),
@@ -1911,7 +1974,10 @@ def neuron(gm, example_inputs, mode=None, options=None):
         return _runs_eagerly(gm, "CPU autocast around", f"torch.{fused.__name__} (nn.TransformerEncoderLayer's fast "
                              "path) casts inside itself, which aot_autograd's graph of it would not")
     try:
-        return _training(gm) if _needs_gradients(gm, example_inputs) else _aot(gm, example_inputs)
+        if _needs_gradients(gm, example_inputs):
+            return _training(gm)
+        with upsampling_whole():
+            return _aot(gm, example_inputs)
     except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
         raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)
     except Exception as exc:  # not ours to compile: the user's program goes on with eager's answer

@@ -283,6 +283,32 @@ def test_istft_and_a_static_interpolate_keep_eagers_kernels():
     assert "aten::upsample_nearest2d" in ops and "aten::index.Tensor" not in ops, ops
 
 
+@pytest.mark.parametrize("kwargs,dims,op", [
+    pytest.param(kw, dims, op, id=f"{kw['mode']}{dims}d") for kw, dims, op in [
+        ({"scale_factor": 2, "mode": "nearest"}, 2, "upsample_nearest2d"),
+        ({"scale_factor": 1.5, "mode": "nearest-exact"}, 2, "_upsample_nearest_exact2d"),
+        ({"scale_factor": 2, "mode": "bilinear", "align_corners": False}, 2, "upsample_bilinear2d"),
+        ({"scale_factor": 0.6, "mode": "bicubic", "align_corners": True}, 2, "upsample_bicubic2d"),
+        ({"scale_factor": 2.0, "mode": "linear"}, 1, "upsample_linear1d"),
+        ({"scale_factor": 2, "mode": "trilinear"}, 3, "upsample_trilinear3d")]])
+def test_interpolate_through_torch_compile_is_eagers_kernel(kwargs, dims, op):
+    """aot_autograd traces with the Python dispatcher on, which ran torch's
+    Python kernels of F.interpolate's ops before our table kept them whole:
+    index and arithmetic chains 5-13x eager's time. Each is one fallback
+    node, eager's kernel, in Dynamo's static graph and its dynamic one (the
+    second size), and torch's Python kernels are back after the compile."""
+    def f(x):
+        return torch.nn.functional.interpolate(x * 2.0, **kwargs) + 1.0
+
+    packets = [getattr(torch.ops.aten, name) for name in ("upsample_nearest2d", "upsample_bilinear2d")]
+    kernels = {(p, o): dict(getattr(p, o).py_kernels) for p in packets for o in ("vec", "default")}
+    sizes = [(10,) * dims, (13,) * dims, (17,) * dims]
+    st = _compiled_cleanly(f, *[(torch.randn(2, 3, *s),) for s in sizes])
+    ops = set(st["fallback_ops"])
+    assert f"aten::{op}" in ops and ops <= {f"aten::{op}", "aten::mul.Tensor", "aten::add.Tensor"}, ops
+    assert {k: dict(getattr(p, o).py_kernels) for k in kernels for p, o in [k]} == kernels
+
+
 def test_std_of_a_row_whose_variance_overflows_float32_is_eagers():
     """torch.std decomposed to sqrt(var) held its variance in float32: a
     standard deviation above ~1.8e19 was inf where eager, which keeps the
