@@ -165,6 +165,10 @@ _AUTOCAST_ENTER = torch.amp.autocast_mode.autocast.__enter__.__code__
 _RNG_WRITERS = {torch.random.manual_seed.__code__: "torch.manual_seed", torch.random.seed.__code__: "torch.seed",
                 torch.random.set_rng_state.__code__: "torch.set_rng_state"}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# torch.compile's wrapper of a function (its code's name and file), and the reads of random's state its frame
+# callback makes
+_DYNAMO_FILE = os.path.join(_TORCH_DIR, "_dynamo", "eval_frame.py")
+_RANDOM_STATE_CODES = (random.Random.getstate.__code__, random.Random.setstate.__code__)
 _OWN_DIR = os.path.dirname(__file__) + os.sep
 # A pseudo-op of the recorder's: the traced code read the values of its argument (tolist(), str()), which its result
 # is a copy of
@@ -369,6 +373,7 @@ class _Trace:
         self.own_tensor_slots = []  # the first slot of each tensor argument not inside an argument object
         self.hashed = {}  # id -> a tensor user code hashed (SCALE[w], w in seen): its identity decides
         self.by_name_codes = set()  # the user codes that reach globals by name (remember_frame)
+        self.in_dynamo = 0  # torch.compile'd calls the traced call is inside
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -393,6 +398,13 @@ class _Trace:
             self.hashed.setdefault(id(t), t)
         if event == "call" and frame.f_code is _AUTOCAST_ENTER:  # with torch.autocast(...) inside the call
             self.recorder.autocast = True
+        if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename == _DYNAMO_FILE:
+            # a torch.compile'd function: Dynamo runs its frames as they are under the recording (their ops
+            # recorded), marks their code to be skipped for good (the recorder resets it) and reads random's
+            # state at each frame (not the code's)
+            self.in_dynamo += 1 if event == "call" else -1 if event == "return" else 0
+        elif event == "call" and self.in_dynamo:
+            self.recorder.skipped_codes.add(frame.f_code)
         if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
             caller = frame.f_back
             while caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
@@ -420,6 +432,8 @@ class _Trace:
             what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame
         elif event == "call" and frame.f_back is not None:
+            if self.in_dynamo and frame.f_code in _RANDOM_STATE_CODES:
+                return
             what = "logging" if frame.f_code in _LOGGING_CODES else \
                 _SETTERS.get(frame.f_code) or _outside_code(frame.f_code)
             caller = frame.f_back

@@ -440,6 +440,38 @@ def test_torch_compile_of_a_jitted_function_and_jit_of_a_compiled_one_answer(tmp
     assert "[3.0, 3.0]\n[4.0, 4.0]" in done.stdout, done.stdout
 
 
+@pytest.mark.parametrize("kind", ["function", "module"])
+def test_jit_of_code_calling_a_torch_compiled_function_compiles_it(kind):
+    """Dynamo runs a torch.compile'd function's frames as they are under
+    the recording (their ops are recorded), but its frame callback read
+    random's state, which the trace took for the code's (the call ran
+    eagerly, blaming random.Random.getstate()), and it marked their code to
+    be skipped for good: the function, called directly after, was never
+    compiled again. The jitted call compiles, and the function after."""
+    def scaled(x):
+        return torch.sin(x) * 2
+
+    inner = torch.compile(scaled, backend="neuron") if kind == "function" else \
+        torch.compile(torch.nn.Sequential(torch.nn.Tanh()), backend="neuron")
+    ref = scaled if kind == "function" else torch.tanh
+
+    def outer(x):
+        return inner(x + 1) - 1
+
+    jf = torchneuron_jit.jit(outer)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(4)
+            torch.testing.assert_close(jf(x), ref(x + 1) - 1)
+        assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+        (_, runner), = jf.entries()
+        assert runner is not None  # a compiled variant
+        compiled = torchneuron_jit.stats()["graphs_compiled"]
+        torch.testing.assert_close(inner(x), ref(x))
+        assert torchneuron_jit.stats()["graphs_compiled"] == compiled + 1  # Dynamo's graph, through our back end
+
+
 def test_the_func_guard_loads_a_functions_fields():
     def f(x, scale=2.0):
         return x * scale
