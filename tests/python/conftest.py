@@ -169,7 +169,10 @@ def run_python(cache_dir, tmp_path, _zygotes):
                 _zygotes["next"] ^= 1
                 _zygotes["runs"] += 1
                 out = _zygotes["dir"] / f"{_zygotes['runs']}"
-                return z.run(args, full, str(tmp_path), timeout, out.with_suffix(".out"), out.with_suffix(".err"))
+                try:
+                    return z.run(args, full, str(tmp_path), timeout, out.with_suffix(".out"), out.with_suffix(".err"))
+                except RuntimeError:  # the zygote ended (its imports failed, or it was killed): a real interpreter
+                    pass
         return subprocess.run([sys.executable, *args], cwd=str(tmp_path), env=full,
                               capture_output=True, text=True, timeout=timeout)
 
