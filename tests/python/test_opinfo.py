@@ -1,5 +1,5 @@
 """The OpInfo parity sweep (torchneuron_jit.testing.opinfo) on its CI subset:
-every OpInfo that reaches a lowered ATen op, in float32 and two of its
+every OpInfo that reaches a lowered ATen op, in float32 and one of its
 other dtypes in turn (sweep.quick_dtypes; every dtype under make
 test-long), each sample plain and fused into a kernel, compiled with
 backend="neuron" against eager; a test per OpInfo, so a failure names the
@@ -21,7 +21,7 @@ from torchneuron_jit.testing import opinfo as sweep
 
 REPO = Path(__file__).resolve().parents[2]
 MATCH = sweep.match()
-# make test runs each OpInfo in float32 and two other dtypes (sweep.quick_dtypes);
+# make test runs each OpInfo in float32 and one other dtype (sweep.quick_dtypes);
 # make test-long sets TN_TEST_LONG and runs every dtype
 LONG = bool(os.environ.get("TN_TEST_LONG"))
 COVERED_ELSEWHERE = sweep.COVERED_ELSEWHERE
