@@ -2,20 +2,15 @@
 one model with tiny iteration counts writes results of the documented
 schema. Nothing here asserts a timing."""
 import json
-import subprocess
-import sys
 
 import torch
 
-from conftest import REPO, subprocess_env
 
-
-def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
+def test_quick_run_of_mlp_writes_the_schema(tmp_path, run_python):
     out = tmp_path / "results"
-    p = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "mlp",
-                        "--backends", "eager,neuron,jit,neuron-t1", "--iters", "3", "--warmup", "1", "--out", str(out),
-                        "--price-per-hour", "2.0", "--zoo", "distilbert"],
-                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
+    p = run_python("-m", "benchmarks", "--quick", "--only", "mlp", "--backends", "eager,neuron,jit,neuron-t1",
+                   "--iters", "3", "--warmup", "1", "--out", str(out), "--price-per-hour", "2.0", "--zoo", "distilbert",
+                   timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert result["schema"] == 2
@@ -51,12 +46,10 @@ def test_quick_run_of_mlp_writes_the_schema(tmp_path, cache_dir):
     assert "| distilbert | sdpa | 1 |" in (out / "zoo.md").read_text()
 
 
-def test_unknown_model_is_refused(tmp_path, cache_dir):
-    p = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "resnet9000", "--out", str(tmp_path)],
-                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=300)
+def test_unknown_model_is_refused(tmp_path, run_python):
+    p = run_python("-m", "benchmarks", "--only", "resnet9000", "--out", str(tmp_path), timeout=300)
     assert p.returncode == 2 and "unknown model 'resnet9000'" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "benchmarks", "--zoo", "bert,gpt9", "--out", str(tmp_path)],
-                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=300)
+    p = run_python("-m", "benchmarks", "--zoo", "bert,gpt9", "--out", str(tmp_path), timeout=300)
     assert p.returncode == 2 and "unknown zoo row 'gpt9'" in p.stderr
 
 
@@ -74,12 +67,11 @@ def test_the_jit_door_gets_its_own_copy_of_the_model():
             torch.testing.assert_close(fn(x), model(x))
 
 
-def test_generate_run_writes_its_table(tmp_path, cache_dir):
+def test_generate_run_writes_its_table(tmp_path, run_python):
     """python -m benchmarks.generate: each request's tokens compared with
     eager's, a row per model and door (nothing here asserts a timing)."""
-    p = subprocess.run([sys.executable, "-m", "benchmarks.generate", "--models", "gpt2", "--backends", "jit",
-                        "--requests", "2", "--new-tokens", "3", "--out", str(tmp_path)],
-                       cwd=REPO, env=subprocess_env(cache_dir), capture_output=True, text=True, timeout=600)
+    p = run_python("-m", "benchmarks.generate", "--models", "gpt2", "--backends", "jit", "--requests", "2",
+                   "--new-tokens", "3", "--out", str(tmp_path), timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [line for line in (tmp_path / "generate.md").read_text().splitlines() if line.startswith("| gpt2 |")]
     assert len(rows) == 1 and rows[0].startswith("| gpt2 | jit |") and rows[0].endswith("| 0 of 2 |"), rows
