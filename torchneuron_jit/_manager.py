@@ -657,11 +657,10 @@ def dynamo_codes(fn):
         target = fn.forward  # compiled in place: model.compile(backend="neuron")
     elif getattr(fn, "_torchdynamo_orig_callable", None) is not None:
         target = fn._torchdynamo_orig_callable
-        inline = _wrap_inline_code(target)
-        if inline is not None and inline.co_freevars == ("fn",):  # a functools.partial: the entries sit on the
-            codes.append(inline)  # wrapper's code, and its function names it
-            target = target.__closure__[0].cell_contents
-            target = getattr(target, "func", target)
+        callee = _wrap_inline_callee(target)
+        if callee is not None:  # a functools.partial: the entries sit on the wrapper's code, and its function
+            codes.append(target.__code__)  # names it
+            target = getattr(callee, "func", callee)
         if isinstance(target, torch.nn.Module):
             target = target.forward
     else:
@@ -687,6 +686,13 @@ def _wrap_inline_code(fn):
     """fn's code where fn is Dynamo's wrap_inline wrapper, else None."""
     code = getattr(fn, "__code__", None)
     return code if _is_wrap_inline(code) else None
+
+
+def _wrap_inline_callee(fn):
+    """What Dynamo's wrap_inline wrapper fn calls (the callable torch.compile
+    runs through it: a functools.partial), else None."""
+    inline = _wrap_inline_code(fn)
+    return fn.__closure__[0].cell_contents if inline is not None and inline.co_freevars == ("fn",) else None
 
 
 _MODULE_CHECK = re.compile(r"___check_(?P<kind>type|obj)_id\(L\['(?:fn|self)'\], (?P<id>\d+)\)")
@@ -787,10 +793,9 @@ def dynamo_explanation(fn, ours):
     codes = dynamo_codes(fn)
     variants, site_, seen = [], Site(where(codes[-1]) if codes else repr(fn)), set()
     module = getattr(fn, "_orig_mod", None)
-    inline = _wrap_inline_code(getattr(fn, "_torchdynamo_orig_callable", None))
-    if module is None and inline is not None and inline.co_freevars == ("fn",):
+    if module is None:
         # a callable torch.compile runs through wrap_inline (a functools.partial): the entries that want it
-        module = fn._torchdynamo_orig_callable.__closure__[0].cell_contents
+        module = _wrap_inline_callee(getattr(fn, "_torchdynamo_orig_callable", None))
     for code in codes:
         s = _dynamo_sites.get(code) or _dynamo_sites.get(_dynamo_site_key(code, {"fn": module}))
         if s is not None:  # the recompiles counted for it (dynamo_recompile)

@@ -120,6 +120,15 @@ def _upsampling_vec(packet, align):
     return vec
 
 
+def _put_py_kernel(overload, key, kernel):
+    """overload's Python kernel at key set to kernel (None: taken out)."""
+    if kernel is None:
+        overload.py_kernels.pop(key, None)
+    else:
+        overload.py_kernels[key] = kernel
+    overload._dispatch_cache.clear()
+
+
 @contextlib.contextmanager
 def upsampling_whole():
     """Within: a trace with the Python dispatcher on records F.interpolate's
@@ -135,11 +144,7 @@ def upsampling_whole():
                 for overload, kernel in ((packet.vec, _upsampling_vec(packet, align)), (packet.default, None)):
                     for key in _UPSAMPLING_KEYS:
                         _upsampling_swap[1].append((overload, key, overload.py_kernels.get(key)))
-                        if kernel is None:
-                            overload.py_kernels.pop(key, None)
-                        else:
-                            overload.py_kernels[key] = kernel
-                    overload._dispatch_cache.clear()
+                        _put_py_kernel(overload, key, kernel)
     try:
         yield
     finally:
@@ -147,11 +152,7 @@ def upsampling_whole():
             _upsampling_swap[0] -= 1
             if _upsampling_swap[0] == 0:
                 for overload, key, kernel in reversed(_upsampling_swap[1]):
-                    if kernel is None:
-                        overload.py_kernels.pop(key, None)
-                    else:
-                        overload.py_kernels[key] = kernel
-                    overload._dispatch_cache.clear()
+                    _put_py_kernel(overload, key, kernel)
                 _upsampling_swap[1].clear()
 
 
