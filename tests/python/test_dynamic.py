@@ -1748,7 +1748,11 @@ def test_a_background_build_pauses_the_collector_and_resumes_it(monkeypatch, tmp
             x = torch.randn(5)
             torch.testing.assert_close(f(x), (x * 2).relu() + 1)
             assert _jit.wait(60)
-        assert seen.read_text().split() == [str(user_gc and not setting)]
+        # each build saw it so: a child's idle-class worker starved on a busy machine is killed and
+        # the child builds again, so a process build may have run twice
+        seen_by = seen.read_text().split()
+        assert seen_by and set(seen_by) == {str(user_gc and not setting)}, seen_by
+        assert len(seen_by) == 1 or worker == "process", seen_by
         assert gc.isenabled() == user_gc
     finally:
         gc.enable()
