@@ -509,6 +509,8 @@ class _Describer:
             return ["obj", _name_ref(v)]
         if t is types.CodeType:  # a helper's __code__ (_jit.guard_function): by what it does
             return ["code", code_hash(v)]
+        if t is weakref.ref:  # nn.RNNBase's _flat_weight_refs: by what it refers to (None: dead)
+            return ["weakref", self.value(v())]
         if t is functools.partial:  # its function and arguments are no attributes
             return ["partial", self.value(v.func), [self.value(a) for a in v.args],
                     [[k, self.value(x)] for k, x in v.keywords.items()]]
@@ -594,6 +596,8 @@ def _matches(desc, v, live):
         attrs = getattr(v, "__dict__", None)
         return type(v) is _lookup(*desc[1]) and type(attrs) is dict and len(attrs) == len(desc[2]) and \
             all(k in attrs and _matches(d, attrs[k], live) for k, d in desc[2])
+    if kind == "weakref":
+        return type(v) is weakref.ref and _matches(desc[1], v(), live)
     if kind == "partial":
         return type(v) is functools.partial and _matches(desc[1], v.func, live) and \
             len(v.args) == len(desc[2]) and all(_matches(d, a, live) for d, a in zip(desc[2], v.args)) and \

@@ -192,6 +192,107 @@ def _grouped_mm_on_cpu(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return grouped_mm(mat_a, mat_b, offs, bias, out_dtype)
 
 
+_RNN_ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, "
+             "bool batch_first")
+_VF_EAGER = torch._C._VariableFunctions  # torch._VF's own functions (rnn_whole swaps some of torch._VF's)
+
+
+@torch.library.custom_op("torchneuron::rnn", mutates_args=(),
+                         schema=f"(str mode, Tensor input, Tensor hx, Tensor[] params, {_RNN_ARGS}) -> (Tensor, Tensor)")
+def rnn(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """nn.GRU and nn.RNN (mode "gru", "rnn_tanh", "rnn_relu") as one op,
+    eager's kernel: the ATen op they call has no kernel but its C++
+    decomposition, which a trace records as ops per time step (every
+    sequence length traced again, each variant slower than eager's loop).
+    rnn_whole records it as this op."""
+    return getattr(_VF_EAGER, mode)(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                                    batch_first)
+
+
+@torch.library.custom_op("torchneuron::lstm", mutates_args=(),
+                         schema=f"(Tensor input, Tensor[] hx, Tensor[] params, {_RNN_ARGS}) -> (Tensor, Tensor, Tensor)")
+def lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """nn.LSTM as one op, eager's kernel (as rnn: with proj_size or in half
+    precision it has no oneDNN kernel, and was recorded per time step)."""
+    return _VF_EAGER.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+
+
+def _rnn_output(input, hidden, bidirectional, batch_first):
+    """The sequence output eager's kernel makes for input: (seq, batch,
+    directions * hidden) row-major, returned transposed where batch_first."""
+    n = (2 if bidirectional else 1) * hidden
+    if batch_first:
+        batch, seq = input.shape[:2]
+        return input.new_empty_strided((batch, seq, n), (n, batch * n, 1))
+    return input.new_empty((*input.shape[:2], n))
+
+
+@rnn.register_fake
+def _rnn_fake(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    return _rnn_output(input, hx.size(-1), bidirectional, batch_first), hx.new_empty(hx.shape)
+
+
+@lstm.register_fake
+def _lstm_fake(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    h, c = hx
+    return _rnn_output(input, h.size(-1), bidirectional, batch_first), h.new_empty(h.shape), c.new_empty(c.shape)
+
+
+def _rnn_as_one_op(mode):
+    """torch._VF.<mode> inside rnn_whole: the one op, for the calls it
+    takes; the others (a packed sequence: another overload; dropout that
+    draws; a call autograd records) as eager makes them."""
+    eager = getattr(_VF_EAGER, mode)
+
+    def call(*args, **kwargs):
+        if not kwargs and len(args) == 9 and isinstance(args[1 if mode == "lstm" else 2], (list, tuple)) and \
+                not (args[6] and args[5] > 0) and \
+                not (torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                                     for t in pytree.tree_leaves(args))):
+            input, hx, params, *rest = args
+            if mode == "lstm":
+                return lstm(input, list(hx), list(params), *rest)
+            return rnn(mode, input, hx, list(params), *rest)
+        return eager(*args, **kwargs)
+
+    return call
+
+
+_RNN_CALLS = {mode: _rnn_as_one_op(mode) for mode in ("gru", "rnn_tanh", "rnn_relu", "lstm")}
+
+
+class _RnnWhole:
+    """rnn_whole: within (jit's recording and its symbolic traces), nn.GRU,
+    nn.RNN and nn.LSTM record torchneuron::rnn / torchneuron::lstm, eager's
+    kernel as one graph node whose sizes a symbolic trace keeps symbolic.
+    torch._VF, which they call, has those functions swapped while any trace
+    is inside (reentrant: one count for every thread's). A TorchFunctionMode
+    would do it for this thread only, but library code that finds one active
+    leaves its fast paths (nn.TransformerEncoderLayer's, MultiheadAttention's);
+    another thread's call meanwhile runs the same kernel through the op."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.inside = 0
+
+    def __enter__(self):
+        with self.lock:
+            if self.inside == 0:
+                for mode, call in _RNN_CALLS.items():
+                    setattr(torch._VF, mode, call)
+            self.inside += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.inside -= 1
+            if self.inside == 0:
+                for mode in _RNN_CALLS:
+                    vars(torch._VF).pop(mode, None)
+
+
+rnn_whole = _RnnWhole()
+
+
 def _as_eager_takes(op, decomposition):
     """decomposition of op, for the inputs eager's kernel takes: given an
     integer or bool tensor, where eager's kernel refuses its dtypes (lerp,

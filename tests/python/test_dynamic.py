@@ -801,6 +801,79 @@ def test_interpolate_to_a_size_of_the_input_is_one_variant(mode):
     assert any(op.startswith("aten::upsample_") for op in ops) and "aten::index.Tensor" not in ops, ops
 
 
+class _Recurrent(torch.nn.Module):
+    def __init__(self, kind, **options):
+        super().__init__()
+        self.rnn = getattr(torch.nn, kind)(6, 8, **options)
+
+    def forward(self, x, h=None):
+        return self.rnn(x, h)
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("GRU", dict(num_layers=2, batch_first=True, bidirectional=True)),
+    ("RNN", dict(nonlinearity="relu")),
+    ("RNN", dict(batch_first=True, num_layers=2)),
+    ("LSTM", dict(proj_size=3, bidirectional=True)),
+    ("LSTM", dict(batch_first=True)),
+], ids=["gru", "rnn_relu", "rnn_tanh", "lstm_proj", "lstm"])
+def test_a_recurrent_layer_is_eagers_kernel_and_one_variant_serves_every_length(kind, options):
+    """nn.GRU, nn.RNN and nn.LSTM (but oneDNN's LSTM) call an ATen op that
+    has no kernel but its C++ decomposition: the trace recorded it per time
+    step, so every sequence length was a variant of its own (the limit
+    after 8 lengths, then eager), each slower than eager (GRU 1.8x, RNN
+    2.4x). Each is one node now, eager's kernel, whose sizes a symbolic
+    trace keeps symbolic."""
+    torch.manual_seed(0)
+    m = _Recurrent(kind, **options).eval()
+    jf = torchneuron_jit.jit(copy.deepcopy(m))
+    torchneuron_jit.reset_stats()
+    before = traces()
+    batch_first = options.get("batch_first", False)
+    for t, b in [(5, 2), (9, 3), (12, 2), (7, 4), (16, 3)]:
+        x = torch.randn((b, t, 6) if batch_first else (t, b, 6))
+        torch.testing.assert_close(jf(x), m(x))
+    assert traces() - before == 2, torchneuron_jit.explain(jf)
+    op = "torchneuron::lstm" if kind == "LSTM" else "torchneuron::rnn"
+    ops = torchneuron_jit.stats()["fallback_ops"]
+    assert op in ops and not {"aten::sigmoid", "aten::tanh", "aten::relu"} & set(ops), ops
+
+
+def test_a_recurrent_layer_given_its_state_or_unbatched_or_dropping_out_answers_as_eager():
+    """What the one op does not take runs as eager runs it: a packed
+    sequence (another overload), dropout between layers while training
+    (random draws), a call that autograd records. A given initial state and
+    an unbatched sequence are the op's."""
+    torch.manual_seed(0)
+    gru = _Recurrent("GRU", num_layers=2, dropout=0.5).eval()
+    jf = torchneuron_jit.jit(copy.deepcopy(gru))
+    torchneuron_jit.reset_stats()
+    for t in (4, 6, 9):
+        x, h = torch.randn(t, 2, 6), torch.randn(2, 2, 8)
+        torch.testing.assert_close(jf(x, h), gru(x, h))
+        torch.testing.assert_close(jf(x[:, 0]), gru(x[:, 0]))
+    assert "torchneuron::rnn" in torchneuron_jit.stats()["fallback_ops"]
+    gru.train()
+    jf.train()
+    for t in (4, 6):
+        x = torch.randn(t, 2, 6)
+        torch.manual_seed(3)
+        want = gru(x)
+        torch.manual_seed(3)
+        torch.testing.assert_close(jf(x), want)
+    with torch.enable_grad():
+        x = torch.randn(5, 2, 6, requires_grad=True)
+        torch.manual_seed(4)
+        out, _ = jf(x)
+        out.sum().backward()
+        grad, x.grad = x.grad, None
+        torch.manual_seed(4)
+        want, _ = gru(x)
+        want.sum().backward()
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(grad, x.grad)
+
+
 def test_a_warm_process_serves_new_int_and_float_values_without_tracing(tmp_path, run_python):
     """Record keys leave int and float values out: the dynamic variant
     stored by one process serves another's new values."""

@@ -797,6 +797,48 @@ def test_grouped_mm_in_float32_gets_a_dynamic_variant_a_fresh_process_loads(prog
     assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
 
 
+RECURRENT = textwrap.dedent('''
+    import json, sys, warnings
+    import torch
+    import torchneuron_jit
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = torch.nn.GRU(6, 8, num_layers=2, batch_first=True, bidirectional=True)
+            self.lstm = torch.nn.LSTM(16, 8, proj_size=4)
+            self.head = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            y, _ = self.gru(x)
+            z, (h, c) = self.lstm(y.transpose(0, 1))
+            return self.head(z).log_softmax(-1), h, c
+
+    torch.manual_seed(0)
+    m = Tagger().eval()
+    f = torchneuron_jit.jit(Tagger().eval())
+    f.load_state_dict(m.state_dict())
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for t in (5, 9, 12):
+            x = torch.randn(2, t, 6)
+            torch.testing.assert_close(f(x), m(x))
+    assert not [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_recurrent_layers_load_in_a_fresh_process(program):
+    """nn.RNNBase holds weak references to its weights (_flat_weight_refs):
+    a record could not describe them, and a fresh process traced every
+    GRU and LSTM model again. They are described by what they refer to."""
+    cold = program(source=RECURRENT)
+    assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
+    warm = program(source=RECURRENT)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
+
+
 WRAPPED = textwrap.dedent('''
     import json, os, sys
     import torch
