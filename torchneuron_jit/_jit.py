@@ -212,20 +212,20 @@ class _Recorder(TorchDispatchMode):
         self.skipped_codes = set()  # torch's code a higher-order op ran under this mode (Dynamo skipped it)
 
     def __enter__(self):
-        from .backend import rnn_whole
-        rnn_whole.__enter__()  # nn.GRU, nn.RNN, nn.LSTM recorded as one op each, not per time step
+        from .backend import vf_whole
+        vf_whole.__enter__()  # nn.GRU, nn.RNN, nn.LSTM, torch.stft: one op each (per time step, frame)
         try:
             return super().__enter__()
         except BaseException:
-            rnn_whole.__exit__(None, None, None)
+            vf_whole.__exit__(None, None, None)
             raise
 
     def __exit__(self, *exc):
-        from .backend import rnn_whole
+        from .backend import vf_whole
         try:
             return super().__exit__(*exc)
         finally:
-            rnn_whole.__exit__(None, None, None)
+            vf_whole.__exit__(None, None, None)
             for code in self.skipped_codes:
                 torch._C._dynamo.eval_frame.reset_code(code)  # Dynamo decides afresh (frames of none run now)
             self.skipped_codes.clear()

@@ -194,7 +194,7 @@ def _grouped_mm_on_cpu(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
 
 _RNN_ARGS = ("bool has_biases, int num_layers, float dropout, bool train, bool bidirectional, "
              "bool batch_first")
-_VF_EAGER = torch._C._VariableFunctions  # torch._VF's own functions (rnn_whole swaps some of torch._VF's)
+_VF_EAGER = torch._C._VariableFunctions  # torch._VF's own functions (vf_whole swaps some of torch._VF's)
 
 
 @torch.library.custom_op("torchneuron::rnn", mutates_args=(),
@@ -204,7 +204,7 @@ def rnn(mode, input, hx, params, has_biases, num_layers, dropout, train, bidirec
     eager's kernel: the ATen op they call has no kernel but its C++
     decomposition, which a trace records as ops per time step (every
     sequence length traced again, each variant slower than eager's loop).
-    rnn_whole records it as this op."""
+    vf_whole records it as this op."""
     return getattr(_VF_EAGER, mode)(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
                                     batch_first)
 
@@ -238,38 +238,59 @@ def _lstm_fake(input, hx, params, has_biases, num_layers, dropout, train, bidire
     return _rnn_output(input, h.size(-1), bidirectional, batch_first), h.new_empty(h.shape), c.new_empty(c.shape)
 
 
-def _rnn_as_one_op(mode):
-    """torch._VF.<mode> inside rnn_whole: the one op, for the calls it
-    takes; the others (a packed sequence: another overload; dropout that
-    draws; a call autograd records) as eager makes them."""
-    eager = getattr(_VF_EAGER, mode)
+@torch.library.custom_op("torchneuron::stft", mutates_args=(),
+                         schema="(Tensor input, SymInt n_fft, SymInt? hop_length, SymInt? win_length, Tensor? window, "
+                                "bool normalized, bool? onesided, bool? return_complex, bool? align_to_window) -> Tensor")
+def stft(input, n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window):
+    """torch.stft as one op, eager's kernel: its composite kernel's strided
+    view of the frames could not be made functional with symbolic sizes, so
+    every signal length was a variant of its own."""
+    return _VF_EAGER.stft(input, n_fft, hop_length, win_length, window, normalized, onesided, return_complex,
+                          align_to_window)
+
+
+@stft.register_fake
+def _stft_fake(input, n_fft, hop_length, win_length, window, normalized, onesided, return_complex, align_to_window):
+    out = _VF_EAGER.stft(input, n_fft, hop_length, win_length, window, normalized, onesided, return_complex,
+                         align_to_window)
+    return out.new_empty_strided(out.shape, out.stride())
+
+
+def _as_one_op(name):
+    """torch._VF.<name> inside vf_whole: our op, for the calls it takes; the
+    others as eager makes them (an RNN over a packed sequence: another
+    overload; dropout that draws; a call autograd records)."""
+    eager = getattr(_VF_EAGER, name)
 
     def call(*args, **kwargs):
-        if not kwargs and len(args) == 9 and isinstance(args[1 if mode == "lstm" else 2], (list, tuple)) and \
-                not (args[6] and args[5] > 0) and \
-                not (torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                                     for t in pytree.tree_leaves(args))):
-            input, hx, params, *rest = args
-            if mode == "lstm":
-                return lstm(input, list(hx), list(params), *rest)
-            return rnn(mode, input, hx, list(params), *rest)
-        return eager(*args, **kwargs)
+        if kwargs or len(args) != 9 or (torch.is_grad_enabled() and any(
+                isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(args))):
+            return eager(*args, **kwargs)
+        if name == "stft":
+            return stft(*args)
+        if not isinstance(args[1 if name == "lstm" else 2], (list, tuple)) or (args[6] and args[5] > 0):
+            return eager(*args)
+        input, hx, params, *rest = args
+        if name == "lstm":
+            return lstm(input, list(hx), list(params), *rest)
+        return rnn(name, input, hx, list(params), *rest)
 
     return call
 
 
-_RNN_CALLS = {mode: _rnn_as_one_op(mode) for mode in ("gru", "rnn_tanh", "rnn_relu", "lstm")}
+_VF_WHOLE = {name: _as_one_op(name) for name in ("gru", "rnn_tanh", "rnn_relu", "lstm", "stft")}
 
 
-class _RnnWhole:
-    """rnn_whole: within (jit's recording and its symbolic traces), nn.GRU,
-    nn.RNN and nn.LSTM record torchneuron::rnn / torchneuron::lstm, eager's
-    kernel as one graph node whose sizes a symbolic trace keeps symbolic.
-    torch._VF, which they call, has those functions swapped while any trace
-    is inside (reentrant: one count for every thread's). A TorchFunctionMode
-    would do it for this thread only, but library code that finds one active
-    leaves its fast paths (nn.TransformerEncoderLayer's, MultiheadAttention's);
-    another thread's call meanwhile runs the same kernel through the op."""
+class _VfWhole:
+    """vf_whole: within (jit's recording and its symbolic traces), nn.GRU,
+    nn.RNN, nn.LSTM and torch.stft record torchneuron::rnn / lstm / stft,
+    eager's kernel as one graph node whose sizes a symbolic trace keeps
+    symbolic. torch._VF, which they call, has those functions swapped while
+    any trace is inside (reentrant: one count for every thread's). A
+    TorchFunctionMode would do it for this thread only, but library code
+    that finds one active leaves its fast paths (nn.TransformerEncoderLayer's,
+    MultiheadAttention's); another thread's call meanwhile runs the same
+    kernel through the op."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -278,19 +299,19 @@ class _RnnWhole:
     def __enter__(self):
         with self.lock:
             if self.inside == 0:
-                for mode, call in _RNN_CALLS.items():
-                    setattr(torch._VF, mode, call)
+                for name, call in _VF_WHOLE.items():
+                    setattr(torch._VF, name, call)
             self.inside += 1
 
     def __exit__(self, *exc):
         with self.lock:
             self.inside -= 1
             if self.inside == 0:
-                for mode in _RNN_CALLS:
-                    vars(torch._VF).pop(mode, None)
+                for name in _VF_WHOLE:
+                    vars(torch._VF).pop(name, None)
 
 
-rnn_whole = _RnnWhole()
+vf_whole = _VfWhole()
 
 
 def _as_eager_takes(op, decomposition):

@@ -874,6 +874,34 @@ def test_a_recurrent_layer_given_its_state_or_unbatched_or_dropping_out_answers_
         torch.testing.assert_close(grad, x.grad)
 
 
+@pytest.mark.parametrize("center, return_complex", [(False, True), (True, True), (True, False)])
+def test_stft_is_eagers_kernel_and_one_variant_serves_every_length(center, return_complex):
+    """torch.stft (a log-mel front end): its composite kernel's strided view
+    of the frames could not be made functional with symbolic sizes, so
+    every signal length was a variant of its own, then eager after 8. It is
+    one node now, eager's kernel, with eager's strides."""
+    window = torch.hann_window(64)
+
+    def spectrum(wav):
+        out = torch.stft(wav, 64, 16, window=window, center=center, return_complex=return_complex)
+        power = out.abs() ** 2 if return_complex else (out ** 2).sum(-1)
+        return power.clamp(min=1e-10).log10(), out
+
+    jf = torchneuron_jit.jit(spectrum)
+    torchneuron_jit.reset_stats()
+    before = traces()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "stft with return_complex=False is deprecated")
+        for n in (800, 1000, 1234, 900, 2000):
+            x = torch.randn(2, n)
+            (got, spec), (want, want_spec) = jf(x), spectrum(x)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(spec, want_spec)
+            assert spec.stride() == want_spec.stride()
+    assert traces() - before == 2, torchneuron_jit.explain(jf)
+    assert "torchneuron::stft" in torchneuron_jit.stats()["fallback_ops"]
+
+
 def test_a_warm_process_serves_new_int_and_float_values_without_tracing(tmp_path, run_python):
     """Record keys leave int and float values out: the dynamic variant
     stored by one process serves another's new values."""
