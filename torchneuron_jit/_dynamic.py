@@ -42,6 +42,7 @@ import copy
 import enum
 import inspect
 import math
+import struct
 import threading
 import types
 import weakref
@@ -52,8 +53,8 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
-from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, dense_strides,
-                    load, same_strides, same_value, state_in_dict)
+from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, TRUNCMUL,
+                    dense_strides, load, same_strides, same_value, state_in_dict)
 
 _MAX_VALUES = 64  # distinct sizes remembered per place
 _ABSENT = object()  # an attribute an object does not have
@@ -1055,6 +1056,10 @@ def _emit(e, sources, prog):
         binary(MUL, e.args)
     elif isinstance(e, (sympy.Pow, F.PowByNatural)) and isinstance(e.args[1], sympy.Integer) and 0 < e.args[1] <= 8:
         binary(MUL, [e.args[0]] * int(e.args[1])) if e.args[1] > 1 else _emit(e.args[0], sources, prog)
+    elif isinstance(e, F.TruncToInt) and _scaled(e.args[0]) is not None:
+        factor, size = _scaled(e.args[0])  # int(size * 0.5): F.interpolate's output size at a scale factor
+        _emit(size, sources, prog)
+        prog.extend((TRUNCMUL, struct.unpack("<q", struct.pack("<d", factor))[0]))
     elif isinstance(e, F.FloorDiv):
         binary(FLOORDIV, e.args)
     elif isinstance(e, (F.Mod, F.PythonMod, sympy.Mod)):
@@ -1086,6 +1091,17 @@ def _emit(e, sources, prog):
         prog.append(NOT)
     else:
         raise Static(f"a guard on sizes that jit cannot check ({type(e).__name__}: {e})")
+
+
+def _scaled(e):
+    """(c, n) where e is float(n) * c, a float constant c times an integer
+    expression n made a float; else None."""
+    from torch.utils._sympy import functions as F
+    if isinstance(e, sympy.Mul) and len(e.args) == 2:
+        c, n = e.args if isinstance(e.args[0], sympy.Float) else e.args[::-1]
+        if isinstance(c, sympy.Float) and isinstance(n, F.ToFloat):
+            return float(c), n.args[0]
+    return None
 
 
 def spec_of(trace, sym):

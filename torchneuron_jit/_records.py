@@ -36,6 +36,7 @@ import enum
 import functools
 import importlib.metadata
 import json
+import math
 import operator
 import os
 import sys
@@ -52,7 +53,7 @@ from .graph import fake_tensor
 from ._spec import NO_FIELD, NUMPY_SCALARS, Spec, entry_name, explain, func_field, namedtuple_value, same_value
 from ._spec import shadowed, state_in_dict
 
-FORMAT = 13  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 14  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
@@ -73,6 +74,8 @@ FORMAT = 13  # 2: the contents of containers and objects that globals and closur
 #           13: the functions and classes user code names in a library's module are guarded (F.gelu replaced),
 #               and the globals code reaches by a name its arguments, globals or closure variables hold
 #               (globals()[NAME]): a record of 12 answered with the traced ones
+#           14: guards on sizes scale a size by a float (TRUNCMUL: F.interpolate at a scale factor), and graphs
+#               hold torchneuron::rnn / lstm / stft: a process of 13 could not rebuild them
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -841,17 +844,27 @@ def _live_spec(pspec, names, fn, args):
 
 # -- graphs ---------------------------------------------------------------------
 
+# size arithmetic a symbolic graph calls besides operator's (a size at a scale factor: int(float(s) * 0.5))
+_SIZE_FUNCTIONS = {f"{fn.__module__}.{fn.__name__}": fn for fn in (torch.sym_float, torch.sym_int, torch.sym_max,
+                                                                   torch.sym_min, math.trunc, math.floor, math.ceil)}
+_SIZE_FUNCTION_NAMES = {fn: name for name, fn in _SIZE_FUNCTIONS.items()}
+
+
 def _target_name(target):
     if isinstance(target, torch._ops.OpOverload):
         return f"{target._schema.name}.{target._overloadname}"
     if getattr(operator, getattr(target, "__name__", ""), None) is target:
         return f"operator.{target.__name__}"
+    if isinstance(target, types.BuiltinFunctionType | types.FunctionType) and target in _SIZE_FUNCTION_NAMES:
+        return _SIZE_FUNCTION_NAMES[target]
     raise Unportable(f"the graph calls {target!r}")
 
 
 def _target(name):
     if name.startswith("operator."):
         return getattr(operator, name.split(".", 1)[1])
+    if name in _SIZE_FUNCTIONS:
+        return _SIZE_FUNCTIONS[name]
     ns, rest = name.split("::", 1)
     op, overload = rest.rsplit(".", 1)
     return getattr(getattr(getattr(torch.ops, ns), op), overload)

@@ -180,7 +180,7 @@ def dense_strides(sizes):
 
 
 # the opcodes of a "sizes" guard program (csrc/guards/guards.h)
-CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG, INT = range(17)
+CONST, DIM, ADD, MUL, FLOORDIV, MOD, EQ, NE, LT, LE, AND, OR, NOT, MAX, MIN, NEG, INT, TRUNCMUL = range(18)
 
 
 def size_dims(prog):
@@ -188,7 +188,7 @@ def size_dims(prog):
     int argument's (INT slot) is (slot, None)."""
     out, k = [], 0
     while k < len(prog):
-        if prog[k] == CONST:  # CONST c
+        if prog[k] in (CONST, TRUNCMUL):  # CONST c, TRUNCMUL c
             k += 2
         elif prog[k] == DIM:  # DIM slot d
             out.append((prog[k + 1], prog[k + 2]))

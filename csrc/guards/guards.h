@@ -83,7 +83,11 @@
 **                                  12 NOT, 13 MAX, 14 MIN, 15 NEG, 16 INT s
 **                                  (the int at slot s, which an earlier
 **                                  ("type", s, int) guard checks; one that
-**                                  does not fit int64 fails the guard); it
+**                                  does not fit int64 fails the guard), 17
+**                                  TRUNCMUL c (c: a double's bits as int64;
+**                                  the value becomes Python's int(float(v) *
+**                                  c), as a scale factor makes a size; past
+**                                  int64 the guard fails); it
 **                                  passes when it leaves a value other than 0
 */
 #ifndef TN_GUARDS_H

@@ -37,7 +37,7 @@ static const char *const g_names[G__COUNT] = {
 ** CONST and DIM followed by their operands. */
 enum {
   GS_CONST, GS_DIM, GS_ADD, GS_MUL, GS_FLOORDIV, GS_MOD, GS_EQ, GS_NE, GS_LT, GS_LE, GS_AND, GS_OR, GS_NOT,
-  GS_MAX, GS_MIN, GS_NEG, GS_INT, GS__COUNT
+  GS_MAX, GS_MIN, GS_NEG, GS_INT, GS_TRUNCMUL, GS__COUNT
 };
 #define GS_STACK 32   /* deepest stack a program may need */
 #define G_ANY_SIZE INT64_MIN  /* a tensor guard's size or stride that any value passes */
@@ -251,6 +251,11 @@ static int build_sizes(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssize_
       if (!found)
         return bad(i, "sizes: INT must name a slot an earlier type guard checks to be an int");
       depth++;
+    } else if (op == GS_TRUNCMUL) {
+      if (++k >= g->gi_n)
+        return bad(i, "sizes: TRUNCMUL needs its factor");
+      if (depth < 1)
+        return bad(i, "sizes: an operator lacks its operand");
     } else if (op == GS_NOT || op == GS_NEG) {
       if (depth < 1)
         return bad(i, "sizes: an operator lacks its operand");
@@ -758,6 +763,16 @@ static int sizes_ok(const tn_ginst *g, PyObject *const *slots)
       if (overflow)
         return 0;
       st[sp++] = v;
+      continue;
+    }
+    if (op == GS_TRUNCMUL) { /* Python's int(float(a) * c): past int64 (or not finite) the guard fails */
+      double c, v;
+      int64_t bits = p[++k];
+      memcpy(&c, &bits, sizeof c);
+      v = (double)st[sp - 1] * c;
+      if (!(v > -9223372036854775808.0 && v < 9223372036854775808.0))
+        return 0;
+      st[sp - 1] = (int64_t)v;
       continue;
     }
     if (op == GS_NOT || op == GS_NEG) {

@@ -801,6 +801,27 @@ def test_interpolate_to_a_size_of_the_input_is_one_variant(mode):
     assert any(op.startswith("aten::upsample_") for op in ops) and "aten::index.Tensor" not in ops, ops
 
 
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize("scale", [0.5, 1 / 3, (0.75, 0.3)])
+def test_interpolate_at_a_scale_factor_below_one_is_one_variant(mode, scale):
+    """F.interpolate(x, scale_factor=0.5) (a feature pyramid's downsampling):
+    its output size int(float(s) * 0.5) was a guard jit could not check, so
+    the size stayed static and every input size was a variant of its own."""
+    import torch.nn.functional as F
+
+    options = {} if mode == "nearest" else {"align_corners": False}
+
+    def f(x):
+        return F.interpolate(x, scale_factor=scale, mode=mode, **options) * 2
+
+    jf = torchneuron_jit.jit(f)
+    before = traces()
+    for s in (10, 13, 17, 20, 29, 7):
+        x = torch.randn(2, 3, s, s + 3)
+        torch.testing.assert_close(jf(x), f(x))
+    assert traces() - before == 2, torchneuron_jit.explain(jf)
+
+
 class _Recurrent(torch.nn.Module):
     def __init__(self, kind, **options):
         super().__init__()
@@ -1050,9 +1071,29 @@ def test_sizes_programs_floor_semantics_and_failures():
     assert _gs((CONST, 1)).check(torch.zeros(3, 7).t()) == 1
 
 
+def test_sizes_programs_scale_a_size_as_python_does():
+    """TRUNCMUL c: int(float(n) * c), a size at a scale factor, with the
+    rounding of Python's float product (10 * 0.3 is 3.0000000000000004)."""
+    import struct
+    DIM, CONST, EQ, TRUNCMUL = 1, 0, 6, 17
+
+    def scaled(c, want):
+        return (DIM, 0, 0, TRUNCMUL, struct.unpack("<q", struct.pack("<d", c))[0], CONST, want, EQ)
+
+    for n, c in [(7, 0.3), (10, 0.3), (9, 1 / 3), (33, 0.5), (5, 2.5), (7, -0.5)]:
+        x = torch.zeros(n, 3)
+        assert _gs(scaled(c, int(n * c))).check(x) == -1, (n, c)
+        assert _gs(scaled(c, int(n * c) + 1)).check(x) == 2, (n, c)
+    # past int64, or not finite: the guard fails, nothing raises
+    assert _gs(scaled(float("inf"), 0)).check(torch.zeros(7, 3)) == 2
+    assert _gs(scaled(float("nan"), 0)).check(torch.zeros(7, 3)) == 2
+    assert _gs(scaled(1e300, 0)).check(torch.zeros(7, 3)) == 2
+
+
 @pytest.mark.parametrize("prog, words", [
     ((), "non-empty"), ((99,), "unknown operator"), ((2,), "lacks its operands"), ((0,), "CONST needs"),
     ((1, 0, 5), "DIM must name"), ((1, 5, 0), "DIM must name"), ((0, 1, 0, 2), "leave one value"),
+    ((1, 0, 0, 17), "TRUNCMUL needs"), ((17, 0), "lacks its operand"),
 ])
 def test_bad_sizes_programs_are_refused(prog, words):
     with pytest.raises(ValueError, match=words):

@@ -839,6 +839,34 @@ def test_recurrent_layers_load_in_a_fresh_process(program):
     assert warm["traces"] == 0 and warm["traces_loaded"] == 2 and warm["plans_loaded"] == 2, warm
 
 
+SCALED = textwrap.dedent('''
+    import json, sys
+    import torch
+    import torch.nn.functional as F
+    import torchneuron_jit
+
+    @torchneuron_jit.jit
+    def down(x):
+        return F.interpolate(x, scale_factor=0.5, mode="bilinear") * 2
+
+    with torch.no_grad():
+        for s in (16, 21, 30):
+            x = torch.randn(1, 3, s, s)
+            torch.testing.assert_close(down(x), F.interpolate(x, scale_factor=0.5, mode="bilinear") * 2)
+    st = torchneuron_jit.stats()
+    print(json.dumps({k: st[k] for k in sys.argv[1].split(",")}))
+''')
+
+
+def test_a_size_at_a_scale_factor_loads_in_a_fresh_process(program):
+    """The dynamic variant of F.interpolate at a scale factor below 1 calls
+    torch.sym_float in its graph, which a record could not name."""
+    cold = program(source=SCALED)
+    assert cold["traces"] == 2 and cold["trace_records_stored"] == 2, cold
+    warm = program(source=SCALED)
+    assert warm["traces"] == 0 and warm["traces_loaded"] == 2, warm
+
+
 WRAPPED = textwrap.dedent('''
     import json, os, sys
     import torch
