@@ -52,7 +52,7 @@ KEEP_WHOLE = (aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gel
               aten.index_add, aten.index_copy, aten.max_unpool2d, aten.max_unpool3d,
               # eager's kernels: decomposed, F.interpolate became index and arithmetic chains 5-13x slower
               # (nearest: an index.Tensor gather), and istft's unfold_backward 512 index_add nodes (13-22x)
-              # (a trace with the Python dispatcher on needs upsampling_whole too)
+              # (a trace with the Python dispatcher on needs composites_whole too)
               aten.upsample_nearest1d, aten.upsample_nearest2d, aten.upsample_nearest3d,
               aten._upsample_nearest_exact1d, aten._upsample_nearest_exact2d, aten._upsample_nearest_exact3d,
               aten.upsample_linear1d, aten.upsample_bilinear2d, aten.upsample_bicubic2d, aten.upsample_trilinear3d,
@@ -104,9 +104,9 @@ _UPSAMPLING = ((aten.upsample_nearest1d, False), (aten.upsample_nearest2d, False
                (aten._upsample_nearest_exact3d, False), (aten.upsample_linear1d, True),
                (aten.upsample_bilinear2d, True), (aten.upsample_bicubic2d, True), (aten.upsample_trilinear3d, True),
                (aten._upsample_bilinear2d_aa, True), (aten._upsample_bicubic2d_aa, True))
-_UPSAMPLING_KEYS = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
-_upsampling_lock = threading.Lock()
-_upsampling_swap = [0, []]  # [traces inside upsampling_whole, the Python kernels they took out]
+_COMPOSITE_KEYS = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
+_composites_lock = threading.Lock()
+_composites_swap = [0, []]  # [traces inside composites_whole, the Python kernels they took out]
 
 
 def _upsampling_vec(packet, align):
@@ -134,30 +134,35 @@ def _put_py_kernel(overload, key, kernel):
 
 
 @contextlib.contextmanager
-def upsampling_whole():
+def composites_whole():
     """Within: a trace with the Python dispatcher on records F.interpolate's
     ops whole (aten.upsample_*.default, run by eager's kernel as fallback
     nodes), where torch's Python kernels made index and arithmetic chains
-    of them. Process-wide while any trace is inside (nested and concurrent
-    traces share one swap); an op recorded whole is the op eager runs, so
-    another thread's trace meanwhile gets it whole too."""
-    with _upsampling_lock:
-        _upsampling_swap[0] += 1
-        if _upsampling_swap[0] == 1:
-            for packet, align in _UPSAMPLING:
-                for overload, kernel in ((packet.vec, _upsampling_vec(packet, align)), (packet.default, None)):
-                    for key in _UPSAMPLING_KEYS:
-                        _upsampling_swap[1].append((overload, key, overload.py_kernels.get(key)))
-                        _put_py_kernel(overload, key, kernel)
+    of them, and F.pad's circular mode as torchneuron::pad_circular, where
+    its C++ composite made a copy of the result per border. Process-wide
+    while any trace is inside (nested and concurrent traces share one
+    swap); an op recorded whole is the op eager runs, so another thread's
+    trace meanwhile gets it whole too."""
+    with _composites_lock:
+        _composites_swap[0] += 1
+        if _composites_swap[0] == 1:
+            swaps = [(overload, kernel) for packet, align in _UPSAMPLING
+                     for overload, kernel in ((packet.vec, _upsampling_vec(packet, align)), (packet.default, None))]
+            # F.pad's circular mode: torch.compile's graph calls torch._C._nn.pad itself (vf_whole swaps a name)
+            swaps.append((aten._pad_circular.default, lambda input, pad: pad_circular(input, list(pad))))
+            for overload, kernel in swaps:
+                for key in _COMPOSITE_KEYS:
+                    _composites_swap[1].append((overload, key, overload.py_kernels.get(key)))
+                    _put_py_kernel(overload, key, kernel)
     try:
         yield
     finally:
-        with _upsampling_lock:
-            _upsampling_swap[0] -= 1
-            if _upsampling_swap[0] == 0:
-                for overload, key, kernel in reversed(_upsampling_swap[1]):
+        with _composites_lock:
+            _composites_swap[0] -= 1
+            if _composites_swap[0] == 0:
+                for overload, key, kernel in reversed(_composites_swap[1]):
                     _put_py_kernel(overload, key, kernel)
-                _upsampling_swap[1].clear()
+                _composites_swap[1].clear()
 
 
 @torch.library.custom_op("torchneuron::grouped_mm", mutates_args=(),
@@ -282,15 +287,47 @@ def _as_one_op(name):
     return call
 
 
-_VF_WHOLE = {name: _as_one_op(name) for name in ("gru", "rnn_tanh", "rnn_relu", "lstm", "stft")}
+_NN_PAD = torch._C._nn.pad  # what F.pad calls (vf_whole swaps it)
+
+
+@torch.library.custom_op("torchneuron::pad_circular", mutates_args=(), schema="(Tensor input, SymInt[] pad) -> Tensor")
+def pad_circular(input, pad):
+    """F.pad's circular mode (Conv2d's padding_mode="circular") as one op,
+    eager's kernel: its composite kernel writes the wrapped borders into
+    slices of an empty tensor, which a functional graph made into a copy of
+    the whole result per slice (6x eager's time)."""
+    return _NN_PAD(input, pad, "circular", None)
+
+
+@pad_circular.register_fake
+def _pad_circular_fake(input, pad):
+    sizes = list(input.shape)
+    for i in range(len(pad) // 2):
+        sizes[-1 - i] = sizes[-1 - i] + pad[2 * i] + pad[2 * i + 1]
+    return input.new_empty(sizes)
+
+
+def _nn_pad(input, pad, mode="constant", value=None):
+    """torch._C._nn.pad inside vf_whole: the circular mode as our op."""
+    if mode == "circular" and value is None and isinstance(input, torch.Tensor) and \
+            not (torch.is_grad_enabled() and input.requires_grad):
+        return pad_circular(input, list(pad))
+    return _NN_PAD(input, pad, mode, value)
+
+
+# (the module, the function's name there, ours in its place)
+_WHOLE = [(torch._VF, name, _as_one_op(name)) for name in ("gru", "rnn_tanh", "rnn_relu", "lstm", "stft")] + \
+    [(torch._C._nn, "pad", _nn_pad)]
+_MISSING = object()
 
 
 class _VfWhole:
     """vf_whole: within (jit's recording and its symbolic traces), nn.GRU,
-    nn.RNN, nn.LSTM and torch.stft record torchneuron::rnn / lstm / stft,
-    eager's kernel as one graph node whose sizes a symbolic trace keeps
-    symbolic. torch._VF, which they call, has those functions swapped while
-    any trace is inside (reentrant: one count for every thread's). A
+    nn.RNN, nn.LSTM, torch.stft and F.pad's circular mode record
+    torchneuron::rnn / lstm / stft / pad_circular, eager's kernel as one
+    graph node whose sizes a symbolic trace keeps symbolic. torch._VF and
+    torch._C._nn, which they call, have those functions swapped while any
+    trace is inside (reentrant: one count for every thread's). A
     TorchFunctionMode would do it for this thread only, but library code
     that finds one active leaves its fast paths (nn.TransformerEncoderLayer's,
     MultiheadAttention's); another thread's call meanwhile runs the same
@@ -299,20 +336,26 @@ class _VfWhole:
     def __init__(self):
         self.lock = threading.Lock()
         self.inside = 0
+        self.saved = []
 
     def __enter__(self):
         with self.lock:
             if self.inside == 0:
-                for name, call in _VF_WHOLE.items():
-                    setattr(torch._VF, name, call)
+                self.saved = [(owner, name, vars(owner).get(name, _MISSING)) for owner, name, _ in _WHOLE]
+                for owner, name, call in _WHOLE:
+                    setattr(owner, name, call)
             self.inside += 1
 
     def __exit__(self, *exc):
         with self.lock:
             self.inside -= 1
             if self.inside == 0:
-                for name in _VF_WHOLE:
-                    vars(torch._VF).pop(name, None)
+                for owner, name, was in self.saved:
+                    if was is _MISSING:
+                        delattr(owner, name)  # torch._VF's own, found by its __getattr__ again
+                    else:
+                        setattr(owner, name, was)
+                self.saved = []
 
 
 vf_whole = _VfWhole()
@@ -2103,7 +2146,7 @@ def neuron(gm, example_inputs, mode=None, options=None):
     try:
         if _needs_gradients(gm, example_inputs):
             return _training(gm)
-        with upsampling_whole():
+        with composites_whole():
             return _aot(gm, example_inputs)
     except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
         raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)

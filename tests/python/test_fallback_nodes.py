@@ -333,6 +333,31 @@ def test_reflect_and_replicate_padding_is_eagers_kernel_through_both_doors(mode,
     assert op in ops and "aten::index.Tensor" not in ops, ops
 
 
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_circular_padding_is_eagers_kernel_through_both_doors(dims):
+    """F.pad's circular mode (Conv2d's padding_mode="circular"): its C++
+    composite writes each wrapped border into a slice of an empty tensor,
+    which the functional graph made into a copy of the whole result per
+    slice (6x eager's time through either door). It is one node now,
+    torchneuron::pad_circular, eager's kernel, at every size; the swaps
+    that make it are undone after the trace."""
+    def f(x):
+        return torch.nn.functional.pad(x * 2.0, (2, 1) * dims, mode="circular") + 1.0
+
+    nn_pad = torch._C._nn.pad
+    inputs = [torch.randn(2, 3, *(n,) * dims) for n in (5, 7, 9)]
+    ops = set(_compiled_cleanly(f, *[(x,) for x in inputs])["fallback_ops"])
+    assert "torchneuron::pad_circular" in ops and "aten::slice_scatter" not in ops, ops
+    torchneuron_jit.reset_stats()
+    jf = torchneuron_jit.jit(f)
+    with torch.no_grad():
+        for x in inputs:
+            torch.testing.assert_close(jf(x), f(x))
+    ops = set(torchneuron_jit.stats()["fallback_ops"])
+    assert "torchneuron::pad_circular" in ops and "aten::slice_scatter" not in ops, ops
+    assert torch._C._nn.pad is nn_pad and not torch.ops.aten._pad_circular.default.py_kernels
+
+
 def test_std_of_a_row_whose_variance_overflows_float32_is_eagers():
     """torch.std decomposed to sqrt(var) held its variance in float32: a
     standard deviation above ~1.8e19 was inf where eager, which keeps the
