@@ -310,6 +310,19 @@ def test_interpolate_through_torch_compile_is_eagers_kernel(kwargs, dims, op):
     assert {k: dict(getattr(p, o).py_kernels) for k in kernels for p, o in [k]} == kernels
 
 
+def _ops_through_both_doors(fn, inputs):
+    """The ops that ran through PyTorch when fn took each input through
+    torch.compile (_compiled_cleanly), then through jit (parity with eager
+    on every call): a set per door."""
+    doors = [set(_compiled_cleanly(fn, *[(x,) for x in inputs])["fallback_ops"])]
+    torchneuron_jit.reset_stats()
+    jf = torchneuron_jit.jit(fn)
+    with torch.no_grad():
+        for x in inputs:
+            torch.testing.assert_close(jf(x), fn(x))
+    return doors + [set(torchneuron_jit.stats()["fallback_ops"])]
+
+
 @pytest.mark.parametrize("mode", ["reflect", "replicate"])
 @pytest.mark.parametrize("dims", [1, 2, 3])
 def test_reflect_and_replicate_padding_is_eagers_kernel_through_both_doors(mode, dims):
@@ -321,16 +334,8 @@ def test_reflect_and_replicate_padding_is_eagers_kernel_through_both_doors(mode,
         return torch.nn.functional.pad(x * 2.0, (2, 1) * dims, mode=mode) + 1.0
 
     op = f"aten::{'reflection' if mode == 'reflect' else 'replication'}_pad{dims}d"
-    inputs = [torch.randn(2, 3, *(n,) * dims) for n in (9, 12, 15)]
-    ops = set(_compiled_cleanly(f, *[(x,) for x in inputs])["fallback_ops"])
-    assert op in ops and "aten::index.Tensor" not in ops, ops
-    torchneuron_jit.reset_stats()
-    jf = torchneuron_jit.jit(f)
-    with torch.no_grad():
-        for x in inputs:
-            torch.testing.assert_close(jf(x), f(x))
-    ops = set(torchneuron_jit.stats()["fallback_ops"])
-    assert op in ops and "aten::index.Tensor" not in ops, ops
+    for ops in _ops_through_both_doors(f, [torch.randn(2, 3, *(n,) * dims) for n in (9, 12, 15)]):
+        assert op in ops and "aten::index.Tensor" not in ops, ops
 
 
 @pytest.mark.parametrize("dims", [1, 2, 3])
@@ -345,16 +350,8 @@ def test_circular_padding_is_eagers_kernel_through_both_doors(dims):
         return torch.nn.functional.pad(x * 2.0, (2, 1) * dims, mode="circular") + 1.0
 
     nn_pad = torch._C._nn.pad
-    inputs = [torch.randn(2, 3, *(n,) * dims) for n in (5, 7, 9)]
-    ops = set(_compiled_cleanly(f, *[(x,) for x in inputs])["fallback_ops"])
-    assert "torchneuron::pad_circular" in ops and "aten::slice_scatter" not in ops, ops
-    torchneuron_jit.reset_stats()
-    jf = torchneuron_jit.jit(f)
-    with torch.no_grad():
-        for x in inputs:
-            torch.testing.assert_close(jf(x), f(x))
-    ops = set(torchneuron_jit.stats()["fallback_ops"])
-    assert "torchneuron::pad_circular" in ops and "aten::slice_scatter" not in ops, ops
+    for ops in _ops_through_both_doors(f, [torch.randn(2, 3, *(n,) * dims) for n in (5, 7, 9)]):
+        assert "torchneuron::pad_circular" in ops and "aten::slice_scatter" not in ops, ops
     assert torch._C._nn.pad is nn_pad and not torch.ops.aten._pad_circular.default.py_kernels
 
 
