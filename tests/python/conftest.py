@@ -39,9 +39,12 @@ config.compile_blocking = True
 
 
 def _reset_cache_module_state():
-    """Closes the process-wide store and forgets per-process warning state,
-    so a warning or a refused directory of one test cannot hide another's."""
+    """Closes the process-wide store and forgets per-process warning state
+    and counters, so a warning, a refused directory or a count of one test
+    cannot hide or fail another's (test_backend's deliberate eager fallbacks
+    failed test_jit's "eager_fallbacks == 0" where one worker ran both)."""
     cache.close()
+    torchneuron_jit.reset_stats()
     _log._warned.clear()
     cache._disabled = None
     _dynamic._seen.clear()  # the sizes jit has seen per function: one test's cannot make another's dynamic
