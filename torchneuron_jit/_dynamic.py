@@ -916,7 +916,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     try:
         # the Python dispatcher, as make_fx's own symbolic tracing enables it: composite ops' Python kernels take
         # SymInts where their C++ ones want ints (F.interpolate to a size of the input's: every size traced)
-        with mode, conv_backends_unguarded(env), enable_python_dispatcher(), composites_whole(), vf_whole:
+        with mode, conv_backends_unguarded(env), enable_python_dispatcher(), composites_whole, vf_whole:
             gm = run_untraced(make_fx(run, decomposition_table={**(decompositions or {}), **_SYMBOLIC}), *fakes)
     except Static:
         raise

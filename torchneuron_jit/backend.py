@@ -105,8 +105,6 @@ _UPSAMPLING = ((aten.upsample_nearest1d, False), (aten.upsample_nearest2d, False
                (aten.upsample_bilinear2d, True), (aten.upsample_bicubic2d, True), (aten.upsample_trilinear3d, True),
                (aten._upsample_bilinear2d_aa, True), (aten._upsample_bicubic2d_aa, True))
 _COMPOSITE_KEYS = (torch._C.DispatchKey.CompositeImplicitAutograd, torch._C.DispatchKey.Autograd)
-_composites_lock = threading.Lock()
-_composites_swap = [0, []]  # [traces inside composites_whole, the Python kernels they took out]
 
 
 def _upsampling_vec(packet, align):
@@ -133,36 +131,50 @@ def _put_py_kernel(overload, key, kernel):
     overload._dispatch_cache.clear()
 
 
-@contextlib.contextmanager
-def composites_whole():
-    """Within: a trace with the Python dispatcher on records F.interpolate's
-    ops whole (aten.upsample_*.default, run by eager's kernel as fallback
-    nodes), where torch's Python kernels made index and arithmetic chains
-    of them, and F.pad's circular mode as torchneuron::pad_circular, where
-    its C++ composite made a copy of the result per border. Process-wide
-    while any trace is inside (nested and concurrent traces share one
-    swap); an op recorded whole is the op eager runs, so another thread's
-    trace meanwhile gets it whole too."""
-    with _composites_lock:
-        _composites_swap[0] += 1
-        if _composites_swap[0] == 1:
-            swaps = [(overload, kernel) for packet, align in _UPSAMPLING
-                     for overload, kernel in ((packet.vec, _upsampling_vec(packet, align)), (packet.default, None))]
-            # F.pad's circular mode: torch.compile's graph calls torch._C._nn.pad itself (vf_whole swaps a name)
-            swaps.append((aten._pad_circular.default, lambda input, pad: pad_circular(input, list(pad))))
-            for overload, kernel in swaps:
-                for key in _COMPOSITE_KEYS:
-                    _composites_swap[1].append((overload, key, overload.py_kernels.get(key)))
-                    _put_py_kernel(overload, key, kernel)
-    try:
-        yield
-    finally:
-        with _composites_lock:
-            _composites_swap[0] -= 1
-            if _composites_swap[0] == 0:
-                for overload, key, kernel in reversed(_composites_swap[1]):
-                    _put_py_kernel(overload, key, kernel)
-                _composites_swap[1].clear()
+class _Swapped:
+    """A process-wide swap, reentrant (one count for every thread's traces
+    inside): the first to enter runs apply, which makes the swaps and
+    returns how to undo each; the last to leave undoes them, last first."""
+
+    def __init__(self, apply):
+        self.apply, self.lock, self.inside, self.undo = apply, threading.Lock(), 0, []
+
+    def __enter__(self):
+        with self.lock:
+            if self.inside == 0:
+                self.undo = self.apply()
+            self.inside += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.inside -= 1
+            if self.inside == 0:
+                for undo in reversed(self.undo):
+                    undo()
+                self.undo = []
+
+
+def _swap_composites():
+    """composites_whole's swap: the Python kernels it puts in, and how to
+    put the old ones back."""
+    swaps = [(overload, kernel) for packet, align in _UPSAMPLING
+             for overload, kernel in ((packet.vec, _upsampling_vec(packet, align)), (packet.default, None))]
+    # F.pad's circular mode: torch.compile's graph calls torch._C._nn.pad itself (vf_whole swaps a name)
+    swaps.append((aten._pad_circular.default, lambda input, pad: pad_circular(input, list(pad))))
+    undo = []
+    for overload, kernel in swaps:
+        for key in _COMPOSITE_KEYS:
+            undo.append(functools.partial(_put_py_kernel, overload, key, overload.py_kernels.get(key)))
+            _put_py_kernel(overload, key, kernel)
+    return undo
+
+
+# Within: a trace with the Python dispatcher on records F.interpolate's ops whole (aten.upsample_*.default, run by
+# eager's kernel as fallback nodes), where torch's Python kernels made index and arithmetic chains of them, and F.pad's
+# circular mode as torchneuron::pad_circular, where its C++ composite made a copy of the result per border.
+# Process-wide while any trace is inside; an op recorded whole is the op eager runs, so another thread's trace
+# meanwhile gets it whole too.
+composites_whole = _Swapped(_swap_composites)
 
 
 @torch.library.custom_op("torchneuron::grouped_mm", mutates_args=(),
@@ -265,6 +277,12 @@ def _stft_fake(input, n_fft, hop_length, win_length, window, normalized, oneside
     return out.new_empty_strided(out.shape, out.stride())
 
 
+def _autograd_records(tensors):
+    """Whether autograd records a call on tensors (grad mode, one of them
+    requiring grad): our ops have no backward, so eager's functions take it."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
 def _as_one_op(name):
     """torch._VF.<name> inside vf_whole: our op, for the calls it takes; the
     others as eager makes them (an RNN over a packed sequence: another
@@ -272,8 +290,7 @@ def _as_one_op(name):
     eager = getattr(_VF_EAGER, name)
 
     def call(*args, **kwargs):
-        if kwargs or len(args) != 9 or (torch.is_grad_enabled() and any(
-                isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(args))):
+        if kwargs or len(args) != 9 or _autograd_records(pytree.tree_leaves(args)):
             return eager(*args, **kwargs)
         if name == "stft":
             return stft(*args)
@@ -309,8 +326,7 @@ def _pad_circular_fake(input, pad):
 
 def _nn_pad(input, pad, mode="constant", value=None):
     """torch._C._nn.pad inside vf_whole: the circular mode as our op."""
-    if mode == "circular" and value is None and isinstance(input, torch.Tensor) and \
-            not (torch.is_grad_enabled() and input.requires_grad):
+    if mode == "circular" and value is None and isinstance(input, torch.Tensor) and not _autograd_records([input]):
         return pad_circular(input, list(pad))
     return _NN_PAD(input, pad, mode, value)
 
@@ -318,47 +334,26 @@ def _nn_pad(input, pad, mode="constant", value=None):
 # (the module, the function's name there, ours in its place)
 _WHOLE = [(torch._VF, name, _as_one_op(name)) for name in ("gru", "rnn_tanh", "rnn_relu", "lstm", "stft")] + \
     [(torch._C._nn, "pad", _nn_pad)]
-_MISSING = object()
+def _swap_names():
+    """vf_whole's swap: our functions in _WHOLE's places, and how to put the
+    old ones back (torch._VF's own are found by its __getattr__: none is
+    set there)."""
+    undo = []
+    for owner, name, call in _WHOLE:
+        was = vars(owner).get(name)
+        undo.append(functools.partial(setattr, owner, name, was) if was is not None else
+                    functools.partial(delattr, owner, name))
+        setattr(owner, name, call)
+    return undo
 
 
-class _VfWhole:
-    """vf_whole: within (jit's recording and its symbolic traces), nn.GRU,
-    nn.RNN, nn.LSTM, torch.stft and F.pad's circular mode record
-    torchneuron::rnn / lstm / stft / pad_circular, eager's kernel as one
-    graph node whose sizes a symbolic trace keeps symbolic. torch._VF and
-    torch._C._nn, which they call, have those functions swapped while any
-    trace is inside (reentrant: one count for every thread's). A
-    TorchFunctionMode would do it for this thread only, but library code
-    that finds one active leaves its fast paths (nn.TransformerEncoderLayer's,
-    MultiheadAttention's); another thread's call meanwhile runs the same
-    kernel through the op."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.inside = 0
-        self.saved = []
-
-    def __enter__(self):
-        with self.lock:
-            if self.inside == 0:
-                self.saved = [(owner, name, vars(owner).get(name, _MISSING)) for owner, name, _ in _WHOLE]
-                for owner, name, call in _WHOLE:
-                    setattr(owner, name, call)
-            self.inside += 1
-
-    def __exit__(self, *exc):
-        with self.lock:
-            self.inside -= 1
-            if self.inside == 0:
-                for owner, name, was in self.saved:
-                    if was is _MISSING:
-                        delattr(owner, name)  # torch._VF's own, found by its __getattr__ again
-                    else:
-                        setattr(owner, name, was)
-                self.saved = []
-
-
-vf_whole = _VfWhole()
+# Within (jit's recording and its symbolic traces): nn.GRU, nn.RNN, nn.LSTM, torch.stft and F.pad's circular mode
+# record torchneuron::rnn / lstm / stft / pad_circular, eager's kernel as one graph node whose sizes a symbolic
+# trace keeps symbolic. torch._VF and torch._C._nn, which they call, have those functions swapped while any trace is
+# inside. A TorchFunctionMode would do it for this thread only, but library code that finds one active leaves its
+# fast paths (nn.TransformerEncoderLayer's, MultiheadAttention's); another thread's call meanwhile runs the same
+# kernel through the op.
+vf_whole = _Swapped(_swap_names)
 
 
 def _as_eager_takes(op, decomposition):
@@ -2146,7 +2141,7 @@ def neuron(gm, example_inputs, mode=None, options=None):
     try:
         if _needs_gradients(gm, example_inputs):
             return _training(gm)
-        with composites_whole():
+        with composites_whole:
             return _aot(gm, example_inputs)
     except (TorchDynamoException, Warning):  # Dynamo's own control flow (RestartAnalysis: it traces the frame
         raise  # again); a warning of ours that -W error made an exception (not aot_autograd refusing the graph)
