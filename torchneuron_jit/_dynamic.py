@@ -74,8 +74,16 @@ class Pinned(Static):
         self.slot, self.dim = slot, dim
 
 
-# function -> {(argument words, rank, dimension): sizes it took}
+# JitFunction (or the function, for a trace without one) -> {(argument words, rank, dimension): sizes it took}.
+# Per JitFunction: two jitted models of one class share their forward, and a second model of another width had
+# every weight's dimension made symbolic at its first call
 _seen = weakref.WeakKeyDictionary()
+
+
+def _owner(trace):
+    """What trace's size history is kept under: its JitFunction, else its function."""
+    jf = trace.jf() if trace.jf is not None else None
+    return jf if jf is not None else trace.fn
 
 
 def observe(trace):
@@ -91,7 +99,7 @@ def observe(trace):
     takes it copied dense (densified)."""
     after = config.dynamic_after
     try:
-        seen = _seen.setdefault(trace.fn, {})
+        seen = _seen.setdefault(_owner(trace), {})
     except TypeError:  # not weakly referable: nothing is remembered
         return {}
     spec, out = trace.spec, {}
@@ -172,9 +180,9 @@ def _argument_path(spec, slot):
         slot = inst[1]
 
 
-def history(fn):
-    """{(argument words, rank, dimension): sorted sizes} jit has seen for fn."""
-    return {k: sorted(v, key=repr) if k[2] == STRIDES_PLACE else sorted(v) for k, v in _seen.get(fn, {}).items()}
+def history(jf):
+    """{(argument words, rank, dimension): sorted sizes} jit has seen for JitFunction jf."""
+    return {k: sorted(v, key=repr) if k[2] == STRIDES_PLACE else sorted(v) for k, v in _seen.get(jf, {}).items()}
 
 
 def frame_call(fn, local_args):

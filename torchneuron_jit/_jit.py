@@ -3278,10 +3278,10 @@ class _Tracer:
                 _manager.site(jf).while_building += 1
             _log.event("recompiles", f"{_where(fn)}: runs eagerly while a variant is built"
                        + (f" ({reason})" if reason else ""))
-            self._note_sizes(fn, args)
+            self._note_sizes(fn, args, jf)
             return None
         if jf is not None and not _manager.may_trace(jf):
-            self._note_sizes(fn, args)
+            self._note_sizes(fn, args, jf)
             return None
         if _under_transform():  # no trace, no failed one: the function's calls outside the transform compile
             _log.event("recompiles", f"{_where(fn)}: runs eagerly inside a torch.func transform")
@@ -3315,12 +3315,13 @@ class _Tracer:
         return trace
 
     @staticmethod
-    def _note_sizes(fn, args):
+    def _note_sizes(fn, args, jf):
         """The sizes of an untraced miss's tensor arguments, noted as a
         trace's are (_dynamic.observe): the next trace knows every
         dimension that changed, not only those of the calls it traced."""
         try:
             trace = _Trace(fn, args, [])
+            trace.jf = weakref.ref(jf) if jf is not None else None
             trace.sizes_only = True  # a module's parameters keep their sizes (~1 ms for BERT's)
             trace.guard_arguments()
             _dynamic.observe(trace)

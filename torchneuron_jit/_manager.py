@@ -161,7 +161,7 @@ def storm_words(jf, s, key):
     often = "on every call" if n >= 0.8 * span else f"{n} times in {span} calls"
     seen = ", ".join(list(s.changes[key])[-4:])
     from ._dynamic import FLOAT_PLACE, INT_PLACE, STRIDES_PLACE, history
-    hist = history(jf.fn)
+    hist = history(jf)
     number = next((place for place in (INT_PLACE, FLOAT_PLACE) if (key, place, None) in hist), None)
     if ": size[" in key or number:
         # a dimension of a tensor argument, or an int or float argument (dim None)

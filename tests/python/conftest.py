@@ -47,7 +47,7 @@ def _reset_cache_module_state():
     torchneuron_jit.reset_stats()
     _log._warned.clear()
     cache._disabled = None
-    _dynamic._seen.clear()  # the sizes jit has seen per function: one test's cannot make another's dynamic
+    _dynamic._seen.clear()  # the sizes jit has seen per jitted function: one test's cannot make another's dynamic
 
 
 @pytest.fixture(autouse=True)

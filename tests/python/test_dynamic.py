@@ -27,7 +27,7 @@ def traces():
 
 
 def make_heads():
-    """A new function (jit remembers the sizes each function saw): size
+    """A new function (jit remembers the sizes each jitted function saw): size
     arithmetic in Python, x.view(b, s, h, d) and an arange over s."""
     def heads(x, w):
         b, s, d = x.shape
@@ -224,6 +224,29 @@ def test_an_argument_first_seen_with_the_size_of_a_dynamic_dimension_is_dynamic_
         ids, mask = torch.randint(0, 50, (2, s)), (torch.rand(2, s) > 0.3).float()
         torch.testing.assert_close(f(ids, mask=mask), encode(ids, mask=mask))
     assert traces() - before == 1, torchneuron_jit.explain(f)
+
+
+def test_two_modules_of_one_class_keep_their_own_sizes():
+    """jit remembers the sizes each jitted module saw, not each class's
+    forward: a second model of another width, after the first had served a
+    few batch sizes, traced its first call with every weight's dimension
+    symbolic ("took 2 or more values; dynamic now")."""
+    def mlp(d):
+        return torch.nn.Sequential(torch.nn.Linear(d, 2 * d), torch.nn.GELU(), torch.nn.Linear(2 * d, d)).eval()
+
+    small, large = mlp(16), mlp(24)
+    a, b = torchneuron_jit.jit(copy.deepcopy(small)), torchneuron_jit.jit(copy.deepcopy(large))
+    with config.patch(compile_blocking=True):
+        for model, fast, d in [(small, a, 16), (large, b, 24)]:
+            for n in [4, 5, 6, 7]:
+                x = torch.randn(n, d)
+                torch.testing.assert_close(fast(x), model(x))
+    for fast, d in [(a, 16), (b, 24)]:
+        text = str(torchneuron_jit.explain(fast))
+        # a static first variant, then one dynamic in the batch only
+        assert _jit.entries(fast) == 2, text
+        assert text.count(f"self.0.weight: float32 ({2 * d}, {d})") == 2, text
+        assert f"input: float32 (*, {d})" in text and "call 2: input dim 0 took 2 or more values" in text, text
 
 
 def test_a_batch_of_one_whose_size_one_dimension_has_another_stride_takes_the_variants():
