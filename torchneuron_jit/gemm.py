@@ -115,16 +115,33 @@ def _row_major(v):
 
 def _hinted(node, fewest=False):
     """(sizes, strides) of node's value, a symbolic size as the value the
-    trace saw (its hint); fewest: with each symbol at 2, the least a
-    dynamic size takes (row-major strides: only for a row-major value)."""
+    trace saw (its hint); fewest: with each symbol at the least of 2, 4,
+    8, ... at which every size is a whole number of 1 or more, the least
+    a dynamic size takes (row-major strides: only for a row-major value).
+    At 2 a size 2 * s is 4; transformers' Swin divides by sizes that are 0
+    below s = 32 (each window's count: ((s // 4 + 1) // 8)), which raised
+    ZeroDivisionError and sent its whole graph to eager. Sizes at no such
+    value are the hints."""
     v = _tensor(node)
-    if fewest:  # each symbol at 2: a size 2 * s is 4
-        sizes = tuple(max(1, int(d.node.expr.subs({sym: 2 for sym in d.node.expr.free_symbols})))
-                      if isinstance(d, torch.SymInt) else d for d in v.shape)
-        return sizes, dense_strides(sizes)
 
     def hint(ints):
         return tuple(int(d.node.hint) if isinstance(d, torch.SymInt) else d for d in ints)
+    if fewest:
+        exprs = [d.node.expr if isinstance(d, torch.SymInt) else d for d in v.shape]
+        symbols = set().union(*(e.free_symbols for e in exprs if isinstance(e, sympy.Expr)))
+        value = 2
+        while symbols and value <= max(hint(v.shape)):
+            try:
+                sizes = tuple(e.xreplace({sym: value for sym in symbols}) if isinstance(e, sympy.Expr) else e
+                              for e in exprs)
+            except ZeroDivisionError:
+                sizes = None
+            if sizes is not None and all(isinstance(n, int) or (n.is_Integer and n >= 1) for n in sizes):
+                sizes = tuple(int(n) for n in sizes)
+                return sizes, dense_strides(sizes)
+            value *= 2
+        sizes = hint(v.shape)
+        return sizes, dense_strides(sizes)
     return hint(v.shape), hint(v.stride())
 
 

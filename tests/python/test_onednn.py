@@ -724,6 +724,28 @@ def test_dynamic_rows_run_onednn_from_where_the_measurements_cross(crossing):
                                                        "linear 80 (dynamic)x512->256 + bias + residual"], crossing
 
 
+def test_rows_that_divide_by_a_size_are_measured_where_they_are_whole():
+    """The fewest rows put each symbol at 2; rows that divide by a size
+    derived from another (transformers' Swin counts its windows as
+    (s // 4 + 1) // 8 and divides by it) raised ZeroDivisionError there,
+    and Swin's whole graph ran eagerly with a warning. The symbols go up
+    from 2 to where every size is a whole number of 1 or more."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+    env = ShapeEnv()
+    s = env.create_symintnode(env.create_symbol(40, ConstantSource("s"), dynamic_dim=DimDynamic.DYNAMIC), hint=40)
+    k = s // 8
+    graph = torch.fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    with FakeTensorMode(shape_env=env):
+        x.meta["val"] = torch.empty(2, (s // k) * k, 64)  # s // 8 is 0 at s = 2, 4: whole from s = 8 (s // 1 * 1)
+        w.meta["val"] = torch.empty(96, 64)
+    unit = gemm.Unit([x], x, w, None)
+    assert (unit.rows(), unit.rows(fewest=True)) == (2 * 40, 2 * 8)
+    assert gemm._hinted(x, fewest=True) == ((2, 8, 64), (512, 64, 1))
+
+
 def test_switched_linear_is_the_graphs_ops_below_its_rows_and_onednn_from_them():
     w, b, other = _t((384, 256), 1, 0.06), _t((384,), 2), _t((4, 8, 384), 3)
     for attr, algorithm, bias_added in [("gelu", "tanh", False), ("relu", "", True), ("add", "", False),
