@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import torchneuron_jit
-from torchneuron_jit import _C, _fxgate, _jit, config
+from torchneuron_jit import _C, _fxgate, _jit, backend, config
 
 
 @pytest.fixture(autouse=True)
@@ -881,6 +881,18 @@ def test_a_recurrent_layer_is_eagers_kernel_and_one_variant_serves_every_length(
     op = "torchneuron::lstm" if kind == "LSTM" else "torchneuron::rnn"
     ops = torchneuron_jit.stats()["fallback_ops"]
     assert op in ops and not {"aten::sigmoid", "aten::tanh", "aten::relu"} & set(ops), ops
+    # the plans call the op's kernel itself: through the dispatcher a GRU's call took 190 instead of 151 us
+    kernel = backend._lstm_kernel if kind == "LSTM" else backend._rnn_kernel
+    for _, runner in _jit._jit_function_of(jf).entries():
+        plan = getattr(getattr(runner, "__self__", runner), "compiled", None)
+        assert kernel in [call for _, call in plan.steps()], plan.dump()
+
+
+def test_a_stored_plan_calls_our_ops_kernels_without_the_dispatcher():
+    from torchneuron_jit import _planform
+    for name in ("rnn", "lstm", "stft", "pad_circular", "grouped_mm"):
+        kernel = _planform._value({"op": f"torchneuron::{name}.default"})
+        assert kernel is getattr(backend, f"_{name}_kernel"), kernel
 
 
 def test_a_recurrent_layer_given_its_state_or_unbatched_or_dropping_out_answers_as_eager():
