@@ -1764,8 +1764,12 @@ def _channels_last_convs(gm):
     if not config.conv_channels_last or not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
         return 0
     graph = gm.graph
-    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is aten.convolution.default
-             and not n.args[6] and _nchw_conv_input(n.args[0])]
+    convs = []
+    for n in graph.nodes:
+        # one whose input comes from a conv that goes channels-last gets a channels-last input anyway
+        if n.op == "call_function" and n.target is aten.convolution.default and not n.args[6] and \
+                _nchw_conv_input(n.args[0]) and (_channels_last_pays(n) or _after_any(n, convs)):
+            convs.append(n)
     if not convs:
         return 0
     old = {n: n.meta.get("val") for n in graph.nodes}
@@ -1809,6 +1813,43 @@ def _channels_last_convs(gm):
     relus = sum(_conv_relu(graph, conv) for conv in convs)
     _log.event("compile", f"{len(convs)} convolutions run channels-last, {relus} with their relu")
     return len(convs)
+
+
+def _after_any(node, nodes):
+    """Whether node computes from (transitively) one of nodes."""
+    targets, seen, todo = set(nodes), set(), list(node.all_input_nodes)
+    while todo and targets:
+        n = todo.pop()
+        if n in targets:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo.extend(n.all_input_nodes)
+    return False
+
+
+def _channels_last_pays(conv):
+    """Whether conv is worth running in oneDNN on a channels-last copy of
+    its input. Where ATen itself takes oneDNN for it, yes (at 8x3x64x64
+    0.13x eager's time). Where it takes its Slow2d kernel (a batch of 1 and
+    few elements: ATen's thresholds), oneDNN's fixed cost of ~45 us a call
+    decides: on results of 16x16 or fewer pixels it lost every time
+    (1x4x16x16: 48 against 14 us; 1x16x16x16 1.4x, 1x64x8x8 1.3x eager's
+    time), from 32x32 it was about even or won (1x3x64x64 0.83x), and the
+    layout then pays on in the pooling after it. Timing each conv alone
+    (with its clone) chose wrongly where the ops after it gained."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    x, w, b, *args = conv.args
+    xv, wv, bv, out = _val(x), _val(w), _val(b), _val(conv)
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if select is None or wv is None or out is None or \
+            not all(isinstance(d, int) for t in (xv, wv, out) for d in (*t.shape, *t.stride())):
+        return True
+    with unset_fake_temporarily():
+        xr, wr = torch.empty_strided(xv.shape, xv.stride(), dtype=xv.dtype), torch.empty(wv.shape, dtype=wv.dtype)
+        br = torch.empty(bv.shape, dtype=bv.dtype) if bv is not None else None
+        slow = select(xr, wr, br, *args, None) == torch._C._ConvBackend.Slow2d
+    return not (slow and out.shape[-1] * out.shape[-2] <= 256)
 
 
 def _conv_relu(graph, conv):

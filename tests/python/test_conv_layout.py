@@ -131,3 +131,26 @@ def test_float16_convs_stay_nchw_and_give_eagers_bits():
                 for g, w in zip(door(x), want):
                     assert torch.equal(g, w) and g.stride() == w.stride(), name
     assert "mkldnn::_convolution_pointwise" not in _pytorch_ops()
+
+
+@pytest.mark.parametrize("door", ["jit", "neuron"])
+def test_a_tiny_conv_that_eager_runs_without_onednn_stays_nchw(door):
+    """A batch of one on 16x16 pixels, which ATen runs by its Slow2d kernel:
+    oneDNN's fixed cost made it 2-3x eager's time channels-last (a 1x4x16x16
+    conv: 48 against 14 us). A batch of 4 of it ATen runs in oneDNN itself:
+    channels-last."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        for batch, channels_last in [(1, False), (4, True)]:
+            torch._dynamo.reset()
+            torchneuron_jit.reset_stats()
+            x = torch.randn(batch, 4, 16, 16)
+            f = _doors(model)[door]
+            for _ in range(2):
+                got = f(x)
+            torch.testing.assert_close(got, model(x))
+            assert got.stride() == model(x).stride()
+            ops = _pytorch_ops()
+            assert ("mkldnn::_convolution_pointwise" in ops) is channels_last, (batch, ops)
+            assert ("aten::convolution" in ops) is not channels_last, (batch, ops)
