@@ -7,6 +7,7 @@ functions in torch.compile."""
 import contextlib
 import os
 import threading
+import types
 
 import torch
 
@@ -109,8 +110,11 @@ def serialise_fx_tracing():
     gate_dynamo), and the two is-tracing questions answer for the thread
     that asks. A function torch.compile wrapped before this keeps the
     question it captured (torch._dynamo reads it when it wraps one): so it
-    is made when torchneuron_jit is imported after torch, not only when
-    jit is first used."""
+    is made when torchneuron_jit is imported after torch, and again when
+    jit is first used. The questions are changed in place (their code), so
+    a function torch.compile wrapped before either (torchneuron_jit
+    imported before torch: `python -m torchneuron_jit.demo` raised it from
+    its neuron door) asks the per-thread question too."""
     from torch.fx import _symbolic_trace as st
     original = getattr(st, "_new_patcher", None)
     if original is None or getattr(original, "_tn_locked", False):
@@ -121,15 +125,31 @@ def serialise_fx_tracing():
         with fx_gate.fx(), original() as patcher:
             yield patcher
 
-    def on_this_thread(question):
-        def asked():  # FX traces through fx_gate: only the thread that holds it is tracing
-            return question() and fx_gate.tracing_here()
-        asked._tn_locked = True
-        return asked
-
     locked._tn_locked = True
     st._new_patcher = locked
     for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
-        if hasattr(st, name):
-            setattr(st, name, on_this_thread(getattr(st, name)))
+        question = getattr(st, name, None)
+        if question is not None:
+            _ask_on_this_thread(st, name, question)
+
+
+def _ask_on_this_thread(module, name, question):
+    """Makes module.name (question: FX's is-tracing question, a function of
+    no arguments) answer for the thread that asks: FX traces through
+    fx_gate, so only the thread that holds it is tracing. Its code is
+    swapped in place, for every holder of the function; a question of
+    another form is replaced in the module only."""
+    if isinstance(question, types.FunctionType) and question.__globals__ is vars(module) and \
+            not question.__closure__ and question.__code__.co_argcount == 0 and \
+            not question.__code__.co_kwonlyargcount:
+        was = types.FunctionType(question.__code__, question.__globals__, question.__name__)  # its own code
+        vars(module)["_tn_fx_gate"], vars(module)[f"_tn_{name}"] = fx_gate, was
+        made = {}
+        exec(f"def {name}():\n    return _tn_{name}() and _tn_fx_gate.tracing_here()\n", vars(module), made)
+        question.__code__ = made[name].__code__
+        return
+
+    def asked():
+        return question() and fx_gate.tracing_here()
+    setattr(module, name, asked)
 

@@ -2214,12 +2214,13 @@ def test_a_dynamo_compile_waits_for_an_fx_trace_on_another_thread(reset):
 
 
 _COMPILED_BEFORE_JIT = """
-import sys, threading, torch
-import torchneuron_jit
+import sys, threading
+IMPORTS
 from torch.fx.experimental.proxy_tensor import make_fx
 
 assert "torchneuron_jit._jit" not in sys.modules  # jit not used yet
 small = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backend="neuron")
+torchneuron_jit.jit(lambda x: x + 1)  # jit's first use: the torch.compile above came before it
 y = torch.randn(3, 8)
 with torch.no_grad():
     want = small(y)
@@ -2244,19 +2245,23 @@ print("ok")
 """
 
 
-def test_a_function_compiled_before_jit_is_used_runs_beside_an_fx_trace():
+@pytest.mark.parametrize("imports", ["import torch\nimport torchneuron_jit", "import torchneuron_jit\nimport torch"],
+                         ids=["torch_first", "torchneuron_jit_first"])
+def test_a_function_compiled_before_jit_is_used_runs_beside_an_fx_trace(imports):
     """torch.compile reads FX's is-tracing question when it wraps a
     function, and make_fx sets one flag for the whole process: a function
     compiled after importing torchneuron_jit but before jit was first used
     raised "Detected that you are using FX to symbolically trace a
     dynamo-optimized function" into the user's call while a background
     build traced on another thread. The package makes the question per
-    thread when imported after torch."""
+    thread when imported after torch, and in place when jit is first used:
+    imported before torch (as `python -m torchneuron_jit.demo` does), the
+    demo's neuron door raised it."""
     import subprocess
     import sys
     from conftest import REPO  # the package is importable from the repository root, whatever pytest's directory
-    r = subprocess.run([sys.executable, "-c", _COMPILED_BEFORE_JIT], cwd=str(REPO), capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run([sys.executable, "-c", _COMPILED_BEFORE_JIT.replace("IMPORTS", imports)], cwd=str(REPO),
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
 
 
