@@ -2,8 +2,9 @@
 background build of torchneuron_jit.jit makes on its thread) and a
 TorchDynamo compile exclude each other, and FX's is-tracing questions
 answer for the thread that asks. Light (torch.fx only): the package runs
-serialise_fx_tracing when imported after torch, before the user wraps
-functions in torch.compile."""
+serialise_fx_tracing when imported after torch, and jit at its first use
+(the questions are changed in place: functions torch.compile wrapped
+before then ask them too)."""
 import contextlib
 import os
 import threading
