@@ -319,7 +319,7 @@ class _Recorder(TorchDispatchMode):
 class _Trace:
     """One traced call: built by begin, finished by end."""
 
-    def __init__(self, fn, args, codes):
+    def __init__(self, fn, args, codes, jf=None):
         self.fn = fn
         self.args = args
         self.codes = codes
@@ -363,7 +363,7 @@ class _Trace:
         self.user_named = None  # user_names()
         self.maybe_read = set()  # (id(globals), name) guarded though the code may not read them (guard_globals)
         self.writes = []  # what the call did that a compiled call cannot (check_writes), in words
-        self.jf = None  # a weak reference to the JitFunction whose call this is (begin), to publish to
+        self.jf = weakref.ref(jf) if jf is not None else None  # the JitFunction whose call this is, to publish to
         self.call_args = args  # the arguments before the frame ran (begin copies their containers and objects)
         self.sizes_only = False  # guard_arguments leaves modules' insides out (_note_sizes)
         # argument objects guarded by their attributes (guard_object): (slot, object, its attributes as they
@@ -3292,8 +3292,7 @@ class _Tracer:
         # allocates as the trace does (HF BERT's set off a collection of the whole heap there, 217-239 ms)
         _gc_hold.hold()
         try:
-            trace = _Trace(fn, args, codes)
-            trace.jf = weakref.ref(jf) if jf is not None else None
+            trace = _Trace(fn, args, codes, jf)
             # the arguments as the call got them (the frame may fill its own **kwargs dict, the code may set
             # an argument object's attributes): what a symbolic trace calls fn with, and what a background
             # build checks its guards on
@@ -3320,8 +3319,7 @@ class _Tracer:
         trace's are (_dynamic.observe): the next trace knows every
         dimension that changed, not only those of the calls it traced."""
         try:
-            trace = _Trace(fn, args, [])
-            trace.jf = weakref.ref(jf) if jf is not None else None
+            trace = _Trace(fn, args, [], jf)
             trace.sizes_only = True  # a module's parameters keep their sizes (~1 ms for BERT's)
             trace.guard_arguments()
             _dynamic.observe(trace)

@@ -177,6 +177,18 @@ def _swap_composites():
 composites_whole = _Swapped(_swap_composites)
 
 
+# our ops' overloads -> their kernels, which a plan calls without the dispatcher (_op_callable)
+_OUR_KERNELS = {}
+
+
+def _our_op(name, schema, kernel):
+    """torchneuron::name, a torch.library op of schema whose kernel (eager's
+    own functions) a plan calls directly (_OUR_KERNELS)."""
+    op = torch.library.custom_op(f"torchneuron::{name}", mutates_args=(), schema=schema)(kernel)
+    _OUR_KERNELS[getattr(torch.ops.torchneuron, name).default] = kernel
+    return op
+
+
 def _grouped_mm_kernel(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     """aten._grouped_mm where its meta kernel refuses what its CPU kernel
     takes (float32 and float16: transformers' MoE experts, Mixtral,
@@ -185,9 +197,8 @@ def _grouped_mm_kernel(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
     return aten._grouped_mm(mat_a, mat_b, offs=offs, bias=bias, out_dtype=out_dtype)
 
 
-grouped_mm = torch.library.custom_op("torchneuron::grouped_mm", mutates_args=(),
-                                     schema="(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, "
-                                            "ScalarType? out_dtype=None) -> Tensor")(_grouped_mm_kernel)
+grouped_mm = _our_op("grouped_mm", "(Tensor self, Tensor mat2, Tensor? offs=None, Tensor? bias=None, "
+                                   "ScalarType? out_dtype=None) -> Tensor", _grouped_mm_kernel)
 
 
 @grouped_mm.register_fake
@@ -230,8 +241,8 @@ def _rnn_kernel(mode, input, hx, params, has_biases, num_layers, dropout, train,
                                     batch_first)
 
 
-rnn = torch.library.custom_op("torchneuron::rnn", mutates_args=(), schema=(
-    f"(str mode, Tensor input, Tensor hx, Tensor[] params, {_RNN_ARGS}) -> (Tensor, Tensor)"))(_rnn_kernel)
+rnn = _our_op("rnn", f"(str mode, Tensor input, Tensor hx, Tensor[] params, {_RNN_ARGS}) -> (Tensor, Tensor)",
+              _rnn_kernel)
 
 
 def _lstm_kernel(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
@@ -240,8 +251,8 @@ def _lstm_kernel(input, hx, params, has_biases, num_layers, dropout, train, bidi
     return _VF_EAGER.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
 
 
-lstm = torch.library.custom_op("torchneuron::lstm", mutates_args=(), schema=(
-    f"(Tensor input, Tensor[] hx, Tensor[] params, {_RNN_ARGS}) -> (Tensor, Tensor, Tensor)"))(_lstm_kernel)
+lstm = _our_op("lstm", f"(Tensor input, Tensor[] hx, Tensor[] params, {_RNN_ARGS}) -> (Tensor, Tensor, Tensor)",
+               _lstm_kernel)
 
 
 def _rnn_output(input, hidden, bidirectional, batch_first):
@@ -273,9 +284,9 @@ def _stft_kernel(input, n_fft, hop_length, win_length, window, normalized, onesi
                           align_to_window)
 
 
-stft = torch.library.custom_op("torchneuron::stft", mutates_args=(), schema=(
-    "(Tensor input, SymInt n_fft, SymInt? hop_length, SymInt? win_length, Tensor? window, bool normalized, "
-    "bool? onesided, bool? return_complex, bool? align_to_window) -> Tensor"))(_stft_kernel)
+stft = _our_op("stft", "(Tensor input, SymInt n_fft, SymInt? hop_length, SymInt? win_length, Tensor? window, "
+                       "bool normalized, bool? onesided, bool? return_complex, bool? align_to_window) -> Tensor",
+               _stft_kernel)
 
 
 @stft.register_fake
@@ -323,8 +334,7 @@ def _pad_circular_kernel(input, pad):
     return _NN_PAD(input, pad, "circular", None)
 
 
-pad_circular = torch.library.custom_op("torchneuron::pad_circular", mutates_args=(),
-                                       schema="(Tensor input, SymInt[] pad) -> Tensor")(_pad_circular_kernel)
+pad_circular = _our_op("pad_circular", "(Tensor input, SymInt[] pad) -> Tensor", _pad_circular_kernel)
 
 
 @pad_circular.register_fake
@@ -333,12 +343,6 @@ def _pad_circular_fake(input, pad):
     for i in range(len(pad) // 2):
         sizes[-1 - i] = sizes[-1 - i] + pad[2 * i] + pad[2 * i + 1]
     return input.new_empty(sizes)
-
-
-# our ops' overloads -> their kernels, which a plan calls without the dispatcher (_op_callable)
-_OUR_KERNELS = {getattr(torch.ops.torchneuron, name).default: kernel for name, kernel in [
-    ("grouped_mm", _grouped_mm_kernel), ("rnn", _rnn_kernel), ("lstm", _lstm_kernel), ("stft", _stft_kernel),
-    ("pad_circular", _pad_circular_kernel)]}
 
 
 def _nn_pad(input, pad, mode="constant", value=None):
@@ -351,6 +355,8 @@ def _nn_pad(input, pad, mode="constant", value=None):
 # (the module, the function's name there, ours in its place)
 _WHOLE = [(torch._VF, name, _as_one_op(name)) for name in ("gru", "rnn_tanh", "rnn_relu", "lstm", "stft")] + \
     [(torch._C._nn, "pad", _nn_pad)]
+
+
 def _swap_names():
     """vf_whole's swap: our functions in _WHOLE's places, and how to put the
     old ones back (torch._VF's own are found by its __getattr__: none is
