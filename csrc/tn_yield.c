@@ -23,6 +23,7 @@ static atomic_ullong yield_events;   /* calls begun and ended so far (tn_yield_e
 static atomic_int yield_waiters;     /* threads in tn_yield_wait */
 static atomic_llong yield_busy;      /* ns with a call in flight, periods ended so far */
 static atomic_llong yield_busy_from; /* when the period in flight began */
+static atomic_llong yield_short;     /* ns of the gaps between calls that a paused build sleeps through */
 static _Thread_local int yield_mine; /* calls in flight on this thread */
 static pthread_mutex_t yield_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t yield_cv;
@@ -139,12 +140,25 @@ static void yield_wake(void)
   }
 }
 
+/* The part of a gap of gap_ns between two calls that a paused build
+** sleeps through: build_resume_us of it at most. */
+static int64_t yield_short_part(int64_t gap_ns)
+{
+  int64_t resume_ns = tn_yield_ns(tn_config_int(TN_CFG_build_resume_us), 1000);
+  return gap_ns < 0 ? 0 : gap_ns < resume_ns ? gap_ns : resume_ns;
+}
+
 void tn_yield_call_begin(void)
 {
   pthread_once(&yield_once, yield_init); /* before any fork: its child handler */
   atomic_fetch_add_explicit(&yield_begun, 1, memory_order_relaxed);
-  if (atomic_fetch_add_explicit(&yield_calls, 1, memory_order_acq_rel) == 0)
-    atomic_store_explicit(&yield_busy_from, tn_yield_now(), memory_order_release);
+  if (atomic_fetch_add_explicit(&yield_calls, 1, memory_order_acq_rel) == 0) {
+    int64_t now = tn_yield_now();
+    int64_t last = atomic_load_explicit(&yield_last_end, memory_order_acquire);
+    if (last > 0) /* the gap since the last call, up to the resume time a build waits after a call */
+      atomic_fetch_add(&yield_short, yield_short_part(now - last));
+    atomic_store_explicit(&yield_busy_from, now, memory_order_release);
+  }
   if (yield_mine++ == 0)
     yield_lend_begin();
   yield_wake();
@@ -170,9 +184,12 @@ uint64_t tn_yield_begun(void) { return atomic_load_explicit(&yield_begun, memory
 
 int64_t tn_yield_busy_ns(void)
 {
-  int64_t busy = atomic_load(&yield_busy);
+  int64_t busy = atomic_load(&yield_busy) + atomic_load(&yield_short);
+  int64_t now = tn_yield_now(), last = atomic_load_explicit(&yield_last_end, memory_order_acquire);
   if (atomic_load_explicit(&yield_calls, memory_order_acquire) > 0)
-    busy += tn_yield_now() - atomic_load_explicit(&yield_busy_from, memory_order_acquire);
+    busy += now - atomic_load_explicit(&yield_busy_from, memory_order_acquire);
+  else if (last > 0) /* the gap going on */
+    busy += yield_short_part(now - last);
   return busy;
 }
 

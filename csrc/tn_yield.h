@@ -27,8 +27,11 @@ int tn_yield_beside(void);
 /* Served calls begun so far, all threads. */
 uint64_t tn_yield_begun(void);
 
-/* How long some served call was in flight, in all so far (ns): over a
-** stretch of time, its share says whether the calls leave gaps. */
+/* How long, in all so far (ns), a build that gives way could not run:
+** some served call was in flight, or the last one had ended less than
+** build_resume_us before (a paused build goes on only then). Over a
+** stretch of time, its share says whether the calls leave gaps a build
+** thread can use: generate()'s steps, ~0.3 ms apart, leave none. */
 int64_t tn_yield_busy_ns(void);
 
 /* CLOCK_MONOTONIC in ns. */

@@ -2802,7 +2802,8 @@ class _Builds:
 
     def _window(self):
         """(ns since the last build began, ns of it some jitted call was in
-        flight); (0, 0) before any build."""
+        flight or had ended less than build_resume_us before: a paused
+        build sleeps through such gaps); (0, 0) before any build."""
         if self.since is None:
             return 0, 0
         busy, now = _C.build_busy()
@@ -2811,9 +2812,10 @@ class _Builds:
 
     def never_idle(self):
         """Whether jitted calls were in flight build_child_busy_pct of the
-        time or more since the last build began (WINDOW_NS at least): a
-        server that leaves a build thread no gap to run in
-        (build_worker=auto). Since it began, not ended: sizes that vary on
+        time or more since the last build began (WINDOW_NS at least), gaps
+        shorter than build_resume_us counted in (_window): a server that
+        leaves a build thread no gap to run in, or a generate() loop whose
+        steps leave it 0.3 ms gaps it sleeps through (build_worker=auto). Since it began, not ended: sizes that vary on
         every call miss again at the call after a build is published."""
         span, busy = self._window()
         return span >= self.WINDOW_NS and busy * 100 >= config.build_child_busy_pct * span

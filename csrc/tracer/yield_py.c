@@ -207,8 +207,9 @@ static PyObject *py_build_lend_with(PyObject *self, PyObject *args)
   Py_RETURN_NONE;
 }
 
-/* build_busy() -> (ns some jitted call was in flight so far, now in ns on
-** the same clock) */
+/* build_busy() -> (ns so far in which some jitted call was in flight or
+** had ended less than build_resume_us before, now in ns on the same clock):
+** the time a build that gives way could not run (tn_yield_busy_ns) */
 static PyObject *py_build_busy(PyObject *self, PyObject *unused)
 {
   (void)self;
@@ -218,7 +219,8 @@ static PyObject *py_build_busy(PyObject *self, PyObject *unused)
 
 PyMethodDef tn_py_yield_methods[] = {
   {"build_busy", py_build_busy, METH_NOARGS,
-   "build_busy() -> (ns some jitted call was in flight so far, now in ns): the share of a stretch with calls"},
+   "build_busy() -> (ns so far some jitted call was in flight or had ended less than build_resume_us before, "
+   "now in ns): the share of a stretch a paused build could not use"},
   {"build_lend_with", py_build_lend_with, METH_VARARGS,
    "build_lend_with(omp_set_num_threads, omp_get_max_threads, mkl_set_num_threads_local): addresses (0: none) "
    "through which calls lend a thread to a starved build's child"},

@@ -1667,6 +1667,43 @@ def test_a_first_build_among_calls_with_gaps_stays_on_the_thread(monkeypatch):
     torch.testing.assert_close(jf(x, w), _mm_relu(x, w), rtol=1e-4, atol=1e-4)
 
 
+def test_gaps_a_paused_build_sleeps_through_count_as_calls(monkeypatch):
+    """build_worker=auto: calls a fraction of a millisecond apart (the
+    steps of generate(): its own Python between them) leave a paused build
+    nothing, as it goes on only build_resume_us after a call: such gaps
+    count as time in flight, and a child builds. The calls here are in
+    flight a small share of the time (microseconds, 0.3 ms apart); gaps
+    counted as gaps made it the thread's, whose builds of T5's variants
+    took 2-5 s each beside generate() where a child's took ~1.2 s. (A
+    resume time of 5 ms: gaps a loaded machine stretches still count.)"""
+    from torchneuron_jit import backend
+    inner, here = backend.compile_inference, []
+
+    def watched(*args, **kwargs):
+        here.append(os.getpid())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", watched)
+    monkeypatch.setattr(_jit._builds, "since", None)  # no build before this one: its first 0.1 s decide
+    jf = torchneuron_jit.jit(_mm_relu)
+    x, w = torch.randn(8, 64), torch.randn(64, 64)  # a call of some microseconds
+    want = _mm_relu(x, w)
+    got = []
+    with config.patch(compile_blocking=False, build_worker="auto", build_child_busy_pct=50, build_resume_us=5000):
+        got.append(jf(x, w))
+        t = time.perf_counter()
+        while not _jit.wait(0) and time.perf_counter() - t < 60:
+            until = time.perf_counter() + 0.0003  # the caller's own lines: 0.3 ms
+            while time.perf_counter() < until:
+                pass
+            got.append(jf(x, w))
+        assert _jit.wait(60) and here == []  # built by a child
+    for g in got[::50]:
+        torch.testing.assert_close(g, want)
+    assert all(runner is not None for _, runner in jf.entries())
+    torch.testing.assert_close(jf(x, w), want)
+
+
 def test_a_wanted_fork_is_made_once_at_the_start_of_the_next_outermost_call(monkeypatch):
     """_C.build_fork_wanted(True): the next outermost jitted call, on
     whichever thread, calls the tracer's fork_build; only that one."""
