@@ -16,7 +16,8 @@ artifact cache) and the guards that make it valid are handed to C:
   strings and None by value; modules by identity;
 - modules: each submodule's attributes (its training flag among them),
   parameters, buffers, submodules and hooks, as dict snapshots (O(1) while
-  the dict's version tag stands);
+  the dict's version tag stands); an attribute no code of the call names,
+  only to be there (relax_module_dicts);
 - the primitive values of globals and closure cells the traced code reads,
   and the identity of tensors it reads from them;
 - grad mode, the default dtype and CPU autocast (on, and its dtype);
@@ -385,6 +386,8 @@ class _Trace:
         self.hashed = {}  # id -> a tensor user code hashed (SCALE[w], w in seen): its identity decides
         self.by_name_codes = set()  # the user codes that reach globals by name (remember_frame)
         self.in_dynamo = 0  # torch.compile'd calls the traced call is inside
+        self.dynamo_ran = False  # it called a torch.compile'd function (relax_module_dicts)
+        self.module_dicts = []  # the "dict" guards of modules' attributes (guard_module, relax_module_dicts)
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -414,6 +417,7 @@ class _Trace:
             # recorded), marks their code to be skipped for good (the recorder resets it) and reads random's
             # state at each frame (not the code's)
             self.in_dynamo += 1 if event == "call" else -1 if event == "return" else 0
+            self.dynamo_ran = True
         elif event == "call" and self.in_dynamo:
             self.recorder.skipped_codes.add(frame.f_code)
         if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
@@ -809,6 +813,7 @@ class _Trace:
             self.guard_classes(type(sub))
             attrs = sub.__dict__
             d = self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
+            self.module_dicts.append(len(self.spec) - 1)
             for key, v in list(attrs.items()):  # self.cfg["scale"] = 2.0 after the trace: a miss
                 if key in _MODULE_DICTS or id(v) in self.content_seen:
                     continue
@@ -1330,6 +1335,29 @@ class _Trace:
             if key in named:
                 self.problems.append(problem)
                 return
+
+    def relax_module_dicts(self):
+        """The modules' attributes that no code the call ran names, and that
+        no code of the user's reaches by a name held as data (getattr(self,
+        key)), guarded to be there, whatever they hold (_C.GUARD_ANY): a
+        counter or a timestamp the caller sets on the model between calls
+        (model.calls = i) was a miss on every call, then a storm, and the
+        function ran eagerly for good. The attribute names stay guarded in
+        order, the named ones by value or identity; parameters, buffers,
+        submodules and hooks are dicts of their own, guarded whole. A call
+        of a torch.compile'd function (Dynamo's code, not the one the
+        trace saw, reads the attributes) relaxes nothing."""
+        codes = [c for c, _ in self.codes]
+        if not self.module_dicts or self.dynamo_ran or any(_reaches_by_name(c) for c in _user_codes(codes)):
+            return
+        named = _names_in(codes) | self.held_names
+        spec = self.spec
+        for index in self.module_dicts:
+            kind, slot, keys, values, sized = spec[index]
+            assert kind == "dict" and sized
+            values = tuple(v if type(k) is not str or k in named or k in _MODULE_DICTS else _C.GUARD_ANY
+                           for k, v in zip(keys, values))
+            spec[index] = (kind, slot, keys, values, sized)
 
     def guard_grad(self, words, grad, used_constants):
         """A problem when the graph took grad, the gradient words names (the
@@ -3404,6 +3432,11 @@ class _Tracer:
             trace.check_writes()
         except Exception as exc:  # ours: this variant runs eagerly
             trace.problems.append(f"checking what the call wrote failed ({type(exc).__name__}: {exc})")
+        try:
+            trace.relax_module_dicts()  # an eager entry's guards too: a call they pass runs eagerly again
+        except Exception as exc:  # ours: the attributes stay guarded by value
+            _log.event("recompiles", f"{_where(trace.fn)}: relaxing module attribute guards failed "
+                                     f"({type(exc).__name__}: {exc})")
         for (filename, line), what in trace.side_effects.items():
             _warn_skipped_call(trace.fn, filename, line, what)
         if not trace.problems:

@@ -684,7 +684,8 @@ def _portable_spec(trace, upto, spec):
                 raise Unportable(f"{spec.names[slot]} has keys other than strings and ints")
             lenient = spec.paths.get(inst[1], ("",))[0] == "classdict"
             out.append(["dict", inst[1], list(inst[2]),
-                        [["absent"] if v is _C.GUARD_ABSENT else describe.value(v, lenient) for v in inst[3]], inst[4]])
+                        [["absent"] if v is _C.GUARD_ABSENT else ["any"] if v is _C.GUARD_ANY else
+                         describe.value(v, lenient) for v in inst[3]], inst[4]])
         elif kind == "call" and (spec.names[slot] in STATE or spec.names[slot] in READ_STATE) and \
                 state_reader(spec.names[slot]) is inst[1]:
             out.append(["state", describe.value(inst[2])])
@@ -816,6 +817,9 @@ def _live_spec(pspec, names, fn, args):
                         if k in d:
                             raise Mismatch(shadowed(name, k))
                         values.append(_C.GUARD_ABSENT)
+                        continue
+                    if desc == ["any"] and k in d:  # a module's attribute no code of the trace named
+                        values.append(_C.GUARD_ANY)
                         continue
                     if k not in d or not _matches(desc, d[k], live):
                         raise Mismatch(f"{entry_name(name, k)}: {'missing' if k not in d else _change(desc, d[k])}")
@@ -1140,10 +1144,20 @@ def trace_key(fn, trace, pspec=None):
     arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
     # tensors by dtype, rank and requires_grad, ints and floats by slot: every size's and every value's
     # variants (and a dynamic one) share the key
+    # modules' attributes by name only: the record's guards check the values its trace named (relax_module_dicts),
+    # and a key that held them would differ with every value of a counter no code reads
+    paths = trace.spec.paths
     arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else
-                 ["number", a[1]] if _number_guard(a) else a for a in arguments]
+                 ["number", a[1]] if _number_guard(a) else
+                 ["attributes", a[1], a[2]] if a[0] == "dict" and _module_attributes(paths.get(a[1])) else
+                 a for a in arguments]
     head = _function_head(fn) + [state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
+
+
+def _module_attributes(path):
+    """Whether path (a const slot's, _jit.guard_module) loads a module's __dict__."""
+    return isinstance(path, tuple) and len(path) == 4 and path[0] == "module" and path[3] == "__dict__"
 
 
 def _function_head(fn):

@@ -53,7 +53,10 @@
 **                                  sized, holds nothing else; a value that is
 **                                  tn_guard_absent (_C.GUARD_ABSENT) means the key is
 **                                  not there (a builtin the code reads that no global
-**                                  shadows). The dict's version tag is remembered on
+**                                  shadows); one that is tn_guard_any (_C.GUARD_ANY)
+**                                  means the key is there, with any value (a module's
+**                                  attribute no code of the trace names). The dict's
+**                                  version tag is remembered on
 **                                  success, so a dict nobody wrote since is checked in
 **                                  O(1).
 **   ("call", fn, result)           fn() is result, or equals it with its type (torch.is_grad_enabled,
@@ -105,6 +108,10 @@ tn_gset *tn_guards_build(PyObject *spec);
 ** own, made once (the tracer module exposes it as _C.GUARD_ABSENT). NULL
 ** with an exception set when it cannot be made. Borrowed. */
 PyObject *tn_guard_absent(void);
+
+/* The marker of a dict guard's value for "key present, any value", made
+** as tn_guard_absent's (_C.GUARD_ANY). Borrowed. */
+PyObject *tn_guard_any(void);
 
 /* Sets the types (a tuple of types, kept) whose values a "dict" guard
 ** compares by type and value, as exact ints, floats and strings, rather

@@ -89,6 +89,7 @@ static int strings_init(void)
 }
 
 static PyObject *g_absent;
+static PyObject *g_any;
 static PyObject *value_types; /* tn_guards_set_value_types's tuple */
 
 int tn_guards_set_value_types(PyObject *types)
@@ -123,6 +124,13 @@ PyObject *tn_guard_absent(void)
   if (!g_absent)
     g_absent = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
   return g_absent;
+}
+
+PyObject *tn_guard_any(void)
+{
+  if (!g_any)
+    g_any = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+  return g_any;
 }
 
 void tn_guards_free(tn_gset *gs)
@@ -711,6 +719,8 @@ static int dict_ok(PyObject *d, tn_ginst *g)
     }
     if (!v)
       return PyErr_Occurred() ? -1 : 0;
+    if (want == g_any) /* there, whatever it holds */
+      continue;
     int r = v == want ? 1 : by_value(want) ? same_value(v, want) : 0;
     if (r <= 0)
       return r;

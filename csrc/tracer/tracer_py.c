@@ -119,7 +119,8 @@ int tn_py_tracer_init(PyObject *m)
       PyModule_AddObjectRef(m, "GuardSet", (PyObject *)&tn_py_GuardSetType) < 0 ||
       PyModule_AddObjectRef(m, "ItemRunner", (PyObject *)&tn_py_ItemRunnerType) < 0 ||
       PyModule_AddObjectRef(m, "SIDE_EXIT", tn_hook_side_exit) < 0 || !tn_guard_absent() ||
-      PyModule_AddObjectRef(m, "GUARD_ABSENT", tn_guard_absent()) < 0 ||
+      PyModule_AddObjectRef(m, "GUARD_ABSENT", tn_guard_absent()) < 0 || !tn_guard_any() ||
+      PyModule_AddObjectRef(m, "GUARD_ANY", tn_guard_any()) < 0 ||
       PyModule_AddIntConstant(m, "JIT_SUPPORTED", TN_JIT_SUPPORTED) < 0)
     return -1;
   return 0;

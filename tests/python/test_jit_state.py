@@ -534,6 +534,102 @@ def test_what_a_modules_attribute_holds_that_jit_cannot_guard_runs_eagerly_where
         _one_warning(messages, "runs eagerly", "whose contents jit cannot guard")
 
 
+class _Served(torch.nn.Module):
+    """A model whose caller keeps its own bookkeeping on it: forward never
+    reads calls, started or note."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.scale = 2.0
+        self.which = "calls"
+        self.calls, self.started, self.note = 0, 0.0, "cold"
+
+    def forward(self, x):
+        return self.lin(x).relu() * self.scale
+
+
+class _ServedByName(_Served):
+    def forward(self, x):
+        return self.lin(x).relu() * getattr(self, self.which)
+
+
+def test_attributes_the_call_never_reads_change_without_a_miss():
+    """model.calls = i between calls was a miss on every call (a module's
+    attributes were guarded whole), then a storm warning, and the model ran
+    eagerly for good. An attribute no code of the call names is guarded to
+    be there, whatever it holds; the ones it names (scale) still miss, and
+    so does a new attribute."""
+    eager = _Served().eval()
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    before = torchneuron_jit.stats()["traces"]
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(12):
+            for m in (eager, model):
+                m.calls, m.started, m.note = i, time.time(), f"request {i}"
+            torch.testing.assert_close(model(X), eager(X))
+        assert torchneuron_jit.stats()["traces"] - before == 1
+        assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+        out, words = _miss(model, lambda: setattr(model, "scale", 3.0))
+        eager.scale = 3.0
+        torch.testing.assert_close(out, eager(X))
+        assert "self.scale: 2.0 → 3.0" in words, words
+        model.lin.tag = "new"
+        torch.testing.assert_close(model(X), eager(X))
+        assert torchneuron_jit.stats()["traces"] - before == 3
+    assert max(v["hits"] for v in torchneuron_jit.explain(model).variants) >= 11
+
+
+def test_a_dict_guard_value_of_any_passes_any_value_of_a_key_that_is_there():
+    """_C.GUARD_ANY in a "dict" guard: the key must be there, whatever it
+    holds; sized, the keys stay as they were, in order; the values beside
+    it are compared as ever, also after a write that passed (its version
+    tag)."""
+    from torchneuron_jit import _C
+    spec = [("arg", 0), ("dict", 0, ("calls", "scale"), (_C.GUARD_ANY, 2.0), True)]
+    gs = _C.GuardSet(spec)
+    d = {"calls": 0, "scale": 2.0}
+    assert gs.check(d) == -1
+    d["calls"] = object()
+    assert gs.check(d) == -1
+    d["scale"] = 3.0
+    assert gs.check(d) == 1
+    assert gs.check({"scale": 2.0, "calls": 1}) == 1  # another order
+    assert gs.check({"calls": 1, "scale": 2.0, "new": 0}) == 1
+    loose = _C.GuardSet([("arg", 0), ("dict", 0, ("calls",), (_C.GUARD_ANY,), False)])
+    assert loose.check({"calls": None, "other": 1}) == -1 and loose.check({"other": 1}) == 1
+
+
+def test_attributes_code_reads_by_a_name_held_as_data_stay_guarded():
+    """getattr(self, self.which) names no attribute in the code: every
+    attribute of the module stays guarded by value, and a change of the
+    one it reads is a miss, not the traced call's value."""
+    eager = _ServedByName().eval()
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        for i in range(1, 5):
+            eager.calls = model.calls = i
+            torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
+
+
+def test_a_record_of_a_module_serves_another_value_of_an_attribute_no_code_reads():
+    """Trace records key a module's attributes by name: another instance
+    (a new process) whose counter holds another value loads the record and
+    traces nothing."""
+    a, b = _Served().eval(), _Served().eval()
+    a.calls, b.calls = 3, 7
+    want = b(X)
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        before = torchneuron_jit.stats()
+        torchneuron_jit.jit(a)(X)
+        jb = torchneuron_jit.jit(b)
+        torch.testing.assert_close(jb(X), want)
+        after = torchneuron_jit.stats()
+    assert after["traces"] - before["traces"] == 1 and after["traces_loaded"] - before["traces_loaded"] == 1
+
+
 def test_globals_read_by_name_at_run_time_are_guarded(monkeypatch):
     """getattr(settings, "SCALE"), globals()["SCALE"] and
     sys.modules[__name__].SCALE read no LOAD_GLOBAL name: the first

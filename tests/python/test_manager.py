@@ -81,15 +81,18 @@ def test_a_storm_that_settles_gets_a_variant_again():
     value per new length, then stays. The storm's variants filled the limit
     with its past values, and no miss of it evicted one: every call after
     ran eagerly for good. A value that stays put at two asks in a row
-    evicts a variant unused long enough, and is compiled."""
+    evicts a variant unused long enough, and is compiled. (Here forward
+    reads it: an attribute no code of the call names is guarded to be
+    there only, and takes no variant per value.)"""
     class Longest(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.lin = torch.nn.Linear(8, 8)
-            self.longest = 0  # forward never reads it; its guard is the module's
+            self.longest = 0
 
         def forward(self, x):
-            return self.lin(x).relu()
+            y = self.lin(x).relu()
+            return y if self.longest >= 0 else -y
 
     torch.manual_seed(0)
     m = Longest().eval()
