@@ -3513,6 +3513,7 @@ class _Tracer:
         trace.check_lenient()
         if trace.problems:
             raise _NotCompilable(trace.problems[0])
+        trace.relax_module_dicts()  # and those of the modules globals, closures and the guards above reach
         # tensors torch.tensor(...) made in the traced code: the same values on every call
         fresh = {id(args[0]) for func, args, _, _ in trace.recorder.ops if func is torch.ops.aten.lift_fresh.default}
         slots = []

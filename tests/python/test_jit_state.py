@@ -582,6 +582,31 @@ def test_attributes_the_call_never_reads_change_without_a_miss():
     assert max(v["hits"] for v in torchneuron_jit.explain(model).variants) >= 11
 
 
+SERVED = _Served().eval()
+
+
+def _through_a_global(x):
+    return SERVED(x) + 1
+
+
+def test_attributes_of_a_module_a_global_holds_that_the_call_never_reads_change_without_a_miss():
+    """The same for a model a jitted function reads from a global (its
+    guards are made after the trace): SERVED.calls = i was a miss per call
+    and a storm warning ("global SERVED.calls changes on every call")."""
+    jf = torchneuron_jit.jit(_through_a_global)
+    before = torchneuron_jit.stats()["traces"]
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True, jit_trace_records=False), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(12):
+            SERVED.calls = i
+            torch.testing.assert_close(jf(X), SERVED(X) + 1)
+        SERVED.scale = 4.0
+        torch.testing.assert_close(jf(X), SERVED(X) + 1)
+    assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
+    assert torchneuron_jit.stats()["traces"] - before == 2
+
+
 def test_a_dict_guard_value_of_any_passes_any_value_of_a_key_that_is_there():
     """_C.GUARD_ANY in a "dict" guard: the key must be there, whatever it
     holds; sized, the keys stay as they were, in order; the values beside
