@@ -388,6 +388,9 @@ class _Trace:
         self.in_dynamo = 0  # torch.compile'd calls the traced call is inside
         self.dynamo_ran = False  # it called a torch.compile'd function (relax_module_dicts)
         self.module_dicts = []  # the "dict" guards of modules' attributes (guard_module, relax_module_dicts)
+        # (slot of a module's __dict__, attribute, first and end instruction) of the guards on what a module's
+        # attribute holds (a list, a dict, an object of the user's): "nop" where no code names it (relax_module_dicts)
+        self.module_held = []
 
     # -- calls that only tracing runs ---------------------------------------------
 
@@ -819,8 +822,10 @@ class _Trace:
                     continue
                 if _held_state(v):
                     self.content_seen.add(id(v))
+                    start = len(self.spec)
                     self.guard_content(self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}",
                                        lenient=True, key=key)
+                    self.module_held.append((d, key, start, len(self.spec)))
                 elif _library_object(v):
                     self.content_seen.add(id(v))
                     self.library_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
@@ -1353,11 +1358,24 @@ class _Trace:
         named = _names_in(codes) | self.held_names
         spec = self.spec
         for index in self.module_dicts:
+            if spec[index][0] == "nop":  # inside what an attribute no code names holds (below, an earlier call)
+                continue
             kind, slot, keys, values, sized = spec[index]
             assert kind == "dict" and sized
             values = tuple(v if type(k) is not str or k in named or k in _MODULE_DICTS else _C.GUARD_ANY
                            for k, v in zip(keys, values))
             spec[index] = (kind, slot, keys, values, sized)
+        # what such an attribute holds (a history list, a stats dict the caller fills): no guard, where no other
+        # guard, no pending one and no graph input reads a slot its guards load
+        pending = {slot for slot, _, _ in self.named_held + self.library_held} | set(self.tensor_slot.values()) | \
+            set(self.object_slot.values()) | set(self.part_slot.values())
+        last = _last_readers(spec) if self.module_held else {}
+        for d, key, start, end in self.module_held:
+            if key in named or spec[start][0] == "nop" or \
+                    any(s in pending or last.get(s, -1) >= end for s in range(start, end)):
+                continue
+            for i in range(start, end):
+                spec[i] = ("nop",)
 
     def guard_grad(self, words, grad, used_constants):
         """A problem when the graph took grad, the gradient words names (the
@@ -1872,6 +1890,26 @@ def _function_of(frame):
 def _user_class(value):
     """Whether value is a class of the user's (not a library's)."""
     return isinstance(value, type) and not _library_class(value)
+
+
+def _last_readers(spec):
+    """{slot: the last instruction of spec that reads it}: as its source,
+    the other tensor of a "same" or one of a "distinct"; a "sizes"
+    program, whose operands hold slots, reads every slot before it."""
+    last = {}
+    for i, inst in enumerate(spec):
+        kind = inst[0]
+        if kind in ("arg", "const", "call", "nop"):
+            continue
+        if kind == "sizes":
+            last.update(dict.fromkeys(range(i), i))
+        elif kind == "distinct":
+            last.update(dict.fromkeys(inst[1], i))
+        else:
+            last[inst[1]] = i
+            if kind == "same":
+                last[inst[2]] = i
+    return last
 
 
 def _defined_in(cls):

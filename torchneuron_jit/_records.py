@@ -644,22 +644,25 @@ def _submodule(root, path):
 
 # -- guard programs, by path ---------------------------------------------------------
 
-def portable_spec(trace, upto=None, spec=None):
+def portable_spec(trace, upto=None, spec=None, skip=frozenset()):
     """The trace's guard program (the first upto instructions; spec: the
     entry's own, when it is not trace.spec: a dynamic variant's) with every
-    held object replaced by its path or description."""
+    held object replaced by its path or description; the instructions in
+    skip as ["nop"]."""
     with _memo():
-        return _portable_spec(trace, upto, trace.spec if spec is None else spec)
+        return _portable_spec(trace, upto, trace.spec if spec is None else spec, skip)
 
 
-def _portable_spec(trace, upto, spec):
+def _portable_spec(trace, upto, spec, skip):
     if trace.opaque:
         raise Unportable(f"{trace.opaque[0]} (not guarded)")
     out = []
     describe = _Describer(trace.module_paths)
     for slot, inst in enumerate(spec[:upto]):
         kind = inst[0]
-        if kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same", "plain"):
+        if slot in skip:
+            out.append(["nop"])
+        elif kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same", "plain", "nop"):
             out.append(list(inst))
         elif kind == "const":
             out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])
@@ -1141,7 +1144,10 @@ def trace_key(fn, trace, pspec=None):
     from .backend import _key_context
     # the state every call is guarded on (what the trace read of READ_STATE is known after it ran: its guards)
     state = [[name, _Describer({}).value(value)] for name, value in trace.state.items() if name in STATE]
-    arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards))[:trace.argument_guards]
+    # what modules' attributes hold (module_held) is left to each record's guards: where no code of its trace
+    # named the attribute, it has none (relax_module_dicts), and a key that held it would differ by its contents
+    held = {i for _, _, start, end in trace.module_held for i in range(start, end)}
+    arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards, skip=held))
     # tensors by dtype, rank and requires_grad, ints and floats by slot: every size's and every value's
     # variants (and a dynamic one) share the key
     # modules' attributes by name only: the record's guards check the values its trace named (relax_module_dicts),
@@ -1150,9 +1156,45 @@ def trace_key(fn, trace, pspec=None):
     arguments = [["tensor", a[1], a[2], len(a[3]), a[5]] if a[0] == "tensor" else
                  ["number", a[1]] if _number_guard(a) else
                  ["attributes", a[1], a[2]] if a[0] == "dict" and _module_attributes(paths.get(a[1])) else
-                 a for a in arguments]
+                 a for a in arguments[:trace.argument_guards]]
+    arguments = _without(arguments, held)
     head = _function_head(fn) + [state, arguments]
     return _C.content_key(_key_context() + b"; jit trace " + json.dumps(head).encode())
+
+
+# the portable instructions whose operand 1 is a slot (_portable_spec; trace_key's own forms)
+_FROM_SLOT = frozenset(("item", "key", "cell", "attrs", "func", "len", "plain", "type", "is", "eq", "isweak", "tensor",
+                        "order", "dict", "same", "number", "attributes"))
+
+
+def _without(pspec, skip):
+    """Portable instructions pspec without those at the indices in skip,
+    and the slots the others read numbered as in that shorter program (a
+    slot in skip as -1): what a module's list holds took as many
+    instructions as it had items, and shifted every slot after it."""
+    before, n = [], 0
+    for i in range(len(pspec)):
+        before.append(n)
+        n += i in skip
+
+    def slot(s):
+        return -1 if s in skip else s - before[s]
+
+    out = []
+    for i, inst in enumerate(pspec):
+        if i in skip:
+            continue
+        kind = inst[0]
+        if kind in _FROM_SLOT:
+            inst = [kind, slot(inst[1])] + list(inst[2:])
+            if kind == "same":
+                inst[2] = slot(inst[2])
+        elif kind == "distinct":
+            inst = [kind, [slot(s) for s in inst[1]]]
+        elif kind == "sizes":
+            raise Unportable("a sizes guard among the argument guards")
+        out.append(inst)
+    return out
 
 
 def _module_attributes(path):

@@ -72,6 +72,9 @@
 **                                  tensor the variant copies dense (a slice of a
 **                                  row-major buffer, a transpose), as eager's
 **                                  results follow it
+**   ("nop",)                       nothing (a guard relaxed after it was made: what a
+**                                  module's attribute no code of the trace names holds);
+**                                  it loads no slot, and no instruction may read it
 **   ("plain", s)                   tensor slot s is marked neither conjugate nor
 **                                  negative (z.conj(), z.conj().imag: lazy views
 **                                  whose values are not their memory)

@@ -16,6 +16,7 @@ enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS, G_FUNC,     /* loads */
   G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, G_DISTINCT,
   G_ORDER, /* checks */
+  G_NOP,   /* neither */
   G__COUNT
 };
 
@@ -30,7 +31,7 @@ static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefa
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
-  "same", "plain", "distinct", "order",
+  "same", "plain", "distinct", "order", "nop",
 };
 
 /* A "sizes" program (guards.h): postfix over int64, one opcode per item,
@@ -295,7 +296,8 @@ static int build_distinct(const tn_ginst *prog, tn_ginst *g, PyObject *p, Py_ssi
 static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
 {
   tn_ginst *g = &prog[i];
-  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)))
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(t, 0)) ||
+      (PyTuple_GET_SIZE(t) < 2 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(t, 0), "nop") != 0))
     return bad(i, "not a tuple (name, operands...)");
   const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(t, 0));
   Py_ssize_t n = PyTuple_GET_SIZE(t);
@@ -303,7 +305,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2, 3};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2, 3, 1};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -311,6 +313,8 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   g->gi_op = op;
   g->gi_slot = -1;
   switch (op) {
+  case G_NOP:
+    return 0;
   case G_ARG:
     g->gi_n = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
     if (g->gi_n < 0)
@@ -864,6 +868,8 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
     int r = 1;
     slots[i] = NULL;
     switch (g->gi_op) {
+    case G_NOP:
+      break;
     case G_ARG:
       r = g->gi_n < nargs && args[g->gi_n];
       slots[i] = r ? args[g->gi_n] : NULL;

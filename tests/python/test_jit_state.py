@@ -544,6 +544,7 @@ class _Served(torch.nn.Module):
         self.scale = 2.0
         self.which = "calls"
         self.calls, self.started, self.note = 0, 0.0, "cold"
+        self.history, self.seen = [], {"requests": 0, "by_size": {}}
 
     def forward(self, x):
         return self.lin(x).relu() * self.scale
@@ -557,9 +558,10 @@ class _ServedByName(_Served):
 def test_attributes_the_call_never_reads_change_without_a_miss():
     """model.calls = i between calls was a miss on every call (a module's
     attributes were guarded whole), then a storm warning, and the model ran
-    eagerly for good. An attribute no code of the call names is guarded to
-    be there, whatever it holds; the ones it names (scale) still miss, and
-    so does a new attribute."""
+    eagerly for good; so was model.history.append(...), a list the caller
+    fills. An attribute no code of the call names is guarded to be there,
+    whatever it holds, and what it holds is not guarded; the ones it names
+    (scale) still miss, and so does a new attribute."""
     eager = _Served().eval()
     model = torchneuron_jit.jit(copy.deepcopy(eager))
     before = torchneuron_jit.stats()["traces"]
@@ -569,6 +571,9 @@ def test_attributes_the_call_never_reads_change_without_a_miss():
         for i in range(12):
             for m in (eager, model):
                 m.calls, m.started, m.note = i, time.time(), f"request {i}"
+                m.history.append(i)
+                m.seen["requests"] += 1
+                m.seen["by_size"][i] = [i]
             torch.testing.assert_close(model(X), eager(X))
         assert torchneuron_jit.stats()["traces"] - before == 1
         assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == []
@@ -625,6 +630,10 @@ def test_a_dict_guard_value_of_any_passes_any_value_of_a_key_that_is_there():
     assert gs.check({"calls": 1, "scale": 2.0, "new": 0}) == 1
     loose = _C.GuardSet([("arg", 0), ("dict", 0, ("calls",), (_C.GUARD_ANY,), False)])
     assert loose.check({"calls": None, "other": 1}) == -1 and loose.check({"other": 1}) == 1
+    # a relaxed guard on what such an attribute holds: "nop", which loads no slot for another to read
+    assert _C.GuardSet([("arg", 0), ("nop",), ("type", 0, dict)]).check({}) == -1
+    with pytest.raises(ValueError, match="must name an earlier load"):
+        _C.GuardSet([("arg", 0), ("nop",), ("type", 1, dict)])
 
 
 def test_attributes_code_reads_by_a_name_held_as_data_stay_guarded():
@@ -645,6 +654,7 @@ def test_a_record_of_a_module_serves_another_value_of_an_attribute_no_code_reads
     traces nothing."""
     a, b = _Served().eval(), _Served().eval()
     a.calls, b.calls = 3, 7
+    b.history.extend([1, 2, 3])
     want = b(X)
     with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
         before = torchneuron_jit.stats()
