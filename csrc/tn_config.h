@@ -114,15 +114,16 @@
     "and stores them as a trace record that the build thread loads (~20-30 ms of the GIL instead of ~1 s " \
     "of make_fx); where calls keep every core busy, so that it starves, each call lends it one of its " \
     "OpenMP threads until it is done, and where it starves still (calls on one thread, other processes), " \
-    "it builds at our priority, stopped while calls are in flight (build_pause_ms). auto: process where jitted calls were in flight build_child_busy_pct " \
-    "of the time or more since the last build began, the gaps a paused build sleeps through (build_resume_us) " \
-    "counted as in flight (a server calling back to back, whose gaps a thread never gets: 400 such calls of a " \
-    "TransformerEncoder left its dynamic variant unbuilt; generate()'s steps, ~0.3 ms apart: T5's 4 variants " \
-    "took 11-13 s of 200 requests on the thread, 7-8 s in a child), or, where they " \
-    "were not (or there was no build before: a process's first), in the build's first 0.1 s (the child is " \
-    "then forked at the start of the next call, on its thread; gaps that rule it out decide at once); else thread (a lent thread slows each call " \
-    "during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no " \
-    "fork, trace records or the cache off, a variant that cannot be stored) or fails, the thread builds.") \
+    "it builds at our priority, stopped while calls are in flight (build_pause_ms). auto: process where " \
+    "jitted calls were in flight build_child_busy_pct of the time or more since the last build began, the " \
+    "gaps a paused build sleeps through (build_resume_us) counted as in flight (a server calling back to " \
+    "back, whose gaps a thread never gets: 400 such calls of a TransformerEncoder left its dynamic variant " \
+    "unbuilt; generate()'s steps, ~0.3 ms apart: with T5's 4 variants built on the thread, 200 requests " \
+    "took 9-13.5 s, in a child 6.5-8.3 s, eagerly 5.0-5.2 s), or, where they were not (or there was no " \
+    "build before: a process's first), in the build's first 0.1 s (the child is then forked at the start " \
+    "of the next call, on its thread; gaps that rule it out decide at once); else thread (a lent thread " \
+    "slows each call during the build: 1.3-1.9x on 2 cores). Where a child cannot be used (no fork, trace " \
+    "records or the cache off, a variant that cannot be stored) or fails, the thread builds.") \
   _(build_child_busy_pct, TN_CFG_INT, 90, "0..100", \
     "With build_worker=auto, the share of the time since the last build began (0.1 s at least) in which " \
     "jitted calls were in flight, or had ended less than build_resume_us before, from which a build runs in " \

@@ -2885,8 +2885,9 @@ class _Builds:
         time or more since the last build began (WINDOW_NS at least), gaps
         shorter than build_resume_us counted in (_window): a server that
         leaves a build thread no gap to run in, or a generate() loop whose
-        steps leave it 0.3 ms gaps it sleeps through (build_worker=auto). Since it began, not ended: sizes that vary on
-        every call miss again at the call after a build is published."""
+        steps leave it 0.3 ms gaps it sleeps through (build_worker=auto).
+        Since it began, not ended: sizes that vary on every call miss again
+        at the call after a build is published."""
         span, busy = self._window()
         return span >= self.WINDOW_NS and busy * 100 >= config.build_child_busy_pct * span
 
