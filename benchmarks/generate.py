@@ -7,7 +7,9 @@ A serving loop of generation requests: prompts of 16-128 tokens (one
 seeded random sequence of lengths shared by every back end), each
 answered greedily with --new-tokens tokens. Models are built from configs
 (d 512, 4 layers, random weights; LLaMA with grouped-query attention,
-GPT-2, Qwen2). generate() passes its DynamicCache to the model's forward
+GPT-2, Qwen2, and the encoder-decoder T5, whose prompt is its encoder's
+input: every decoder step sees the prompt's length in its cross-attention
+cache). generate() passes its DynamicCache to the model's forward
 on every step: jit guards it by its attributes and sets the layers' new
 keys and values after a compiled call; the Dynamo doors compile
 ``model.forward`` (``torch.compile(model.forward, backend=...)``, the way
@@ -33,12 +35,12 @@ import sys
 import tempfile
 import time
 
-MODELS = ("llama", "gpt2", "qwen2")
+MODELS = ("llama", "gpt2", "qwen2", "t5")
 BACKENDS = ("jit", "neuron", "inductor")
 
 
 def build(name, d=512, layers=4):
-    """A causal LM from a config, eval mode, seeded weights."""
+    """A causal LM (or T5) from a config, eval mode, seeded weights."""
     import torch
     import transformers
     torch.manual_seed(0)
@@ -51,6 +53,10 @@ def build(name, d=512, layers=4):
     if name == "gpt2":
         return transformers.GPT2LMHeadModel(transformers.GPT2Config(
             n_embd=d, n_layer=layers, n_head=d // 64, vocab_size=32000, pad_token_id=0)).eval()
+    if name == "t5":
+        return transformers.T5ForConditionalGeneration(transformers.T5Config(
+            d_model=d, d_ff=d * 4, d_kv=64, num_layers=layers, num_heads=d // 64, vocab_size=32000, pad_token_id=0,
+            decoder_start_token_id=0)).eval()
     raise ValueError(f"unknown model {name!r} (one of {', '.join(MODELS)})")
 
 
