@@ -355,6 +355,7 @@ class _Trace:
         self.content_guards = 0  # containers and objects guard_content has guarded
         self.lenient = []  # (attribute or key, problems) of what modules' attributes hold (guard_content)
         self.content_seen = set()  # ids of what modules' attributes hold that guard_content has guarded
+        self.content_reused = set()  # those of them another place holds too, whose guards serve both
         # (slot, object, words) of the objects of library classes modules' attributes hold (a model's config):
         # guard_library_held guards the attributes the traced code names after the trace
         self.library_held = []
@@ -387,9 +388,11 @@ class _Trace:
         self.by_name_codes = set()  # the user codes that reach globals by name (remember_frame)
         self.in_dynamo = 0  # torch.compile'd calls the traced call is inside
         self.dynamo_ran = False  # it called a torch.compile'd function (relax_module_dicts)
+        self.by_name_call = False  # user code called a builtin that reads attributes by name (relax_module_dicts)
         self.module_dicts = []  # the "dict" guards of modules' attributes (guard_module, relax_module_dicts)
-        # (slot of a module's __dict__, attribute, first and end instruction) of the guards on what a module's
-        # attribute holds (a list, a dict, an object of the user's): "nop" where no code names it (relax_module_dicts)
+        # (slot of a module's __dict__, attribute, first and end instruction, id of the value) of the guards on what
+        # a module's attribute holds (a list, a dict, an object of the user's): "nop" where no code names it
+        # (relax_module_dicts)
         self.module_held = []
 
     # -- calls that only tracing runs ---------------------------------------------
@@ -446,6 +449,9 @@ class _Trace:
             # the values, which the graph would replay from this call
             self.recorder.problem = (f"torch.{arg.__name__} reads a tensor argument's values in C++, which a "
                                      "compiled call would replay from the traced call (a data-dependent result)")
+        if event == "c_call" and not self.by_name_call and _by_name_builtin(arg) and \
+                not _records.library_code(frame.f_code.co_filename):
+            self.by_name_call = True
         if event == "c_call":
             what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame
@@ -544,6 +550,9 @@ class _Trace:
         before the frame runs."""
         code, globs = frame.f_code, frame.f_globals
         loads = _global_loads(code)
+        if not self.by_name_call and any(_by_name_reader(globs.get(n)) for n in loads) or \
+                any(_by_name_reader(frame.f_locals.get(n)) for n in code.co_freevars):
+            self.by_name_call = True  # GA = getattr; GA(self, k) (relax_module_dicts)
         if _reaches_by_name(code):
             self.by_name_codes.add(code)
             _held_names(self.held_names, itertools.chain(_argument_values(frame), (
@@ -818,14 +827,17 @@ class _Trace:
             d = self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
             self.module_dicts.append(len(self.spec) - 1)
             for key, v in list(attrs.items()):  # self.cfg["scale"] = 2.0 after the trace: a miss
-                if key in _MODULE_DICTS or id(v) in self.content_seen:
+                if key in _MODULE_DICTS:
+                    continue
+                if id(v) in self.content_seen:
+                    self.content_reused.add(id(v))
                     continue
                 if _held_state(v):
                     self.content_seen.add(id(v))
                     start = len(self.spec)
                     self.guard_content(self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}",
                                        lenient=True, key=key)
-                    self.module_held.append((d, key, start, len(self.spec)))
+                    self.module_held.append((d, key, start, len(self.spec), id(v)))
                 elif _library_object(v):
                     self.content_seen.add(id(v))
                     self.library_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
@@ -845,7 +857,9 @@ class _Trace:
                         at = f"{qual}.{attr}[{key}]"
                         if type(hook) is types.FunctionType:
                             self.named_held.append((self.spec.add(("key", hooks, key), at), hook, at))
-                        elif _content_guarded(hook) and id(hook) not in self.content_seen:
+                        elif _content_guarded(hook) and id(hook) in self.content_seen:
+                            self.content_reused.add(id(hook))
+                        elif _content_guarded(hook):
                             self.content_seen.add(id(hook))
                             self.guard_content(self.spec.add(("key", hooks, key), at), hook, at, lenient=True)
             for attr in ("_parameters", "_buffers", "__dict__"):
@@ -1107,7 +1121,10 @@ class _Trace:
                 continue
             if names is None:
                 names = _names_in([c for c, _ in self.codes if not _records.library_code(c.co_filename)])
-            if names.isdisjoint(_user_attributes(t)) or id(t.__dict__) in self.content_seen:
+            if names.isdisjoint(_user_attributes(t)):
+                continue
+            if id(t.__dict__) in self.content_seen:
+                self.content_reused.add(id(t.__dict__))
                 continue
             self.content_seen.add(id(t.__dict__))
             attrs, words = t.__dict__, self.spec.names[slot]
@@ -1268,7 +1285,9 @@ class _Trace:
             self.guard_value(slot, value, words)
             return
         self.spec.add(("is", slot, value), words)
-        if _content_guarded(value) and id(value) not in self.content_seen:
+        if _content_guarded(value) and id(value) in self.content_seen:
+            self.content_reused.add(id(value))
+        elif _content_guarded(value):
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
 
@@ -1351,11 +1370,20 @@ class _Trace:
         order, the named ones by value or identity; parameters, buffers,
         submodules and hooks are dicts of their own, guarded whole. A call
         of a torch.compile'd function (Dynamo's code, not the one the
-        trace saw, reads the attributes) relaxes nothing."""
+        trace saw, reads the attributes) relaxes nothing, nor does user
+        code that reads attributes by name another way: a builtin of
+        _BY_NAME_BUILTINS called from it (GA = getattr; GA(self, k)), the
+        names in _RELAX_BY_NAME (inspect.getmembers(self),
+        self.__getstate__()), an operator.attrgetter a module holds. Names
+        include the words inside the code's strings ("{0.scale}".format).
+        What an attribute holds that another place (an attribute, a hook,
+        a closure) holds too keeps its guards."""
         codes = [c for c, _ in self.codes]
-        if not self.module_dicts or self.dynamo_ran or any(_reaches_by_name(c) for c in _user_codes(codes)):
+        if not self.module_dicts or self.dynamo_ran or self.by_name_call or \
+                any(_relax_blocked(c) for c in _user_codes(codes)) or \
+                any(_by_name_reader(v) for inst in self.spec if inst[0] == "dict" for v in inst[3]):
             return
-        named = _names_in(codes) | self.held_names
+        named = _words_in(codes) | self.held_names
         spec = self.spec
         for index in self.module_dicts:
             if spec[index][0] == "nop":  # inside what an attribute no code names holds (below, an earlier call)
@@ -1370,8 +1398,9 @@ class _Trace:
         pending = {slot for slot, _, _ in self.named_held + self.library_held} | set(self.tensor_slot.values()) | \
             set(self.object_slot.values()) | set(self.part_slot.values())
         last = _last_readers(spec) if self.module_held else {}
-        for d, key, start, end in self.module_held:
-            if key in named or spec[start][0] == "nop" or \
+        for d, key, start, end, held in self.module_held:
+            # another attribute, a hook, a closure holding the same object was left to these guards
+            if key in named or spec[start][0] == "nop" or held in self.content_reused or \
                     any(s in pending or last.get(s, -1) >= end for s in range(start, end)):
                 continue
             for i in range(start, end):
@@ -1890,6 +1919,72 @@ def _function_of(frame):
 def _user_class(value):
     """Whether value is a class of the user's (not a library's)."""
     return isinstance(value, type) and not _library_class(value)
+
+
+# what reads or writes an object's attributes by a name held as data, however the code reaches it: as a global or
+# closure variable of the user's code (GA = getattr; from inspect import getmembers as gm), what a module or its
+# class holds (D = object.__getattribute__, functools.partial(getattr, self, "k"), property(attrgetter("k"))),
+# called from C (functools.reduce(GA, names, self)); and what runs code on other threads, whose names no trace sees
+_BY_NAME_READERS = frozenset(map(id, (getattr, setattr, hasattr, delattr, vars, dir, object.__getattribute__,
+                                      object.__setattr__, inspect.getmembers, inspect.getattr_static,
+                                      operator.attrgetter, operator.methodcaller, threading, threading.Thread,
+                                      __import__("concurrent.futures").futures)))
+# names of what reads an object's attributes by name or as a dict, where user code names them (relax_module_dicts)
+_RELAX_BY_NAME = frozenset(("getmembers", "getattr_static", "__getstate__", "__reduce_ex__", "__reduce__", "asdict",
+                            "astuple", "methodcaller", "__dir__", "__slots__", "__match_args__"))
+
+
+def _by_name_reader(value, depth=0):
+    """Whether value reads attributes by a name held as data when called
+    (_BY_NAME_READERS, an attrgetter, a partial or a property over one,
+    a method wrapper of __getattribute__), or runs threads."""
+    if id(value) in _BY_NAME_READERS or isinstance(value, (operator.attrgetter, operator.methodcaller)):
+        return True
+    if depth > 2:
+        return False
+    if type(value) is functools.partial:
+        return _by_name_reader(value.func, depth + 1)
+    if type(value) is property:
+        return any(_by_name_reader(f, depth + 1) for f in (value.fget, value.fset) if f is not None)
+    if type(value).__name__ in ("method-wrapper", "builtin_function_or_method"):
+        return getattr(value, "__name__", None) in ("__getattribute__", "__reduce_ex__", "__reduce__", "__dir__")
+    return isinstance(value, type) and issubclass(value, (threading.Thread,))
+
+
+def _by_name_builtin(fn):
+    """Whether C function fn (a profile c_call's) reads attributes by a
+    name held as data (_by_name_reader), called from user code."""
+    return _by_name_reader(fn) or getattr(fn, "__name__", None) in ("__getstate__",)
+
+
+_relax_blocked_codes = weakref.WeakKeyDictionary()
+
+
+def _relax_blocked(code):
+    """Whether user code reaches attributes by a name held as data
+    (_reaches_by_name, _RELAX_BY_NAME) or matches a class pattern (case
+    M(k=v): the names are a tuple constant, or the class's __match_args__);
+    worked out once per code object."""
+    r = _relax_blocked_codes.get(code)
+    if r is None:
+        r = _relax_blocked_codes[code] = _reaches_by_name(code) or bool(_RELAX_BY_NAME.intersection(code.co_names)) \
+            or any(i.opname == "MATCH_CLASS" for _, i, _ in _instructions(code, nested=False))
+    return r
+
+
+def _words_in(codes):
+    """_names_in, and every identifier inside the string constants of the
+    user's codes among them ("{0.scale}".format(self) reads scale; the
+    messages in torch's code name no attribute it reads)."""
+    words = _names_in(codes)
+    for c in _user_codes(codes):
+        for const in c.co_consts:
+            if type(const) is str and not const.isidentifier() and len(const) < 4096:
+                words.update(_WORD.findall(const))
+    return words
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _last_readers(spec):

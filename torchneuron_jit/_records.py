@@ -1146,7 +1146,7 @@ def trace_key(fn, trace, pspec=None):
     state = [[name, _Describer({}).value(value)] for name, value in trace.state.items() if name in STATE]
     # what modules' attributes hold (module_held) is left to each record's guards: where no code of its trace
     # named the attribute, it has none (relax_module_dicts), and a key that held it would differ by its contents
-    held = {i for _, _, start, end in trace.module_held for i in range(start, end)}
+    held = {i for _, _, start, end, _ in trace.module_held for i in range(start, end)}
     arguments = (pspec if pspec is not None else portable_spec(trace, trace.argument_guards, skip=held))
     # tensors by dtype, rank and requires_grad, ints and floats by slot: every size's and every value's
     # variants (and a dynamic one) share the key

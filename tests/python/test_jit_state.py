@@ -9,10 +9,13 @@ import contextlib
 import copy
 import functools
 import enum
+import inspect
 import io
+import operator
 import os
 import random
 import sys
+import threading
 import time
 import types
 import warnings
@@ -645,6 +648,76 @@ def test_attributes_code_reads_by_a_name_held_as_data_stay_guarded():
     with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
         for i in range(1, 5):
             eager.calls = model.calls = i
+            torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
+
+
+_GETATTR = getattr
+
+
+class _ReadsAnotherWay(torch.nn.Module):
+    """forward reads self.gain_q, or what self.conf_q holds, in a way no
+    name of its code spells out (names no code of torch's or ours holds)."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.how, self.gain_q = how, 2.0
+        self.notes_q = {"gain_q": 2.0}
+        self.conf_q = self.notes_q  # one dict under two names: the unread one came first
+        if how == "a held attrgetter":  # held, it keeps every attribute of the module guarded
+            self.getter = operator.attrgetter("gain_q")
+        if how == "a held partial over getattr":
+            self.read = functools.partial(_GETATTR, self, "".join(["gain", "_q"]))
+
+    def forward(self, x):
+        return self.lin(x) * _READS[self.how](self)
+
+
+# each its own code: only the one a call runs counts
+_READS = {
+    "an alias of a dict": lambda m: m.conf_q["gain_q"],
+    "a format string": lambda m: float("{0.gain_q}".format(m)),
+    "getattr under another name": lambda m: _GETATTR(m, "".join(["gain", "_q"])),
+    "inspect.getmembers": lambda m: dict(inspect.getmembers(m))["".join(["gain", "_q"])],
+    "a held attrgetter": lambda m: m.getter(m),
+    "a held partial over getattr": lambda m: m.read(),
+    "getattr called from C": lambda m: functools.reduce(_GETATTR, ["".join(["gain", "_q"])], m),
+    "a class pattern": lambda m: _match_gain(m),
+    "a thread": lambda m: _on_a_thread(m),
+}
+
+
+def _match_gain(m):
+    match m:
+        case _ReadsAnotherWay(gain_q=k):
+            return k
+
+
+def _on_a_thread(m):
+    out = []
+    worker = threading.Thread(target=lambda: out.append(m.gain_q))
+    worker.start()
+    worker.join()
+    return out[0]
+
+
+@pytest.mark.parametrize("how", list(_READS))
+def test_attributes_read_in_ways_no_name_spells_stay_guarded(how):
+    """What relaxing the attributes no code names must not reach: a dict
+    two attributes hold (its guards were the unread one's), a format
+    string's field, getattr called under another name, inspect's view of
+    every attribute, an attrgetter held by the module. Each answered with
+    the traced call's value after the change (found by a helper's probes)."""
+    eager = _ReadsAnotherWay(how).eval()
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        for i in range(4):
+            if i == 2:
+                for m in (eager, model):
+                    if how == "an alias of a dict":
+                        m.conf_q["gain_q"] = 3.0
+                    else:
+                        m.gain_q = 3.0
             torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
 
 
