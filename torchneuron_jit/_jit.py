@@ -825,7 +825,9 @@ class _Trace:
             self.guard_classes(type(sub))
             attrs = sub.__dict__
             d = self.guard_dict(attrs, qual, ("module", slot, sub_name, "__dict__"))
-            self.module_dicts.append(len(self.spec) - 1)
+            relaxable = _relaxable(type(sub))
+            if relaxable:
+                self.module_dicts.append(len(self.spec) - 1)
             for key, v in list(attrs.items()):  # self.cfg["scale"] = 2.0 after the trace: a miss
                 if key in _MODULE_DICTS:
                     continue
@@ -837,7 +839,8 @@ class _Trace:
                     start = len(self.spec)
                     self.guard_content(self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}",
                                        lenient=True, key=key)
-                    self.module_held.append((d, key, start, len(self.spec), id(v)))
+                    if relaxable:
+                        self.module_held.append((d, key, start, len(self.spec), id(v)))
                 elif _library_object(v):
                     self.content_seen.add(id(v))
                     self.library_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
@@ -1366,7 +1369,8 @@ class _Trace:
         key)), guarded to be there, whatever they hold (_C.GUARD_ANY): a
         counter or a timestamp the caller sets on the model between calls
         (model.calls = i) was a miss on every call, then a storm, and the
-        function ran eagerly for good. The attribute names stay guarded in
+        function ran eagerly for good. Only modules of the user's and
+        torch's classes (_relaxable). The attribute names stay guarded in
         order, the named ones by value or identity; parameters, buffers,
         submodules and hooks are dicts of their own, guarded whole. A call
         of a torch.compile'd function (Dynamo's code, not the one the
@@ -1932,6 +1936,22 @@ _BY_NAME_READERS = frozenset(map(id, (getattr, setattr, hasattr, delattr, vars, 
 # names of what reads an object's attributes by name or as a dict, where user code names them (relax_module_dicts)
 _RELAX_BY_NAME = frozenset(("getmembers", "getattr_static", "__getstate__", "__reduce_ex__", "__reduce__", "asdict",
                             "astuple", "methodcaller", "__dir__", "__slots__", "__match_args__"))
+
+
+_relaxable_classes = weakref.WeakKeyDictionary()
+
+
+def _relaxable(cls):
+    """Whether the attributes of a module of class cls may be relaxed
+    (relax_module_dicts): cls and its bases are the user's or torch's, none
+    an installed distribution's. transformers' code reads its modules'
+    attributes by names it builds (Gemma3's rotary embedding:
+    getattr(self, f"{layer_type}_attention_scaling")), which no code
+    spells: a changed scaling answered with the traced one."""
+    r = _relaxable_classes.get(cls)
+    if r is None:
+        r = _relaxable_classes[cls] = not any(_records.distribution_code(_defined_in(c)) for c in cls.__mro__[:-1])
+    return r
 
 
 def _by_name_reader(value, depth=0):

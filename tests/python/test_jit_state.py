@@ -721,6 +721,30 @@ def test_attributes_read_in_ways_no_name_spells_stay_guarded(how):
             torch.testing.assert_close(model(X), eager(X), msg=lambda m: f"call {i}: {m}")
 
 
+def test_attributes_of_a_librarys_modules_stay_guarded():
+    """transformers' code reads its modules' attributes by names it builds:
+    Gemma3's rotary embedding, getattr(self, f"{layer_type}_attention_scaling").
+    A changed scaling answered with the traced one (a helper's probe): the
+    attributes of modules of an installed distribution's classes are not
+    relaxed."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.Gemma3TextConfig(
+        vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"], pad_token_id=0, bos_token_id=2, eos_token_id=1)
+    eager = transformers.Gemma3ForCausalLM(config).eval()
+    model = torchneuron_jit.jit(copy.deepcopy(eager))
+    ids = torch.randint(3, 100, (1, 6))
+    with torch.no_grad(), torchneuron_jit.config.patch(compile_blocking=True):
+        for i in range(4):
+            if i == 2:
+                for m in (model, eager):
+                    m.model.rotary_emb.full_attention_attention_scaling = 2.0
+            torch.testing.assert_close(model(ids, use_cache=False).logits, eager(ids, use_cache=False).logits,
+                                       rtol=1e-4, atol=1e-4, msg=lambda m: f"call {i}: {m}")
+
+
 def test_a_record_of_a_module_serves_another_value_of_an_attribute_no_code_reads():
     """Trace records key a module's attributes by name: another instance
     (a new process) whose counter holds another value loads the record and
