@@ -1288,9 +1288,11 @@ class _Trace:
             self.guard_value(slot, value, words)
             return
         self.spec.add(("is", slot, value), words)
-        if _content_guarded(value) and id(value) in self.content_seen:
+        if not _content_guarded(value):
+            return
+        if id(value) in self.content_seen:
             self.content_reused.add(id(value))
-        elif _content_guarded(value):
+        else:
             self.content_seen.add(id(value))
             self.guard_content(slot, value, words, lenient=True)
 
