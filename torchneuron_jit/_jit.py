@@ -2810,6 +2810,15 @@ def _with_numbers(out_plan, numbers):
     return treespec, plan
 
 
+class _Again(Exception):
+    """_Build._compile_with: calls noted while it ran made dims (more
+    than its own) dynamic."""
+
+    def __init__(self, dims):
+        super().__init__()
+        self.dims = dims
+
+
 class _Build:
     """The compile of a prepared trace (_Tracer._prepare): its symbolic
     trace where sizes keep changing, the functional graph, the back end's
@@ -2822,6 +2831,26 @@ class _Build:
         # the dimensions that keep changing, noted where the call traced (a build's child remembers nothing)
         self.dims = _dynamic.observe(trace)
         self.record = None  # the id of the trace record finish stored
+
+    _AGAIN = 2  # times a build begins again, at most, as sizes noted meanwhile make more dimensions dynamic
+
+    def _dims_now(self):
+        """{slot: dimensions} that keep changing as of now: those noted
+        where the call traced, and those the calls noted since make so
+        (_Tracer._note_sizes: a server's next request, of another length,
+        came while the first one's variant was built; a build's child
+        knows those noted before it was forked)."""
+        now = {slot: set(ds) for slot, ds in self.dims.items()}
+        for slot, ds in _dynamic.observe(self.trace).items():
+            now.setdefault(slot, set()).update(ds)
+        return now
+
+    def _grew(self, dims):
+        """The dimensions that keep changing now, where more do than dims
+        (the build's own): its variant would be specialised where the next
+        calls' sizes are not; else None."""
+        now = self._dims_now()
+        return now if any(not ds <= dims.get(slot, set()) for slot, ds in now.items()) else None
 
     def finish(self):
         """The entry (spec, slots, runner), stored as a trace record when
@@ -2853,12 +2882,42 @@ class _Build:
             return _eager_entry(trace, trace.spec, f"compiling the trace failed ({type(exc).__name__}: {exc})")
 
     def _compile(self):
-        """(entry with its _Runner, a function storing its trace record and returning the record's id)."""
+        """(entry with its _Runner, a function storing its trace record and
+        returning the record's id). Made again (_AGAIN times at most) where
+        calls noted meanwhile make more dimensions dynamic than it was made
+        with: the variant it would publish is specialised where the calls
+        it is for are not, and the next one missed it to trace again (HF
+        BERT served back to back: its static variant took 1.2 s in a
+        child, and the calls ran eagerly through that build and the
+        dynamic one's)."""
+        dims = self._dims_now()
+        for again in range(self._AGAIN, -1, -1):
+            try:
+                return self._compile_with(dims, again > 0)
+            except _Again as exc:
+                words = ", ".join(f"{self.trace.spec.names[slot]} dim {d}" if d is not None
+                                  else self.trace.spec.names[slot] for slot, ds in exc.dims.items()
+                                  for d in ds if d not in dims.get(slot, ()))
+                _log.event("recompiles", f"{_where(self.trace.fn)}: calls while its variant was built changed {words}; "
+                                         f"it is built again, dynamic there")
+                dims = exc.dims
+        raise AssertionError("unreachable")
+
+    def _compile_with(self, dims, may_again):
+        """_compile with dims dynamic; raises _Again (may_again) where more
+        keep changing once its graph is made, or once it is compiled."""
         trace, inputs, slots, out_plan, checks = self.trace, self.inputs, self.slots, self.out_plan, self.checks
         tracer, sets = self.tracer, self.sets.sets
         objects = [slot for slot, _, _, _ in self.sets.objects]  # the runner's last inputs
+
+        def again():
+            now = self._grew(dims) if may_again else None
+            if now is not None:
+                raise _Again(now)
+
         with _quiet_meta:
-            sym = tracer._symbolic(trace, inputs, checks, out_plan, self.dims, self.sets)
+            sym = tracer._symbolic(trace, inputs, checks, out_plan, dims, self.sets)
+        again()
         from . import backend
         if sym is not None:
             spec = _dynamic.spec_of(trace, sym)
@@ -2868,6 +2927,7 @@ class _Build:
                      spec.add(("const", s), "a tensor the traced code made", ("value", s)) for s in sym.slots]
             with torch.no_grad(), torch.autocast("cpu", enabled=False):  # the graph holds autocast's casts
                 compiled = backend.compile_inference(sym.fgm, sym.examples)
+            again()
             _C.stat_add("dynamic_traces")
             out_plan = _with_numbers(out_plan, sym.numbers)
             # an argument returned as it is (an encoder-decoder's encoder_last_hidden_state): its place among
@@ -2890,8 +2950,10 @@ class _Build:
                 # which backend.grouped_mm takes instead): the graph traced on copies of the inputs, its ops
                 # run for real (a static variant: the symbolic trace has no real run)
                 fgm, writebacks = _functional(torch.fx.GraphModule({}, self.graph), _copies(inputs), "real")
+        again()
         with torch.no_grad(), torch.autocast("cpu", enabled=False):  # the graph holds autocast's casts
             compiled = backend.compile_inference(fgm, inputs)
+        again()
         runner = _Runner(compiled, checks, writebacks, out_plan, sets, len(objects), random=draws(fgm),
                          grad=trace.state["grad mode"], inference=trace.inference_inside,
                          autocast=trace.state["CPU autocast"])

@@ -1592,6 +1592,44 @@ def test_a_background_build_runs_in_a_child_process(monkeypatch):
     assert "dynamic now" in str(torchneuron_jit.explain(jf))
 
 
+def test_a_build_that_calls_of_other_sizes_overtake_is_made_again_dynamic(monkeypatch):
+    """A variant is built for the sizes of the call that traced; where
+    calls of other sizes come while it is built (a server's next requests:
+    they run eagerly, their sizes noted), it is made again with those
+    dimensions dynamic before it is published: one build serves them, not
+    a static one that the next call misses to trace again (HF BERT served
+    back to back: the static variant took 1.2 s in a child, and the calls
+    ran eagerly through that build and the dynamic one's)."""
+    from torchneuron_jit import backend
+    inner, release, compiles = backend.compile_inference, threading.Event(), []
+
+    def held(*args, **kwargs):
+        compiles.append(threading.get_ident())
+        assert release.wait(60)  # the first build waits for the call of another size
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "compile_inference", held)
+    f = make_heads()
+    jf = torchneuron_jit.jit(f)
+    w = torch.randn(32, 32)
+    with config.patch(compile_blocking=False, build_worker="thread", dynamic_after=2):
+        traces = _C.stats()["traces"]
+        x5, x7, x9 = torch.randn(2, 5, 32), torch.randn(2, 7, 32), torch.randn(2, 9, 32)
+        torch.testing.assert_close(jf(x5, w), f(x5, w))  # traces; its build waits in compile_inference
+        deadline = time.monotonic() + 60
+        while not compiles and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert compiles, "the build never reached its compile"
+        torch.testing.assert_close(jf(x7, w), f(x7, w))  # eagerly, its sizes noted
+        release.set()
+        assert _jit.wait(60)
+        assert _C.stats()["traces"] - traces == 1
+        for x in (x9, x5, x7):  # the one variant takes every size: no trace
+            torch.testing.assert_close(jf(x, w), f(x, w))
+        assert _C.stats()["traces"] - traces == 1
+    assert len(jf.entries()) == 1 and all(runner is not None for _, runner in jf.entries())
+
+
 def _mm_relu(x, w):
     return (x @ w).relu()
 
