@@ -3361,17 +3361,27 @@ class _BuildChild:
         try:
             gemm.own_threads(1)
             journal = []
-            decided, traced = _manager.decided, _manager.traced
+            decided, traced, replayed = _manager.decided, _manager.traced, threading.local()
 
             def note_decided(jf, words, dynamic=()):
                 journal.append(("decided", words, list(dynamic)))
-                decided(jf, words, dynamic)
+                replayed.on = True  # its event is the parent's, as it replays the decision
+                try:
+                    decided(jf, words, dynamic)
+                finally:
+                    replayed.on = False
 
             def note_traced(jf, ok, words):
                 journal.append(("traced", ok, words))
                 traced(jf, ok, words)
 
-            _manager.decided, _manager.traced = note_decided, note_traced
+            def note_event(kind, message):
+                if not getattr(replayed, "on", False):
+                    journal.append(("event", kind, message))
+
+            # its events are printed by the parent, in order with its decisions: a notebook's sys.stderr is the
+            # kernel's stream, which a forked child's lines do not reach, and a decision was printed twice
+            _manager.decided, _manager.traced, _log.event = note_decided, note_traced, note_event
             before = _C.stats()
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -3438,9 +3448,12 @@ class _BuildChild:
     @staticmethod
     def _replay(report, jf):
         """What the child learnt, here: the manager's decisions and
-        counters, the warnings it gave."""
+        counters, its events and the warnings it gave."""
         for kind, *args in report["journal"]:
-            (_manager.decided if kind == "decided" else _manager.traced)(jf, *args)
+            if kind == "event":
+                _log.event(*args)
+            else:
+                (_manager.decided if kind == "decided" else _manager.traced)(jf, *args)
         _manager.site(jf).static.update(report["static"])
         for name, n in report["stats"].items():
             if n > 0:

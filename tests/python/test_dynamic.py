@@ -1592,6 +1592,33 @@ def test_a_background_build_runs_in_a_child_process(monkeypatch):
     assert "dynamic now" in str(torchneuron_jit.explain(jf))
 
 
+@pytest.mark.parametrize("stream", ["the process's stderr", "a notebook's stream"])
+def test_a_childs_events_are_printed_once_by_this_process(capfd, monkeypatch, stream):
+    """A build's child sends back its events (TORCHNEURON_LOG) with its
+    decisions, and this process prints them, once, in order, where its
+    sys.stderr points: a decision was printed by the child and again as
+    it was replayed here, and in a notebook, whose sys.stderr is the
+    kernel's stream, the child's own lines went nowhere."""
+    import io
+    if stream != "the process's stderr":
+        monkeypatch.setattr(sys, "stderr", io.StringIO())
+    jf = torchneuron_jit.jit(_sin_plus)
+    with config.patch(compile_blocking=False, build_worker="process", log="recompiles,compile"):
+        for n in (5, 6):  # a static variant, then a dynamic one: "dynamic now"
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(jf(x), _sin_plus(x))
+            assert _jit.wait(60)
+    assert all(runner is not None for _, runner in jf.entries())
+    text = capfd.readouterr().err if stream == "the process's stderr" else sys.stderr.getvalue()
+    lines = [line for line in text.splitlines() if line.startswith("[torchneuron_jit ")]
+    decided = [line for line in lines if "dynamic now" in line]
+    assert len(decided) == 1, lines
+    # the lowering's event, made in the child, and the publication, here, after it
+    graphs = [i for i, line in enumerate(lines) if "] graph of " in line]
+    published = [i for i, line in enumerate(lines) if "published" in line and "child process" in line]
+    assert len(graphs) == len(published) == 2 and graphs[1] < published[1], lines
+
+
 def test_a_build_that_calls_of_other_sizes_overtake_is_made_again_dynamic(monkeypatch):
     """A variant is built for the sizes of the call that traced; where
     calls of other sizes come while it is built (a server's next requests:
