@@ -2810,6 +2810,13 @@ def _with_numbers(out_plan, numbers):
     return treespec, plan
 
 
+def _dims_words(names, dims):
+    """{slot: dimensions} (_dynamic.observe) in words: "x dim 1, n"."""
+    return ", ".join(names[slot] if d is None else f"{names[slot]} strides (copied dense)"
+                     if d == _dynamic.STRIDES_PLACE else f"{names[slot]} dim {d}"
+                     for slot, ds in dims.items() for d in ds)
+
+
 class _Again(Exception):
     """_Build._compile_with: calls noted while it ran made dims (more
     than its own) dynamic."""
@@ -2891,17 +2898,15 @@ class _Build:
         child, and the calls ran eagerly through that build and the
         dynamic one's)."""
         dims = self._dims_now()
-        for again in range(self._AGAIN, -1, -1):
+        for _ in range(self._AGAIN):
             try:
-                return self._compile_with(dims, again > 0)
+                return self._compile_with(dims, True)
             except _Again as exc:
-                words = ", ".join(f"{self.trace.spec.names[slot]} dim {d}" if d is not None
-                                  else self.trace.spec.names[slot] for slot, ds in exc.dims.items()
-                                  for d in ds if d not in dims.get(slot, ()))
-                _log.event("recompiles", f"{_where(self.trace.fn)}: calls while its variant was built changed {words}; "
-                                         f"it is built again, dynamic there")
+                new = {slot: ds - dims.get(slot, set()) for slot, ds in exc.dims.items()}
+                _log.event("recompiles", f"{_where(self.trace.fn)}: calls while its variant was built changed "
+                                         f"{_dims_words(self.trace.spec.names, new)}; it is built again, dynamic there")
                 dims = exc.dims
-        raise AssertionError("unreachable")
+        return self._compile_with(dims, False)
 
     def _compile_with(self, dims, may_again):
         """_compile with dims dynamic; raises _Again (may_again) where more
@@ -3804,9 +3809,7 @@ class _Tracer:
             attempts = [dims] + ([tensors] if tensors and tensors != dims else [])
             while attempts:
                 want = attempts.pop(0)
-                words = ", ".join(names[slot] if d is None else f"{names[slot]} strides (copied dense)"
-                                  if d == _dynamic.STRIDES_PLACE else f"{names[slot]} dim {d}"
-                                  for slot, ds in want.items() for d in ds)
+                words = _dims_words(names, want)
                 try:
                     sym = _dynamic.retrace(trace, want, [value for _, value in checks], outputs, sets,
                                            lambda gm, xs: _functional(gm, xs, "real"), _C.run_untraced,
