@@ -43,6 +43,7 @@ import enum
 import inspect
 import math
 import struct
+import sys
 import threading
 import types
 import weakref
@@ -149,6 +150,30 @@ def observe(trace):
     return out
 
 
+def _same_path(trace, sites):
+    """Raises Static where the user's code took another path for symbolic
+    sizes than for the traced call's (op_site, path_of): a branch on
+    isinstance(n, int) or type(x) is torch.Tensor (a SymInt is no int, a
+    fake tensor no plain Tensor), torch.fx's is_fx_tracing(). Library
+    code may take other paths (transformers checks a mask's values only
+    outside tracing): its ops count as the user's line that called it."""
+    real, symbolic = path_of(trace.recorder.sites), path_of(sites)
+    if real == symbolic:
+        return
+    k = next((k for k, (a, b) in enumerate(zip(real, symbolic)) if a != b), min(len(real), len(symbolic)))
+    site = (real[k:k + 1] or symbolic[k:k + 1])[0]
+    where = f" at {site[0].co_filename}:{_line_of(*site)}" if site is not None else ""
+    raise Static(f"its code took another path{where} for symbolic sizes than for the traced call's (a check of "
+                 "isinstance(n, int), type(x) is torch.Tensor or is_fx_tracing(): a symbolic size is no int, a "
+                 "fake tensor no plain Tensor)")
+
+
+def _line_of(code, lasti):
+    """The line of instruction offset lasti of code."""
+    return next((line for start, end, line in code.co_lines() if start <= lasti < end and line is not None),
+                code.co_firstlineno)
+
+
 INT_PLACE, FLOAT_PLACE = "int", "float"  # the rank of an int or float argument's place in the history
 STRIDES_PLACE = "strides"  # the dimension of the place whose history is a tensor's strides (those not row-major)
 
@@ -239,6 +264,45 @@ def decomposed(mode, func, args, kwargs):
         return func.decompose(*args, **kwargs)
 
 
+_USER_CODE = weakref.WeakKeyDictionary()  # code object -> whether it is the user's (not library_code)
+
+
+def op_site(stop):
+    """Where the op being dispatched was called from: (code, instruction)
+    of the innermost frame of the user's code, up to the frame of code
+    stop (the traced function's), or None where only library code (torch,
+    an installed distribution, the standard library, ours) lies between.
+    Called from a dispatch mode's __torch_dispatch__."""
+    from ._records import library_code
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        user = _USER_CODE.get(code)
+        if user is None:
+            user = _USER_CODE[code] = not library_code(code.co_filename)
+        if user:
+            return code, frame.f_lasti
+        if code is stop:
+            return None
+        frame = frame.f_back
+    return None
+
+
+def makes_tensor(out):
+    """Whether an op's result is a tensor or holds one (what op_site's
+    sequence counts: an op that answers a device or a size runs only where
+    the sizes are symbolic)."""
+    return isinstance(out, torch.Tensor) or (isinstance(out, (tuple, list)) and
+                                             any(isinstance(o, torch.Tensor) for o in out))
+
+
+def path_of(sites):
+    """The user's code's path through a call: its op sites (op_site), each
+    run of one site counted once (library code may make more or fewer ops
+    of one call for symbolic sizes)."""
+    return [site for k, site in enumerate(sites) if k == 0 or sites[k - 1] != site]
+
+
 class _Scalars(TorchDispatchMode):
     """Answers each value the traced code reads out of a tensor (item(),
     bool()) with the value the real trace read, in order, and keeps the
@@ -246,9 +310,10 @@ class _Scalars(TorchDispatchMode):
     variant's value checks compare them on every call, as a static
     variant's do."""
 
-    def __init__(self, values):
+    def __init__(self, values, stop):
         super().__init__()
         self.values, self.sources = list(values), []
+        self.stop, self.sites = stop, []  # as the real trace's recorder notes them (op_site)
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         if torch.is_inference_mode_enabled():
@@ -260,7 +325,10 @@ class _Scalars(TorchDispatchMode):
                 raise Static("the symbolic trace read more values out of tensors than the real one")
             self.sources.append(args[0])
             return self.values[len(self.sources) - 1]
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if makes_tensor(out):
+            self.sites.append(op_site(self.stop))
+        return out
 
 
 class _Shadows(TorchDispatchMode):
@@ -835,9 +903,10 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         for k, steps, i in inner_at:
             _set_at(values[k], steps, tensors[i])
         objects = [copies[id(obj)] for obj in set_objects]
-        reads = _Scalars(scalars)
+        reads = _Scalars(scalars, trace.fn.__code__)
         with shadows, reads:
             result = frame_call(trace.fn, pytree.tree_unflatten(values, treespec))
+        _same_path(trace, reads.sites)
         if reads.sources and len(reads.sources) != len(scalars):
             # a library took another path for fake tensors, and it still read some: which ones is unknown
             raise Static("the symbolic trace read fewer values out of tensors than the real one")

@@ -200,6 +200,9 @@ class _Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.ops = []
+        # (code, instruction) of the user's line each op that made a tensor was called from (_dynamic.op_site):
+        # a symbolic trace of the call must take the same path (_dynamic._same_path)
+        self.sites, self.stop = [], None
         self.problem = None
         self.nested = None  # why: an op made a nested tensor (its variant runs eagerly for every size)
         self.raised = None  # the first op that raised (what the code then did, no graph holds)
@@ -314,6 +317,8 @@ class _Recorder(TorchDispatchMode):
             # traced call returns that tensor itself, and the caller may write it too)
             args = (args[0].clone(),)
         self.ops.append((func, args, kwargs, out))
+        if _dynamic.makes_tensor(out):
+            self.sites.append(_dynamic.op_site(self.stop))
         return out
 
 
@@ -338,6 +343,7 @@ class _Trace:
         if self.state["forward AD level"] >= 0:  # dual tensors: their tangents are no graph's
             self.problems.append("it runs under forward-mode AD (torch.autograd.forward_ad.dual_level)")
         self.recorder = _Recorder()
+        self.recorder.stop = getattr(fn, "__code__", None)  # op sites are looked for up to the traced frame
         self.inference_inside = False  # its ops all ran in inference mode, switched on inside the call (_prepare)
         self.modules_seen = set()  # ids of the modules guard_module has guarded
         self.classes_seen = set()  # the classes guard_class has guarded

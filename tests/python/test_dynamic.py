@@ -48,6 +48,49 @@ def test_one_variant_serves_every_length():
     assert torchneuron_jit.stats()["dynamic_traces"] >= 1
 
 
+def _int_checked(x, n):
+    return x * n if isinstance(n, int) else x - 100
+
+
+def _size_checked(x):
+    return x * 2 if isinstance(x.shape[0], int) else x - 100
+
+
+def _float_checked(x, t):
+    return x * t if isinstance(t, float) else x - 100
+
+
+def _tensor_type_checked(x):
+    return x * 3 if type(x) is torch.Tensor else x * 2
+
+
+def _fx_checked(x):
+    from torch.fx._symbolic_trace import is_fx_tracing
+    return x - 1 if is_fx_tracing() else x + 1
+
+
+@pytest.mark.parametrize("fn, calls", [
+    (_int_checked, [(torch.ones(3, 4), n) for n in (2, 3, 4, 5)]),
+    (_size_checked, [(torch.ones(s, 4),) for s in (2, 3, 4, 5)]),
+    (_float_checked, [(torch.ones(3, 4), t) for t in (0.5, 0.7, 0.9, 1.3)]),
+    (_tensor_type_checked, [(torch.ones(s, 4),) for s in (2, 3, 4, 5)]),
+    (_fx_checked, [(torch.ones(s, 4),) for s in (2, 3, 4, 5)]),
+], ids=["isinstance(n, int)", "isinstance(x.shape[0], int)", "isinstance(t, float)", "type(x) is torch.Tensor",
+        "is_fx_tracing()"])
+def test_code_that_branches_on_the_type_of_a_size_or_a_tensor_answers_as_eager(fn, calls):
+    """A symbolic trace runs the code with a SymInt for a size or an int
+    that keeps changing, a SymFloat for a float, fake tensors for the
+    arguments, and torch.fx tracing: where the code checks those types, it
+    takes another path than eager's, and its variant answered x - 100 for
+    x * n from the third call on. The path its ops were called from must be
+    the real trace's, else the sizes stay static."""
+    f = torchneuron_jit.jit(fn)
+    with torch.no_grad(), config.patch(compile_blocking=True, dynamic_after=2):
+        for args in calls:
+            torch.testing.assert_close(f(*args), fn(*args))
+            torch.testing.assert_close(f(*args), fn(*args))  # its variant's answer
+
+
 def test_a_symbolic_trace_makes_no_fake_tensor_cache_entries():
     """FakeTensor's dispatch cache checks each new entry by building the
     output a second time; in one symbolic trace most ops are seen once, and
