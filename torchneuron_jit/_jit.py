@@ -342,6 +342,9 @@ class _Trace:
         self.state = _records.read_state()  # name -> value, each guarded
         if self.state["forward AD level"] >= 0:  # dual tensors: their tangents are no graph's
             self.problems.append("it runs under forward-mode AD (torch.autograd.forward_ad.dual_level)")
+        if self.state["Python modes"]:  # their code sees each op eagerly: a compiled call's ops it would not
+            self.problems.append(f"it runs under {self.state['Python modes']} (a TorchFunctionMode or "
+                                 "TorchDispatchMode), whose code a compiled call would not run")
         self.recorder = _Recorder()
         self.recorder.stop = getattr(fn, "__code__", None)  # op sites are looked for up to the traced frame
         self.inference_inside = False  # its ops all ran in inference mode, switched on inside the call (_prepare)

@@ -90,6 +90,24 @@ def default_device():
     return torch.get_default_device() if torch._C._is_torch_function_mode_enabled() else _CPU
 
 
+def python_modes():
+    """The classes of the TorchFunctionModes and TorchDispatchModes on
+    (FlopCounterMode, a user's own, FakeTensorMode), by name, outermost
+    first, in one string (a record's state is JSON); "" for none. A
+    compiled call runs no mode's code, so a call under one runs eagerly
+    (_Trace). Not torch.device's DeviceContext (torch.set_default_device
+    keeps one on: default device reads it), nor ours (a trace's recorder)."""
+    if not torch._C._is_torch_function_mode_enabled() and not torch._C._len_torch_dispatch_stack():
+        return ""
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._device import DeviceContext
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    modes = [m for m in _get_current_function_mode_stack() if not isinstance(m, DeviceContext)]
+    modes += _get_current_dispatch_mode_stack()
+    return ", ".join(f"{type(m).__module__}.{type(m).__qualname__}" for m in modes
+                     if not type(m).__module__.startswith(__package__ + "."))
+
+
 def forward_ad_level():
     """The innermost forward-mode AD level (-1: none): a dual tensor's tangent is no graph's."""
     return torch.autograd.forward_ad._current_level
@@ -101,6 +119,7 @@ def forward_ad_level():
 STATE = {
     "grad mode": torch.is_grad_enabled,
     "forward AD level": forward_ad_level,
+    "Python modes": python_modes,
     "default dtype": torch.get_default_dtype,
     "default device": default_device,
     "CPU autocast": functools.partial(torch.is_autocast_enabled, "cpu"),

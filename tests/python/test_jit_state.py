@@ -1903,6 +1903,59 @@ def test_a_call_under_forward_mode_ad_keeps_its_tangent():
     torch.testing.assert_close(jf(x), f(x))
 
 
+class _TimesTen(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 10 if func is torch.Tensor.mul else out
+
+
+class _PlusOne(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out + 1 if func is torch.ops.aten.mul.Tensor else out
+
+
+@pytest.mark.parametrize("mode", ["TorchFunctionMode", "TorchDispatchMode", "FlopCounterMode", "torch.device"])
+def test_a_call_under_a_python_mode_runs_its_code(mode):
+    """A TorchFunctionMode or TorchDispatchMode sees each op of an eager
+    call; a compiled call ran none of its code (a mode that changes results
+    got the unchanged ones, FlopCounterMode counted nothing). Under one,
+    the call runs eagerly, with one warning; after it, compiled again.
+    torch.device's mode (torch.set_default_device keeps one on) is the
+    default device's state: the compiled variant serves it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def f(x, w):
+        return (x @ w).mul(2) + 1
+
+    jf = torchneuron_jit.jit(f)
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(jf(x, w), f(x, w))
+        traces = torchneuron_jit.stats()["traces"]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                if mode == "FlopCounterMode":
+                    with FlopCounterMode(display=False) as ours:
+                        got = jf(x, w)
+                    with FlopCounterMode(display=False) as eager:
+                        want = f(x, w)
+                    assert ours.get_total_flops() == eager.get_total_flops() > 0
+                else:
+                    with (_TimesTen() if mode == "TorchFunctionMode" else _PlusOne() if mode == "TorchDispatchMode"
+                          else torch.device("cpu")):
+                        got, want = jf(x, w), f(x, w)
+                torch.testing.assert_close(got, want)
+        ours_words = [str(c.message) for c in caught if "torchneuron_jit" in str(c.message)]
+        if mode == "torch.device":
+            assert ours_words == [] and torchneuron_jit.stats()["traces"] == traces  # the compiled variant
+        else:
+            assert len(ours_words) == 1 and "TorchFunctionMode or TorchDispatchMode" in ours_words[0], ours_words
+        torch.testing.assert_close(jf(x, w), f(x, w))
+
+
 def test_the_generators_state_read_in_the_call_runs_eagerly_with_a_warning():
     def f(x):
         return x + torch.get_rng_state()[:4].float()
