@@ -288,12 +288,18 @@ def op_site(stop):
     return None
 
 
-def makes_tensor(out):
-    """Whether an op's result is a tensor or holds one (what op_site's
-    sequence counts: an op that answers a device or a size runs only where
-    the sizes are symbolic)."""
-    return isinstance(out, torch.Tensor) or (isinstance(out, (tuple, list)) and
-                                             any(isinstance(o, torch.Tensor) for o in out))
+# ops that make a tensor of another's values as they are: torch's Python decompositions, which a symbolic trace runs
+# (the Python dispatcher), make them where eager's C++ made none (F.dropout(training=False): input.clone())
+_COPIES = (torch.ops.aten.clone.default, torch.ops.aten.alias.default, torch.ops.aten.detach.default)
+
+
+def on_path(func, out):
+    """Whether op func, which answered out, counts in the sequence of op
+    sites (op_site): one that makes a tensor, but a copy (_COPIES); an op
+    that answers a device or a size runs only where the sizes are
+    symbolic."""
+    return func not in _COPIES and (isinstance(out, torch.Tensor) or (
+        isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) for o in out)))
 
 
 def path_of(sites):
@@ -326,7 +332,7 @@ class _Scalars(TorchDispatchMode):
             self.sources.append(args[0])
             return self.values[len(self.sources) - 1]
         out = func(*args, **(kwargs or {}))
-        if makes_tensor(out):
+        if on_path(func, out):
             self.sites.append(op_site(self.stop))
         return out
 
