@@ -1053,11 +1053,43 @@ def _escaping(graph):
     return escapes
 
 
+_LAYOUT_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.as_strided.default)
+
+
+def _views_its_layout(node):
+    """Whether a view of node's result, or of a view of it, takes its
+    strides as they are (view, as_strided): valid on a clone, which is
+    dense, and not on what it copied where that is not (an expanded
+    tensor: XLNet's positional embedding through eval-mode dropout, then
+    reshaped)."""
+    todo, seen = list(node.users), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "call_function" and n.target in _LAYOUT_VIEWS:
+            return True
+        if _aliases_input(n):
+            todo.extend(n.users)
+    return False
+
+
+def _dense(node):
+    """Whether node's result is non-overlapping and dense at its static
+    layout (a clone that preserves format copies its strides then)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    val = static_val(node)
+    return val is not None and bool(is_non_overlapping_and_dense_or_false(val))
+
+
 def _drop_copies(graph):
     """Removes the clones whose copy nobody can observe: in a graph that
     mutates nothing, a clone that preserves layout (or one to contiguous
     format of a tensor that already is contiguous, with static sizes) whose
-    result, and every view of it, stays inside the graph is its input.
+    result, and every view of it, stays inside the graph is its input, but
+    where a view takes the copy's strides and its input may not be dense
+    (_views_its_layout).
     aot_autograd leaves such clones for dropout in eval mode and around
     attention's reshapes, where eager copies nothing. Returns how many."""
     if _mutates(graph):
@@ -1073,6 +1105,8 @@ def _drop_copies(graph):
             val = static_val(src)
             if not (fmt == torch.contiguous_format and val is not None and val.is_contiguous()):
                 continue
+        if _views_its_layout(node) and not _dense(src):
+            continue
         node.replace_all_uses_with(src)
         graph.erase_node(node)
         dropped += 1

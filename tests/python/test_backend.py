@@ -384,6 +384,30 @@ def test_contiguous_copy_of_a_strided_tensor_is_kept(capsys):
     assert "copies nobody observes" not in log
 
 
+@pytest.mark.parametrize("door", ["jit", "neuron"])
+def test_an_eval_dropout_copy_of_an_expanded_tensor_that_a_view_reshapes_is_kept(door):
+    """Dropout in eval mode copies (torch's Python decomposition: a clone,
+    dense); a reshape after it is a view of that copy. Dropped, the view
+    was of the expanded tensor, which no view of those sizes takes: the
+    graph failed at run time and ran eagerly from then on (transformers'
+    XLNet: its positional embedding, expanded over the batch, through
+    self.dropout and an einsum). At symbolic sizes and static ones."""
+    def f(x, b: int):
+        pe = (x * 2)[:, None, :].expand(-1, b, -1)
+        pe = torch.nn.functional.dropout(pe, p=0.1, training=False)
+        return pe.reshape(-1, x.shape[-1]) + 1
+
+    from torchneuron_jit import config
+    g = torchneuron_jit.jit(f) if door == "jit" else torch.compile(f, backend="neuron", dynamic=True)
+    with torch.no_grad(), config.patch(compile_blocking=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for b, s in [(2, 8), (2, 8), (3, 11), (3, 11), (4, 13)]:
+            x = torch.randn(s, 64)
+            torch.testing.assert_close(g(x, b), f(x, b))
+    assert [str(c.message) for c in caught if "torchneuron_jit" in str(c.message)] == []
+    assert torchneuron_jit.stats()["eager_fallbacks"] == 0
+
+
 # -- repeated nodes ---------------------------------------------------------------
 
 def test_a_mask_built_again_in_every_layer_is_built_once(capsys):
