@@ -293,13 +293,33 @@ def op_site(stop):
 _COPIES = (torch.ops.aten.clone.default, torch.ops.aten.alias.default, torch.ops.aten.detach.default)
 
 
-def on_path(func, out):
-    """Whether op func, which answered out, counts in the sequence of op
-    sites (op_site): one that makes a tensor, but a copy (_COPIES); an op
-    that answers a device or a size runs only where the sizes are
-    symbolic."""
+def _same_int(a, b):
+    """a == b for ints and SymInts, decided without a guard (SymInts: the
+    same expression)."""
+    if isinstance(a, torch.SymInt) or isinstance(b, torch.SymInt):
+        return isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt) and a.node.expr == b.node.expr
+    return a == b
+
+
+def _whole_view(args, out):
+    """Whether out is a view of args[0] that is all of it as it is (x[:, :n]
+    of n columns): eager's indexing makes no op for it where its sizes are
+    ints, a symbolic trace's does."""
+    x = args[0] if args else None
+    if not (isinstance(out, torch.Tensor) and isinstance(x, torch.Tensor)) or out.dim() != x.dim():
+        return False
+    return all(_same_int(a, b) for a, b in zip((*out.shape, *out.stride(), out.storage_offset()),
+                                               (*x.shape, *x.stride(), x.storage_offset())))
+
+
+def on_path(func, args, out):
+    """Whether op func, called with args, which answered out, counts in the
+    sequence of op sites (op_site): one that makes a tensor, but a copy
+    (_COPIES) or a view of all of its input; an op that answers a device
+    or a size runs only where the sizes are symbolic."""
     return func not in _COPIES and (isinstance(out, torch.Tensor) or (
-        isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) for o in out)))
+        isinstance(out, (tuple, list)) and any(isinstance(o, torch.Tensor) for o in out))) and \
+        not (func.is_view and _whole_view(args, out))
 
 
 def path_of(sites):
@@ -332,7 +352,7 @@ class _Scalars(TorchDispatchMode):
             self.sources.append(args[0])
             return self.values[len(self.sources) - 1]
         out = func(*args, **(kwargs or {}))
-        if on_path(func, out):
+        if on_path(func, args, out):
             self.sites.append(op_site(self.stop))
         return out
 
@@ -912,7 +932,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         reads = _Scalars(scalars, trace.fn.__code__)
         with shadows, reads:
             result = frame_call(trace.fn, pytree.tree_unflatten(values, treespec))
-        _same_path(trace, reads.sites)
+        run_sites[:] = reads.sites
         if reads.sources and len(reads.sources) != len(scalars):
             # a library took another path for fake tensors, and it still read some: which ones is unknown
             raise Static("the symbolic trace read fewer values out of tensors than the real one")
@@ -991,6 +1011,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         return tuple(leaves_out) + tuple(reads.sources) + tuple(sizes)
 
     checks = []  # (graph output, the value read there): none when the code read none of fake tensors
+    run_sites = []  # the op sites of the symbolic run (_same_path, checked once the sizes Python pinned are)
     shadows = _Shadows()
     numbers = []  # (result leaf, path, graph output) of the sizes its objects hold
     new_sets = list(sets.sets)  # with the sizes the code set on argument objects as graph outputs
@@ -1068,6 +1089,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             words = g.expr.xreplace({sym: sympy.Symbol(names[sym]) for sym in g.expr.free_symbols & set(names)})
             raise Static(f"the code needs {words} of the float {names[next(iter(g.expr.free_symbols & floats))]}, "
                          "which no guard program checks (a guard program is integer arithmetic)")
+    _same_path(trace, run_sites)
     guards = size_guards(env, sources, names)
     return Symbolic(fgm, slots, examples, checks, writebacks, guards,
                     {slot: sorted(ds, key=lambda d: -1 if d is None else d) for slot, ds in dims.items()}, numbers,

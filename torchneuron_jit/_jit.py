@@ -317,7 +317,7 @@ class _Recorder(TorchDispatchMode):
             # traced call returns that tensor itself, and the caller may write it too)
             args = (args[0].clone(),)
         self.ops.append((func, args, kwargs, out))
-        if _dynamic.on_path(func, out):
+        if _dynamic.on_path(func, args, out):
             self.sites.append(_dynamic.op_site(self.stop))
         return out
 
