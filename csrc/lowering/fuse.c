@@ -1087,18 +1087,25 @@ static int has_real_input(fuse_state *s, int32_t k)
 ** gather's index or table must be a real operand, so no gather qualifies. */
 static int factory_fits_readers(const tn_graph *g, uint32_t i)
 {
-  int32_t v = tn_graph_node(g, (int32_t)i)->no_out[0];
+  const tn_node *f = tn_graph_node(g, (int32_t)i);
+  if (f->no_nout == 0)
+    return 0;
+  int32_t v = f->no_out[0];
   for (uint32_t j = i + 1; j < tn_graph_num_nodes(g); j++) {
     const tn_node *n = tn_graph_node(g, (int32_t)j);
+    /* a reader with no tensor output (or an operand that is no value) covers nothing */
+    const tn_value *out = n->no_nout > 0 ? tn_graph_value(g, n->no_out[0]) : NULL;
     int reads = 0, covered = 0;
     for (uint32_t a = 0; a < n->no_nargs; a++) {
       const tn_arg *arg = &n->no_args[a];
       if (arg->ar_tag != TN_ARG_TENSOR)
         continue;
-      if (arg->u.ar_ref == v)
+      if (arg->u.ar_ref == v) {
         reads = 1;
-      else
-        covered |= same_space(&tn_graph_value(g, arg->u.ar_ref)->va_meta, &tn_graph_value(g, n->no_out[0])->va_meta);
+      } else if (out != NULL) {
+        const tn_value *in = tn_graph_value(g, arg->u.ar_ref);
+        covered |= in != NULL && same_space(&in->va_meta, &out->va_meta);
+      }
     }
     if (reads && (!covered || fuse_rule_of(n->no_op).fr_kind == FK_GATHER))
       return 0;

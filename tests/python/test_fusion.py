@@ -742,3 +742,22 @@ def test_pow_of_a_special_cased_exponent_is_eagers_to_the_bit(exponent, dtype):
         torch.testing.assert_close(got, f(x), equal_nan=True, rtol=0, atol=0)
     real = ~got.isnan()  # (a NaN's sign is not a value's)
     assert torch.equal(torch.signbit(got[real]), torch.signbit(f(x)[real]))
+
+
+@pytest.mark.parametrize("door", ["jit", "neuron"])
+def test_a_factory_read_by_a_node_of_no_tensor_output_fuses_without_a_crash(door):
+    """F.one_hot(torch.where(m != 0, 1, 0), 3) at a second size (transformers'
+    LongT5: its global aggregates): the fusion pass asked a reader of the
+    where's constant for the space of an output it does not have, and the
+    process died of a segfault while its dynamic variant was built (a
+    helper's sweep)."""
+    from torchneuron_jit import config
+
+    def f(m):
+        return torch.nn.functional.one_hot(torch.where(m != 0, 1, 0), 3)
+
+    g = torchneuron_jit.jit(f) if door == "jit" else torch.compile(f, backend="neuron", dynamic=True)
+    with torch.no_grad(), config.patch(compile_blocking=True):
+        for b, s in [(1, 8), (1, 9), (2, 13), (3, 21)]:
+            m = torch.ones(b, s)
+            torch.testing.assert_close(g(m), f(m))
