@@ -54,6 +54,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
+from ._records import library_code
 from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, TRUNCMUL,
                     dense_strides, load, same_strides, same_value, state_in_dict)
 
@@ -273,7 +274,6 @@ def op_site(stop):
     stop (the traced function's), or None where only library code (torch,
     an installed distribution, the standard library, ours) lies between.
     Called from a dispatch mode's __torch_dispatch__."""
-    from ._records import library_code
     frame = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
