@@ -38,6 +38,7 @@ static _Thread_local int yield_mkl_was;   /* its MKL thread-local count before (
 static void (*_Atomic yield_omp_set)(int);        /* tn_yield_lend_with's: NULL, nothing is lent */
 static int (*_Atomic yield_omp_get)(void);
 static int (*_Atomic yield_mkl_local)(int);       /* mkl_set_num_threads_local: returns the one before */
+static atomic_int yield_forked;                   /* set in a forked child: MKL runs serially there */
 
 static void yield_cond_init(void)
 {
@@ -56,6 +57,7 @@ static void yield_atfork_child(void)
   atomic_store(&yield_calls, 0);
   atomic_store(&yield_waiters, 0);
   atomic_store(&yield_lent, 0);
+  atomic_store(&yield_forked, 1);
   yield_mine = 0;
   yield_lending = 0;
   pthread_mutex_init(&yield_mu, NULL);
@@ -70,6 +72,7 @@ static void yield_init(void)
 
 void tn_yield_lend_with(void (*omp_set)(int), int (*omp_get)(void), int (*mkl_local)(int))
 {
+  pthread_once(&yield_once, yield_init); /* before any fork: its child handler (tn_yield_mkl_serial_in_child) */
   yield_omp_get = omp_get;
   yield_mkl_local = mkl_local;
   yield_omp_set = omp_get ? omp_set : NULL;
@@ -88,6 +91,15 @@ int tn_yield_omp_threads(int n)
   if (mkl)
     (void)mkl(n);
   return before;
+}
+
+void tn_yield_mkl_serial_in_child(void)
+{
+  if (!atomic_load_explicit(&yield_forked, memory_order_relaxed))
+    return;
+  int (*mkl)(int) = yield_mkl_local;
+  if (mkl)
+    (void)mkl(1);
 }
 
 /* The outermost call on this thread begins: while a build's child is

@@ -119,4 +119,14 @@ int tn_yield_lending(void);
 ** forever. */
 int tn_yield_omp_threads(int n);
 
+/* In a forked child of this process (once tn_yield_lend_with registered
+** MKL), sets this thread's MKL count to 1, and leaves it there; elsewhere
+** does nothing (a load). Our kernels call it before they run: the MKL
+** functions they call for eager's bits (vmsTanh ...) and its sgemm open
+** an OpenMP parallel region of MKL's count for 200 values or more, and in
+** a child forked after the parent ran one, that region waits forever for
+** the parent's threads. (torch.set_num_threads(2) sets MKL's count above
+** its default, the physical cores: 1 on a 2-vCPU machine.) */
+void tn_yield_mkl_serial_in_child(void);
+
 #endif

@@ -17,6 +17,7 @@
 #include "../graph/graph.h"
 #include "../lowering/fuse.h"
 #include "../tn_stats.h"
+#include "../tn_yield.h"
 #include "kernel_internal.h"
 
 #include "../tn_config.h"
@@ -861,6 +862,7 @@ static PyObject *Kernel_call(PyObject *o, PyObject *args, PyObject *kwds)
     return PyErr_Format(PyExc_TypeError, "a kernel takes no keyword arguments");
   if (PyTuple_GET_SIZE(args) != nargs)
     return PyErr_Format(PyExc_TypeError, "kernel takes %zd tensors, got %zd", nargs, PyTuple_GET_SIZE(args));
+  tn_yield_mkl_serial_in_child(); /* MKL's functions our kernels call, serial in a forked child */
   return k->ke_gemm ? tn_py_gemm_run(k, args) : kernel_run(k, args);
 }
 

@@ -5,6 +5,8 @@
 
 #include <pthread.h>
 
+#include "../tn_yield.h"
+
 #define POOL_MAX 64
 
 static pthread_mutex_t pool_run_mu = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
@@ -46,6 +48,7 @@ static void pool_register_atfork(void)
 static void *pool_worker(void *arg)
 {
   int me = (int)(long)arg; /* worker i runs part i + 1 */
+  tn_yield_mkl_serial_in_child(); /* started in a forked child: MKL's functions its parts call, serially */
   pthread_mutex_lock(&pool_mu);
   unsigned long seen = pool_born[me];
   for (;;) {

@@ -7,6 +7,7 @@ variables of the calling environment are removed, and every tunable is put
 back afterwards. Nothing here (or in any test) touches ~/.cache.
 """
 import collections
+import faulthandler
 import json
 import os
 import re
@@ -274,11 +275,13 @@ def in_child():
     """in_child(body, timeout=60): forks; the child runs body() and exits 0
     if it returns true, 1 if it returns false or raises (it never returns
     into pytest). The test fails if the child fails, or is still running
-    after timeout seconds (then it is killed)."""
+    after timeout seconds (then it is killed; its threads' Python stacks
+    are printed first)."""
     def run(body, timeout=60):
         pid = os.fork()
         if pid == 0:
             ok = False
+            faulthandler.dump_traceback_later(max(1, timeout - 2))  # where it hangs, in the captured stderr
             try:
                 ok = bool(body())
             except BaseException:

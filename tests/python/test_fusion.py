@@ -298,19 +298,32 @@ def test_dynamic_inner_dims_still_fuse(capsys):
 
 def test_large_launches_share_torch_threads_and_survive_fork(in_child):
     """Parts of a large launch run on PyTorch's OpenMP threads; a forked
-    child (which has none of the parent's threads) still runs them."""
+    child (which has none of the parent's threads) still runs them, and
+    the MKL functions they call for eager's bits (vmsTanh ...) run serially
+    there: with MKL's count above 1 (torch.set_num_threads(2) sets it;
+    left at its default it follows the physical cores, 1 on a 2-vCPU
+    machine) they opened a parallel region of 200 values or more, which
+    waited forever for the parent's OpenMP threads."""
     import numpy
 
     from torchneuron_jit import backend
     f = CHAINS["transcendental"]
     c = torch.compile(f, backend="neuron")
-    x, y = torch.randn(512, 512), torch.randn(512, 512)  # 16 parts' worth
-    torch.testing.assert_close(c(x, y), f(x, y))
-    assert backend._share_torch_threads()
-    x2 = x * 2
-    want = f(x2, y).numpy()
-    # no eager op on large tensors in the child: they hang in a child forked after running in parallel
-    in_child(lambda: numpy.allclose(c(x2, y).numpy(), want, rtol=1.3e-6, atol=1e-5))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(2, threads))
+    try:
+        x, y = torch.randn(512, 512), torch.randn(512, 512)  # 16 parts' worth
+        torch.testing.assert_close(c(x, y), f(x, y))
+        assert backend._share_torch_threads()
+        small = x[:3, :100].clone(), y[:3, :100].clone()  # one launch on the calling thread, in no parts
+        torch.testing.assert_close(c(*small), f(*small))
+        x2, small2 = x * 2, (small[0] * 2, small[1])
+        want, want_small = f(x2, y).numpy(), f(*small2).numpy()
+        # no eager op in the child: those of 200 values or more hang in a child forked after running in parallel
+        in_child(lambda: numpy.allclose(c(x2, y).numpy(), want, rtol=1.3e-6, atol=1e-5)
+                 and numpy.allclose(c(*small2).numpy(), want_small, rtol=1.3e-6, atol=1e-5))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_threads_calling_one_compiled_function(in_threads):
