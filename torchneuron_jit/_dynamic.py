@@ -54,7 +54,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import config
-from ._records import library_code
+from ._records import library_code, versioned_code
 from ._spec import (ADD, AND, CONST, DIM, EQ, FLOORDIV, INT, LE, LT, MAX, MIN, MOD, MUL, NE, NOT, OR, TRUNCMUL,
                     dense_strides, load, same_strides, same_value, state_in_dict)
 
@@ -675,7 +675,7 @@ def native_batch_norm(x, weight, bias, running_mean, running_var, training, mome
 
 # -- convolution's backend over symbolic sizes ------------------------------------
 
-_conv_trace = threading.local()  # .env: the ShapeEnv of this thread's symbolic trace, while it runs
+_tracing = threading.local()  # .env: the ShapeEnv of this thread's symbolic trace, while it runs
 # CPU backends a convolution of unchanged layout may take at another size (ATen's use_mkldnn and use_nnpack
 # weigh the batch and the input's numel against thresholds), by the rank of its weight (a 1-d convolution
 # runs as a 2-d one)
@@ -694,7 +694,7 @@ def _select_conv_backend(select):
     wav2vec2's feature encoder made a variant per band of audio lengths.
     Outside one, or where the formats differ, select itself."""
     def chosen(input, weight, *args, **kwargs):
-        env = getattr(_conv_trace, "env", None)
+        env = getattr(_tracing, "env", None)
         if env is None or kwargs.get("transposed") or weight.dim() not in _CONV_CPU_BACKENDS or \
                 input.device.type != "cpu":
             return select(input, weight, *args, **kwargs)
@@ -717,21 +717,44 @@ def _select_conv_backend(select):
     return chosen
 
 
+def _pinning_repr(write):
+    """SymInt's, SymFloat's or SymBool's __repr__ (write) for a symbolic
+    trace: a number of this thread's trace written as text (str(n),
+    f"{n}", repr(n)) by code other than torch's, ours or the standard
+    library's gives its value's text, and pins it (int(n): a guard on its
+    value, so the size stays static: Pinned). Written as is, it was its
+    symbol's name: len(str(n)) of 5000 answered 2 in the variant that
+    served every n. torch's own writes (graph printing, logs) stay."""
+    def text(self):
+        env = getattr(_tracing, "env", None)
+        if env is None or getattr(self.node, "shape_env", None) is not env or \
+                versioned_code(sys._getframe(1).f_code.co_filename):
+            return write(self)
+        value = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(self)](self)
+        return repr(value)
+    text._tn_pinning = True
+    return text
+
+
 @contextlib.contextmanager
-def conv_backends_unguarded(env):
-    """While it is open, convolutions this thread traces over env's symbols
-    choose their backend without guards on thresholds (_select_conv_backend).
-    The wrapper goes into torch._C once and passes every other thread's and
-    every other trace's calls through."""
+def symbolic_scope(env):
+    """While it is open, this thread's symbolic trace over env's symbols:
+    its convolutions choose their backend without guards on thresholds
+    (_select_conv_backend), and code that writes one of its numbers as
+    text pins it (_pinning_repr). The wrappers go into torch once and pass
+    every other thread's and every other trace's calls through."""
     select = getattr(torch._C, "_select_conv_backend", None)
     if select is not None and not getattr(select, "_tn_unguarded", False) and \
             hasattr(torch._C, "_conv_determine_backend_memory_format") and hasattr(torch._C, "_ConvBackend"):
         torch._C._select_conv_backend = _select_conv_backend(select)
-    outer, _conv_trace.env = getattr(_conv_trace, "env", None), env
+    for cls in (torch.SymInt, torch.SymFloat, torch.SymBool):
+        if not getattr(cls.__repr__, "_tn_pinning", False):
+            cls.__repr__ = _pinning_repr(cls.__repr__)
+    outer, _tracing.env = getattr(_tracing, "env", None), env
     try:
         yield
     finally:
-        _conv_trace.env = outer
+        _tracing.env = outer
 
 
 def _attribute_dicts(trace):
@@ -1020,7 +1043,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     try:
         # the Python dispatcher, as make_fx's own symbolic tracing enables it: composite ops' Python kernels take
         # SymInts where their C++ ones want ints (F.interpolate to a size of the input's: every size traced)
-        with mode, conv_backends_unguarded(env), enable_python_dispatcher(), composites_whole, vf_whole:
+        with mode, symbolic_scope(env), enable_python_dispatcher(), composites_whole, vf_whole:
             gm = run_untraced(make_fx(run, decomposition_table={**(decompositions or {}), **_SYMBOLIC}), *fakes)
     except Static:
         raise
@@ -1081,7 +1104,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         if fixed is not None and not fixed.free_symbols and \
                 any(isinstance(g.expr, sympy.Eq) and sym in g.expr.args and not g.expr.free_symbols - {sym}
                     for g in env.guards):
-            words = (f"{names[sym]} is used where Python needs its value (a range(), an index, a branch on it), "
+            words = (f"{names[sym]} is used where Python needs its value (a range(), an index, a branch on it, its text), "
                      "which makes every value a variant of its own")
             raise Static(words) if d is None else Pinned(words, slot, d)
     for g in env.guards:

@@ -173,7 +173,7 @@ _VERSIONED = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__
 _code_hashes = weakref.WeakKeyDictionary()
 
 
-def _versioned(filename):
+def versioned_code(filename):
     """Code of torch, of this package or of the standard library."""
     return filename.startswith(_VERSIONED) or stdlib_file(filename)
 
@@ -194,14 +194,14 @@ def library_code(filename):
     snapshot library classes (tools patch nn.Module for a while), but for
     the primitives among distribution_code's globals and class attributes;
     records identify library code by version, not by hash."""
-    return _versioned(filename) or _installed_file(filename)
+    return versioned_code(filename) or _installed_file(filename)
 
 
 def distribution_code(filename):
     """Whether code of this file is an installed distribution's other than
     torch's: a team's own package installed with pip as much as
     transformers (library_code, but not versioned with torch)."""
-    return _installed_file(filename) and not _versioned(filename)
+    return _installed_file(filename) and not versioned_code(filename)
 
 
 def code_hash(code):
@@ -517,7 +517,7 @@ class _Describer:
             return ["jit", self.value(v._tn_jit.fn)]  # the forward jit(module) installs
         if isinstance(v, types.FunctionType):
             ref = _name_ref(v)
-            if _versioned(v.__code__.co_filename):
+            if versioned_code(v.__code__.co_filename):
                 return ["obj", ref]
             return ["fn", ref, function_hash(v)]
         if isinstance(v, types.MethodType):  # a jitted module's forward, among others
@@ -1274,7 +1274,7 @@ def variant(trace, pspec, fgm, slots, checks, writebacks, out_plan, sets, object
     Unportable)."""
     codes = []
     for code, globs in trace.codes:
-        if not _versioned(code.co_filename) and not namedtuple_code(code, globs):
+        if not versioned_code(code.co_filename) and not namedtuple_code(code, globs):
             ref = _installed(globs) or code_ref(code, globs)
             if ref not in codes:
                 codes.append(ref)

@@ -750,6 +750,30 @@ def test_an_int_used_as_a_python_value_stays_static_with_the_reason():
     assert "n is used where Python needs its value" in _manager.site(jf).static[("n", None)]
 
 
+def _digits(x, n):
+    return x * len(str(n)) + len(f"{x.size(1)}")
+
+
+def _float_text(x, t):
+    return x * len(repr(t))
+
+
+@pytest.mark.parametrize("fn, values", [(_digits, [(8, 2), (9, 30), (12, 400), (100, 5000), (1000, 7)]),
+                                        (_float_text, [0.5, 0.75, 0.125, 0.0625])], ids=["int and size", "float"])
+def test_a_number_written_as_text_answers_with_its_own_text(fn, values):
+    """str(n), f"{n}" and repr(t) of a dynamic int, size or float give the
+    text of its value: the symbolic trace pins it (a size stays static, as
+    for range(n)). They gave the symbol's name (len("s0") == 2), and the
+    variant that served every value answered with it."""
+    f = torchneuron_jit.jit(fn, cache_limit=16)
+    for v in values:
+        x, arg = (torch.randn(3, v[0]), v[1]) if fn is _digits else (torch.randn(3, 4), v)
+        torch.testing.assert_close(f(x, arg), fn(x, arg))
+    if fn is _digits:
+        from torchneuron_jit import _manager
+        assert "its text" in str(_manager.site(f).static), _manager.site(f).static
+
+
 def test_an_int_at_a_boundary_of_the_codes_branches_stays_dynamic():
     """Branches whose bounds meet at one value (a sliding window's cache of
     exactly w - 1 tokens: n >= 5 and n < 6) fix the int for that region
@@ -1808,7 +1832,10 @@ def test_gaps_a_paused_build_sleeps_through_count_as_calls(monkeypatch):
             while time.perf_counter() < until:
                 pass
             got.append(jf(x, w))
-        assert _jit.wait(60) and here == [], events  # built by a child
+        assert _jit.wait(60)
+    # built by a child (here: the processes that ran compile_inference; the parent may compile the child's record
+    # itself where its plan does not load, as a fresh clone's run of the whole suite once did)
+    assert any("(built by a child process)" in e for e in events), (here, os.getpid(), events)
     for g in got[::50]:
         torch.testing.assert_close(g, want)
     assert all(runner is not None for _, runner in jf.entries())
