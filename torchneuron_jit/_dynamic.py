@@ -288,6 +288,27 @@ def op_site(stop):
     return None
 
 
+_READ_CODE = weakref.WeakKeyDictionary()  # code object -> whether it is outside torch, ours and the standard library
+
+
+def read_site():
+    """Where the value being read out of a tensor (item(), int(t)) was
+    read: (code, instruction) of the innermost frame outside torch, this
+    package and the standard library (a library's own line counts), or
+    None. Called from a dispatch mode's __torch_dispatch__: a symbolic
+    trace matches its reads to the real trace's by it (_Scalars)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        outside = _READ_CODE.get(code)
+        if outside is None:
+            outside = _READ_CODE[code] = not versioned_code(code.co_filename)
+        if outside:
+            return code, frame.f_lasti
+        frame = frame.f_back
+    return None
+
+
 # ops that make a tensor of another's values as they are: torch's Python decompositions, which a symbolic trace runs
 # (the Python dispatcher), make them where eager's C++ made none (F.dropout(training=False): input.clone())
 _COPIES = (torch.ops.aten.clone.default, torch.ops.aten.alias.default, torch.ops.aten.detach.default)
@@ -329,29 +350,100 @@ def path_of(sites):
     return [site for k, site in enumerate(sites) if k == 0 or sites[k - 1] != site]
 
 
+def _trunc_div(a, b):
+    """a / b rounded toward zero, for ints and SymInts (// rounds down)."""
+    return a // b if (a >= 0) == (b > 0) else -((-a) // b)
+
+
+# ops of numbers alone that code computes sizes with through tensors (LED's torch.div(seq_len, w,
+# rounding_mode="trunc") - 1): what each makes of its operands (ints or SymInts; alpha for add and sub)
+_SIZE_ARITHMETIC = {
+    torch.ops.aten.div.Tensor_mode: lambda a, b, rounding_mode=None: (
+        a // b if rounding_mode == "floor" else _trunc_div(a, b) if rounding_mode == "trunc" else None),
+    torch.ops.aten.floor_divide.default: lambda a, b: a // b,
+    torch.ops.aten.remainder.Tensor: lambda a, b: a % b,
+    torch.ops.aten.remainder.Scalar: lambda a, b: a % b,
+    torch.ops.aten.add.Tensor: lambda a, b, alpha=1: a + alpha * b,
+    torch.ops.aten.sub.Tensor: lambda a, b, alpha=1: a - alpha * b,
+    torch.ops.aten.mul.Tensor: lambda a, b: a * b,
+}
+
+
+def _size_number(func, args, kwargs, numbers):
+    """The int or SymInt a 0-dimensional tensor that op func makes of ints,
+    SymInts and such tensors (numbers: id -> (tensor, its number)) holds,
+    or None."""
+    rule = _SIZE_ARITHMETIC.get(func)
+    if rule is None:
+        return None
+    operands = []
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            a = numbers.get(id(a), (None, None))[1]
+        if isinstance(a, str) or (type(a) in (int, torch.SymInt)):
+            operands.append(a)
+        else:
+            return None
+    try:
+        value = rule(*operands[:len(args)], **dict(zip(kwargs, operands[len(args):])))
+    except (TypeError, ZeroDivisionError):
+        return None
+    return value if type(value) in (int, torch.SymInt) else None
+
+
 class _Scalars(TorchDispatchMode):
     """Answers each value the traced code reads out of a tensor (item(),
-    bool()) with the value the real trace read, in order, and keeps the
-    tensor it was read from: the graph returns those tensors, and the
-    variant's value checks compare them on every call, as a static
-    variant's do."""
+    bool()) with the value the real trace read at the same place
+    (read_site), and keeps the tensor it was read from: the graph returns
+    those tensors, and the variant's value checks compare them on every
+    call, as a static variant's do. A read of the real trace that this run
+    does not make is passed over: a library's check that it skips while
+    tracing (transformers' of a padding mask's values: LED's encoder was
+    kept static for it), whose value this graph does not depend on. A
+    tensor the code made of sizes and ints alone (torch.div(x.size(1), w,
+    rounding_mode="trunc")) is read as the SymInt it holds: the real
+    trace's value, answered, pinned the size (a view to it needed
+    Eq(s, 28)), and LED's attention kept every length static."""
 
-    def __init__(self, values, stop):
+    def __init__(self, values, sites, stop):
         super().__init__()
-        self.values, self.sources = list(values), []
+        self.values, self.read_sites, self.sources = list(values), list(sites), []
+        self.read = []  # (the real trace's read this run's matched, whether its source is checked)
+        self.numbers = {}  # id of a tensor of sizes alone -> (the tensor, the int or SymInt it holds)
         self.stop, self.sites = stop, []  # as the real trace's recorder notes them (op_site)
 
+    def checked(self):
+        """The real trace's values that sources hold, in their order."""
+        return [self.values[k] for k, source in self.read if source]
+
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if torch.is_inference_mode_enabled():
-            out = decomposed(self, func, args, kwargs or {})
+            out = decomposed(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
         if func is torch.ops.aten._local_scalar_dense.default:
-            if len(self.sources) >= len(self.values):
-                raise Static("the symbolic trace read more values out of tensors than the real one")
+            site = read_site()
+            k = self.read[-1][0] + 1 if self.read else 0
+            while k < len(self.values) and self.read_sites[k] != site:
+                k += 1
+            if k >= len(self.values):
+                raise Static("the symbolic trace read values out of tensors where the real one did not")
+            number = self.numbers.get(id(args[0]), (None, None))[1]
+            if number is not None:  # the real trace read the same number here, or the path differs
+                hint = number.node.hint if isinstance(number, torch.SymInt) else number
+                if hint != self.values[k]:
+                    raise Static("the symbolic trace read other values out of tensors than the real one")
+                self.read.append((k, False))
+                return number
+            self.read.append((k, True))
             self.sources.append(args[0])
-            return self.values[len(self.sources) - 1]
-        out = func(*args, **(kwargs or {}))
+            return self.values[k]
+        out = func(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.dim() == 0:
+            number = _size_number(func, args, kwargs, self.numbers)
+            if number is not None:
+                self.numbers[id(out)] = (out, number)
         if on_path(func, args, out):
             self.sites.append(op_site(self.stop))
         return out
@@ -720,15 +812,16 @@ def _select_conv_backend(select):
 def _pinning_repr(write):
     """SymInt's, SymFloat's or SymBool's __repr__ (write) for a symbolic
     trace: a number of this thread's trace written as text (str(n),
-    f"{n}", repr(n)) by code other than torch's, ours or the standard
-    library's gives its value's text, and pins it (int(n): a guard on its
-    value, so the size stays static: Pinned). Written as is, it was its
-    symbol's name: len(str(n)) of 5000 answered 2 in the variant that
-    served every n. torch's own writes (graph printing, logs) stay."""
+    f"{n}", repr(n)) by the user's code gives its value's text, and pins it
+    (int(n): a guard on its value, so the size stays static: Pinned).
+    Written as is, it was its symbol's name: len(str(n)) of 5000 answered 2
+    in the variant that served every n. Library code's writes stay as they
+    were (torch's graph printing; transformers' messages: LED's "Input ids
+    are automatically padded from {seq_len}" would pin every length)."""
     def text(self):
         env = getattr(_tracing, "env", None)
         if env is None or getattr(self.node, "shape_env", None) is not env or \
-                versioned_code(sys._getframe(1).f_code.co_filename):
+                library_code(sys._getframe(1).f_code.co_filename):
             return write(self)
         value = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(self)](self)
         return repr(value)
@@ -952,13 +1045,10 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         for k, steps, i in inner_at:
             _set_at(values[k], steps, tensors[i])
         objects = [copies[id(obj)] for obj in set_objects]
-        reads = _Scalars(scalars, trace.fn.__code__)
+        reads = _Scalars(scalars, trace.recorder.read_sites, trace.fn.__code__)
         with shadows, reads:
             result = frame_call(trace.fn, pytree.tree_unflatten(values, treespec))
         run_sites[:] = reads.sites
-        if reads.sources and len(reads.sources) != len(scalars):
-            # a library took another path for fake tensors, and it still read some: which ones is unknown
-            raise Static("the symbolic trace read fewer values out of tensors than the real one")
         # the result's tensors, then what the code set on argument objects, then the tensors values were read
         # from: as the real trace's graph returns them (its output plan is all "out", objects of them and the
         # argument objects themselves, its value checks index the rest)
@@ -1008,7 +1098,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                 raise Static(f"the symbolic trace set {attr} of an argument object to another kind of value")
         if len(leaves_out) != outputs:
             raise Static(f"the symbolic trace's result holds {len(leaves_out)} tensors, the real one's {outputs}")
-        checks.extend((len(leaves_out) + k, v) for k, v in enumerate(scalars[:len(reads.sources)]))
+        checks.extend((len(leaves_out) + k, v) for k, v in enumerate(reads.checked()))
         # sizes an object of the result holds (a sliding-window cache's length) and the code set on an argument
         # object: outputs after the value reads
         sizes = []

@@ -203,6 +203,7 @@ class _Recorder(TorchDispatchMode):
         # (code, instruction) of the user's line each op that made a tensor was called from (_dynamic.op_site):
         # a symbolic trace of the call must take the same path (_dynamic._same_path)
         self.sites, self.stop = [], None
+        self.read_sites = []  # where each value read out of a tensor was read (_dynamic.read_site), in order
         self.problem = None
         self.nested = None  # why: an op made a nested tensor (its variant runs eagerly for every size)
         self.raised = None  # the first op that raised (what the code then did, no graph holds)
@@ -317,6 +318,8 @@ class _Recorder(TorchDispatchMode):
             # traced call returns that tensor itself, and the caller may write it too)
             args = (args[0].clone(),)
         self.ops.append((func, args, kwargs, out))
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.read_sites.append(_dynamic.read_site())
         if _dynamic.on_path(func, args, out):
             self.sites.append(_dynamic.op_site(self.stop))
         return out

@@ -750,6 +750,69 @@ def test_an_int_used_as_a_python_value_stays_static_with_the_reason():
     assert "n is used where Python needs its value" in _manager.site(jf).static[("n", None)]
 
 
+def _chunked(x, window):
+    """Longformer's and LED's chunking: sizes computed through tensors."""
+    chunks = torch.div(x.size(1), window, rounding_mode="trunc") - 1
+    return x.view(x.size(0), chunks + 1, window).sum(-1) * torch.floor_divide(x.size(1), window)
+
+
+def test_sizes_computed_through_tensors_stay_symbolic():
+    """torch.div(n, w, rounding_mode="trunc") of a size makes a tensor that
+    a view reads back (item()): the symbolic trace reads it as the SymInt
+    it holds, so one variant serves every length. It was answered with the
+    traced call's value, which pinned the length (Eq(s, 28)): every length
+    a variant, and LED's encoder static in every size."""
+    f = torchneuron_jit.jit(_chunked)
+    before = traces()
+    for n in [8, 12, 16, 20, 24, 28, 40]:
+        x = torch.randn(2, n)
+        torch.testing.assert_close(f(x, 4), _chunked(x, 4))
+    assert traces() - before == 2, torchneuron_jit.explain(f)
+
+
+_SHORTCUT_LIBRARY = """
+import torch
+
+
+def masked(x, mask):
+    # as transformers' masking: the shortcut of a mask of all ones only outside tracing
+    if isinstance(x.size(1), int) and bool(mask.all()):
+        return x
+    return x.masked_fill(mask == 0, 0.0)
+"""
+
+
+def test_a_librarys_read_that_its_symbolic_trace_skips_leaves_the_sizes_dynamic(tmp_path, monkeypatch):
+    """An installed library that reads a mask's values only outside tracing
+    (transformers' shortcut for a mask of all ones) makes a read the
+    symbolic trace does not: the reads are matched by where they were
+    made, that one is passed over (the symbolic graph takes every mask),
+    and one variant serves every length. The count of reads differed, and
+    LED's encoder stayed static in every size."""
+    site = tmp_path / "lib" / "python3.11" / "site-packages" / "maskshortcut"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(_SHORTCUT_LIBRARY)
+    monkeypatch.syspath_prepend(str(site.parent))
+    monkeypatch.delitem(sys.modules, "maskshortcut", raising=False)
+    import maskshortcut
+
+    def f(x, mask):
+        if bool((x > 100).any()):  # a read of the user's own: its value checked in every variant
+            x = x.clamp(max=100)
+        return maskshortcut.masked(x * 2, mask) + 1
+
+    jf = torchneuron_jit.jit(f)
+    before = traces()
+    for n in [5, 6, 7, 9, 12, 10]:
+        x, mask = torch.randn(2, n), torch.ones(2, n, dtype=torch.long)
+        if n == 10:
+            mask[0, -3:] = 0  # the path the symbolic graph took
+        torch.testing.assert_close(jf(x, mask), f(x, mask))
+    x = torch.full((2, 8), 200.0)  # the user's read: another value, another variant
+    torch.testing.assert_close(jf(x, torch.ones(2, 8, dtype=torch.long)), f(x, torch.ones(2, 8, dtype=torch.long)))
+    assert traces() - before == 3, torchneuron_jit.explain(jf)
+
+
 def _digits(x, n):
     return x * len(str(n)) + len(f"{x.size(1)}")
 
