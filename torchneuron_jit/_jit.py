@@ -155,6 +155,10 @@ _VALUE_SHAPED = (torch.ops.aten._pack_padded_sequence.default,)
 # torch's functions that read a tensor argument's values in C++, with no ATen op to record (by name): tensor_split
 # of a tensor of indices cuts with plain slices, _pad_packed_sequence fills the lengths it returns in place
 _VALUE_READING_CALLS = frozenset(("tensor_split", "_pad_packed_sequence"))
+# a tensor's methods that answer what no guard of its checks (its sizes, strides, dtype, device and requires_grad
+# are): called by the user's code, a compiled call would answer the traced call's (_outside_source)
+_UNGUARDED_READS = frozenset(("data_ptr", "storage_offset", "is_inference", "untyped_storage", "_is_view",
+                              "is_shared", "is_pinned"))
 
 
 # The Python methods of torch.Tensor that read its values without an ATen op, by code
@@ -1847,8 +1851,9 @@ def _outside_source(fn):
     owner = getattr(fn, "__self__", None)
     if fn is id:  # PACKED[id(w)]: another object of the same sizes takes another entry
         return "id()"
-    if getattr(fn, "__name__", None) == "data_ptr" and isinstance(owner, (torch.Tensor, torch.UntypedStorage)):
-        return f"{type(owner).__name__}.data_ptr()"
+    if isinstance(owner, (torch.Tensor, torch.UntypedStorage)) and getattr(fn, "__name__", None) in _UNGUARDED_READS:
+        # x.storage_offset() of a slice at another offset answered the traced call's
+        return f"{type(owner).__name__}.{fn.__name__}()"
     if not mod and owner is not None:
         mod = owner.__module__ if isinstance(owner, type) else type(owner).__module__
     if not isinstance(mod, str) or not (mod in _OUTSIDE_MODULES or mod.startswith("numpy.random")):

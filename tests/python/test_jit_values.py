@@ -76,6 +76,34 @@ def test_numpy_of_a_tensor_runs_eagerly_with_one_warning():
     assert len(words) == 1 and "reads a tensor's memory through numpy()" in words[0], words
 
 
+def _offset_scale(x):
+    return x * x.storage_offset()
+
+
+def _inference_scale(x):
+    return x * (2 if x.is_inference() else 3)
+
+
+def _inference_tensor(i):
+    with torch.inference_mode():
+        return torch.ones(4) * i
+
+
+@pytest.mark.parametrize("f, inputs, words", [
+    (_offset_scale, lambda i: torch.arange(10.0)[i:i + 4], "storage_offset()"),  # one layout, four offsets
+    (_inference_scale, lambda i: _inference_tensor(i) if i % 2 else torch.ones(4) * i, "is_inference()"),
+], ids=["storage_offset", "is_inference"])
+def test_what_no_guard_checks_read_off_a_tensor_runs_eagerly_with_one_warning(f, inputs, words):
+    """x.storage_offset() and x.is_inference() answer what no guard of the
+    argument checks (its sizes, strides, dtype, device and requires_grad
+    are): a slice at another offset got the traced call's answer. The
+    code runs eagerly, with one warning naming the read and its line
+    (as for x.data_ptr(): test_jit_state)."""
+    with torch.no_grad():
+        caught = _calls(f, [(inputs(i),) for i in range(4)])
+    assert len(caught) == 1 and f"it calls Tensor.{words} at {__file__}:" in caught[0], caught
+
+
 def test_a_tensor_literal_is_a_new_tensor_on_every_call():
     def f(x):
         t = torch.tensor([1.0, 2.0, 3.0])
