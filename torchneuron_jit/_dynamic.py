@@ -268,24 +268,39 @@ def decomposed(mode, func, args, kwargs):
 _USER_CODE = weakref.WeakKeyDictionary()  # code object -> whether it is the user's (not library_code)
 
 
+def _frame_site(memo, wanted, stop):
+    """(code, instruction) of the innermost frame, from the one that called
+    into the dispatch mode outwards, whose file wanted(filename) takes
+    (memo: code -> its answer), up to the frame of code stop; else None."""
+    frame = sys._getframe(3)  # op_site's or read_site's caller is a __torch_dispatch__
+    while frame is not None:
+        code = frame.f_code
+        hit = memo.get(code)
+        if hit is None:
+            hit = memo[code] = wanted(code.co_filename)
+        if hit:
+            return code, frame.f_lasti
+        if code is stop:
+            return None
+        frame = frame.f_back
+    return None
+
+
+def _user_file(filename):
+    return not library_code(filename)
+
+
+def _unversioned_file(filename):
+    return not versioned_code(filename)
+
+
 def op_site(stop):
     """Where the op being dispatched was called from: (code, instruction)
     of the innermost frame of the user's code, up to the frame of code
     stop (the traced function's), or None where only library code (torch,
     an installed distribution, the standard library, ours) lies between.
     Called from a dispatch mode's __torch_dispatch__."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        user = _USER_CODE.get(code)
-        if user is None:
-            user = _USER_CODE[code] = not library_code(code.co_filename)
-        if user:
-            return code, frame.f_lasti
-        if code is stop:
-            return None
-        frame = frame.f_back
-    return None
+    return _frame_site(_USER_CODE, _user_file, stop)
 
 
 _READ_CODE = weakref.WeakKeyDictionary()  # code object -> whether it is outside torch, ours and the standard library
@@ -297,16 +312,7 @@ def read_site():
     package and the standard library (a library's own line counts), or
     None. Called from a dispatch mode's __torch_dispatch__: a symbolic
     trace matches its reads to the real trace's by it (_Scalars)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        outside = _READ_CODE.get(code)
-        if outside is None:
-            outside = _READ_CODE[code] = not versioned_code(code.co_filename)
-        if outside:
-            return code, frame.f_lasti
-        frame = frame.f_back
-    return None
+    return _frame_site(_READ_CODE, _unversioned_file, None)
 
 
 # ops that make a tensor of another's values as they are: torch's Python decompositions, which a symbolic trace runs
