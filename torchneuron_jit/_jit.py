@@ -1054,7 +1054,8 @@ class _Trace:
                                    depth + 1, lenient, key)
             return
         if isinstance(value, dict) and (t in _DICTS or state_in_dict(t, _DICTS)):
-            # a subclass of the user's: its items, and its attributes where it has any
+            # a subclass of the user's: its items, its class, and its attributes where it may have any (none yet
+            # too: SD.mult = 3.0 that its __getitem__ reads answered with its class's mult)
             spec.add(("type", slot, t), words)
             keys = tuple(dict.keys(value))  # as stored: a subclass's __iter__ or __getitem__ may differ
             spec.add(("dict", slot, keys, tuple(dict.__getitem__(value, k) for k in keys), True), words + "[...]")
@@ -1063,7 +1064,7 @@ class _Trace:
                 if _content_guarded(item):
                     self.guard_content(spec.add(("key", slot, k), f"{words}[{k!r}]"), item, f"{words}[{k!r}]",
                                        depth + 1, lenient, k)
-            if t not in _DICTS and getattr(value, "__dict__", None):
+            if t not in _DICTS and getattr(value, "__dict__", None) is not None:
                 self.guard_attributes(slot, value, words, depth, lenient)
         elif t is list:
             spec.add(("type", slot, list), words)

@@ -222,6 +222,37 @@ def test_state_a_global_keeps_outside_its_dict_is_guarded_or_runs_eagerly(make, 
           "as an argument)"] if eager else []), messages
 
 
+class _ScaledItems(dict):
+    mult = 1.0
+
+    def __getitem__(self, key):
+        return super().__getitem__(key) * self.mult
+
+
+SCALED = _ScaledItems(a=2.0)
+
+
+def _scaled_item(x):
+    return x * SCALED["a"]
+
+
+@pytest.mark.parametrize("where", ["instance", "class"])
+def test_a_dict_subclass_whose_methods_read_its_attributes_is_guarded_by_them(where):
+    """A dict subclass of the user's whose __getitem__ reads self.mult:
+    with no attribute of its own at the trace, only its items (and its
+    class) were guarded, and mult set on it changed eager's answer and
+    not the compiled one."""
+    def set_state(i):
+        target = SCALED if where == "instance" else _ScaledItems
+        target.mult = 1.0 + i
+
+    try:
+        assert _same_as_eager(_scaled_item, set_state, lambda: None) == []
+    finally:
+        vars(SCALED).pop("mult", None)
+        _ScaledItems.mult = 1.0
+
+
 class _ClassHeld:
     weights = [1.0]
     opts = {"scale": 1.0}
