@@ -1445,12 +1445,15 @@ class _Trace:
         environment at import, or a constant edited and reinstalled under
         the same version, changed the answer with no retrace, warm starts
         too; transformers' apply_rotary_pos_emb patched in a notebook cell
-        kept the old function's answer. Its other globals are its own
-        objects."""
+        kept the old function's answer. A dict or list of such values
+        (SETTINGS = {"scale": 2.0}) is guarded by its contents as well, as
+        the user's are: SETTINGS["scale"] = 5.0 kept the traced answer. Its
+        other globals are its own objects."""
         names = guarded.setdefault(id(globs), (globs, {}, "globals"))[1]
         for name in _global_loads(code):
             if name in globs and (id(globs), name) not in seen and (
-                    type(globs[name]) in PRIMITIVES or _function_or_class(globs[name])):
+                    type(globs[name]) in PRIMITIVES or _function_or_class(globs[name]) or
+                    _primitive_container(globs[name])):
                 seen.add((id(globs), name))
                 names[name] = globs[name]
 
@@ -1533,6 +1536,14 @@ def _simple(value, depth=0):
     if depth < _MAX_DEPTH and t is dict:
         return all(type(k) is str and _simple(v, depth + 1) for k, v in value.items())
     return False
+
+
+def _primitive_container(value, most=64):
+    """Whether value is a plain dict (of str or int keys) or list of at
+    most `most` numbers, strings, flags and Nones: a library's settings."""
+    if type(value) is dict:
+        return len(value) <= most and all(type(k) in (str, int) and type(v) in PRIMITIVES for k, v in value.items())
+    return type(value) is list and len(value) <= most and all(type(v) in PRIMITIVES for v in value)
 
 
 def _content_guarded(value):

@@ -1255,6 +1255,13 @@ def scale(x):
     return x * 2
 
 
+SETTINGS = {"shift": 1.0, "act": "relu"}
+
+
+def shifted(x):
+    return (torch.relu(x) if SETTINGS["act"] == "relu" else torch.tanh(x)) + SETTINGS["shift"]
+
+
 def scaled(x):
     return torch.relu(scale(x)) + 1
 
@@ -1305,6 +1312,23 @@ def test_the_globals_an_installed_package_reads_are_guarded(tmp_path, monkeypatc
     torch.testing.assert_close(f(x), torch.relu(x * 2))
     monkeypatch.setattr(teamflag, "ACT", "tanh")
     torch.testing.assert_close(f(x), torch.tanh(x * 2))
+
+
+def test_the_settings_dict_an_installed_package_reads_is_guarded_by_its_contents(tmp_path, monkeypatch):
+    """A team package's SETTINGS = {"shift": 1.0, ...}, a global its code
+    reads at call time: set at run time, the compiled call kept the traced
+    value. Its contents are guarded, as a dict of the user's is; a process
+    whose settings differ does not take the other's record."""
+    monkeypatch.syspath_prepend(str(_installed_package(tmp_path)))
+    monkeypatch.delitem(sys.modules, "teamflag", raising=False)
+    import teamflag
+    f = torchneuron_jit.jit(teamflag.shifted)
+    x = torch.linspace(-2, 2, 12).reshape(3, 4)
+    for shift, act in [(1.0, "relu"), (1.0, "relu"), (5.0, "relu"), (5.0, "tanh")]:
+        monkeypatch.setitem(teamflag.SETTINGS, "shift", shift)
+        monkeypatch.setitem(teamflag.SETTINGS, "act", act)
+        torch.testing.assert_close(f(x), teamflag.shifted(x))
+    assert "SETTINGS" in str(torchneuron_jit.explain(f))
 
 
 def test_the_class_attributes_of_an_installed_packages_class_are_guarded(tmp_path, monkeypatch):
