@@ -386,7 +386,7 @@ def _size_number(func, args, kwargs, numbers):
     for a in list(args) + list(kwargs.values()):
         if isinstance(a, torch.Tensor):
             a = numbers.get(id(a), (None, None))[1]
-        if isinstance(a, str) or (type(a) in (int, torch.SymInt)):
+        if isinstance(a, str) or type(a) in (int, torch.SymInt):
             operands.append(a)
         else:
             return None
@@ -413,14 +413,19 @@ class _Scalars(TorchDispatchMode):
 
     def __init__(self, values, sites, stop):
         super().__init__()
-        self.values, self.read_sites, self.sources = list(values), list(sites), []
-        self.read = []  # (the real trace's read this run's matched, whether its source is checked)
+        self.values, self.read_sites = list(values), list(sites)
+        self.read = []  # (the real trace's read this run's matched, the tensor read: None for a number of sizes)
         self.numbers = {}  # id of a tensor of sizes alone -> (the tensor, the int or SymInt it holds)
         self.stop, self.sites = stop, []  # as the real trace's recorder notes them (op_site)
 
+    @property
+    def sources(self):
+        """The tensors read whose values the variant checks, in order."""
+        return [source for _, source in self.read if source is not None]
+
     def checked(self):
         """The real trace's values that sources hold, in their order."""
-        return [self.values[k] for k, source in self.read if source]
+        return [self.values[k] for k, source in self.read if source is not None]
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -440,10 +445,9 @@ class _Scalars(TorchDispatchMode):
                 hint = number.node.hint if isinstance(number, torch.SymInt) else number
                 if hint != self.values[k]:
                     raise Static("the symbolic trace read other values out of tensors than the real one")
-                self.read.append((k, False))
+                self.read.append((k, None))
                 return number
-            self.read.append((k, True))
-            self.sources.append(args[0])
+            self.read.append((k, args[0]))
             return self.values[k]
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and out.dim() == 0:
@@ -815,6 +819,9 @@ def _select_conv_backend(select):
     return chosen
 
 
+_AS_VALUE = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}  # what pins each (a guard on its value)
+
+
 def _pinning_repr(write):
     """SymInt's, SymFloat's or SymBool's __repr__ (write) for a symbolic
     trace: a number of this thread's trace written as text (str(n),
@@ -829,8 +836,7 @@ def _pinning_repr(write):
         if env is None or getattr(self.node, "shape_env", None) is not env or \
                 library_code(sys._getframe(1).f_code.co_filename):
             return write(self)
-        value = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(self)](self)
-        return repr(value)
+        return repr(_AS_VALUE[type(self)](self))
     text._tn_pinning = True
     return text
 
@@ -1104,6 +1110,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                 raise Static(f"the symbolic trace set {attr} of an argument object to another kind of value")
         if len(leaves_out) != outputs:
             raise Static(f"the symbolic trace's result holds {len(leaves_out)} tensors, the real one's {outputs}")
+        read_from = reads.sources  # the tensors whose values the variant checks
         checks.extend((len(leaves_out) + k, v) for k, v in enumerate(reads.checked()))
         # sizes an object of the result holds (a sliding-window cache's length) and the code set on an argument
         # object: outputs after the value reads
@@ -1113,10 +1120,10 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
             if isinstance(v, (torch.SymFloat, torch.SymBool)):
                 raise Static(f"its result holds a {type(v).__name__} of the symbolic sizes, which no graph returns")
             if isinstance(v, torch.SymInt):
-                numbers.append((leaf, path, len(leaves_out) + len(reads.sources) + len(sizes)))
+                numbers.append((leaf, path, len(leaves_out) + len(read_from) + len(sizes)))
                 sizes.append(v)
         for where, v in set_numbers:
-            out = ("out", len(leaves_out) + len(reads.sources) + len(sizes))
+            out = ("out", len(leaves_out) + len(read_from) + len(sizes))
             if isinstance(where, tuple):  # (set, appended object, attribute)
                 i, j, n = where
                 k, attr, (_, appended) = new_sets[i]
@@ -1127,7 +1134,7 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
                 k, attr, _ = new_sets[where]
                 new_sets[where] = (k, attr, out)
             sizes.append(v)
-        return tuple(leaves_out) + tuple(reads.sources) + tuple(sizes)
+        return tuple(leaves_out) + tuple(read_from) + tuple(sizes)
 
     checks = []  # (graph output, the value read there): none when the code read none of fake tensors
     run_sites = []  # the op sites of the symbolic run (_same_path, checked once the sizes Python pinned are)
@@ -1200,8 +1207,8 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
         if fixed is not None and not fixed.free_symbols and \
                 any(isinstance(g.expr, sympy.Eq) and sym in g.expr.args and not g.expr.free_symbols - {sym}
                     for g in env.guards):
-            words = (f"{names[sym]} is used where Python needs its value (a range(), an index, a branch on it, its text), "
-                     "which makes every value a variant of its own")
+            words = (f"{names[sym]} is used where Python needs its value (a range(), an index, a branch on it, "
+                     "its text), which makes every value a variant of its own")
             raise Static(words) if d is None else Pinned(words, slot, d)
     for g in env.guards:
         if g.expr.free_symbols & floats:
