@@ -621,9 +621,10 @@ static int row_long_enough(const tn_graph *g, const tn_node *n, int k, int64_t m
   if (min_row <= 0)
     return 1;
   for (int d = x->me_rank - k; d < x->me_rank; d++) {
-    if (x->me_sizes[d].si_sym >= 0)
+    if (x->me_sizes[d].si_sym >= 0 || x->me_sizes[d].si_val < 0)
       return 0;
-    len *= x->me_sizes[d].si_val;
+    if (__builtin_mul_overflow(len, x->me_sizes[d].si_val, &len))
+      return 1; /* more than any min_row (the graph fuzzer's sizes) */
     if (len >= min_row)
       return 1;
   }
@@ -1035,7 +1036,10 @@ static int cat_slot(const tn_graph *g, int32_t v, int32_t *cat, int *dim, int64_
     for (int k = 0; k < pm->me_rank; k++) {
       if (pm->me_sizes[k].si_sym >= 0 && k == d)
         return 0; /* a part of symbolic size along the cat: the offsets are not static */
-      pn *= pm->me_sizes[k].si_sym >= 0 ? 2 : pm->me_sizes[k].si_val; /* a symbol: 2 or more */
+      /* a symbol: 2 or more; only whether pn is 0 counts, so past int64 (2^32 * 2^32 wrapped to 0) it goes on
+      ** from 1 */
+      if (__builtin_mul_overflow(pn, pm->me_sizes[k].si_sym >= 0 ? 2 : pm->me_sizes[k].si_val, &pn))
+        pn = 1;
     }
     if (part == v) {
       uses++;

@@ -315,6 +315,32 @@ START_TEST(test_vector_math_accuracy)
 }
 END_TEST
 
+/* amax over x's two trailing dims of 32 and 2^58 + 32 elements: rows
+** longer than any min_row. Their product overflowed int64 in
+** row_long_enough (undefined behaviour, UBSan's report in the graph
+** fuzzer), and came out negative: the rows were taken for short ones. */
+START_TEST(test_rows_whose_length_overflows_are_long)
+{
+  static const tn_sint XS[3] = {{2, -1}, {32, -1}, {360287970189639712LL, -1}};
+  static const tn_sint XST[3] = {{0, -1}, {0, -1}, {1, -1}}, MS[1] = {{2, -1}}, MST[1] = {{1, -1}};
+  tn_meta f3 = {TN_DTYPE_FLOAT32, 3, XS, XST}, f1 = {TN_DTYPE_FLOAT32, 1, MS, MST};
+  tn_graph *g;
+  tn_fusion *f;
+  int32_t x, m;
+  ck_assert_int_eq(tn_graph_new(&g), TN_OK);
+  tn_input_desc ix = {TN_VALUE_ARG, 0, NULL, f3};
+  ck_assert_int_eq(tn_graph_add_input(g, &ix, &x), TN_OK);
+  tn_sint dims[2] = {{-2, -1}, {-1, -1}};
+  tn_arg ax[3] = {T(x), {TN_ARG_INT_LIST, 2, {.ar_ints = dims}}, {TN_ARG_BOOL, 0, {.ar_int = 0}}};
+  ck_assert_int_eq(tn_graph_add_node(g, TN_OP_amax, NULL, ax, 3, &f1, 1, &m), TN_OK);
+  ck_assert_int_eq(tn_graph_set_outputs(g, &m, 1), TN_OK);
+  ck_assert_int_eq(tn_fuse_graph(g, TN_FUSE_ROWS, 64, &f), TN_OK);
+  ck_assert_uint_eq(tn_fusion_count(f), 1);
+  tn_fusion_free(f);
+  tn_graph_free(g);
+}
+END_TEST
+
 /* x[4,8]: s = softmax(x * 0.5, -1); m = amax(x, [-1]). Two row groups (the
 ** multiply joins the softmax as its prologue), run on rows packed several
 ** to a block (tiles), rows of one block (values persist across phases) and
@@ -2055,6 +2081,7 @@ int main(void)
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, NULL, reset_isa);
   tcase_add_test(tc, test_groups_and_outputs);
+  tcase_add_test(tc, test_rows_whose_length_overflows_are_long);
   tcase_add_test(tc, test_a_group_of_more_operands_than_a_kernel_takes_is_not_made);
   tcase_add_test(tc, test_kernel_matches_reference_with_broadcast_and_strides);
   tcase_add_test(tc, test_kernel_tiles_and_rows);
