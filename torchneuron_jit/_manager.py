@@ -201,7 +201,9 @@ def storm_words(jf, s, key):
         return (f"{s.where}: {key} changes {often} ({seen}){where}; pass it as an argument (a tensor, if it "
                 "changes on every call) instead of reading it from the enclosing scope")
     if key.startswith("sizes"):
-        return f"{s.where}: a relation of sizes keeps failing ({seen}); each side traces its own variant"
+        # the relation itself: which comparison of which sizes, not only the values that took each side
+        return (f"{s.where}: the relation of sizes {key.split(': ', 1)[-1]} keeps failing ({seen}); each side of it "
+                "traces its own variant")
     place = (key.split(":")[0], STRIDES_PLACE)
     if key.endswith(": strides") and place in s.dynamic:
         return f"{s.where}: {key.replace(':', '')} changes {often} ({seen}); its variant copies it dense, " \

@@ -945,3 +945,22 @@ def test_explain_of_a_compiled_partial_and_a_compiled_module_shows_each_its_own_
     assert "aten::linear" not in ep and "aten::add" in ep, ep
     assert em.startswith("Linear.forward (") and "1 compiled entry" in em and "aten::add" not in em, em
     assert "misses" not in ep and "misses" not in em, (ep, em)
+
+
+def test_a_relation_of_sizes_that_keeps_failing_is_named_in_its_storm_words():
+    """A storm of misses on one relation of sizes (a sliding window's
+    `seq >= 15`, each side its own variant) names the relation, not only
+    the values that failed it (the words were "a relation of sizes keeps
+    failing (x.size(1) is 12, ...)": which relation, the user could not
+    tell)."""
+    from torchneuron_jit import _manager
+
+    jf = _jit._jit_function_of(torchneuron_jit.jit(lambda x: x + 1))
+    jf(torch.randn(2, 3))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for n in range(4, 9):
+            _manager.miss(jf, f"sizes: x.size(1) >= 15 fails (x.size(1) is {n})")
+    words = [str(m.message) for m in w if "keeps failing" in str(m.message)]
+    assert len(words) == 1, words
+    assert "the relation of sizes x.size(1) >= 15 keeps failing (x.size(1) is 4, x.size(1) is 5" in words[0], words
