@@ -1210,6 +1210,12 @@ class _Trace:
                     self.guard_global_value(names, name, value, used_constants, read)
                 elif hasattr(builtins, name):  # a builtin: no global may come to shadow it
                     names[name] = _C.GUARD_ABSENT
+                    # nor may the builtin itself be replaced unseen (builtins.abs = ... after the trace)
+                    d = builtins.__dict__
+                    if read and (id(d), name) not in seen and isinstance(d[name], _NAMED):
+                        seen.add((id(d), name))
+                        self.guard_global_value(guarded.setdefault(id(d), (d, {}, "builtins"))[1], name, d[name],
+                                                used_constants)
         for globs, names, label in guarded.values():
             if names:
                 d = self.spec.add(("const", globs), label, ("globals", globs.get("__name__")))
@@ -1238,14 +1244,16 @@ class _Trace:
         by identity, in guard_globals' snapshots (guarded), and so in the
         modules it holds under those names (torch.nn.functional.gelu): the
         library's code is taken as its version fixes it, but user code that
-        reads F.gelu after F.gelu = quick_gelu calls the new one. Library
-        values no record can name are left out."""
+        reads F.gelu after F.gelu = quick_gelu calls the new one. Its
+        numbers, strings, flags and Nones by value (math.pi, a library's
+        FLAG the user's code reads as lib.FLAG, set after the trace).
+        Library values no record can name are left out."""
         d = module.__dict__
         attrs = None
         for attr in names:
-            value = d.get(attr)
-            if (id(d), attr) in seen or not isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type,
-                                                                types.ModuleType)):
+            value = d.get(attr, _ABSENT)
+            if (id(d), attr) in seen or not (type(value) in PRIMITIVES or isinstance(
+                    value, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType))):
                 continue
             seen.add((id(d), attr))
             if isinstance(value, types.ModuleType):
@@ -1257,6 +1265,20 @@ class _Trace:
             # the user's function in its place (F.relu = lambda t: ...): guarded though no record can name it
             users = isinstance(value, types.FunctionType) and not _records.library_code(value.__code__.co_filename)
             self.guard_global_value(attrs, attr, value, used_constants, users)
+
+    def guard_tensor_methods(self):
+        """The entries of torch.Tensor's own dict under the names the user's
+        code names that a tensor has (x.softmax, x.split), by identity, or
+        as absent where TensorBase's method answers: a method patched
+        after the trace (torch.Tensor.softmax = ...) is a miss. A name
+        lookup each, only for the names the user's code spells."""
+        named = sorted(n for n in self.user_names() if hasattr(torch.Tensor, n))
+        if not named:
+            return
+        d = _C.class_dict(torch.Tensor)
+        slot = self.spec.add(("const", d), "class Tensor", ("classdict", torch.Tensor))
+        self.spec.add(("dict", slot, tuple(named), tuple(d.get(n, _C.GUARD_ABSENT) for n in named), False),
+                      "class Tensor")
 
     def called(self, value):
         """Whether value is a Python function whose code the traced call ran."""
@@ -1485,6 +1507,7 @@ class _Trace:
 
 # -- Python state: what guard_content guards, what a call may write ---------------
 
+_ABSENT = object()      # a name a module's dict does not hold
 _MAX_DEPTH = 6          # containers inside containers guard_content follows
 _MAX_CONTENT = 2000     # containers and objects one trace guards by content
 _MAX_STATE = 50000      # values one _state_of describes before it stops at identities
@@ -3770,6 +3793,7 @@ class _Tracer:
             trace.guard_grad("the .grad of a tensor that a container, an object or a closure holds", _grad_of(t),
                              constants)
         trace.guard_globals(constants)
+        trace.guard_tensor_methods()
         trace.guard_tensor_attributes(list(trace.tensors) + list(constants.values()))
         trace.guard_hashed()
         trace.guard_closure()

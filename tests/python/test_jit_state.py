@@ -4,6 +4,7 @@ traced call that writes state outliving it, or reads values from outside
 torch (random, time, os.environ, numpy's RNG), runs eagerly with one
 warning naming what and where. Each call is compared with eager from the
 same state, results and state both."""
+import builtins
 import collections
 import contextlib
 import copy
@@ -11,6 +12,7 @@ import functools
 import enum
 import inspect
 import io
+import math
 import operator
 import os
 import random
@@ -875,6 +877,39 @@ def test_a_librarys_function_the_code_calls_replaced_after_the_trace(monkeypatch
         assert _same_as_eager(_reads_library_functions, set_state, lambda: None, calls=6) == []
     finally:
         setattr(module, attr, original)
+
+
+def _reads_a_library_number(x):
+    return x * math.pi + x.softmax(-1) * abs(-2)
+
+
+@pytest.mark.parametrize("patch", ["math.pi", "builtins.abs", "torch.Tensor.softmax"])
+def test_a_librarys_number_a_builtin_or_a_tensor_method_replaced_after_the_trace(patch):
+    """math.pi = 3.0, builtins.abs = ..., torch.Tensor.softmax = ...:
+    user code reading them reads the new one, and the compiled call kept
+    the traced value (a helper's repros r01 and r06: only a library
+    module's functions were guarded, a builtin was guarded to stay
+    unshadowed by a global, and a tensor's methods not at all). Back to
+    the original, the first variant answers again."""
+    owner, attr = {"math.pi": (math, "pi"), "builtins.abs": (builtins, "abs"),
+                   "torch.Tensor.softmax": (torch.Tensor, "softmax")}[patch]
+    had = attr in vars(owner)
+    original = getattr(owner, attr)
+    replacement = {"pi": 3.0, "abs": lambda v: 7, "softmax": lambda self, dim: self * 2}[attr]
+
+    def set_state(i):
+        if i in (2, 3):
+            setattr(owner, attr, replacement)
+        elif had:
+            setattr(owner, attr, original)
+        elif attr in vars(owner):
+            delattr(owner, attr)
+
+    try:
+        assert _same_as_eager(_reads_a_library_number, set_state, lambda: None, calls=6) == []
+    finally:
+        set_state(0)
+        assert getattr(owner, attr) is original
 
 
 ACT = None
