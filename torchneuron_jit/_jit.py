@@ -35,6 +35,7 @@ passed. What cannot be compiled (grad mode with tensors needing grad,
 data-dependent shapes, hooks, unsupported argument types) gets an entry
 that runs eagerly, with one warning naming the reason.
 """
+import array
 import atexit
 import builtins
 import collections
@@ -80,6 +81,10 @@ _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _CONTAINERS = (tuple, list, dict, set, frozenset)
 # held by identity: what a record finds again by name
 _DICTS = (dict, collections.OrderedDict)  # guarded by their items (and a Python subclass's attributes)
+# the standard library's containers that keep their items in their __dict__: followed as the user's objects are
+_STDLIB_CONTAINERS = (collections.UserDict, collections.UserList, collections.ChainMap, weakref.WeakValueDictionary)
+# what holds values out of any guard's reach, changed in place (a.coef[0] = 5.0) or through its referent
+_OPAQUE_MUTABLE = (array.array, bytearray, collections.deque, weakref.ReferenceType)
 _NAMED = (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType, _C.JitFunction)
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 # a module's own dicts, which guard_module guards itself
@@ -863,9 +868,12 @@ class _Trace:
                 elif isinstance(v, _NAMED):  # self.cfg = Settings (a class), self.act = helper
                     self.content_seen.add(id(v))
                     self.named_held.append((self.spec.add(("key", d, key), f"{qual}.{key}"), v, f"{qual}.{key}"))
-                elif hasattr(type(v), "__array_interface__"):  # a numpy array: memory no guard reads
-                    self.lenient.append((key, [f"{qual}.{key} is a {type(v).__qualname__}, whose contents jit cannot "
-                                               "guard (hold it as a tensor: register_buffer)"]))
+                elif hasattr(type(v), "__array_interface__") or isinstance(v, _OPAQUE_MUTABLE):
+                    # a numpy array, an array.array: memory no guard reads; a weakref: what it refers to
+                    self.lenient.append((key, [
+                        f"{qual}.{key} is a weak reference, whose referent jit cannot guard (hold the object itself)"
+                        if isinstance(v, weakref.ReferenceType) else f"{qual}.{key} is a {type(v).__qualname__}, "
+                        "whose contents jit cannot guard (hold it as a tensor: register_buffer)"]))
             for attr in ("_parameters", "_buffers", "_modules"):
                 self.guard_dict(attrs[attr], f"{qual}.{attr}", ("module", slot, sub_name, attr))
             for attr in _HOOK_DICTS:
@@ -1161,7 +1169,7 @@ class _Trace:
         keys = tuple(attrs)
         spec.add(("dict", d, keys, tuple(attrs[k] for k in keys), True), words + ".*")
         for k in keys:  # what a library object's attributes hold is the library's (see _state_of)
-            if _content_guarded(attrs[k]) and not _library_class(t):
+            if _content_guarded(attrs[k]) and (not _library_class(t) or isinstance(value, _STDLIB_CONTAINERS)):
                 self.guard_content(spec.add(("key", d, k), f"{words}.{k}"), attrs[k], f"{words}.{k}", depth + 1,
                                    lenient, k)
 
@@ -1291,7 +1299,7 @@ class _Trace:
     def guard_function(self, slot, fn, words):
         """What a function the traced call ran (loaded at slot) holds besides
         its identity, which a snapshot guards: its code, its defaults and
-        keyword defaults, and what its closure cells hold, so that a helper
+        keyword defaults, its attributes, and what its closure cells hold, so that a helper
         changed in place after the trace (helper.__code__ = ...,
         act.__defaults__ = (2.0,), a factory's nonlocal rebound by a
         setter) is a miss. Values guard_value cannot follow are held by
@@ -1304,6 +1312,9 @@ class _Trace:
         for field in ("defaults", "kwdefaults"):
             value = getattr(fn, f"__{field}__")
             self.guard_held(spec.add(("func", slot, field), f"{words}.__{field}__"), value, f"{words}.__{field}__")
+        # its attributes (h.factor = 4.0 after the trace, a decorator's wrapper.scale), by their contents
+        attrs = spec.add(("const", fn.__dict__), f"{words}.__dict__", ("objdict", slot))
+        self.guard_content(attrs, fn.__dict__, f"{words}.__dict__", lenient=True)
         if fn.__closure__:
             cells = spec.add(("func", slot, "closure"), f"{words}.__closure__")
             for k, cell in enumerate(fn.__closure__):
@@ -1658,6 +1669,30 @@ def _made_by_code(value):
     function with a closure (lambda: y * 2), a bound method, a partial."""
     return isinstance(value, (collections.abc.Iterator, types.MethodType, functools.partial)) or \
         (isinstance(value, types.FunctionType) and bool(value.__closure__))
+
+
+def _reaches_tensor(value, known, most=10000):
+    """Whether value reaches a tensor other than those whose ids are in
+    known through what the collector sees it hold (slots, a C type's
+    fields, its __dict__), not through classes, modules, functions or
+    torch modules; beyond most objects, True (it cannot tell). For a
+    result's leaf, known: the tensors held_tensors finds in it."""
+    seen, todo = set(), [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            if id(v) not in known:
+                return True
+            continue
+        if id(v) in seen or type(v) in _IMMUTABLE or isinstance(v, (type, types.ModuleType, types.FunctionType,
+                                                                     types.BuiltinFunctionType, types.CodeType,
+                                                                     torch.nn.Module)):
+            continue
+        if len(seen) >= most:
+            return True
+        seen.add(id(v))
+        todo.extend(gc.get_referents(v))
+    return False
 
 
 def _mutable(value):
@@ -2284,6 +2319,10 @@ def _graph_of(trace, result):
             plan.append(("obj", argument_object(object_number[id(leaf)])))
             continue
         held = _dynamic.held_tensors(leaf)
+        if _reaches_tensor(leaf, {id(t) for _, t in held}):
+            # in slots, a C type's fields: a copy of it (or of what holds it) would hold the traced call's
+            raise _NotCompilable(f"the result holds a {type(leaf).__name__} that holds tensors outside a "
+                                 "__dict__ (slots), which jit does not rebuild for each call")
         if not held:
             if _made_by_code(leaf):  # what it yields or computes is the call's, which no graph returns
                 raise _NotCompilable(f"the result holds a {type(leaf).__name__}, whose values a compiled call would "

@@ -530,3 +530,39 @@ def test_jit_of_a_sentence_transformer_encodes_as_eager_with_compiled_calls():
     assert all(v["kind"].startswith("compiled") for v in variants) and sum(v["hits"] for v in variants) >= 2, \
         [(v["kind"], v["hits"]) for v in variants]
 
+
+
+class _SlotsOut:
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+
+class _SlotsAndDictOut:
+    __slots__ = ("t", "__dict__")
+
+    def __init__(self, t):
+        self.t = t
+        self.u = t + 1
+
+
+@pytest.mark.parametrize("cls", [_SlotsOut, _SlotsAndDictOut])
+def test_a_result_object_holding_tensors_in_slots_runs_eagerly_with_one_warning(cls):
+    """def f(x): return Out(x * 3) with Out.__slots__ = ("t",): every
+    compiled call returned the traced call's tensor (the object was a
+    constant of the result, copied; a helper's repro). Such a result runs
+    eagerly, with one warning saying why."""
+    def f(x):
+        return cls(x * 3)
+
+    g = torchneuron_jit.jit(f)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad(), config.patch(compile_blocking=True):
+        warnings.simplefilter("always")
+        for i in range(4):
+            x = torch.full((2,), float(i))
+            got, want = g(x), f(x)
+            assert type(got) is cls
+            torch.testing.assert_close(got.t, want.t, msg=lambda m: f"call {i}: {m}")
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    assert len(ours) == 1 and "holds tensors outside a __dict__" in ours[0], ours

@@ -4,6 +4,7 @@ traced call that writes state outliving it, or reads values from outside
 torch (random, time, os.environ, numpy's RNG), runs eagerly with one
 warning naming what and where. Each call is compared with eager from the
 same state, results and state both."""
+import array
 import builtins
 import collections
 import contextlib
@@ -21,6 +22,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -910,6 +912,93 @@ def test_a_librarys_number_a_builtin_or_a_tensor_method_replaced_after_the_trace
     finally:
         set_state(0)
         assert getattr(owner, attr) is original
+
+
+def _scaled(x):
+    return x * _scaled.factor
+
+
+@pytest.mark.parametrize("change", ["set", "deleted and set again"])
+def test_a_functions_attribute_it_reads_is_guarded(change):
+    """h.factor = 4.0 after the trace, read by h itself (x * h.factor), or a
+    decorator's wrapper.scale: the compiled call kept the traced value
+    (a helper's repro). A function the call ran is guarded by its
+    attributes too."""
+    _scaled.factor = 2.0
+
+    def set_state(i):
+        if change == "deleted and set again" and i == 2:
+            del _scaled.factor
+        _scaled.factor = 2.0 if i < 2 else 4.0 + i
+
+    assert _same_as_eager(_scaled, set_state, lambda: None, calls=5) == []
+
+
+STORE_UD = collections.UserDict(k=2.0)
+STORE_UL = collections.UserList([2.0])
+STORE_CM = collections.ChainMap({"k": 2.0})
+
+
+@pytest.mark.parametrize("kind", ["UserDict", "UserList", "ChainMap"])
+def test_the_standard_librarys_containers_are_guarded_by_their_items(kind):
+    """A global UserDict, UserList or ChainMap changed in place after the
+    trace: the compiled call kept the traced value (their items are in
+    their __dict__, which jit held by identity as a library object's; a
+    helper's repros). They are followed as the user's objects are."""
+    read = {"UserDict": lambda: STORE_UD["k"], "UserList": lambda: STORE_UL[0],
+            "ChainMap": lambda: STORE_CM["k"]}[kind]
+
+    def f(x):
+        return x * read()
+
+    def set_state(i):
+        value = 2.0 if i < 2 else 3.0 + i
+        if kind == "UserDict":
+            STORE_UD["k"] = value
+        elif kind == "UserList":
+            STORE_UL[0] = value
+        else:
+            STORE_CM.maps[0]["k"] = value
+
+    assert _same_as_eager(f, set_state, lambda: None, calls=5) == []
+
+
+class _Settings:
+    pass
+
+
+class _HoldsOpaque(torch.nn.Module):
+    def __init__(self, kind, cfg):
+        super().__init__()
+        self.kind = kind
+        self.held = array.array("d", [2.0]) if kind == "array" else weakref.ref(cfg)
+
+    def forward(self, x):
+        return x * (self.held[0] if self.kind == "array" else self.held().scale)
+
+
+@pytest.mark.parametrize("kind", ["array", "weakref"])
+def test_a_module_attribute_no_guard_can_follow_runs_eagerly_with_one_warning(kind):
+    """self.coef = array.array(...) changed in place, self.cfg =
+    weakref.ref(cfg) whose cfg.scale changes: the compiled call kept the
+    traced value (a helper's repros). Named by the forward, such an
+    attribute makes the call run eagerly, with one warning saying why."""
+    cfg = _Settings()
+    cfg.scale = 2.0
+    m = _HoldsOpaque(kind, cfg)
+    ref = _HoldsOpaque(kind, cfg)
+    torchneuron_jit.jit(m)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for i in range(4):
+            if i == 2:
+                if kind == "array":
+                    m.held[0] = ref.held[0] = 5.0
+                else:
+                    cfg.scale = 5.0
+            torch.testing.assert_close(m(X), ref(X), msg=lambda msg: f"call {i}: {msg}")
+    ours = [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)]
+    _one_warning(ours, "runs eagerly", "self.held is a " + ("array" if kind == "array" else "weak reference"))
 
 
 ACT = None
