@@ -176,6 +176,9 @@ def _line_of(code, lasti):
 
 
 INT_PLACE, FLOAT_PLACE = "int", "float"  # the rank of an int or float argument's place in the history
+# what a tensor answers about its strides (read by code outside torch, the variant of a tensor copied dense is
+# static in its strides instead)
+_STRIDE_READS = frozenset(("stride", "is_contiguous", "is_non_overlapping_and_dense"))
 STRIDES_PLACE = "strides"  # the dimension of the place whose history is a tensor's strides (those not row-major)
 
 
@@ -947,6 +950,15 @@ def retrace(trace, dims, scalars, outputs, sets, functional, run_untraced, decom
     leaves = [leaf for _, leaf in paths]
     # tensors whose strides keep changing (observe): the variant takes them copied dense
     dense = {slot for slot, want in dims.items() if STRIDES_PLACE in want}
+    if dense:
+        # code that reads strides (x.stride(0), x.is_contiguous()) would read the dense copy's: the strides stay
+        # as they are, a guard's, in the variant of each (the other dimensions may still be symbolic)
+        reads = sorted({name for code, _ in trace.codes if not versioned_code(code.co_filename)
+                        for name in code.co_names if name in _STRIDE_READS})
+        if reads:
+            slot = min(dense)
+            raise Pinned(f"{trace.spec.names[slot]}'s strides change, and the code reads strides "
+                         f"({', '.join(reads)}), which a dense copy would answer otherwise", slot, STRIDES_PLACE)
     dims = {slot: [d for d in want if d != STRIDES_PLACE] for slot, want in dims.items()}
     # int and float arguments made symbolic: leaf position -> [(steps inside it (an object's), slot)]
     numbers = {}

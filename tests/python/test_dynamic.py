@@ -1480,6 +1480,23 @@ def test_an_argument_whose_strides_change_is_written_and_returned_as_eagers():
             assert g(x)[0] is x
 
 
+@pytest.mark.parametrize("read", ["stride", "is_contiguous"])
+def test_code_that_reads_the_strides_of_an_argument_whose_strides_change_reads_its_own(read):
+    """x.stride(0) or x.is_contiguous() of x = ones(2, s)[:, -1:], whose
+    strides change on every call: the variant took x copied dense and the
+    code read the copy's strides (stride 1, contiguous), on every call
+    after the second (a helper's repros). Code that reads strides keeps
+    them a guard's; the answers are eager's."""
+    def f(x):
+        return x * (x.stride(0) if read == "stride" else 2.0 + x.is_contiguous())
+
+    g = torchneuron_jit.jit(f, cache_limit=16)
+    with torch.no_grad(), config.patch(compile_blocking=True):
+        for s in (2, 3, 4, 5, 1, 6, 7):
+            x = torch.ones(2, s)[:, -1:]
+            torch.testing.assert_close(g(x), f(x), msg=lambda m: f"s={s}: {m}")
+
+
 # -- builds off the calling thread (compile_blocking off, the default) ------------------------
 
 @pytest.fixture
