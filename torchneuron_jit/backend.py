@@ -379,13 +379,30 @@ def _swap_names():
 vf_whole = _Swapped(_swap_names)
 
 
+# Ops whose decomposition rounds a float16 or bfloat16 result otherwise than eager's kernel does, found by
+# running the first samples of every OpInfo in both dtypes through this table against eager (their samples
+# run through both doors in tests/python/test_dtypes.py): the decompositions compute in float32 and round
+# once (logit), or round each product on its own (addr's beta * a and alpha * u v^T), where eager's kernel
+# rounds at each step of its own, or once; 1-17% of the values an ulp or more away, and an eps that rounds
+# to 1.0 in bfloat16 is inf in eager's logit, finite in the decomposition's. Given a float16/bfloat16
+# tensor they stay whole (eager's kernel).
+HALF_WHOLE = frozenset((aten.logit, aten.addr, aten.linalg_cross, aten.mse_loss, aten.soft_margin_loss,
+                        aten.smooth_l1_loss, aten.huber_loss))
+
+
 def _as_eager_takes(op, decomposition):
     """decomposition of op, for the inputs eager's kernel takes: given an
-    integer or bool tensor, where eager's kernel refuses its dtypes (lerp,
-    softplus, mish, addcdiv of ints or bools: NotImplementedError or
-    RuntimeError, where the decompositions computed an answer), it declines
-    (NotImplemented) and op stays whole, to raise as eager does."""
+    integer, bool, float16 or bfloat16 tensor, where eager's kernel refuses
+    its dtypes (lerp, softplus, mish, addcdiv of ints or bools, log_ndtr of
+    float16: NotImplementedError or RuntimeError, where the decompositions
+    computed an answer), it declines (NotImplemented) and op stays whole,
+    to raise as eager does; so it does for an op of HALF_WHOLE given a
+    float16 or bfloat16 tensor, to round as eager does."""
+    half_whole = op.overloadpacket in HALF_WHOLE
+
     def decomposed(*args, **kwargs):
+        if half_whole and any(_narrow(a) for a in (*args, *kwargs.values())):
+            return NotImplemented
         if _eager_refuses(op, args, kwargs):
             return NotImplemented
         return decomposition(*args, **kwargs)
@@ -394,12 +411,13 @@ def _as_eager_takes(op, decomposition):
 
 def _eager_refuses(op, args, kwargs):
     """Whether op's CPU kernel raises for arguments of the dtypes and ranks
-    of args and kwargs that hold an integer or bool tensor (False without
-    one: floating ones are the decompositions'), tried once per dtypes and
+    of args and kwargs that hold an integer, bool, float16 or bfloat16
+    tensor (False without one: float32 ones are the decompositions'),
+    tried once per dtypes and
     ranks on tensors of one element each, of 0s and then of 1s (an index,
     a divisor): a refusal of both only keeps the op whole, eager's kernel
     and eager's answer."""
-    if not any(_integral(a) or (type(a) in (list, tuple) and any(map(_integral, a)))
+    if not any(_integral(a) or _narrow(a) or (type(a) in (list, tuple) and any(map(_integral, a)))
                for a in (*args, *kwargs.values())):
         return False  # the common case, at each decomposed op of a trace: no pytree walk
     leaves = pytree.tree_leaves((args, kwargs))
@@ -431,9 +449,14 @@ def _integral(a):
     return isinstance(a, torch.Tensor) and not (a.is_floating_point() or a.is_complex())
 
 
+def _narrow(a):
+    """Whether a is a float16 or bfloat16 tensor."""
+    return isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16)
+
+
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 33
+ARTIFACT_FORMAT = 34
 
 
 def _torch_symbols(lib, *names):

@@ -469,7 +469,11 @@ static int fusable(const tn_graph *g, const tn_node *n)
       !rule_fits_dtype(r, dt))
     return 0;
   for (uint32_t i = 0; i < n->no_nargs; i++)
-    if (n->no_args[i].ar_tag == TN_ARG_TENSOR && !dtype_class(arg_dtype(g, &n->no_args[i])))
+    if (n->no_args[i].ar_tag == TN_ARG_TENSOR && (!dtype_class(arg_dtype(g, &n->no_args[i])) ||
+        /* eager raises for a bool tensor in a subtraction ("Subtraction, the `-` operator, with a bool
+        ** tensor is not supported"): the node is eager's, to raise as it does */
+        ((r.fr_kind == FK_BINARY || r.fr_kind == FK_SCALAR) && r.fr_op == TN_RT_B_SUB &&
+         arg_dtype(g, &n->no_args[i]) == TN_DTYPE_BOOL)))
       return 0;
   switch (r.fr_kind) {
   case FK_BINARY:

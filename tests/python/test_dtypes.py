@@ -810,3 +810,67 @@ def test_a_lazy_conjugate_or_negative_view_gives_eagers_values(door):
         z = torch.randn(6, dtype=torch.complex64)
         torch.testing.assert_close(g(z), inside(z))
         torch.testing.assert_close(h(z).resolve_conj(), returned(z).resolve_conj())
+
+
+# -- ops whose decomposition rounds otherwise than eager's kernel in float16/bfloat16 (backend.HALF_WHOLE) --
+
+def _half_inputs(dtype, n=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, generator=g)
+    u[:4] = torch.tensor([0.0, 1.0, 1e-4, 0.999])
+    a, b = torch.randn(n, generator=g) * 2, torch.randn(n, generator=g)
+    return u.to(dtype), a.to(dtype), b.to(dtype)
+
+
+_HALF_OPS = {
+    "logit": lambda u, a, b: torch.logit(u),
+    "logit eps": lambda u, a, b: torch.logit(u, 1e-3),
+    "addr": lambda u, a, b: torch.addr(a[:32].reshape(4, 8), b[:4], u[:8], beta=0.5, alpha=2),
+    "linalg.cross": lambda u, a, b: torch.linalg.cross(a[:96].reshape(32, 3), b[:96].reshape(32, 3)),
+    "mse_loss": lambda u, a, b: torch.nn.functional.mse_loss(a, b, reduction="none"),
+    "soft_margin_loss": lambda u, a, b: torch.nn.functional.soft_margin_loss(a * 8, b.sign(), reduction="none"),
+    "smooth_l1_loss": lambda u, a, b: torch.nn.functional.smooth_l1_loss(a, b, reduction="none", beta=0.5),
+    "huber_loss": lambda u, a, b: torch.nn.functional.huber_loss(a, b, reduction="none", delta=0.5),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
+@pytest.mark.parametrize("op", sorted(_HALF_OPS))
+def test_half_ops_whose_decomposition_rounds_otherwise_give_eagers_bits(check, op, dtype):
+    """torch.logit, addr, linalg.cross and three losses in float16 and
+    bfloat16: their core ATen decompositions compute in float32 and round
+    once, or round each product on its own, where eager's kernel rounds at
+    its own steps: values an ulp or more off (logit: beyond assert_close's
+    tolerance), and logit(1.0, eps=1e-3) finite where eager's is inf in
+    bfloat16 (a helper's probes). Given such a tensor the op stays whole
+    (eager's bits); the graph's other ops are still a kernel."""
+    fn = _HALF_OPS[op]
+    check(lambda u, a, b: (fn(u, a, b) * 2).abs() + 1, *_half_inputs(dtype), exact=True)
+
+
+def test_a_bool_tensor_in_a_fused_subtraction_raises_as_eagers(check):
+    """(mask - x) * 2 with a bool mask: eager raises "Subtraction, the `-`
+    operator, with a bool tensor is not supported"; the fused kernel
+    computed 1 - x (F.tanhshrink of a bool tensor too; a helper's probe)."""
+    mask, x = torch.tensor([True, False]), torch.tensor([0.5, 0.25])
+    for f in (lambda m, y: (m - y) * 2, lambda m, y: (y - m) * 2, lambda m, y: torch.nn.functional.tanhshrink(m) * y):
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+            f(mask, x)
+        torch._dynamo.reset()
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+            torch.compile(f, backend="neuron")(mask, x)
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+            torchneuron_jit.jit(f)(mask, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=_name)
+def test_an_op_eager_refuses_in_half_raises_as_eagers(dtype):
+    """torch.special.log_ndtr of a float16 tensor: eager has no kernel for
+    it (NotImplementedError); its decomposition computed an answer."""
+    x = torch.randn(8).to(dtype)
+    f = lambda t: torch.special.log_ndtr(t) * 2  # noqa: E731
+    with pytest.raises(NotImplementedError, match="log_ndtr"):
+        f(x)
+    torch._dynamo.reset()
+    with pytest.raises(NotImplementedError, match="log_ndtr"):
+        torch.compile(f, backend="neuron")(x)
