@@ -123,8 +123,14 @@ PyObject *tn_guard_any(void);
 ** TypeError set. */
 int tn_guards_set_value_types(PyObject *types);
 
-/* Frees gs and the references it holds. NULL is fine. */
+/* Drops one hold of gs (its owner's, or a tn_guards_hold's); the last
+** frees gs and the references it holds. NULL is fine. With the GIL. */
 void tn_guards_free(tn_gset *gs);
+
+/* One hold more of gs, which a tn_guards_free drops: a check that may run
+** Python (a G_CALL guard, an __eq__) holds its guard set, which another
+** thread may replace meanwhile. With the GIL. */
+void tn_guards_hold(tn_gset *gs);
 
 /* Runs gs on the nargs arguments args (borrowed). Returns -1 when every
 ** check passes, with slots (tn_guards_nslots(gs) entries) holding the

@@ -59,6 +59,7 @@ typedef struct tn_ginst {
 struct tn_gset {
   Py_ssize_t gs_n;
   tn_ginst *gs_inst;
+  Py_ssize_t gs_refs;     /* its owner's and each check's hold (tn_guards_hold): freed at 0 */
 };
 
 static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu, *s_is_conj, *s_is_neg;
@@ -134,9 +135,18 @@ PyObject *tn_guard_any(void)
   return g_any;
 }
 
+void tn_guards_hold(tn_gset *gs)
+{
+  assert(gs && gs->gs_refs > 0);
+  gs->gs_refs++;
+}
+
 void tn_guards_free(tn_gset *gs)
 {
   if (!gs)
+    return;
+  assert(gs->gs_refs > 0);
+  if (--gs->gs_refs > 0)
     return;
   for (Py_ssize_t i = 0; i < gs->gs_n; i++) {
     Py_XDECREF(gs->gs_inst[i].gi_obj);
@@ -431,6 +441,7 @@ tn_gset *tn_guards_build(PyObject *spec)
     return NULL;
   }
   gs->gs_n = n;
+  gs->gs_refs = 1;
   for (Py_ssize_t i = 0; i < n; i++) {
     if (build_one(gs->gs_inst, PyList_GET_ITEM(spec, i), i) < 0) {
       tn_guards_free(gs);

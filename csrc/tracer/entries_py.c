@@ -40,6 +40,7 @@ void tn_entries_clear(tn_entries *es)
 {
   tn_entries old = *es;
   memset(es, 0, sizeof *es);
+  es->es_gen = old.es_gen + 1;
   for (int i = 0; i < old.es_n; i++)
     entry_clear(&old.es_v[i]);
   PyMem_Free(old.es_v);
@@ -121,6 +122,7 @@ int tn_entries_add(tn_entries *cs, PyObject *entry)
   memmove(cs->es_v + 1, cs->es_v, sizeof(tn_entry) * (size_t)cs->es_n);
   cs->es_v[0] = e;
   cs->es_n++;
+  cs->es_gen++;
   return 0;
 error:
   entry_clear(&e);
@@ -144,6 +146,7 @@ int tn_entries_replace(tn_entries *cs, PyObject *spec, PyObject *entry)
     e.en_last = cs->es_clock;
     cs->es_v[i] = e;
   }
+  cs->es_gen++;
   entry_clear(&old);  /* may run Python: the list is consistent again */
   return 1;
 }
@@ -163,6 +166,7 @@ void tn_entries_purge(tn_entries *cs)
       cs->es_v[kept++] = cs->es_v[i];
   }
   cs->es_n = kept;
+  cs->es_gen++;
   for (int k = 0; k < n; k++)
     entry_clear(&gone[k]);
   PyMem_Free(gone);
@@ -175,6 +179,7 @@ void tn_entries_touch(tn_entries *cs, int i)
     tn_entry hit = cs->es_v[i];
     memmove(cs->es_v + 1, cs->es_v, sizeof(tn_entry) * (size_t)i);
     cs->es_v[0] = hit;
+    cs->es_gen++;
   }
 }
 
@@ -199,6 +204,7 @@ void tn_entries_evict(tn_entries *cs, int i, uint64_t *unused, uint64_t *hits)
   memmove(cs->es_v + i, cs->es_v + i + 1, sizeof(tn_entry) * (size_t)(cs->es_n - i - 1));
   cs->es_n--;
   cs->es_evicted++;
+  cs->es_gen++;
   *unused = cs->es_clock - gone.en_last;
   *hits = gone.en_hits;
   entry_clear(&gone);  /* may run Python: the list is consistent again */

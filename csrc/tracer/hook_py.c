@@ -207,9 +207,17 @@ retry:
     slots = small;
     if (n > 64 && !(slots = PyMem_Malloc(sizeof(PyObject *) * (size_t)n)))
       return PyErr_NoMemory();
-    Py_ssize_t r = tn_guards_check(e->en_gs, f->localsplus, nargs, slots);
+    /* a guard that runs Python (G_CALL, an __eq__) may let another thread publish, evict or add entries:
+    ** the set is held through its check, and a list that changed meanwhile is looked up again */
+    tn_gset *gs = e->en_gs;
+    uint64_t gen = cs->es_gen;
+    tn_guards_hold(gs);
+    Py_ssize_t r = tn_guards_check(gs, f->localsplus, nargs, slots);
+    tn_guards_free(gs);
     if (r == -2)
       goto done;
+    if (cs->es_gen != gen)
+      goto retry;
     if (r >= 0)
       continue;
     PyObject *runner = e->en_runner;
@@ -280,18 +288,26 @@ retry:
     if (!args)
       goto done;
     /* every entry's first failing guard, for the tracer to find the nearest */
-    PyObject *fails = PyList_New(cs->es_n);
+    PyObject *fails = PyList_New(0);
     for (int i = 0; fails && i < cs->es_n; i++) {
-      tn_entry *e = &cs->es_v[i];
-      Py_ssize_t n = tn_guards_nslots(e->en_gs);
+      /* held as the lookup above holds them: a check that runs Python may let the list change, whose
+      ** entries are explained as they were */
+      tn_gset *gs = cs->es_v[i].en_gs;
+      PyObject *spec = Py_NewRef(cs->es_v[i].en_spec);
+      uint64_t gen = cs->es_gen;
+      Py_ssize_t n = tn_guards_nslots(gs);
       PyObject **sl = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n + 1));
-      Py_ssize_t r = sl ? tn_guards_check(e->en_gs, f->localsplus, nargs, sl) : -2;
+      tn_guards_hold(gs);
+      Py_ssize_t r = sl ? tn_guards_check(gs, f->localsplus, nargs, sl) : (PyErr_NoMemory(), -2);
+      tn_guards_free(gs);
       PyMem_Free(sl);
-      PyObject *item = r == -2 ? NULL : Py_BuildValue("(On)", e->en_spec, r);
-      if (!item)
+      PyObject *item = r == -2 ? NULL : Py_BuildValue("(On)", spec, r);
+      Py_DECREF(spec);
+      if (!item || PyList_Append(fails, item) < 0)
         Py_CLEAR(fails);
-      else
-        PyList_SET_ITEM(fails, i, item);
+      Py_XDECREF(item);
+      if (fails && cs->es_gen != gen)
+        break;  /* the entries changed: those explained so far stand for them */
     }
     reason = fails ? tn_tracer_call(jf, "explain", Py_BuildValue("(OONO)", jf->jf_fn, args, fails, (PyObject *)jf))
                    : NULL;

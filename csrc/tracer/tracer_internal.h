@@ -42,6 +42,8 @@ typedef struct tn_entries {
   int es_full;           /* warned of its limit: a call no entry takes runs as Python does */
   int es_evicted;        /* entries evicted to make room (tn_entries_evict) */
   uint64_t es_clock;     /* the function's calls, as of the call looking its entries up */
+  uint64_t es_gen;       /* changes of the list (added, replaced, moved, removed): a guard check that ran
+                         ** Python (another thread may have changed the list) looks again when it moved */
   PyObject *es_code;     /* the code they were traced for (a function's __code__ may be replaced) */
 } tn_entries;
 

@@ -1880,3 +1880,51 @@ def test_jit_takes_a_builtin_a_partial_of_one_and_a_callable_object():
                 torch.testing.assert_close(jf(x), obj(x))
         assert [str(w.message) for w in caught if "torchneuron_jit" in str(w.message)] == [], obj
     assert torchneuron_jit.jit(torch.sin).__name__ == "sin"
+
+
+_REPLACED_UNDER_CHECK_SCRIPT = r"""
+import torch, torchneuron_jit
+from torchneuron_jit import _jit, _records, config
+
+real = _records.STATE["default device"]
+armed = []
+
+
+def reader():  # the "default device" guard's function: Python, run by every call's guard check
+    while armed:
+        jf, spec, entry = armed.pop()
+        jf.publish(spec, entry)  # as a build thread publishing meanwhile does
+    return real()
+
+
+_records.STATE["default device"] = reader
+config.compile_blocking = True
+config.jit_trace_records = False
+f = torchneuron_jit.jit(lambda x: x * 2 + 1)
+x = torch.randn(8)
+with torch.no_grad():
+    f(x)
+    c = _jit._jit_function_of(f)
+    for entry in (None, "copy"):
+        spec, runner = c.entries()[0]
+        armed.append((c, spec, None if entry is None else (spec, (), runner)))
+        got = f(x)
+        torch.testing.assert_close(got, x * 2 + 1)
+print("ok", len(c.entries()))
+"""
+
+
+def test_an_entry_replaced_while_its_guards_run_python_is_looked_up_again():
+    """The "default device" guard calls Python, which lets another thread
+    run: a background build that published its variant then replaced the
+    entry whose guards were being checked, and the check went on reading
+    its freed guard set (a segfault in about 1 of 20 runs of a 20,000-call
+    loop started while a build was in flight). The check holds its guard
+    set, and a list that changed meanwhile is looked up again. Here the
+    guard's own reader removes, then replaces, the entry under the check;
+    PYTHONMALLOC=debug fills freed memory, so a read after the free
+    fails."""
+    env = dict(os.environ, PYTHONMALLOC="debug")
+    r = subprocess.run([sys.executable, "-c", _REPLACED_UNDER_CHECK_SCRIPT], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.split()[0] == "ok", (r.returncode, r.stdout, r.stderr[-2000:])
