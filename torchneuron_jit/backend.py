@@ -380,12 +380,12 @@ vf_whole = _Swapped(_swap_names)
 
 
 # Ops whose decomposition rounds a float16 or bfloat16 result otherwise than eager's kernel does, found by
-# running the first samples of every OpInfo in both dtypes through this table against eager (their samples
-# run through both doors in tests/python/test_dtypes.py): the decompositions compute in float32 and round
-# once (logit), or round each product on its own (addr's beta * a and alpha * u v^T), where eager's kernel
-# rounds at each step of its own, or once; 1-17% of the values an ulp or more away, and an eps that rounds
-# to 1.0 in bfloat16 is inf in eager's logit, finite in the decomposition's. Given a float16/bfloat16
-# tensor they stay whole (eager's kernel).
+# running the first samples of every OpInfo in both dtypes through this table against eager (python -m
+# torchneuron_jit.testing.halfdecomp; tests/python/test_dtypes.py runs them through the neuron door): the
+# decompositions compute in float32 and round once (logit), or round each product on its own (addr's
+# beta * a and alpha * u v^T), where eager's kernel rounds at each step of its own, or once; 1-17% of the
+# values an ulp or more away, and an eps that rounds to 1.0 in bfloat16 is inf in eager's logit, finite in
+# the decomposition's. Given a float16/bfloat16 tensor they stay whole (eager's kernel).
 HALF_WHOLE = frozenset((aten.logit, aten.addr, aten.linalg_cross, aten.mse_loss, aten.soft_margin_loss,
                         aten.smooth_l1_loss, aten.huber_loss))
 
