@@ -275,7 +275,7 @@ def _frame_site(memo, wanted, stop):
     """(code, instruction) of the innermost frame, from the one that called
     into the dispatch mode outwards, whose file wanted(filename) takes
     (memo: code -> its answer), up to the frame of code stop; else None."""
-    frame = sys._getframe(3)  # op_site's or read_site's caller is a __torch_dispatch__
+    frame = sys._getframe(3)  # op_site's or read_site's caller: a __torch_dispatch__, or the recorder's _record
     while frame is not None:
         code = frame.f_code
         hit = memo.get(code)

@@ -1,4 +1,5 @@
 """torchneuron_jit.jit: the frame hook, C guards, the recorder, entries."""
+import collections
 import contextlib
 import copy
 import functools
@@ -1928,3 +1929,30 @@ def test_an_entry_replaced_while_its_guards_run_python_is_looked_up_again():
     r = subprocess.run([sys.executable, "-c", _REPLACED_UNDER_CHECK_SCRIPT], capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.split()[0] == "ok", (r.returncode, r.stdout, r.stderr[-2000:])
+
+
+def test_the_traces_profile_hook_sees_the_calls_code_not_the_recorders(monkeypatch):
+    """The recorder's bookkeeping for each op (op_site's frame walk, the
+    path checks) ran under the trace's profile hook: 15,000 of a BERT
+    call's 22,000 hook events were ours, and its traced call took 106 ms
+    where eager's took 15 (70 ms after). The hook is off while the
+    recorder records and on while the op runs."""
+    from torchneuron_jit import _jit
+    seen = []
+    profile = _jit._Trace.profile
+
+    def counting(self, frame, event, arg):
+        seen.append((frame.f_code.co_filename, frame.f_code.co_name))
+        return profile(self, frame, event, arg)
+
+    monkeypatch.setattr(_jit._Trace, "profile", counting)
+
+    def f(x):
+        return torch.nn.functional.gelu(x @ x.T).sum(-1).softmax(0) * 2
+
+    with config.patch(compile_blocking=True):
+        torchneuron_jit.jit(f)(torch.randn(4, 4))
+    # the recorder's own frames, but its entry (a few events an op) and the trace's own begin and end
+    ours = [name for file, name in seen if os.path.dirname(file) == os.path.dirname(_jit.__file__) and
+            name not in ("__torch_dispatch__", "_run", "__enter__", "__exit__", "_swap_names", "begin", "end")]
+    assert seen and not ours, (len(seen), collections.Counter(ours).most_common(5))
