@@ -446,11 +446,15 @@ class _Trace:
         calls, calls of non-torch sources of values (random, time, os.environ,
         numpy's RNG, ...) made from user code, and the state each user frame
         can reach as it was before the frame ran."""
-        if event != "call" and event != "c_call":  # a return (half the events): only a compiled function's counts
-            if event == "return" and frame.f_code.co_name == "compile_wrapper" and \
-                    frame.f_code.co_filename == _DYNAMO_FILE:
-                self.in_dynamo -= 1
-                self.dynamo_ran = True
+        if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename == _DYNAMO_FILE:
+            # a torch.compile'd function: Dynamo runs its frames as they are under the recording (their ops
+            # recorded), marks their code to be skipped for good (the recorder resets it) and reads random's
+            # state at each frame (not the code's)
+            self.in_dynamo += 1 if event == "call" else -1 if event == "return" else 0
+            self.dynamo_ran = True
+        elif event == "call" and self.in_dynamo:
+            self.recorder.skipped_codes.add(frame.f_code)
+        if event != "call" and event != "c_call":  # a return (half the events): nothing more to note
             return
         if event == "call" and frame.f_code in self.by_name_codes:  # each call's: for k in KEYS: helper(k)
             _held_names(self.held_names, _argument_values(frame))
@@ -468,14 +472,6 @@ class _Trace:
             self.hashed.setdefault(id(t), t)
         if event == "call" and frame.f_code is _AUTOCAST_ENTER:  # with torch.autocast(...) inside the call
             self.recorder.autocast = True
-        if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename == _DYNAMO_FILE:
-            # a torch.compile'd function: Dynamo runs its frames as they are under the recording (their ops
-            # recorded), marks their code to be skipped for good (the recorder resets it) and reads random's
-            # state at each frame (not the code's)
-            self.in_dynamo += 1 if event == "call" else 0
-            self.dynamo_ran = True
-        elif event == "call" and self.in_dynamo:
-            self.recorder.skipped_codes.add(frame.f_code)
         if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
             caller = frame.f_back
             while caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
@@ -1288,8 +1284,8 @@ class _Trace:
         d = module.__dict__
         attrs = None
         for attr in names:
-            value = d.get(attr, _ABSENT)
-            if (id(d), attr) in seen or not (type(value) in PRIMITIVES or isinstance(
+            value = d.get(attr)
+            if (id(d), attr) in seen or attr not in d or not (type(value) in PRIMITIVES or isinstance(
                     value, (types.FunctionType, types.BuiltinFunctionType, type, types.ModuleType))):
                 continue
             seen.add((id(d), attr))
@@ -1328,10 +1324,10 @@ class _Trace:
     def guard_function(self, slot, fn, words):
         """What a function the traced call ran (loaded at slot) holds besides
         its identity, which a snapshot guards: its code, its defaults and
-        keyword defaults, its attributes, and what its closure cells hold, so that a helper
-        changed in place after the trace (helper.__code__ = ...,
-        act.__defaults__ = (2.0,), a factory's nonlocal rebound by a
-        setter) is a miss. Values guard_value cannot follow are held by
+        keyword defaults, its attributes, and what its closure cells hold,
+        so that a helper changed in place after the trace (helper.__code__
+        = ..., act.__defaults__ = (2.0,), h.factor = 4.0, a factory's
+        nonlocal rebound by a setter) is a miss. Values guard_value cannot follow are held by
         identity."""
         if id(fn) in self.functions_seen:
             return
@@ -1547,7 +1543,6 @@ class _Trace:
 
 # -- Python state: what guard_content guards, what a call may write ---------------
 
-_ABSENT = object()      # a name a module's dict does not hold
 _MAX_DEPTH = 6          # containers inside containers guard_content follows
 _MAX_CONTENT = 2000     # containers and objects one trace guards by content
 _MAX_STATE = 50000      # values one _state_of describes before it stops at identities

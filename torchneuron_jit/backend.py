@@ -413,10 +413,9 @@ def _eager_refuses(op, args, kwargs):
     """Whether op's CPU kernel raises for arguments of the dtypes and ranks
     of args and kwargs that hold an integer, bool, float16 or bfloat16
     tensor (False without one: float32 ones are the decompositions'),
-    tried once per dtypes and
-    ranks on tensors of one element each, of 0s and then of 1s (an index,
-    a divisor): a refusal of both only keeps the op whole, eager's kernel
-    and eager's answer."""
+    tried once per dtypes and ranks on tensors of one element each, of 0s
+    and then of 1s (an index, a divisor): a refusal of both only keeps the
+    op whole, eager's kernel and eager's answer."""
     if not any(_integral(a) or _narrow(a) or (type(a) in (list, tuple) and any(map(_integral, a)))
                for a in (*args, *kwargs.values())):
         return False  # the common case, at each decomposed op of a trace: no pytree walk
