@@ -667,6 +667,11 @@ class _Trace:
                 self.writes.append(f"it writes {change} during the call{where}, which a compiled call would "
                                    "skip (return the new value instead, or pass the state in as a tensor)")
                 break
+        modules = [m for a in self.args if isinstance(a, torch.nn.Module) for m in a.modules()]
+        for (filename, line), name in list(_unguarded_attributes([c for c, _ in self.codes], modules).items())[:1]:
+            self.writes.append(f"it reads .{name} at {filename}:{line}, which no guard checks (a tensor's "
+                               f"{'version counter' if name == '_version' else 'view base'}): a compiled call "
+                               "would keep the traced call's")
         self.outside.update(_outside_globals(self.codes))
         for (filename, line), what in list(self.outside.items())[:1]:
             self.writes.append(f"it calls {what} at {filename}:{line}, whose result a compiled call would keep "
@@ -692,6 +697,8 @@ class _Trace:
                       bool(value.requires_grad)), name)
             if not marked(value):  # a compiled graph's kernels read memory: a marked tensor takes another path
                 spec.add(("plain", slot), name)
+            if not _user_attributes(value):  # one the caller sets later (x.scale = 2.0) the code may read
+                spec.add(("bare", slot), name)
             first = self.tensor_slot.setdefault(id(value), slot)
             if first != slot:  # one tensor passed twice: the graph reads it once, for both
                 spec.add(("same", slot, first), name)
@@ -1934,6 +1941,13 @@ _OUTSIDE_FILES = {os._Environ.__getitem__.__code__.co_filename: "os", random.Ran
                   "random", uuid.uuid4.__code__.co_filename: "uuid", secrets.token_bytes.__code__.co_filename:
                   "secrets"}
 _RNG_STATE_CODE = torch.random.get_rng_state.__code__
+# torch.Tensor's Python methods that read what no guard checks (_UNGUARDED_READS' in Python: their own calls are
+# torch's): a tensor in shared memory (a DataLoader worker's batch), the size of the storage a view is of
+_UNGUARDED_CODES = {torch.Tensor.is_shared.__code__: "Tensor.is_shared()",
+                    torch.Tensor.storage.__code__: "Tensor.storage()"}
+# the attributes of a tensor no guard checks, read by user code: its version counter (a cache refreshed after
+# in-place updates) and the tensor a view is of; an attribute read makes no profile event (_unguarded_attributes)
+_UNGUARDED_ATTRIBUTES = frozenset(("_version", "_base"))
 _OUTSIDE_MODULES = ("random", "_random", "time", "datetime", "_datetime", "uuid", "_uuid", "secrets", "numpy.random",
                     "posix")
 
@@ -1979,11 +1993,28 @@ def _outside_globals(codes):
     return found
 
 
+def _unguarded_attributes(codes, modules):
+    """{(file, line): name} of the attributes in _UNGUARDED_ATTRIBUTES the
+    user code among codes reads, of whatever object (no type is known from
+    the code): a name one of modules (the call's, with their submodules)
+    holds as its own attribute (self._base = nn.Linear(...)) is the user's."""
+    found = {}
+    for code in _user_codes(codes):
+        for c, i, line in _instructions(code):
+            if i.opname in ("LOAD_ATTR", "LOAD_METHOD") and i.argval in _UNGUARDED_ATTRIBUTES:
+                found.setdefault((c.co_filename, line), i.argval)
+    owned = {name for name in set(found.values()) for m in modules
+             if any(name in d for d in (m.__dict__, m._modules, m._parameters, m._buffers))}
+    return {where: name for where, name in found.items() if name not in owned}
+
+
 def _outside_code(code):
     """What Python function of a non-torch source code is (os.environ[...],
     random.Random.randint()), or None."""
     if code is _RNG_STATE_CODE:  # a tensor of the generator's state, which each random op moves on
         return "torch.get_rng_state()"
+    if code in _UNGUARDED_CODES:
+        return _UNGUARDED_CODES[code]
     mod = _OUTSIDE_FILES.get(code.co_filename)
     if mod is None:
         return None

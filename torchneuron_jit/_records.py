@@ -53,7 +53,7 @@ from .graph import fake_tensor
 from ._spec import NO_FIELD, NUMPY_SCALARS, Spec, entry_name, explain, func_field, namedtuple_value, same_value
 from ._spec import shadowed, state_in_dict
 
-FORMAT = 14  # 2: the contents of containers and objects that globals and closures hold are guarded;
+FORMAT = 15  # 2: the contents of containers and objects that globals and closures hold are guarded;
 #            3: keys leave out tensor sizes (a key holds every size's variants), dynamic variants;
 #            4: keys leave out the values of int and float arguments (a dynamic variant serves every value);
 #            5: torch.tensor(...) is copied on every call, one tensor passed twice is guarded ("same"): a record
@@ -76,6 +76,8 @@ FORMAT = 14  # 2: the contents of containers and objects that globals and closur
 #               (globals()[NAME]): a record of 12 answered with the traced ones
 #           14: guards on sizes scale a size by a float (TRUNCMUL: F.interpolate at a scale factor), and graphs
 #               hold torchneuron::rnn / lstm / stft: a process of 13 could not rebuild them
+#           15: a tensor argument without Python attributes is guarded to have none ("bare"): a record of 14
+#               answered a call whose tensor the caller had set x.scale on as if it had none
 _MAX_CONST_NUMEL = 4096  # captured tensors up to this size are stored by value
 _CPU = torch.device("cpu")
 _MAX_OBJECT_DEPTH = 4  # other objects are described by their attributes, this deep
@@ -681,7 +683,7 @@ def _portable_spec(trace, upto, spec, skip):
         kind = inst[0]
         if slot in skip:
             out.append(["nop"])
-        elif kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same", "plain", "nop"):
+        elif kind in ("arg", "item", "key", "cell", "attrs", "func", "len", "same", "plain", "bare", "nop"):
             out.append(list(inst))
         elif kind == "const":
             out.append(["const", _portable_path(spec.paths.get(slot), inst[1], spec.names[slot])])
@@ -1182,7 +1184,7 @@ def trace_key(fn, trace, pspec=None):
 
 
 # the portable instructions whose operand 1 is a slot (_portable_spec; trace_key's own forms)
-_FROM_SLOT = frozenset(("item", "key", "cell", "attrs", "func", "len", "plain", "type", "is", "eq", "isweak", "tensor",
+_FROM_SLOT = frozenset(("item", "key", "cell", "attrs", "func", "len", "plain", "bare", "type", "is", "eq", "isweak", "tensor",
                         "order", "dict", "same", "number", "attributes"))
 
 

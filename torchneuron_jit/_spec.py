@@ -238,6 +238,9 @@ def explain(spec, args, index):
         return f"{name}: strides in the order {inst[2]} → {got}"
     if kind == "plain":
         return f"{name}: marks plain → {'conjugate' if value.is_conj() else 'negative'} (a lazy view: x.conj())"
+    if kind == "bare":
+        attrs = [k for k in vars(value) if k != "_dynamo_static_input_type"]
+        return f"{name}: no Python attributes → {', '.join(map(str, attrs))}"
     if kind == "isweak":
         was = inst[2]()
         return f"{name}: {short(was) if was is not None else 'a module no longer alive'} → {short(value)}"

@@ -15,7 +15,7 @@
 enum {
   G_ARG, G_ITEM, G_KEY, G_CONST, G_CELL, G_ATTRS, G_FUNC,     /* loads */
   G_TYPE, G_IS, G_EQ, G_LEN, G_TENSOR, G_DICT, G_CALL, G_ISWEAK, G_SIZES, G_SAME, G_PLAIN, G_DISTINCT,
-  G_ORDER, /* checks */
+  G_ORDER, G_BARE, /* checks */
   G_NOP,   /* neither */
   G__COUNT
 };
@@ -31,7 +31,7 @@ static const char *const func_fields[FUNC__COUNT] = {"code", "defaults", "kwdefa
 
 static const char *const g_names[G__COUNT] = {
   "arg", "item", "key", "const", "cell", "attrs", "func", "type", "is", "eq", "len", "tensor", "dict", "call", "isweak", "sizes",
-  "same", "plain", "distinct", "order", "nop",
+  "same", "plain", "distinct", "order", "bare", "nop",
 };
 
 /* A "sizes" program (guards.h): postfix over int64, one opcode per item,
@@ -63,6 +63,7 @@ struct tn_gset {
 };
 
 static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu, *s_is_conj, *s_is_neg;
+static PyObject *s_dynamo_mark; /* the attribute torch.compile sets on a tensor (_jit._TORCH_MARKS) */
 static PyObject *s_partial_fields[3]; /* "func", "args", "keywords" */
 static PyTypeObject *partial_type;   /* functools.partial */
 
@@ -87,7 +88,9 @@ static int strings_init(void)
   s_is_cpu = PyUnicode_InternFromString("is_cpu");
   s_is_conj = PyUnicode_InternFromString("is_conj");
   s_is_neg = PyUnicode_InternFromString("is_neg");
-  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu && s_is_conj && s_is_neg ? 0 : -1;
+  s_dynamo_mark = PyUnicode_InternFromString("_dynamo_static_input_type");
+  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu && s_is_conj && s_is_neg && s_dynamo_mark
+         ? 0 : -1;
 }
 
 static PyObject *g_absent;
@@ -315,7 +318,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   for (int k = 0; k < G__COUNT; k++)
     if (name && strcmp(name, g_names[k]) == 0)
       op = k;
-  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2, 3, 1};
+  static const Py_ssize_t arity[G__COUNT] = {2, 3, 3, 2, 2, 2, 3, 3, 3, 3, 3, 6, 5, 3, 3, 2, 3, 2, 2, 3, 2, 1};
   if (op < 0)
     return bad(i, "unknown instruction");
   if (n != arity[op] && !(op == G_LEN && n == 4)) /* a dict's length may come with its keys, in order */
@@ -346,7 +349,7 @@ static int build_one(tn_ginst *prog, PyObject *t, Py_ssize_t i)
   }
   if (slot_arg(t, 1, prog, i, &g->gi_slot) < 0)
     return -1;
-  if (op == G_CELL || op == G_ATTRS || op == G_PLAIN)
+  if (op == G_CELL || op == G_ATTRS || op == G_PLAIN || op == G_BARE)
     return 0;
   PyObject *a = PyTuple_GET_ITEM(t, 2);
   switch (op) {
@@ -643,6 +646,24 @@ static int plain_ok(PyObject *v)
     Py_DECREF(o);
     if (marked)
       return 0;
+  }
+  return 1;
+}
+
+/* 1 when tensor v holds no Python attributes (x.scale = 2.0 by the
+** caller) but torch.compile's mark, 0 when it does, -1 on error. The
+** dict is read where the object keeps it: none is made. */
+static int bare_ok(PyObject *v)
+{
+  PyObject **dp = _PyObject_GetDictPtr(v);
+  if (!dp || !*dp)
+    return 1;
+  PyObject *key, *val;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(*dp, &pos, &key, &val)) {
+    int r = PyUnicode_Check(key) ? PyObject_RichCompareBool(key, s_dynamo_mark, Py_EQ) : 0;
+    if (r != 1)
+      return r;
   }
   return 1;
 }
@@ -953,6 +974,9 @@ Py_ssize_t tn_guards_check(tn_gset *gs, PyObject *const *args, Py_ssize_t nargs,
       break;
     case G_PLAIN:
       r = plain_ok(v);
+      break;
+    case G_BARE:
+      r = bare_ok(v);
       break;
     case G_ORDER:
       r = order_ok(v, g);

@@ -89,19 +89,91 @@ def _inference_tensor(i):
         return torch.ones(4) * i
 
 
+def _shared_scale(x):
+    return x * (2 if x.is_shared() else 3)
+
+
+def _storage_scale(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TypedStorage is deprecated
+        return x * x.storage().size()
+
+
+def _version_scale(x):
+    return x * x._version
+
+
+def _base_scale(x):
+    return x * (2 if x._base is None else 3)
+
+
+def _bumped(i):
+    t = torch.ones(4)
+    for _ in range(i):
+        t.add_(0)  # each in-place op moves its version counter on
+    return t
+
+
 @pytest.mark.parametrize("f, inputs, words", [
-    (_offset_scale, lambda i: torch.arange(10.0)[i:i + 4], "storage_offset()"),  # one layout, four offsets
-    (_inference_scale, lambda i: _inference_tensor(i) if i % 2 else torch.ones(4) * i, "is_inference()"),
-], ids=["storage_offset", "is_inference"])
+    (_offset_scale, lambda i: torch.arange(10.0)[i:i + 4], "calls Tensor.storage_offset()"),  # one layout, 4 offsets
+    (_inference_scale, lambda i: _inference_tensor(i) if i % 2 else torch.ones(4) * i, "calls Tensor.is_inference()"),
+    (_shared_scale, lambda i: torch.ones(4).share_memory_() if i % 2 else torch.ones(4), "calls Tensor.is_shared()"),
+    (_storage_scale, lambda i: torch.ones(4 + i)[:4], "calls Tensor.storage()"),
+    (_version_scale, _bumped, "reads ._version"),
+    (_base_scale, lambda i: torch.ones(8)[:4] if i % 2 else torch.ones(4), "reads ._base"),
+], ids=["storage_offset", "is_inference", "is_shared", "storage", "_version", "_base"])
 def test_what_no_guard_checks_read_off_a_tensor_runs_eagerly_with_one_warning(f, inputs, words):
-    """x.storage_offset() and x.is_inference() answer what no guard of the
-    argument checks (its sizes, strides, dtype, device and requires_grad
-    are): a slice at another offset got the traced call's answer. The
-    code runs eagerly, with one warning naming the read and its line
-    (as for x.data_ptr(): test_jit_state)."""
+    """x.storage_offset(), x.is_inference(), x.is_shared(), x.storage(),
+    x._version and x._base answer what no guard of the argument checks
+    (its sizes, strides, dtype, device and requires_grad are): a slice at
+    another offset, a tensor in shared memory (a DataLoader worker's
+    batch), a weight updated in place (a cache refreshed when its version
+    moves) got the traced call's answer. The code runs eagerly, with one
+    warning naming the read and its line (as for x.data_ptr():
+    test_jit_state)."""
     with torch.no_grad():
         caught = _calls(f, [(inputs(i),) for i in range(4)])
-    assert len(caught) == 1 and f"it calls Tensor.{words} at {__file__}:" in caught[0], caught
+    assert len(caught) == 1 and f"it {words} at {__file__}:" in caught[0], caught
+
+
+def test_a_modules_own_attribute_named_as_a_tensors_unguarded_one_compiles():
+    """self._base, a submodule of the user's, is no tensor's base: the
+    forward compiles, without a warning."""
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._base = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self._base(x) * 2
+
+    m = Wrapped()
+    want = m(torch.ones(2, 4)).detach()
+    torchneuron_jit.jit(m)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(3):
+            torch.testing.assert_close(m(torch.ones(2, 4)), want)
+    assert not [w for w in caught if "torchneuron_jit" in str(w.message)], [str(w.message) for w in caught]
+    assert "variant 0 (compiled)" in str(torchneuron_jit.explain(m))
+
+
+def test_an_attribute_the_caller_sets_on_an_argument_tensor_after_the_trace_is_a_miss():
+    """The variant traced with a bare tensor guards that the tensor has no
+    Python attributes: one the caller sets later (x.scale = 5.0), which
+    the code reads, took the traced answer."""
+    def f(x):
+        s = getattr(x, "scale", None)
+        return x * 2 if s is None else x * s
+
+    jf = torchneuron_jit.jit(f)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the variant with attributes runs eagerly, with one warning
+        for scale in (None, None, None, 5.0, 7.0, None):
+            x = torch.ones(3)
+            if scale is not None:
+                x.scale = scale
+            torch.testing.assert_close(jf(x), f(x), msg=lambda m: f"scale {scale}: {m}")
 
 
 def test_a_tensor_literal_is_a_new_tensor_on_every_call():
@@ -512,3 +584,19 @@ def test_the_func_guard_loads_a_functions_fields():
     assert torchneuron_jit._C.GuardSet(spec).check(len) == 1  # no Python function: the load fails, nothing raises
     with pytest.raises(ValueError, match="func reads code"):
         torchneuron_jit._C.GuardSet([("arg", 0), ("func", 0, "globals")])
+
+
+def test_the_bare_guard_passes_a_tensor_without_python_attributes_but_torch_compiles_mark():
+    gs = torchneuron_jit._C.GuardSet([("arg", 0), ("bare", 0)])
+    x = torch.ones(2)
+    assert gs.check(x) == -1
+    x._dynamo_static_input_type = "unguarded"  # what torch.compile marks an input with
+    assert gs.check(x) == -1
+    x.scale = 2.0
+    assert gs.check(x) == 1
+    p = torch.nn.Parameter(torch.ones(2))  # a Python subclass keeps its attributes as Python objects do
+    assert gs.check(p) == -1
+    p.flag = True
+    assert gs.check(p) == 1
+    with pytest.raises(ValueError, match="wrong number of operands"):
+        torchneuron_jit._C.GuardSet([("arg", 0), ("bare", 0, True)])
