@@ -455,7 +455,7 @@ def _narrow(a):
 
 # Version of the cached artifact (payload layout, code generation): bump it
 # when either changes meaning; it is part of every artifact key.
-ARTIFACT_FORMAT = 34
+ARTIFACT_FORMAT = 35
 
 
 def _torch_symbols(lib, *names):

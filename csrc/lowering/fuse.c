@@ -1351,6 +1351,14 @@ static void emit_row(prog_builder *b, const tn_node *n, int32_t *bufof, int32_t 
     break;
   case TN_OP_var_correction: {
     int32_t ssq = emit_row_ssq(b, x, emit_row_mean(b, x), &d);
+    /* less (sum of d)^2 / n, the corrected two-pass formula: x - mean in the row's dtype is off by the mean's
+    ** rounding, which adds n times its square (9.5e-4 to a variance of 1.07 around 1e6, where eager's Welford
+    ** in double is exact); clamped at 0, which rounding may cross where every d is one value */
+    int32_t sd = emit_scalar(b, TN_FI_REDUCE, TN_RT_R_SUM, d, -1, 0);
+    ssq = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_SUB, ssq,
+                      emit_scalar(b, TN_FI_SBINARY, TN_RT_B_DIV, emit_scalar(b, TN_FI_SBINARY, TN_RT_B_MUL, sd, sd, 0),
+                                  emit_scalar(b, TN_FI_SCOLS, 0, -1, -1, 0), 0), 0);
+    ssq = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_CLAMP_MIN, ssq, emit_scalar(b, TN_FI_SCONST, 0, -1, -1, 0), 0);
     if (!arg_number(&n->no_args[2], &v))
       v = 1; /* correction=None: Bessel's */
     int32_t dof = emit_scalar(b, TN_FI_SBINARY, TN_RT_B_SUB, emit_scalar(b, TN_FI_SCOLS, 0, -1, -1, 0),

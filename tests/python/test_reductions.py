@@ -444,6 +444,21 @@ def test_rows_of_equal_values_keep_var_zero_like_eager(compiled):
     check_bundle(compiled, fns, x, dynamic=False)
 
 
+@pytest.mark.parametrize("length", [256, 1000, 4097])
+def test_var_of_rows_far_from_zero_is_eagers(length, compiled):
+    """Rows around 1e6 of spread 1 (raw sensor values, timestamps): x -
+    mean in float32 was off by the mean's rounding, whose square, n times,
+    the sum of squares took in (var 1.0673 for eager's 1.0664: eager's
+    Welford runs in double)."""
+    x = _x((4, length), seed=length) + 1e6
+    x[3] = 1e6 + 0.5  # a row of one value: its variance stays 0, not a rounding below it
+    got, expected = run_both(lambda t: (t.var(-1), t.var(-1, correction=0)), x)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+    assert (got[0][3] == 0).item()
+    compiled.assert_lowered(VAR)
+
+
 @pytest.mark.parametrize("kind", ["full_768_3.7", "full_768_1000.1", "expand_last"])
 def test_layer_norm_of_rows_of_equal_values_is_zero_like_eager(kind, compiled):
     if kind == "expand_last":
