@@ -495,10 +495,11 @@ class _Trace:
             # the values, which the graph would replay from this call
             self.recorder.problem = (f"torch.{arg.__name__} reads a tensor argument's values in C++, which a "
                                      "compiled call would replay from the traced call (a data-dependent result)")
-        if event == "c_call" and not self.by_name_call and _by_name_builtin(arg) and \
-                not _records.library_code(frame.f_code.co_filename):
-            self.by_name_call = True
         if event == "c_call":
+            if _records.library_code(frame.f_code.co_filename):  # what library code calls is the library's
+                return
+            if not self.by_name_call and _by_name_builtin(arg):
+                self.by_name_call = True
             what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame
         elif event == "call" and frame.f_back is not None:

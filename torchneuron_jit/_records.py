@@ -195,8 +195,15 @@ def library_code(filename):
     distribution. jit does not guard the globals library code reads, nor
     snapshot library classes (tools patch nn.Module for a while), but for
     the primitives among distribution_code's globals and class attributes;
-    records identify library code by version, not by hash."""
-    return versioned_code(filename) or _installed_file(filename)
+    records identify library code by version, not by hash. Memoized: a
+    trace asks for each frame its profile hook sees (HF BERT's: 3,000)."""
+    known = _library_files.get(filename)
+    if known is None:
+        known = _library_files[filename] = versioned_code(filename) or _installed_file(filename)
+    return known
+
+
+_library_files = {}  # file name -> library_code's answer
 
 
 def distribution_code(filename):
