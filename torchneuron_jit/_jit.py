@@ -72,7 +72,8 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _C, _dynamic, _fxgate, _log, _manager, _planform, _records, config, gemm
-from ._spec import NUMPY_SCALARS, PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance
+from ._spec import NUMPY_SCALARS, PRIMITIVES, Spec, entry_name, explain, same_value, state_in_dict, tensor_distance, \
+    user_attributes
 from ._spec import namedtuple_value as _namedtuple
 from .graph import CASTS_INSIDE, FAST_PATHS, draws, marked
 
@@ -690,15 +691,15 @@ class _Trace:
             elif not value.is_cpu or value.layout != torch.strided or value.is_quantized:
                 what = f"a quantized ({value.dtype})" if value.is_quantized else f"a {value.device} {value.layout}"
                 self.problems.append(f"{name} is {what} tensor; only dense CPU tensors of plain dtypes are compiled")
-            if _user_attributes(value):  # x.scale = ... set by the caller, which the code may read
-                self.problems.append(f"{name} has Python attributes ({', '.join(_user_attributes(value))}), "
+            if user_attributes(value):  # x.scale = ... set by the caller, which the code may read
+                self.problems.append(f"{name} has Python attributes ({', '.join(user_attributes(value))}), "
                                      "which jit does not guard")
             spec.add(("type", slot, t), name)
             spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
                       bool(value.requires_grad)), name)
             if not marked(value):  # a compiled graph's kernels read memory: a marked tensor takes another path
                 spec.add(("plain", slot), name)
-            if not _user_attributes(value):  # one the caller sets later (x.scale = 2.0) the code may read
+            if not user_attributes(value):  # one the caller sets later (x.scale = 2.0) the code may read
                 spec.add(("bare", slot), name)
             first = self.tensor_slot.setdefault(id(value), slot)
             if first != slot:  # one tensor passed twice: the graph reads it once, for both
@@ -1178,11 +1179,11 @@ class _Trace:
         names = None
         for t in {id(t): t for t in tensors}.values():
             slot = self.tensor_slot.get(id(t))
-            if slot is None or not _user_attributes(t):
+            if slot is None or not user_attributes(t):
                 continue
             if names is None:
                 names = _names_in([c for c, _ in self.codes if not _records.library_code(c.co_filename)])
-            if names.isdisjoint(_user_attributes(t)):
+            if names.isdisjoint(user_attributes(t)):
                 continue
             if id(t.__dict__) in self.content_seen:
                 self.content_reused.add(id(t.__dict__))
@@ -1563,21 +1564,12 @@ _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.d
                             ) + NUMPY_SCALARS
 
 
-# what torch itself notes on a tensor for TorchDynamo (a transformers StaticCache's tensors are marked static
-# addresses), which no model code reads: the tensors a compiled call makes go without it
-_TORCH_MARKS = frozenset(("_dynamo_static_input_type",))
-
 
 def _model_output(value):
     """Whether value is an OrderedDict that is a dataclass too, with
     string keys (transformers' ModelOutput): pytree flattens it as a dict."""
     return isinstance(value, collections.OrderedDict) and dataclasses.is_dataclass(value) and \
         all(type(k) is str for k in value) and isinstance(getattr(value, "__dict__", None), dict)
-
-
-def _user_attributes(t):
-    """The names of tensor t's Python attributes but torch's own marks."""
-    return [str(k) for k in t.__dict__ if k not in _TORCH_MARKS]
 
 
 def _by_value(value):
@@ -2353,8 +2345,8 @@ def _graph_of(trace, result):
                     raise _NotCompilable(f"it returns a {t.dtype} view of an argument that no view of its "
                                          f"{inputs[base].dtype} elements makes")
             return view
-        if _user_attributes(t):  # r.tag = ...: Python attributes the call set on a tensor it returns
-            raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(_user_attributes(t))}) "
+        if user_attributes(t):  # r.tag = ...: Python attributes the call set on a tensor it returns
+            raise _NotCompilable(f"a tensor of its result has Python attributes ({', '.join(user_attributes(t))}) "
                                  "that a compiled call would not set")
         if t.requires_grad:  # made to require grad in the call (torch.ones(3, requires_grad=True)): no graph does
             raise _NotCompilable(f"its result requires grad (a tensor the call made to require it; {_log.NO_TRAINING})")

@@ -13,6 +13,20 @@ import torch
 from . import _C
 
 PRIMITIVES = (bool, int, float, str, type(None))
+# the attributes torch sets on a tensor for TorchDynamo (torch 2.13's: a transformers StaticCache's tensors are
+# marked static addresses, _dynamo_static_input_type; torch._dynamo.mark_dynamic sets _dynamo_dynamic_indices,
+# _specialize_on, ...): its own marks, which no model code reads, and the tensors a compiled call makes go without.
+# The C "bare" guard reads this set
+TORCH_MARKS = frozenset((
+    "_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_hint_overrides", "_dynamo_marked_static",
+    "_dynamo_propagated_dynamic_indices", "_dynamo_shape_ids", "_dynamo_source", "_dynamo_static_indices",
+    "_dynamo_static_input_type", "_dynamo_strict_unbacked_indices", "_dynamo_unbacked_bounds",
+    "_dynamo_unbacked_indices", "_dynamo_weak_dynamic_indices", "_has_dynamo_dim_marking", "_specialize_on"))
+
+
+def user_attributes(t):
+    """The names of tensor t's Python attributes but torch's own marks."""
+    return [str(k) for k in vars(t) if k not in TORCH_MARKS]
 
 
 def _numpy_scalar_types():
@@ -239,8 +253,7 @@ def explain(spec, args, index):
     if kind == "plain":
         return f"{name}: marks plain → {'conjugate' if value.is_conj() else 'negative'} (a lazy view: x.conj())"
     if kind == "bare":
-        attrs = [k for k in vars(value) if k != "_dynamo_static_input_type"]
-        return f"{name}: no Python attributes → {', '.join(map(str, attrs))}"
+        return f"{name}: no Python attributes → {', '.join(user_attributes(value))}"
     if kind == "isweak":
         was = inst[2]()
         return f"{name}: {short(was) if was is not None else 'a module no longer alive'} → {short(value)}"

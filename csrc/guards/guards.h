@@ -80,7 +80,7 @@
 **                                  whose values are not their memory)
 **   ("bare", s)                    tensor slot s holds no Python attributes
 **                                  (x.scale = 2.0, which the code may read) but
-**                                  torch.compile's _dynamo_static_input_type
+**                                  torch's marks (_spec.TORCH_MARKS)
 **   ("sizes", prog)                a relation of dynamic sizes holds (s1 >= 2,
 **                                  s1 == s2): prog is a postfix program over
 **                                  int64 (a tuple of ints), each item an

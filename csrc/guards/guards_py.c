@@ -63,7 +63,7 @@ struct tn_gset {
 };
 
 static PyObject *s_dtype, *s_shape, *s_stride, *s_requires_grad, *s_is_cpu, *s_is_conj, *s_is_neg;
-static PyObject *s_dynamo_mark; /* the attribute torch.compile sets on a tensor (_jit._TORCH_MARKS) */
+static PyObject *torch_marks; /* the attributes torch sets on a tensor: _spec.TORCH_MARKS, a frozenset */
 static PyObject *s_partial_fields[3]; /* "func", "args", "keywords" */
 static PyTypeObject *partial_type;   /* functools.partial */
 
@@ -71,6 +71,18 @@ static int strings_init(void)
 {
   if (s_dtype)
     return 0;
+  if (!torch_marks) { /* first: a failed import leaves nothing else set, and the next build tries again */
+    PyObject *spec = PyImport_ImportModule("torchneuron_jit._spec");
+    PyObject *marks = spec ? PyObject_GetAttrString(spec, "TORCH_MARKS") : NULL;
+    Py_XDECREF(spec);
+    if (marks && !PyFrozenSet_Check(marks)) {
+      PyErr_SetString(PyExc_TypeError, "_spec.TORCH_MARKS is not a frozenset");
+      Py_CLEAR(marks);
+    }
+    if (!marks)
+      return -1;
+    torch_marks = marks; /* kept */
+  }
   PyObject *functools = PyImport_ImportModule("functools");
   partial_type = functools ? (PyTypeObject *)PyObject_GetAttrString(functools, "partial") : NULL; /* kept */
   Py_XDECREF(functools);
@@ -88,9 +100,7 @@ static int strings_init(void)
   s_is_cpu = PyUnicode_InternFromString("is_cpu");
   s_is_conj = PyUnicode_InternFromString("is_conj");
   s_is_neg = PyUnicode_InternFromString("is_neg");
-  s_dynamo_mark = PyUnicode_InternFromString("_dynamo_static_input_type");
-  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu && s_is_conj && s_is_neg && s_dynamo_mark
-         ? 0 : -1;
+  return s_dtype && s_shape && s_stride && s_requires_grad && s_is_cpu && s_is_conj && s_is_neg ? 0 : -1;
 }
 
 static PyObject *g_absent;
@@ -651,8 +661,8 @@ static int plain_ok(PyObject *v)
 }
 
 /* 1 when tensor v holds no Python attributes (x.scale = 2.0 by the
-** caller) but torch.compile's mark, 0 when it does, -1 on error. The
-** dict is read where the object keeps it: none is made. */
+** caller) but torch's marks (torch_marks), 0 when it does, -1 on error.
+** The dict is read where the object keeps it: none is made. */
 static int bare_ok(PyObject *v)
 {
   PyObject **dp = _PyObject_GetDictPtr(v);
@@ -661,7 +671,7 @@ static int bare_ok(PyObject *v)
   PyObject *key, *val;
   Py_ssize_t pos = 0;
   while (PyDict_Next(*dp, &pos, &key, &val)) {
-    int r = PyUnicode_Check(key) ? PyObject_RichCompareBool(key, s_dynamo_mark, Py_EQ) : 0;
+    int r = PySet_Contains(torch_marks, key);
     if (r != 1)
       return r;
   }

@@ -586,11 +586,12 @@ def test_the_func_guard_loads_a_functions_fields():
         torchneuron_jit._C.GuardSet([("arg", 0), ("func", 0, "globals")])
 
 
-def test_the_bare_guard_passes_a_tensor_without_python_attributes_but_torch_compiles_mark():
+def test_the_bare_guard_passes_a_tensor_without_python_attributes_but_torchs_marks():
     gs = torchneuron_jit._C.GuardSet([("arg", 0), ("bare", 0)])
     x = torch.ones(2)
     assert gs.check(x) == -1
     x._dynamo_static_input_type = "unguarded"  # what torch.compile marks an input with
+    torch._dynamo.mark_dynamic(x, 0)  # sets x._dynamo_dynamic_indices
     assert gs.check(x) == -1
     x.scale = 2.0
     assert gs.check(x) == 1
