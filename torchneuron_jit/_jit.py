@@ -447,46 +447,47 @@ class _Trace:
         calls, calls of non-torch sources of values (random, time, os.environ,
         numpy's RNG, ...) made from user code, and the state each user frame
         can reach as it was before the frame ran."""
-        if frame.f_code.co_name == "compile_wrapper" and frame.f_code.co_filename == _DYNAMO_FILE:
+        code = frame.f_code
+        if code.co_name == "compile_wrapper" and code.co_filename == _DYNAMO_FILE:
             # a torch.compile'd function: Dynamo runs its frames as they are under the recording (their ops
             # recorded), marks their code to be skipped for good (the recorder resets it) and reads random's
             # state at each frame (not the code's)
             self.in_dynamo += 1 if event == "call" else -1 if event == "return" else 0
             self.dynamo_ran = True
         elif event == "call" and self.in_dynamo:
-            self.recorder.skipped_codes.add(frame.f_code)
+            self.recorder.skipped_codes.add(code)
         if event != "call" and event != "c_call":  # a return (half the events): nothing more to note
             return
-        if event == "call" and frame.f_code in self.by_name_codes:  # each call's: for k in KEYS: helper(k)
+        if event == "call" and code in self.by_name_codes:  # each call's: for k in KEYS: helper(k)
             _held_names(self.held_names, _argument_values(frame))
-        if event == "call" and frame.f_code not in self.frames_seen:
-            self.frames_seen.add(frame.f_code)
+        if event == "call" and code not in self.frames_seen:
+            self.frames_seen.add(code)
             try:
-                if not _records.library_code(frame.f_code.co_filename):
+                if not _records.library_code(code.co_filename):
                     self.remember_frame(frame)
             except Exception as exc:  # ours: never into the user's code; the variant runs eagerly
-                self.problems.append(f"reading the state {frame.f_code.co_qualname} can reach failed "
+                self.problems.append(f"reading the state {code.co_qualname} can reach failed "
                                      f"({type(exc).__name__}: {exc})")
-        if event == "call" and frame.f_code is _TENSOR_HASH and frame.f_back is not None and \
+        if event == "call" and code is _TENSOR_HASH and frame.f_back is not None and \
                 not _records.library_code(frame.f_back.f_code.co_filename):
             t = frame.f_locals.get("self")
             self.hashed.setdefault(id(t), t)
-        if event == "call" and frame.f_code is _AUTOCAST_ENTER:  # with torch.autocast(...) inside the call
+        if event == "call" and code is _AUTOCAST_ENTER:  # with torch.autocast(...) inside the call
             self.recorder.autocast = True
-        if event == "call" and frame.f_code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
+        if event == "call" and code in _RNG_WRITERS:  # whoever calls it (torch wraps it: the caller's line)
             caller = frame.f_back
             while caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
                 caller = caller.f_back
             where = f" at {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""
-            self.writes.append(f"it calls {_RNG_WRITERS[frame.f_code]}{where}, which a compiled call would skip "
+            self.writes.append(f"it calls {_RNG_WRITERS[code]}{where}, which a compiled call would skip "
                                "(its random ops would draw on from the caller's generator: seed before the call)")
         if event in ("call", "c_call"):  # torch.get_num_threads(): guarded at the value the trace read
-            name = _STATE_READS.get(frame.f_code if event == "call" else arg)  # a C function hashes by identity
-            caller = frame.f_back if event == "call" else frame
-            if name is not None and name not in self.state and \
-                    (caller is None or not caller.f_code.co_filename.startswith(_OWN_DIR)):  # our recorder's
-                self.state[name] = _records.state_reader(name)()
-        if (event == "call" and frame.f_code in _VALUE_READERS) or \
+            name = _STATE_READS.get(code if event == "call" else arg)  # a C function hashes by identity
+            if name is not None and name not in self.state:
+                caller = frame.f_back if event == "call" else frame
+                if caller is None or not caller.f_code.co_filename.startswith(_OWN_DIR):  # our recorder's
+                    self.state[name] = _records.state_reader(name)()
+        if (event == "call" and code in _VALUE_READERS) or \
                 (event == "c_call" and type(getattr(arg, "__self__", None)) in _TENSOR_TYPES):
             self.note_value_read(frame, event, arg)
         if event == "c_call" and self.recorder.problem is None and getattr(arg, "__name__", None) in \
@@ -497,18 +498,20 @@ class _Trace:
             self.recorder.problem = (f"torch.{arg.__name__} reads a tensor argument's values in C++, which a "
                                      "compiled call would replay from the traced call (a data-dependent result)")
         if event == "c_call":
-            if _records.library_code(frame.f_code.co_filename):  # what library code calls is the library's
+            if _records.library_code(code.co_filename):  # what library code calls is the library's
                 return
             if not self.by_name_call and _by_name_builtin(arg):
                 self.by_name_call = True
             what = "print" if arg is _PRINT else _skipped_effect(arg) or _outside_source(arg)
             caller = frame
-        elif event == "call" and frame.f_back is not None:
-            if self.in_dynamo and frame.f_code in _RANDOM_STATE_CODES:
+        elif event == "call":
+            if self.in_dynamo and code in _RANDOM_STATE_CODES:
                 return
-            what = "logging" if frame.f_code in _LOGGING_CODES else \
-                _SETTERS.get(frame.f_code) or _outside_code(frame.f_code)
-            caller = frame.f_back
+            what = "logging" if code in _LOGGING_CODES else \
+                _SETTERS.get(code) or _outside_code(code)
+            caller = frame.f_back if what is not None else None  # (f_back makes the caller's frame object)
+            if caller is None:
+                return
             # through the standard library (os.environ.get is Mapping.get, in _collections_abc)
             while what not in (None, "logging") and caller.f_back is not None and \
                     _records.stdlib_file(caller.f_code.co_filename):
