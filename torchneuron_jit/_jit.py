@@ -694,15 +694,15 @@ class _Trace:
             elif not value.is_cpu or value.layout != torch.strided or value.is_quantized:
                 what = f"a quantized ({value.dtype})" if value.is_quantized else f"a {value.device} {value.layout}"
                 self.problems.append(f"{name} is {what} tensor; only dense CPU tensors of plain dtypes are compiled")
-            if user_attributes(value):  # x.scale = ... set by the caller, which the code may read
-                self.problems.append(f"{name} has Python attributes ({', '.join(user_attributes(value))}), "
-                                     "which jit does not guard")
+            attrs = user_attributes(value)
+            if attrs:  # x.scale = ... set by the caller, which the code may read
+                self.problems.append(f"{name} has Python attributes ({', '.join(attrs)}), which jit does not guard")
             spec.add(("type", slot, t), name)
             spec.add(("tensor", slot, value.dtype, tuple(value.shape), tuple(value.stride()),
                       bool(value.requires_grad)), name)
             if not marked(value):  # a compiled graph's kernels read memory: a marked tensor takes another path
                 spec.add(("plain", slot), name)
-            if not user_attributes(value):  # one the caller sets later (x.scale = 2.0) the code may read
+            if not attrs:  # one the caller sets later (x.scale = 2.0) the code may read
                 spec.add(("bare", slot), name)
             first = self.tensor_slot.setdefault(id(value), slot)
             if first != slot:  # one tensor passed twice: the graph reads it once, for both
@@ -1565,7 +1565,6 @@ _IMMUTABLE = PRIMITIVES + (complex, bytes, range, slice, type(Ellipsis), torch.d
                             torch.memory_format, torch.Size, frozenset,
                             torch.torch_version.TorchVersion,  # torch.__version__ (sentence-transformers keeps it)
                             ) + NUMPY_SCALARS
-
 
 
 def _model_output(value):
